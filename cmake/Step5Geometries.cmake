@@ -1,0 +1,27 @@
+# Reads include/step5/geometries.def (THE list of supported geometries) into CMake:
+#   STEP5_ALL_GEOMETRY_IDS   every row id, in list order
+#   STEP5_GEOMETRY_IDS       the ids selected by STEP5_GEOMETRIES (all when empty)
+#   STEP5_GEOMETRY_<id>_TP   the tp values of a row
+file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/../include/step5/geometries.def" _step5_rows
+     REGEX "^STEP5_GEOMETRY\\(")
+set(STEP5_ALL_GEOMETRY_IDS "")
+foreach(_row IN LISTS _step5_rows)
+  string(REGEX REPLACE "^STEP5_GEOMETRY\\(([^)]*)\\).*$" "\\1" _args "${_row}")
+  string(REPLACE " " "" _args "${_args}")
+  string(REPLACE "," ";" _args "${_args}")
+  list(GET _args 0 _id)
+  list(SUBLIST _args 11 -1 _tp)
+  list(APPEND STEP5_ALL_GEOMETRY_IDS ${_id})
+  set(STEP5_GEOMETRY_${_id}_TP ${_tp})
+endforeach()
+if(STEP5_GEOMETRIES)
+  foreach(_id IN LISTS STEP5_GEOMETRIES)
+    if(NOT _id IN_LIST STEP5_ALL_GEOMETRY_IDS)
+      message(FATAL_ERROR "STEP5_GEOMETRIES: unknown geometry '${_id}'; supported: ${STEP5_ALL_GEOMETRY_IDS}")
+    endif()
+  endforeach()
+  set(STEP5_GEOMETRY_IDS ${STEP5_GEOMETRIES})
+else()
+  set(STEP5_GEOMETRY_IDS ${STEP5_ALL_GEOMETRY_IDS})
+endif()
+message(STATUS "step5: geometries ${STEP5_GEOMETRY_IDS}")

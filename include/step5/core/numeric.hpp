@@ -1,0 +1,100 @@
+#pragma once
+/// \file step5/core/numeric.hpp
+/// Bit-exact host conversions between fp32, bf16 and fp8 e4m3 (e4m3fn: no infinities, NaN =
+/// S.1111.111, max finite 448), all round-to-nearest-even as SPEC.md §4 requires. The device
+/// kernels use the CUDA intrinsics with the same rounding (cvt.rn.bf16.f32,
+/// cvt.rn.satfinite.e4m3x2.f32); tests hold them to these functions. Host-safe (g++).
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+namespace step5 {
+
+/// bf16 value as its bit pattern (host storage type; layout-compatible with __nv_bfloat16).
+struct bf16 {
+  std::uint16_t bits = 0;
+};
+static_assert(sizeof(bf16) == 2);
+
+/// fp32 -> bf16 bits, round-to-nearest-even; NaN stays a (quiet) NaN.
+constexpr std::uint16_t float_to_bf16_bits(float f) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<std::uint16_t>(u >> 16);
+}
+
+/// bf16 bits -> fp32 (exact).
+constexpr float bf16_bits_to_float(std::uint16_t b) {
+  return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
+
+constexpr bf16 to_bf16(float f) { return bf16{float_to_bf16_bits(f)}; }
+constexpr float to_float(bf16 b) { return bf16_bits_to_float(b.bits); }
+/// Rounds an fp32 value to the nearest bf16 and returns it as fp32 ("round" in SPEC §4).
+constexpr float round_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
+
+namespace detail {
+/// Round-to-nearest-even of a non-negative float that is < 2^23 (exact integer result).
+constexpr float rne_integer(float x) {
+  float fl = static_cast<float>(static_cast<std::int64_t>(x));  // floor for x >= 0
+  float diff = x - fl;
+  if (diff > 0.5f) return fl + 1.0f;
+  if (diff < 0.5f) return fl;
+  return (static_cast<std::int64_t>(fl) % 2 == 0) ? fl : fl + 1.0f;
+}
+constexpr float exp2i(int e) {  // exact 2^e for -126 <= e <= 127
+  return std::bit_cast<float>(static_cast<std::uint32_t>(e + 127) << 23);
+}
+}  // namespace detail
+
+/// Largest finite e4m3fn value.
+inline constexpr float kE4m3Max = 448.0f;
+
+/// fp32 -> e4m3fn bits, round-to-nearest-even, saturating to ±448 (±inf too); NaN -> 0x7f/0xff.
+constexpr std::uint8_t float_to_e4m3_bits(float f) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(f);
+  std::uint8_t sign = static_cast<std::uint8_t>((u >> 24) & 0x80u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint8_t>(sign | 0x7f);
+  float a = std::bit_cast<float>(u & 0x7fffffffu);
+  if (a >= kE4m3Max) return static_cast<std::uint8_t>(sign | 0x7e);
+  if (a < detail::exp2i(-6)) {  // subnormal range, step 2^-9 (q == 8 is the smallest normal)
+    float q = detail::rne_integer(a * detail::exp2i(9));
+    return static_cast<std::uint8_t>(sign | static_cast<std::uint8_t>(q));
+  }
+  int e = static_cast<int>((std::bit_cast<std::uint32_t>(a) >> 23) & 0xffu) - 127;  // floor(log2 a)
+  float q = detail::rne_integer(a * detail::exp2i(3 - e));                         // in [8, 16]
+  if (q >= 16.0f) {
+    q = 8.0f;
+    ++e;
+  }
+  std::uint32_t bits = (static_cast<std::uint32_t>(e + 7) << 3) | (static_cast<std::uint32_t>(q) - 8u);
+  if (bits > 0x7eu) bits = 0x7eu;  // rounding up past 448 saturates
+  return static_cast<std::uint8_t>(sign | bits);
+}
+
+/// e4m3fn bits -> fp32 (exact).
+constexpr float e4m3_bits_to_float(std::uint8_t b) {
+  const bool neg = (b & 0x80) != 0;
+  const int exp = (b >> 3) & 0xf;
+  const int man = b & 0x7;
+  float v = 0.0f;
+  if (exp == 0xf && man == 0x7) {
+    v = std::bit_cast<float>(0x7fc00000u);
+  } else if (exp == 0) {
+    v = static_cast<float>(man) * detail::exp2i(-9);
+  } else {
+    v = (1.0f + static_cast<float>(man) / 8.0f) * detail::exp2i(exp - 7);
+  }
+  return neg ? -v : v;
+}
+
+/// Rounds an fp32 value to e4m3 (saturating) and returns it as fp32.
+constexpr float round_e4m3(float f) { return e4m3_bits_to_float(float_to_e4m3_bits(f)); }
+
+static_assert(float_to_bf16_bits(1.0f) == 0x3f80);
+static_assert(float_to_e4m3_bits(448.0f) == 0x7e && float_to_e4m3_bits(1e9f) == 0x7e);
+static_assert(float_to_e4m3_bits(1.0f) == 0x38 && e4m3_bits_to_float(0x38) == 1.0f);
+static_assert(e4m3_bits_to_float(0x01) == 1.0f / 512.0f);
+
+}  // namespace step5

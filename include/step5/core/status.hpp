@@ -1,0 +1,87 @@
+#pragma once
+/// \file step5/core/status.hpp
+/// Error handling of the library: `Status` (errors as values, used by every launcher, the
+/// run-time layout checks and the NCCL wrappers) and `Error` (the exception thrown by host-side
+/// I/O: checkpoint readers, config parsing, the fused-weight loader). Library code never calls
+/// exit/abort. Host-safe (g++).
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace step5 {
+
+/// Category of a failure.
+enum class StatusCode {
+  kOk = 0,
+  kInvalidArgument,  ///< a value outside what the operation accepts (the message names it)
+  kUnsupported,      ///< a geometry, tp, dtype or device the library does not support
+  kNotFound,         ///< a missing file, tensor or config field
+  kIoError,          ///< a read/write failure, a truncated or malformed file
+  kCudaError,        ///< a CUDA runtime/driver error (the message names the call)
+  kNcclError,        ///< an NCCL error
+  kInternal,         ///< a broken invariant of the library itself
+};
+
+inline const char* status_code_name(StatusCode c) {
+  switch (c) {
+    case StatusCode::kOk: return "ok";
+    case StatusCode::kInvalidArgument: return "invalid argument";
+    case StatusCode::kUnsupported: return "unsupported";
+    case StatusCode::kNotFound: return "not found";
+    case StatusCode::kIoError: return "I/O error";
+    case StatusCode::kCudaError: return "CUDA error";
+    case StatusCode::kNcclError: return "NCCL error";
+    case StatusCode::kInternal: return "internal error";
+  }
+  return "unknown";
+}
+
+/// The result of an operation that returns no value: ok, or a code and a message that names the
+/// offending value and what was expected.
+class [[nodiscard]] Status {
+ public:
+  Status() = default;
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  static Status Ok() { return {}; }
+  bool ok() const { return code_ == StatusCode::kOk; }
+  explicit operator bool() const { return ok(); }
+  StatusCode code() const { return code_; }
+  const std::string& message() const { return message_; }
+  /// "invalid argument: <message>" (or "ok").
+  std::string to_string() const {
+    return ok() ? std::string("ok") : std::string(status_code_name(code_)) + ": " + message_;
+  }
+
+ private:
+  StatusCode code_ = StatusCode::kOk;
+  std::string message_;
+};
+
+inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
+
+/// Exception thrown by host-side I/O and loading code (never by launchers).
+class Error : public std::runtime_error {
+ public:
+  Error(StatusCode code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  explicit Error(const Status& s) : std::runtime_error(s.message()), code_(s.code()) {}
+  StatusCode code() const { return code_; }
+
+ private:
+  StatusCode code_;
+};
+
+/// Throws `Error` when `s` is not ok (for host code that prefers exceptions).
+inline void throw_if_error(const Status& s) {
+  if (!s.ok()) throw Error(s);
+}
+
+}  // namespace step5
+
+/// Returns the Status from the enclosing function when `expr` is not ok.
+#define STEP5_RETURN_IF_ERROR(expr)            \
+  do {                                         \
+    ::step5::Status step5_status_ = (expr);    \
+    if (!step5_status_.ok()) return step5_status_; \
+  } while (0)

@@ -1,0 +1,101 @@
+#pragma once
+// Minimal harness of the GPU tests (no doctest in nvcc-compiled files, DESIGN.md):
+//   STEP5_GPU_TEST_MAIN() — skips (exit 77) when no sm_90 device is present, runs the cases.
+//   GPU_CHECK(cuda call)  — fails the test with the call and the CUDA error string.
+//   EXPECT(cond, fmt...)  — records a failure with a message, keeps going.
+//   rel_error(out, ref)   — ||out - ref|| / ||ref|| (fp64).
+// A test prints "N passed, N failed" last and exits 0 only when every check passed.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace step5_test {
+
+inline int& failures() { static int f = 0; return f; }
+inline int& passes() { static int p = 0; return p; }
+
+#define GPU_CHECK(call)                                                                         \
+  do {                                                                                          \
+    cudaError_t e_ = (call);                                                                    \
+    if (e_ != cudaSuccess) {                                                                    \
+      std::fprintf(stderr, "%s:%d: CUDA error %s in %s\n", __FILE__, __LINE__, cudaGetErrorString(e_), #call); \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+#define EXPECT(cond, ...)                                                   \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
+      ++::step5_test::failures();                                           \
+      std::fprintf(stderr, "%s:%d: FAILED %s: ", __FILE__, __LINE__, #cond); \
+      std::fprintf(stderr, __VA_ARGS__);                                    \
+      std::fprintf(stderr, "\n");                                           \
+    } else {                                                                \
+      ++::step5_test::passes();                                             \
+    }                                                                       \
+  } while (0)
+
+template <class A, class B>
+double rel_error(const std::vector<A>& out, const std::vector<B>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double o = static_cast<double>(out[i]), r = static_cast<double>(ref[i]);
+    num += (o - r) * (o - r);
+    den += r * r;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+/// Returns true when an sm_90 device is present (prints why not otherwise).
+inline bool have_sm90() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return false;
+  }
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, 0) != cudaSuccess || p.major != 9) {
+    std::printf("device is not sm_90 (Hopper): skipped\n");
+    return false;
+  }
+  return true;
+}
+
+struct Case {
+  const char* name;
+  std::function<void()> fn;
+};
+inline std::vector<Case>& cases() { static std::vector<Case> c; return c; }
+struct Register {
+  Register(const char* n, std::function<void()> f) { cases().push_back({n, std::move(f)}); }
+};
+
+inline int run_all(int argc, char** argv) {
+  if (!have_sm90()) return 77;
+  const char* filter = argc > 1 ? argv[1] : nullptr;
+  for (auto& c : cases()) {
+    if (filter && std::string(c.name).find(filter) == std::string::npos) continue;
+    const int before = failures();
+    c.fn();
+    std::printf("[%s] %s\n", failures() == before ? "ok" : "FAIL", c.name);
+  }
+  std::printf("%d passed, %d failed\n", passes(), failures());
+  return failures() == 0 ? 0 : 1;
+}
+
+}  // namespace step5_test
+
+#define STEP5_GPU_CASE_CAT2(a, b) a##b
+#define STEP5_GPU_CASE_CAT(a, b) STEP5_GPU_CASE_CAT2(a, b)
+/// GPU_CASE("name") { body }
+#define GPU_CASE(name)                                                                    \
+  static void STEP5_GPU_CASE_CAT(gpu_case_, __LINE__)();                                  \
+  static ::step5_test::Register STEP5_GPU_CASE_CAT(gpu_reg_, __LINE__)(name, &STEP5_GPU_CASE_CAT(gpu_case_, __LINE__)); \
+  static void STEP5_GPU_CASE_CAT(gpu_case_, __LINE__)()
+#define STEP5_GPU_TEST_MAIN() \
+  int main(int argc, char** argv) { return ::step5_test::run_all(argc, argv); }
