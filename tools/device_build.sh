@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds the project on the GPU machine (no package registry there): unpacks the Debian packages
+# carried in .deps/ (fetched here with tools/fetch_device_deps.sh) into /tmp/deps, configures a
+# Release build for sm_90a in ${BUILD_DIR:-build-device} and builds the given targets (all when
+# none). Source it (". tools/device_build.sh [targets]") to keep LD_LIBRARY_PATH for the runs.
+set -u
+DEPS=/tmp/deps
+if [ ! -d "$DEPS/usr" ]; then
+  for f in .deps/*.deb; do dpkg -x "$f" "$DEPS"; done
+fi
+export LD_LIBRARY_PATH="$DEPS/usr/lib/x86_64-linux-gnu/openblas-pthread:$DEPS/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+export PATH=/usr/local/cuda/bin:$PATH
+BUILD_DIR=${BUILD_DIR:-build-device}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$DEPS/usr" \
+  -DBLAS_LIBRARIES="$DEPS/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so" \
+  -DBLAS_FOUND=TRUE ${CMAKE_EXTRA:-} > "$BUILD_DIR.configure.log" 2>&1 || { tail -30 "$BUILD_DIR.configure.log"; return 1 2>/dev/null || exit 1; }
+if [ $# -gt 0 ]; then
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target "$@" 2>&1 | grep -E "error|warning|spill|Error" | head -60
+else
+  cmake --build "$BUILD_DIR" -j "$(nproc)" 2>&1 | grep -E "error|warning|spill|Error" | head -60
+fi
