@@ -30,4 +30,4 @@ set_target_properties(step5_kernels PROPERTIES
   POSITION_INDEPENDENT_CODE ON)
 # ptxas register/spill report, shown in CI logs
 target_compile_options(step5_kernels PRIVATE
-  $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-warn-spills,-warn-lmem-usage --use_fast_math=false -lineinfo>)
+  $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-warn-spills,-warn-lmem-usage -lineinfo>)

@@ -63,7 +63,7 @@ struct gate_must_divide_by_tp_size {
 };
 template <int head_dim, int rot_main, int proxy_dim, int rot_idx>
 struct rotary_dims_must_fit {
-  static_assert(head_dim < 0,  // only instantiated when the rule failed
+  static_assert(head_dim != head_dim,  // only instantiated when the rule failed (any head_dim)
                 "step5 layout: head_dim > 0, rot_main even and <= head_dim, rot_idx even and <= proxy_dim");
 };
 
@@ -140,7 +140,10 @@ inline std::string supported_layouts() {
   for (const auto& e : kGeometries) {
     if (!s.empty()) s += ", ";
     s += std::string(e.name) + " (tp";
-    for (int i = 0; i < e.num_tp_values; ++i) s += " " + std::to_string(e.tp_values[i]);
+    for (int i = 0; i < e.num_tp_values; ++i) {
+      s += ' ';  // (not `" " + to_string`: g++ 12 -Wrestrict false positive, GCC PR105329)
+      s += std::to_string(e.tp_values[i]);
+    }
     s += ")";
   }
   return s;
