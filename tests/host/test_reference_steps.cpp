@@ -1,0 +1,315 @@
+// Hand-computed cases for each step of the CPU reference (SPEC §4.2–4.8) and the selection rules of
+// SPEC §4.6 against an independent brute force (stable sort) for small topk.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "reference_test_util.hpp"
+
+using namespace reftest;
+namespace ref = step5::reference;
+using step5::to_bf16;
+using step5::to_float;
+
+namespace {
+constexpr float kInf = std::numeric_limits<float>::infinity();
+const float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<std::int32_t> select(const std::vector<float>& s, int topk, int current, int* count = nullptr) {
+  std::vector<std::int32_t> row(static_cast<std::size_t>(topk + 1), 12345);
+  const int c = ref::select_row(s.data(), static_cast<int>(s.size()), topk, current, row.data());
+  if (count) *count = c;
+  return row;
+}
+
+// Independent brute force of SPEC §4.6: stable sort by score descending (NaN first, -0 == +0 via
+// operator>), keep the first topk, sort ascending.
+std::vector<std::int32_t> brute_select(const std::vector<float>& s, int topk, int current) {
+  std::vector<int> ids(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) ids[i] = static_cast<int>(i);
+  std::stable_sort(ids.begin(), ids.end(), [&](int a, int b) {
+    if (std::isnan(s[a]) || std::isnan(s[b])) return std::isnan(s[a]) && !std::isnan(s[b]);
+    return s[a] > s[b];
+  });
+  const int n = std::min<int>(topk, static_cast<int>(s.size()));
+  std::vector<std::int32_t> row(ids.begin(), ids.begin() + n);
+  std::sort(row.begin(), row.end());
+  row.push_back(current);
+  while (static_cast<int>(row.size()) < topk + 1) row.push_back(-1);
+  return row;
+}
+}  // namespace
+
+TEST_CASE("selection: ties go to the lower id, ascending output, current region appended") {
+  int count = 0;
+  CHECK(select({1, 3, 3, 2, 3}, 2, 5, &count) == std::vector<std::int32_t>{1, 2, 5});
+  CHECK(count == 3);
+  // tie at the k-th place: ids 1, 2, 4 share 3; topk 2 keeps 1 and 2
+  CHECK(select({3, 3, 3, 3}, 3, 4, &count) == std::vector<std::int32_t>{0, 1, 2, 4});
+  CHECK(count == 4);
+}
+
+TEST_CASE("selection: a row shorter than topk gets -1 padding and count = history + 1") {
+  int count = 0;
+  CHECK(select({0.5f, -1.0f}, 4, 2, &count) == std::vector<std::int32_t>{0, 1, 2, -1, -1});
+  CHECK(count == 3);
+  CHECK(select({}, 3, 0, &count) == std::vector<std::int32_t>{0, -1, -1, -1});  // first region: only the current one
+  CHECK(count == 1);
+}
+
+TEST_CASE("selection: NaN above +inf, -inf last, -0 equals +0") {
+  int count = 0;
+  // ids: 0:+0 1:-0 2:NaN 3:+inf 4:-inf 5:+0 -> NaN, +inf, then the lowest of the zero tie (id 0)
+  CHECK(select({0.0f, -0.0f, kNaN, kInf, -kInf, 0.0f}, 3, 6, &count) == std::vector<std::int32_t>{0, 2, 3, 6});
+  CHECK(select({-0.0f, 0.0f}, 1, 2) == std::vector<std::int32_t>{0, 2});
+  CHECK(select({0.0f, -0.0f}, 1, 2) == std::vector<std::int32_t>{0, 2});
+  CHECK(select({-kInf, -kInf, -5.0f}, 1, 3) == std::vector<std::int32_t>{2, 3});
+  CHECK(select({kNaN, 1.0f, kNaN}, 2, 3) == std::vector<std::int32_t>{0, 2, 3});
+}
+
+TEST_CASE("selection: small topk (2, 4, 16) against a brute force, heavy ties and specials") {
+  std::mt19937 rng(7);
+  const float pool[] = {-1.0f, 0.0f, -0.0f, 0.5f, 0.5f, 2.0f, kNaN, kInf, -kInf, 0.25f};
+  for (int topk : {2, 4, 16}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      const int n = static_cast<int>(rng() % 40);
+      std::vector<float> s(static_cast<std::size_t>(n));
+      for (auto& x : s) x = pool[rng() % 10];
+      CAPTURE(topk);
+      CAPTURE(n);
+      int count = 0;
+      const auto row = select(s, topk, n, &count);
+      CHECK(row == brute_select(s, topk, n));
+      CHECK(count == std::min(topk, n) + 1);
+    }
+  }
+}
+
+TEST_CASE("selection: topk outside [1, 1024] is refused with the value in the message") {
+  std::vector<float> s(4, 0.0f);
+  std::vector<std::int32_t> row(2000);
+  CHECK_THROWS_WITH_AS(ref::select_row(s.data(), 4, 0, 4, row.data()), doctest::Contains("topk = 0"), step5::Error);
+  CHECK_THROWS_WITH_AS(ref::select_row(s.data(), 4, 1025, 4, row.data()), doctest::Contains("topk = 1025"), step5::Error);
+}
+
+TEST_CASE("region summary: known z/k") {
+  constexpr int P = 4;
+  std::vector<bf16> k(8 * P), z(8 * P);
+  const bf16* kr[8];
+  const bf16* zr[8];
+  for (int t = 0; t < 8; ++t) {
+    kr[t] = k.data() + t * P;
+    zr[t] = z.data() + t * P;
+  }
+  float s[P];
+  std::uint8_t e[P];
+  SUBCASE("equal z: the mean of k") {
+    for (int t = 0; t < 8; ++t)
+      for (int d = 0; d < P; ++d) {
+        k[t * P + d] = to_bf16(static_cast<float>(t + 1) * (d + 1));
+        z[t * P + d] = to_bf16(0.25f);
+      }
+    ref::region_summary(kr, zr, P, s, e);
+    for (int d = 0; d < P; ++d) {
+      CHECK(s[d] == doctest::Approx(4.5 * (d + 1)).epsilon(1e-6));
+      CHECK(step5::e4m3_bits_to_float(e[d]) == step5::round_e4m3(step5::round_bf16(4.5f * (d + 1))));
+    }
+    CHECK(e[0] == step5::float_to_e4m3_bits(4.5f));  // 4.5 is exact in e4m3
+  }
+  SUBCASE("one row with z = 0, the others -inf: S = that row's k; saturation at 448") {
+    for (int t = 0; t < 8; ++t)
+      for (int d = 0; d < P; ++d) {
+        k[t * P + d] = to_bf16(t == 3 ? (d == 0 ? 1000.0f : -0.75f * d) : 7.0f);
+        z[t * P + d] = to_bf16(t == 3 ? 0.0f : -kInf);
+      }
+    ref::region_summary(kr, zr, P, s, e);
+    CHECK(s[0] == 1000.0f);
+    CHECK(e[0] == 0x7e);  // saturated to +448
+    for (int d = 1; d < P; ++d) {
+      CHECK(s[d] == -0.75f * d);
+      CHECK(step5::e4m3_bits_to_float(e[d]) == -0.75f * d);
+    }
+  }
+  SUBCASE("the max is taken over the whole block: two rows of z 1 and 0 weigh e : 1") {
+    for (int t = 0; t < 8; ++t)
+      for (int d = 0; d < P; ++d) {
+        k[t * P + d] = to_bf16(t == 0 ? 1.0f : (t == 1 ? 0.0f : 5.0f));
+        z[t * P + d] = to_bf16(t == 0 ? (d == 0 ? 1.0f : 0.0f) : (t == 1 ? 0.0f : -kInf));
+      }
+    ref::region_summary(kr, zr, P, s, e);
+    CHECK(s[0] == doctest::Approx(std::exp(1.0) / (std::exp(1.0) + 1.0)).epsilon(1e-6));
+    CHECK(s[1] == doctest::Approx(0.5).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("scores: ReLU per head, negative weights, heads summed in order") {
+  constexpr int P = 4;
+  auto e = [](float v) { return step5::float_to_e4m3_bits(v); };
+  // head 0 dot = 2*1 + 1*0.5 = 2.5; head 1 dot = -2 (ReLU -> 0); head 2 dot = 1
+  const std::uint8_t q[3 * P] = {e(1), e(0.5f), 0, 0, e(-1), 0, 0, 0, 0, 0, e(0.25f), e(0.25f)};
+  const std::uint8_t s[P] = {e(2), e(1), e(2), e(2)};
+  const float w1[3] = {0.5f, 100.0f, -2.0f};  // 2.5*0.5 + 0 + 1*(-2) = -0.75
+  CHECK(ref::region_score(q, w1, 3, P, s) == -0.75f);
+  const float w2[3] = {1.0f, -100.0f, 1.0f};  // the ReLU'd head contributes nothing even with weight -100
+  CHECK(ref::region_score(q, w2, 3, P, s) == 3.5f);
+  const std::uint8_t zero[P] = {0, 0, 0, 0};
+  CHECK(ref::region_score(q, w1, 3, P, zero) == 0.0f);
+}
+
+TEST_CASE("scores: summary cache addressed through the block table") {
+  // 1 request, 3 history regions at position 27 (p/8 = 3), block_size 16 -> 2 regions per block.
+  constexpr int P = 4, lg = 1, hpg = 1;
+  const std::vector<std::int32_t> cu = {0, 1}, seq = {28}, table = {2, 0};  // blocks 2 then 0
+  ref::BatchView batch{1, cu.data(), seq.data()};
+  ref::BlockTableView bt{table.data(), 2, 16, 3};
+  std::vector<std::uint8_t> cache(3 * 2 * P, 0);
+  auto put = [&](int r, float v) {
+    const std::size_t off = ref::summary_offset(bt, 0, r, P);
+    for (int d = 0; d < P; ++d) cache[off + d] = step5::float_to_e4m3_bits(v);
+  };
+  put(0, 1.0f);
+  put(1, 2.0f);
+  put(2, 0.5f);
+  CHECK(ref::summary_offset(bt, 0, 1, P) == (2 * 2 + 1) * P);  // block 2, slot 1
+  CHECK(ref::summary_offset(bt, 0, 2, P) == 0);                // block 0, slot 0
+  const std::uint8_t q[P] = {0x38, 0x38, 0x38, 0x38};         // 1.0
+  const float w[1] = {0.5f};
+  std::vector<float> scores(5, -7.0f);
+  ref::compute_scores(batch, bt, lg, hpg, P, q, w, cache.data(), scores.data(), 5);
+  CHECK(scores == std::vector<float>{2.0f, 4.0f, 1.0f, 0.0f, 0.0f});
+}
+
+TEST_CASE("attention: the current region stops at the query's position; no token after it") {
+  // D = 8, q = 0 -> uniform softmax over the attended tokens; v = position -> out = mean position,
+  // lse = ln(number of attended tokens).
+  constexpr int D = 8, block = 16;
+  const int seq = 40;
+  std::vector<std::int32_t> cu = {0, seq}, seqs = {seq}, table = {0, 1, 2};
+  ref::BatchView batch{1, cu.data(), seqs.data()};
+  ref::BlockTableView bt{table.data(), 3, block, 3};
+  std::vector<bf16> kc(3 * block * D), vc(3 * block * D);
+  for (int p = 0; p < 48; ++p)
+    for (int d = 0; d < D; ++d) {
+      kc[static_cast<std::size_t>(p) * D + d] = to_bf16(0.01f * p);
+      vc[static_cast<std::size_t>(p) * D + d] = to_bf16(p < seq ? static_cast<float>(p) : 1e6f);  // poison past seq
+    }
+  std::vector<bf16> q(static_cast<std::size_t>(seq) * 4 * D, to_bf16(0.0f));
+  const int topk = 2, W = topk + 1;
+  // every token selects history region 0 (when it exists) + its current region
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(seq) * W, -1), counts(seq);
+  for (int t = 0; t < seq; ++t) {
+    int n = 0;
+    if (t / 8 > 0) ids[static_cast<std::size_t>(t) * W + n++] = 0;
+    ids[static_cast<std::size_t>(t) * W + n++] = t / 8;
+    counts[t] = n;
+  }
+  std::vector<bf16> out(q.size());
+  std::vector<float> lse(static_cast<std::size_t>(seq) * 4);
+  ref::sparse_attention(batch, bt, 1, 4, D, topk, q.data(), kc.data(), vc.data(), ids.data(), counts.data(), out.data(),
+                        lse.data());
+  for (int t = 0; t < seq; ++t) {
+    const int cur0 = 8 * (t / 8);
+    const int n_cur = t - cur0 + 1;  // tokens of the partial current region
+    double sum = 0;
+    for (int p = cur0; p <= t; ++p) sum += p;
+    int n = n_cur;
+    if (t / 8 > 0) {
+      sum += 0 + 1 + 2 + 3 + 4 + 5 + 6 + 7;
+      n += 8;
+    }
+    CAPTURE(t);
+    for (int h = 0; h < 4; ++h) {
+      CHECK(lse[static_cast<std::size_t>(t) * 4 + h] == doctest::Approx(std::log(static_cast<double>(n))).epsilon(1e-6));
+      CHECK(to_float(out[(static_cast<std::size_t>(t) * 4 + h) * D]) == step5::round_bf16(static_cast<float>(sum / n)));
+    }
+  }
+}
+
+TEST_CASE("attention: an empty row gives 0 and -inf; softmax weights follow the logits") {
+  constexpr int D = 4;
+  std::vector<std::int32_t> cu = {0, 1}, seqs = {2}, table = {0};
+  ref::BatchView batch{1, cu.data(), seqs.data()};
+  ref::BlockTableView bt{table.data(), 1, 8, 1};
+  std::vector<bf16> kc(8 * D, to_bf16(0.0f)), vc(8 * D, to_bf16(0.0f));
+  // token 0: k = (2,0,0,0), v = 1; token 1: k = 0, v = 0. q = (1,0,0,0): logits 2/sqrt(4) = 1 and 0.
+  kc[0] = to_bf16(2.0f);
+  for (int d = 0; d < D; ++d) vc[d] = to_bf16(1.0f);
+  std::vector<bf16> q = {to_bf16(1.0f), to_bf16(0.0f), to_bf16(0.0f), to_bf16(0.0f)};
+  std::vector<std::int32_t> ids = {0, -1}, counts = {1};
+  std::vector<bf16> out(D);
+  std::vector<float> lse(1);
+  ref::sparse_attention(batch, bt, 1, 1, D, 1, q.data(), kc.data(), vc.data(), ids.data(), counts.data(), out.data(), lse.data());
+  const double e = std::exp(1.0);
+  CHECK(lse[0] == doctest::Approx(std::log(e + 1.0)).epsilon(1e-6));
+  CHECK(to_float(out[0]) == step5::round_bf16(step5::round_bf16(1.0f) / static_cast<float>(1.0 + 1.0 / e)));
+  counts[0] = 0;
+  ref::sparse_attention(batch, bt, 1, 1, D, 1, q.data(), kc.data(), vc.data(), ids.data(), counts.data(), out.data(), lse.data());
+  CHECK(lse[0] == -kInf);
+  CHECK(to_float(out[0]) == 0.0f);
+  ids[0] = 1;  // a region id after the current region is refused
+  counts[0] = 1;
+  CHECK_THROWS_WITH_AS(ref::sparse_attention(batch, bt, 1, 1, D, 1, q.data(), kc.data(), vc.data(), ids.data(),
+                                             counts.data(), out.data(), lse.data()),
+                       doctest::Contains("current region 0"), step5::Error);
+}
+
+TEST_CASE("gate: bf16(sigmoid(bf16 g)) then bf16(o * gate)") {
+  CHECK(ref::gate_value(to_bf16(0.0f)) == 0.5f);
+  CHECK(ref::gate_value(to_bf16(2.0f)) == 0.87890625f);  // sigmoid(2) = 0.880797 -> bf16 0.87890625
+  CHECK(ref::gate_value(to_bf16(40.0f)) == 1.0f);
+  CHECK(ref::gate_value(to_bf16(-200.0f)) == 0.0f);
+  const std::vector<bf16> attn = {to_bf16(1.0f), to_bf16(3.0f), to_bf16(-3.0f), to_bf16(3.0f)};  // T=1, Hl=2, D=2
+  const std::vector<bf16> g = {to_bf16(0.0f), to_bf16(2.0f)};
+  std::vector<bf16> out(4), gate(2);
+  ref::apply_gate(1, 2, 2, attn.data(), g.data(), 2, out.data(), gate.data());
+  CHECK(to_float(out[0]) == 0.5f);
+  CHECK(to_float(out[1]) == 1.5f);
+  CHECK(to_float(out[2]) == -2.640625f);  // 3 * 0.87890625 = 2.63671875 -> bf16 2.640625
+  CHECK(to_float(out[3]) == 2.640625f);
+  CHECK(to_float(gate[1]) == 0.87890625f);
+}
+
+TEST_CASE("main q/k: zero-centred RMSNorm x (1 + w) and NeoX RoPE pairs (i, i + rot/2)") {
+  constexpr int D = 64;
+  std::vector<bf16> x(D, to_bf16(2.0f)), out(D);
+  std::vector<float> w(D, 0.5f);
+  ref::main_qk_head(x.data(), out.data(), D, w.data(), 1e-5f, 0, nullptr, nullptr);
+  for (int d = 0; d < D; ++d) CHECK(to_float(out[d]) == 1.5f);  // 2 / rms(2) * 1.5
+  float v[4] = {1, 2, 3, 4};
+  const bf16 c[2] = {to_bf16(0.0f), to_bf16(1.0f)}, s[2] = {to_bf16(1.0f), to_bf16(0.0f)};
+  ref::apply_neox_rope(v, 4, c, s);  // pair (0,2) rotated by 90 degrees, pair (1,3) by 0
+  CHECK(v[0] == -3.0f);
+  CHECK(v[2] == 1.0f);
+  CHECK(v[1] == 2.0f);
+  CHECK(v[3] == 4.0f);
+  const auto t = ref::make_rope_table(4, 4, 10000.0);
+  CHECK(to_float(t.cos_row(0)[0]) == 1.0f);
+  CHECK(to_float(t.sin_row(0)[1]) == 0.0f);
+  CHECK(to_float(t.cos_row(1)[0]) == step5::round_bf16(static_cast<float>(std::cos(1.0))));
+  CHECK(to_float(t.sin_row(3)[1]) == step5::round_bf16(static_cast<float>(std::sin(0.03))));  // inv_freq[1] = 1e-2
+}
+
+TEST_CASE("indexer: q RMSNorm with bf16(w) + 1, k LayerNorm with E[x^2] - E[x]^2, weights x hpg_i^-0.5") {
+  constexpr int P = 8;
+  std::vector<bf16> x(P), out(P);
+  for (int d = 0; d < P; ++d) x[d] = to_bf16(d % 2 ? 3.0f : 1.0f);  // mean 2, var 1
+  std::vector<float> w(P, 1.0f), b(P, 0.5f);
+  ref::index_k_head(x.data(), out.data(), P, w.data(), b.data(), 0.0f, 0, nullptr, nullptr);
+  for (int d = 0; d < P; ++d) CHECK(to_float(out[d]) == (d % 2 ? 1.5f : -0.5f));
+  std::vector<float> wq(P, 1.001f);  // bf16(1.001) = 1.0 -> scale 2
+  for (int d = 0; d < P; ++d) x[d] = to_bf16(2.0f);
+  ref::index_q_head(x.data(), out.data(), P, wq.data(), 0.0f, 0, nullptr, nullptr);
+  for (int d = 0; d < P; ++d) CHECK(to_float(out[d]) == 2.0f);
+}
+
+TEST_CASE("batch metadata: positions, validation messages") {
+  const std::vector<std::int32_t> cu = {0, 3, 4, 4}, seq = {3, 10, 5};
+  ref::BatchView b{3, cu.data(), seq.data()};
+  CHECK(ref::token_positions(b) == std::vector<std::int32_t>{0, 1, 2, 9});
+  CHECK(ref::token_requests(b) == std::vector<std::int32_t>{0, 0, 0, 1});
+  const std::vector<std::int32_t> bad = {2, 10, 5};
+  ref::BatchView bb{3, cu.data(), bad.data()};
+  CHECK_THROWS_WITH_AS(ref::validate_batch(bb), doctest::Contains("seq_lens[0] = 2"), step5::Error);
+}
