@@ -1,0 +1,576 @@
+#pragma once
+/// \file step5/kernels/sm90/attention.cuh
+/// Device code of the DSA sparse GQA attention + head-wise gate (SPEC.md §4 steps 7–8), sm_90a.
+/// Host API: step5/ops/attention.hpp. Instantiated per geometry row by src/instances/attention.cu.in.
+///
+/// `sparse_attention_kernel<D, HPG>`: one CTA (4 warps) per (query tile, local KV group, split).
+///  1. Finds its tile: tiles are `query_tile` consecutive queries of one request (a warp scan
+///     over cu_seqlens_q); CTAs beyond the last tile exit.
+///  2. Builds one region bitmap per query of the tile from its first `count` topk ids (ids outside
+///     [0, p/8] or the block table are ignored; entries after count are never read), their union
+///     and the union's word prefix counts (shared memory). U = union size.
+///  3. Split s gathers union ordinals [u0, u1) in tiles of 8 regions = 64 tokens: two cp.async
+///     stages of K and V (rows XOR-swizzled by 16-byte chunk), tokens past the tile's last
+///     position (not yet written) are zero-filled, never read.
+///  4. Rows = (query, head) pairs, 16 per warp (mma.sync m16n8k16 bf16, fp32 accumulation).
+///     With 64 rows each warp owns 16 rows and all 64 tokens of a stage; with fewer rows (decode)
+///     the warps split the stage's tokens and are merged in the epilogue. Per (row, token) mask:
+///     the row's query selected the token's region and position <= the query's position.
+///     Online softmax in the exp2 domain; P rounded to bf16 before P·V; row sums of fp32 P.
+///  5. Epilogue: merges the warps of a row through shared memory; with one split writes
+///     bf16(o), the gate and the LSE; else the normalised fp32 partial and its log2-LSE go to the
+///     workspace and `sparse_attention_merge_kernel` combines the splits.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace step5::kernels::sm90 {
+
+/// Device-side arguments (POD), filled by the launcher from `ops::SparseAttentionParams`.
+struct SparseAttentionArgs {
+  const __nv_bfloat16* q;
+  long long q_stride;
+  const __nv_bfloat16* k_cache;
+  const __nv_bfloat16* v_cache;
+  int kv_heads;
+  int num_blocks;
+  int block_size;
+  const int* block_table;
+  int max_blocks;
+  const int* cu_seqlens;
+  const int* seq_lens;
+  int num_requests;
+  int num_tokens;
+  const int* topk_ids;
+  const int* counts;
+  int topk;
+  const __nv_bfloat16* gate;
+  long long gate_stride;
+  __nv_bfloat16* out;
+  long long out_stride;
+  float* lse;
+  int num_local_heads;
+  float scale_log2;  ///< softmax scale * log2(e)
+  int query_tile;
+  int num_splits;
+  int bitmap_words;
+  float* ws_o;       ///< [max_tiles, lg, splits, 64, D] normalised partial outputs
+  float* ws_lse;     ///< [max_tiles, lg, splits, 64] log2-domain LSE of the partials
+  int4* ws_tiles;    ///< [max_tiles] {valid, t0, nq, 0}
+};
+
+namespace attn_detail {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = 4;
+constexpr int kTileTok = 64;
+constexpr int kMaxQ = 16;  // max queries per tile (64 rows / hpg 4)
+
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async16(std::uint32_t dst, const void* src, int bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(std::uint32_t addr, std::uint32_t& r0, std::uint32_t& r1, std::uint32_t& r2,
+                                        std::uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(std::uint32_t addr, std::uint32_t& r0, std::uint32_t& r1, std::uint32_t& r2,
+                                          std::uint32_t& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(addr));
+}
+__device__ __forceinline__ void mma16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<std::uint32_t*>(&v);
+}
+/// Element offset of (token row, 16-byte chunk) in a swizzled [64][D] stage.
+template <int D>
+__device__ __forceinline__ int swz(int row, int chunk) {
+  return row * D + ((chunk ^ (row & 7)) << 3);
+}
+
+/// Shared state of one CTA (static part).
+struct SmemStatic {
+  int tile_b, tile_t0, tile_nq, tile_valid, tile_pos0;  // pos of query i = tile_pos0 + i
+  int scan[kWarps];
+  long long tok_off[2][kTileTok];          // element offset of a gathered token, -1 = zero-fill
+  unsigned char mask[2][kMaxQ][8];         // per (query, region of the stage): token bits
+  float m[kWarps][16];
+  float l[kWarps][16];
+};
+
+/// The region id of union ordinal k (k < U).
+__device__ __forceinline__ int select_region(const std::uint32_t* ubits, const int* prefix, int words, int k) {
+  int lo = 0, hi = words - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (prefix[mid] <= k) lo = mid;
+    else hi = mid - 1;
+  }
+  std::uint32_t bits = ubits[lo];
+  for (int r = k - prefix[lo]; r > 0; --r) bits &= bits - 1;
+  return lo * 32 + __ffs(bits) - 1;
+}
+
+}  // namespace attn_detail
+
+/// See the file comment. Grid (max_tiles, lg, num_splits), 128 threads, dynamic smem from the plan.
+template <int D, int HPG>
+__global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAttentionArgs a) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  using namespace attn_detail;
+  static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
+  static_assert(HPG == 4 || HPG == 8 || HPG == 16, "hpg_q must be 4, 8 or 16 (SPEC §2 rule 6)");
+  constexpr int kChunks = D / 8;
+  constexpr int kQT = 64 / HPG;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ SmemStatic ss;
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);         // [2][64][D]
+  __nv_bfloat16* sV = sK + 2 * kTileTok * D;                              // [2][64][D]
+  const int words = a.bitmap_words;
+  std::uint32_t* qbits = reinterpret_cast<std::uint32_t*>(sV + 2 * kTileTok * D);  // [QT][words]
+  std::uint32_t* ubits = qbits + a.query_tile * words;                             // [words]
+  int* prefix = reinterpret_cast<int*>(ubits + words);                             // [words + 1]
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tile = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+  const int QT = a.query_tile;
+  const int T = a.num_tokens;
+
+  // ---- 1. locate the tile -------------------------------------------------------------------
+  if (warp == 0) {
+    if (lane == 0) ss.tile_valid = 0;
+    __syncwarp();
+    int base = 0;
+    for (int b0 = 0; b0 < a.num_requests; b0 += 32) {
+      const int b = b0 + lane;
+      int ql = 0;
+      if (b < a.num_requests) ql = max(0, a.cu_seqlens[b + 1] - a.cu_seqlens[b]);
+      const int nt = (ql + QT - 1) / QT;
+      int inc = nt;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int v = __shfl_up_sync(0xffffffffu, inc, o);
+        if (lane >= o) inc += v;
+      }
+      const int excl = inc - nt;
+      const bool hit = b < a.num_requests && tile >= base + excl && tile < base + inc;
+      const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+      if (hit) {
+        const int j = tile - base - excl;
+        const int c0 = a.cu_seqlens[b];
+        ss.tile_b = b;
+        ss.tile_t0 = c0 + j * QT;
+        ss.tile_nq = min(QT, ql - j * QT);
+        ss.tile_pos0 = a.seq_lens[b] - ql + j * QT;
+        ss.tile_valid = 1;
+      }
+      if (ballot) break;
+      base += __shfl_sync(0xffffffffu, inc, 31);
+    }
+  }
+  __syncthreads();
+  if (!ss.tile_valid) {
+    if (a.ws_tiles != nullptr && g == 0 && split == 0 && tid == 0) a.ws_tiles[tile] = make_int4(0, 0, 0, 0);
+    return;
+  }
+  const int b = ss.tile_b, t0 = ss.tile_t0, nq = ss.tile_nq, pos0 = ss.tile_pos0;
+  const int pos_last = pos0 + nq - 1;
+  if (a.ws_tiles != nullptr && g == 0 && split == 0 && tid == 0) a.ws_tiles[tile] = make_int4(1, t0, nq, 0);
+
+  // ---- 2. region bitmaps --------------------------------------------------------------------
+  for (int i = tid; i < (nq + 1) * words; i += kThreads) qbits[i] = 0u;  // qbits rows 0..nq-1 + ubits when nq == QT
+  for (int i = tid; i < words; i += kThreads) ubits[i] = 0u;
+  __syncthreads();
+  const int W = a.topk + 1;
+  const int max_region = words * 32;
+  for (int idx = tid; idx < nq * W; idx += kThreads) {
+    const int i = idx / W, k = idx - i * W;
+    const long long row = static_cast<long long>(g) * T + (t0 + i);
+    const int cnt = min(max(a.counts[row], 0), W);
+    if (k < cnt) {
+      const int id = a.topk_ids[row * W + k];
+      const int cur = (pos0 + i) >> 3;
+      if (id >= 0 && id <= cur && id < max_region) atomicOr(&qbits[i * words + (id >> 5)], 1u << (id & 31));
+    }
+  }
+  __syncthreads();
+  {
+    const int per = (words + kThreads - 1) / kThreads;
+    const int w0 = min(words, tid * per), w1 = min(words, w0 + per);
+    int sum = 0;
+    for (int w = w0; w < w1; ++w) {
+      std::uint32_t u = 0;
+      for (int i = 0; i < nq; ++i) u |= qbits[i * words + w];
+      ubits[w] = u;
+      sum += __popc(u);
+    }
+    int inc = sum;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, inc, o);
+      if (lane >= o) inc += v;
+    }
+    if (lane == 31) ss.scan[warp] = inc;
+    __syncthreads();
+    int run = inc - sum;
+    for (int w = 0; w < warp; ++w) run += ss.scan[w];
+    for (int w = w0; w < w1; ++w) {
+      prefix[w] = run;
+      run += __popc(ubits[w]);
+    }
+    if (tid == kThreads - 1) prefix[words] = run;
+  }
+  __syncthreads();
+  const int U = prefix[words];
+  int per_split = (U + a.num_splits - 1) / a.num_splits;
+  per_split = (per_split + 7) & ~7;
+  const int u0 = min(U, split * per_split), u1 = min(U, u0 + per_split);
+  const int ntiles = (u1 - u0 + 7) >> 3;
+
+  // ---- warp roles -----------------------------------------------------------------------------
+  const int rows = nq * HPG;
+  const int RG = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);  // row groups of 16
+  const int TG = kWarps / RG;                             // token groups per stage
+  const int rg = warp % RG, tg = warp / RG;
+
+  // Q fragments of this warp's 16 rows (zero for rows past the tile).
+  std::uint32_t qf[D / 16][4];
+  {
+    const int r_lo = rg * 16 + (lane >> 2), r_hi = r_lo + 8;
+    const int i_lo = r_lo / HPG, i_hi = r_hi / HPG;
+    const bool v_lo = i_lo < nq, v_hi = i_hi < nq;
+    const __nv_bfloat16* q_lo =
+        a.q + (v_lo ? (t0 + i_lo) * a.q_stride + static_cast<long long>(g * HPG + r_lo % HPG) * D : 0);
+    const __nv_bfloat16* q_hi =
+        a.q + (v_hi ? (t0 + i_hi) * a.q_stride + static_cast<long long>(g * HPG + r_hi % HPG) * D : 0);
+    const int c = 2 * (lane & 3);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      qf[ks][0] = v_lo ? *reinterpret_cast<const std::uint32_t*>(q_lo + ks * 16 + c) : 0u;
+      qf[ks][1] = v_hi ? *reinterpret_cast<const std::uint32_t*>(q_hi + ks * 16 + c) : 0u;
+      qf[ks][2] = v_lo ? *reinterpret_cast<const std::uint32_t*>(q_lo + ks * 16 + c + 8) : 0u;
+      qf[ks][3] = v_hi ? *reinterpret_cast<const std::uint32_t*>(q_hi + ks * 16 + c + 8) : 0u;
+    }
+  }
+
+  // prepare stage st for gathered tile `it`: token offsets and per-query masks
+  auto prep = [&](int it, int st) {
+    if (tid < kTileTok) {
+      const int c = tid, ord = u0 + it * 8 + (c >> 3);
+      long long off = -1;
+      if (ord < u1) {
+        const int id = select_region(ubits, prefix, words, ord);
+        const int pos = id * 8 + (c & 7);
+        if (pos <= pos_last && pos / a.block_size < a.max_blocks) {
+          const int blk = a.block_table[static_cast<long long>(b) * a.max_blocks + pos / a.block_size];
+          if (blk >= 0 && blk < a.num_blocks)
+            off = ((static_cast<long long>(blk) * a.block_size + pos % a.block_size) * a.kv_heads + g) * D;
+        }
+      }
+      ss.tok_off[st][c] = off;
+    } else {
+      for (int idx = tid - kTileTok; idx < kMaxQ * 8; idx += kThreads - kTileTok) {
+        const int i = idx >> 3, j = idx & 7, ord = u0 + it * 8 + j;
+        unsigned m = 0;
+        if (i < nq && ord < u1) {
+          const int id = select_region(ubits, prefix, words, ord);
+          if ((qbits[i * words + (id >> 5)] >> (id & 31)) & 1u) {
+            const int n = min(id * 8 + 7, pos0 + i) - id * 8 + 1;  // tokens <= the query's position
+            m = n >= 8 ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
+          }
+        }
+        ss.mask[st][i][j] = static_cast<unsigned char>(m);
+      }
+    }
+  };
+  auto issue = [&](int st) {
+    __nv_bfloat16* dk = sK + st * kTileTok * D;
+    __nv_bfloat16* dv = sV + st * kTileTok * D;
+    for (int ch = tid; ch < kTileTok * kChunks; ch += kThreads) {
+      const int c = ch / kChunks, part = ch - c * kChunks;
+      const long long off = ss.tok_off[st][c];
+      const int bytes = off >= 0 ? 16 : 0;
+      const long long src = off >= 0 ? off + part * 8 : 0;
+      cp_async16(smem_u32(dk + swz<D>(c, part)), a.k_cache + src, bytes);
+      cp_async16(smem_u32(dv + swz<D>(c, part)), a.v_cache + src, bytes);
+    }
+  };
+
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
+  const int i_lo = (rg * 16 + (lane >> 2)) / HPG, i_hi = (rg * 16 + (lane >> 2) + 8) / HPG;
+
+  // One stage of compute for NW tokens per warp (columns c0 .. c0 + NW).
+  auto compute = [&](auto nw_tag, int st) {
+    constexpr int NW = decltype(nw_tag)::value;
+    constexpr int NB = NW / 8;
+    const int c0 = tg * NW;
+    const __nv_bfloat16* k_st = sK + st * kTileTok * D;
+    const __nv_bfloat16* v_st = sV + st * kTileTok * D;
+    float s[NB][4];
+#pragma unroll
+    for (int n = 0; n < NB; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    const int mi = lane >> 3;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+      for (int np = 0; np < NB / 2; ++np) {
+        const int tok = c0 + np * 16 + (mi >> 1) * 8 + (lane & 7);
+        std::uint32_t b0, b1, b2, b3;
+        ldsm_x4(smem_u32(k_st + swz<D>(tok, ks * 2 + (mi & 1))), b0, b1, b2, b3);
+        mma16816(s[2 * np], qf[ks], b0, b1);
+        mma16816(s[2 * np + 1], qf[ks], b2, b3);
+      }
+    }
+    // mask + scale, row max
+    float mx_lo = -INFINITY, mx_hi = -INFINITY;
+    const unsigned char* mk = &ss.mask[st][0][0];
+#pragma unroll
+    for (int n = 0; n < NB; ++n) {
+      const int j = (c0 >> 3) + n;
+      const unsigned mlo = i_lo < kMaxQ ? mk[i_lo * 8 + j] : 0u;
+      const unsigned mhi = i_hi < kMaxQ ? mk[i_hi * 8 + j] : 0u;
+      const int tt = 2 * (lane & 3);
+      s[n][0] = ((mlo >> tt) & 1u) ? s[n][0] * a.scale_log2 : -INFINITY;
+      s[n][1] = ((mlo >> (tt + 1)) & 1u) ? s[n][1] * a.scale_log2 : -INFINITY;
+      s[n][2] = ((mhi >> tt) & 1u) ? s[n][2] * a.scale_log2 : -INFINITY;
+      s[n][3] = ((mhi >> (tt + 1)) & 1u) ? s[n][3] * a.scale_log2 : -INFINITY;
+      mx_lo = fmaxf(mx_lo, fmaxf(s[n][0], s[n][1]));
+      mx_hi = fmaxf(mx_hi, fmaxf(s[n][2], s[n][3]));
+    }
+    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+    const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
+    const float mu_lo = mn_lo == -INFINITY ? 0.f : mn_lo, mu_hi = mn_hi == -INFINITY ? 0.f : mn_hi;
+    const float al_lo = exp2f(m_lo - mu_lo), al_hi = exp2f(m_hi - mu_hi);
+    m_lo = mn_lo;
+    m_hi = mn_hi;
+    float sum_lo = 0.f, sum_hi = 0.f;
+#pragma unroll
+    for (int n = 0; n < NB; ++n) {
+      s[n][0] = exp2f(s[n][0] - mu_lo);
+      s[n][1] = exp2f(s[n][1] - mu_lo);
+      s[n][2] = exp2f(s[n][2] - mu_hi);
+      s[n][3] = exp2f(s[n][3] - mu_hi);
+      sum_lo += s[n][0] + s[n][1];
+      sum_hi += s[n][2] + s[n][3];
+    }
+    l_lo = l_lo * al_lo + sum_lo;
+    l_hi = l_hi * al_hi + sum_hi;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) {
+      acc[i][0] *= al_lo;
+      acc[i][1] *= al_lo;
+      acc[i][2] *= al_hi;
+      acc[i][3] *= al_hi;
+    }
+    // O += bf16(P) V
+#pragma unroll
+    for (int kk = 0; kk < NW / 16; ++kk) {
+      std::uint32_t pa[4];
+      pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      const int tok = c0 + kk * 16 + (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        std::uint32_t b0, b1, b2, b3;
+        ldsm_x4_t(smem_u32(v_st + swz<D>(tok, dp * 2 + (mi >> 1))), b0, b1, b2, b3);
+        mma16816(acc[2 * dp], pa, b0, b1);
+        mma16816(acc[2 * dp + 1], pa, b2, b3);
+      }
+    }
+  };
+
+  auto main_loop = [&](auto nw_tag) {
+    if (ntiles > 0) {
+      prep(0, 0);
+      __syncthreads();
+      issue(0);
+      cp_commit();
+    }
+    for (int it = 0; it < ntiles; ++it) {
+      const int st = it & 1;
+      if (it + 1 < ntiles) prep(it + 1, st ^ 1);
+      __syncthreads();
+      if (it + 1 < ntiles) issue(st ^ 1);
+      cp_commit();
+      cp_wait<1>();
+      __syncthreads();
+      compute(nw_tag, st);
+      __syncthreads();
+    }
+  };
+  if (TG == 1) main_loop(std::integral_constant<int, 64>{});
+  else if (TG == 2) main_loop(std::integral_constant<int, 32>{});
+  else main_loop(std::integral_constant<int, 16>{});
+  cp_wait<0>();
+  __syncthreads();
+
+  // ---- 5. epilogue ------------------------------------------------------------------------------
+  l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
+  l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
+  l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
+  l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
+  constexpr int kBufStride = D + 4;
+  float* buf = reinterpret_cast<float*>(smem_raw);  // [4][16][D + 4] fp32, reuses the stages
+  {
+    float* wb = buf + warp * 16 * kBufStride;
+    const int r = lane >> 2, c = 2 * (lane & 3);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      *reinterpret_cast<float2*>(wb + r * kBufStride + n * 8 + c) = make_float2(acc[n][0], acc[n][1]);
+      *reinterpret_cast<float2*>(wb + (r + 8) * kBufStride + n * 8 + c) = make_float2(acc[n][2], acc[n][3]);
+    }
+    if ((lane & 3) == 0) {
+      ss.m[warp][r] = m_lo;
+      ss.m[warp][r + 8] = m_hi;
+      ss.l[warp][r] = l_lo;
+      ss.l[warp][r + 8] = l_hi;
+    }
+  }
+  __syncthreads();
+  const int S = a.num_splits;
+  const long long part_base = ((static_cast<long long>(tile) * gridDim.y + g) * S + split) * 64;
+  for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
+    const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
+    const int rgr = r >> 4, rr = r & 15;
+    float mt = -INFINITY;
+    for (int t = 0; t < TG; ++t) mt = fmaxf(mt, ss.m[t * RG + rgr][rr]);
+    const float mu = mt == -INFINITY ? 0.f : mt;
+    float L = 0.f;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int t = 0; t < TG; ++t) {
+      const int w = t * RG + rgr;
+      const float f = exp2f(ss.m[w][rr] - mu);
+      L += ss.l[w][rr] * f;
+      const float4 v = *reinterpret_cast<const float4*>(buf + (w * 16 + rr) * kBufStride + d4);
+      o.x += v.x * f;
+      o.y += v.y * f;
+      o.z += v.z * f;
+      o.w += v.w * f;
+    }
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    o.x *= inv;
+    o.y *= inv;
+    o.z *= inv;
+    o.w *= inv;
+    const float lse2 = L > 0.f ? mu + log2f(L) : -INFINITY;
+    const int i = r / HPG, h = g * HPG + r % HPG, t = t0 + i;
+    if (S == 1) {
+      float gv = 1.f;
+      if (a.gate != nullptr) {
+        const float x = __bfloat162float(a.gate[t * a.gate_stride + h]);
+        gv = __bfloat162float(__float2bfloat16_rn(1.f / (1.f + expf(-x))));
+      }
+      __nv_bfloat16 ob[4];
+      const float ov[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = __bfloat162float(__float2bfloat16_rn(ov[e]));
+        ob[e] = __float2bfloat16_rn(v * gv);
+      }
+      *reinterpret_cast<uint2*>(a.out + t * a.out_stride + static_cast<long long>(h) * D + d4) =
+          *reinterpret_cast<const uint2*>(ob);
+      if (d4 == 0 && a.lse != nullptr)
+        a.lse[static_cast<long long>(t) * a.num_local_heads + h] = lse2 * 0.69314718055994531f;
+    } else {
+      *reinterpret_cast<float4*>(a.ws_o + (part_base + r) * D + d4) = o;
+      if (d4 == 0) a.ws_lse[part_base + r] = lse2;
+    }
+  }
+  (void)kQT;
+#endif
+}
+
+/// Combines the split partials: grid (max_tiles, lg, kMergeChunks), 128 threads; each thread one
+/// (row, 4 columns) element of the tile, the split loop unrolled so the loads overlap.
+template <int D>
+constexpr int merge_chunks() {
+  return (64 * (D / 4) + 127) / 128;
+}
+template <int D, int HPG>
+__global__ void __launch_bounds__(128) sparse_attention_merge_kernel(const SparseAttentionArgs a) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  constexpr int kRowsPerBlock = 128 / (D / 4) + 2;
+  __shared__ float s_w[kRowsPerBlock][32];
+  __shared__ float s_lse[kRowsPerBlock];
+  const int tile = blockIdx.x, g = blockIdx.y, tid = threadIdx.x;
+  const int4 info = a.ws_tiles[tile];
+  if (info.x == 0) return;
+  const int t0 = info.y, nq = info.z, rows = nq * HPG, S = a.num_splits;
+  const int e0 = blockIdx.z * 128;
+  if (e0 >= rows * (D / 4)) return;
+  const int r_first = e0 / (D / 4);
+  const int r_end = min(rows, (e0 + 127) / (D / 4) + 1);
+  const long long base = (static_cast<long long>(tile) * gridDim.y + g) * S * 64;
+  for (int r = r_first + tid; r < r_end; r += blockDim.x) {
+    const int k = r - r_first;
+    float mt = -INFINITY;
+    for (int s = 0; s < S; ++s) mt = fmaxf(mt, a.ws_lse[base + s * 64 + r]);
+    float L = 0.f;
+    for (int s = 0; s < S; ++s) {
+      const float e = mt == -INFINITY ? 0.f : exp2f(a.ws_lse[base + s * 64 + r] - mt);
+      s_w[k][s] = e;
+      L += e;
+    }
+    for (int s = 0; s < S; ++s) s_w[k][s] = L > 0.f ? s_w[k][s] / L : 0.f;
+    s_lse[k] = L > 0.f ? mt + log2f(L) : -INFINITY;
+  }
+  __syncthreads();
+  const int idx = e0 + tid;
+  if (idx >= rows * (D / 4)) return;
+  const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4, k = r - r_first;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+  for (int s = 0; s < S; ++s) {
+    const float w = s_w[k][s];
+    const float4 v = *reinterpret_cast<const float4*>(a.ws_o + (base + s * 64 + r) * D + d4);
+    o.x += v.x * w;
+    o.y += v.y * w;
+    o.z += v.z * w;
+    o.w += v.w * w;
+  }
+  const int i = r / HPG, h = g * HPG + r % HPG, t = t0 + i;
+  float gv = 1.f;
+  if (a.gate != nullptr) {
+    const float x = __bfloat162float(a.gate[t * a.gate_stride + h]);
+    gv = __bfloat162float(__float2bfloat16_rn(1.f / (1.f + expf(-x))));
+  }
+  __nv_bfloat16 ob[4];
+  const float ov[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) ob[e] = __float2bfloat16_rn(__bfloat162float(__float2bfloat16_rn(ov[e])) * gv);
+  *reinterpret_cast<uint2*>(a.out + t * a.out_stride + static_cast<long long>(h) * D + d4) =
+      *reinterpret_cast<const uint2*>(ob);
+  if (d4 == 0 && a.lse != nullptr)
+    a.lse[static_cast<long long>(t) * a.num_local_heads + h] = s_lse[k] * 0.69314718055994531f;
+#endif
+}
+
+}  // namespace step5::kernels::sm90

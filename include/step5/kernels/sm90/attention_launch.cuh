@@ -1,0 +1,158 @@
+#pragma once
+/// \file step5/kernels/sm90/attention_launch.cuh
+/// Host launcher of the sparse attention kernels (SPEC.md §4 steps 7–8) for one geometry row:
+/// checks every precondition of `ops::sparse_attention` (returning a Status that names the value),
+/// plans the launch and starts `sparse_attention_kernel` (+ the split merge). Included by
+/// src/instances/attention.cu.in only.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "step5/core/cuda_check.hpp"
+#include "step5/kernels/sm90/attention.cuh"
+#include "step5/layout/static_layout.hpp"
+#include "step5/ops/attention.hpp"
+
+namespace step5::kernels::sm90 {
+
+/// Launches the (D, HPG) instance with a checked plan.
+template <int D, int HPG>
+Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::SparseAttentionPlan& plan,
+                               void* workspace, cudaStream_t stream) {
+  SparseAttentionArgs a{};
+  a.q = reinterpret_cast<const __nv_bfloat16*>(p.q);
+  a.q_stride = p.q_row_stride > 0 ? p.q_row_stride : static_cast<long long>(p.num_local_heads) * D;
+  a.k_cache = reinterpret_cast<const __nv_bfloat16*>(p.k_cache);
+  a.v_cache = reinterpret_cast<const __nv_bfloat16*>(p.v_cache);
+  a.kv_heads = p.num_kv_groups;
+  a.num_blocks = p.num_blocks;
+  a.block_size = p.block_size;
+  a.block_table = p.block_table;
+  a.max_blocks = p.max_blocks;
+  a.cu_seqlens = p.cu_seqlens_q;
+  a.seq_lens = p.seq_lens;
+  a.num_requests = p.num_requests;
+  a.num_tokens = p.num_tokens;
+  a.topk_ids = p.topk_ids;
+  a.counts = p.counts;
+  a.topk = p.topk;
+  a.gate = reinterpret_cast<const __nv_bfloat16*>(p.gate);
+  a.gate_stride = p.gate_row_stride > 0 ? p.gate_row_stride : p.num_local_heads;
+  a.out = reinterpret_cast<__nv_bfloat16*>(p.out);
+  a.out_stride = p.out_row_stride > 0 ? p.out_row_stride : static_cast<long long>(p.num_local_heads) * D;
+  a.lse = p.lse;
+  a.num_local_heads = p.num_local_heads;
+  const float scale = p.softmax_scale > 0.f ? p.softmax_scale : 1.0f / std::sqrt(static_cast<float>(D));
+  a.scale_log2 = scale * 1.4426950408889634f;
+  a.query_tile = plan.query_tile;
+  a.num_splits = plan.num_splits;
+  a.bitmap_words = plan.bitmap_words;
+  if (plan.num_splits > 1) {
+    const std::size_t rows = static_cast<std::size_t>(plan.max_tiles) * p.num_kv_groups * plan.num_splits * 64;
+    char* ws = static_cast<char*>(workspace);
+    a.ws_o = reinterpret_cast<float*>(ws);
+    a.ws_lse = a.ws_o + rows * D;
+    const std::size_t tiles_off = ((rows * (D + 1) * 4 + 255) / 256) * 256;
+    a.ws_tiles = reinterpret_cast<int4*>(ws + tiles_off);
+  }
+  auto kernel = &sparse_attention_kernel<D, HPG>;
+  STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(plan.smem_bytes)));
+  const dim3 grid(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
+                  static_cast<unsigned>(plan.num_splits));
+  kernel<<<grid, 128, plan.smem_bytes, stream>>>(a);
+  STEP5_CUDA_RETURN(cudaGetLastError());
+  if (plan.num_splits > 1) {
+    sparse_attention_merge_kernel<D, HPG>
+        <<<dim3(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
+                 static_cast<unsigned>(merge_chunks<D>())),
+                128, 0, stream>>>(a);
+    STEP5_CUDA_RETURN(cudaGetLastError());
+  }
+  return Status::Ok();
+}
+
+namespace attn_detail {
+inline bool aligned(const void* p, std::size_t n) { return (reinterpret_cast<std::uintptr_t>(p) % n) == 0; }
+}  // namespace attn_detail
+
+/// The checked entry of geometry row `Id` (see ops::sparse_attention).
+template <layout::GeometryId Id>
+Status sparse_attention_entry(const ops::SparseAttentionParams& p, void* workspace, std::size_t workspace_bytes,
+                              cudaStream_t stream) {
+  using ops::detail::attn_msg;
+  constexpr const layout::GeometryEntry& kEntry = layout::entry_of(Id);
+  constexpr int D = kEntry.geometry.head_dim;
+  if (p.head_dim != D)
+    return unsupported(attn_msg("head_dim", p.head_dim, std::to_string(D) + " (geometry " + std::string(kEntry.name) + ")"));
+  int dev = p.device;
+  if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+  STEP5_RETURN_IF_ERROR(require_sm90(dev));
+  int sms = 0;
+  STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  ops::SparseAttentionPlan plan;
+  STEP5_RETURN_IF_ERROR(ops::sparse_attention_plan(p, sms, &plan));
+  // (Hl, lg) must be the local layout of one listed tp of this geometry
+  bool listed = false;
+  std::string layouts;
+  for (int i = 0; i < kEntry.num_tp_values; ++i) {
+    const int tp = kEntry.tp_values[i];
+    const auto r = layout::make_rank_layout(kEntry.geometry, layout::standard_layout(kEntry.geometry, tp), 0);
+    if (!r.ok()) continue;
+    layouts += (layouts.empty() ? "" : ", ") + std::string("tp ") + std::to_string(tp) + ": Hl " +
+               std::to_string(r.layout.local_heads) + " lg " + std::to_string(r.layout.local_kv_groups);
+    if (r.layout.local_heads == p.num_local_heads && r.layout.local_kv_groups == p.num_kv_groups) listed = true;
+  }
+  if (!listed)
+    return unsupported("sparse_attention: num_local_heads = " + std::to_string(p.num_local_heads) +
+                       ", num_kv_groups = " + std::to_string(p.num_kv_groups) + " is no listed layout of geometry " +
+                       std::string(kEntry.name) + " (" + layouts + ")");
+  if (p.num_tokens == 0 || p.num_requests == 0) return Status::Ok();
+  const long long row = static_cast<long long>(p.num_local_heads) * D;
+  if (p.q == nullptr) return invalid_argument("sparse_attention: q is null");
+  if (p.k_cache == nullptr || p.v_cache == nullptr) return invalid_argument("sparse_attention: k_cache or v_cache is null");
+  if (p.block_table == nullptr) return invalid_argument("sparse_attention: block_table is null");
+  if (p.cu_seqlens_q == nullptr || p.seq_lens == nullptr)
+    return invalid_argument("sparse_attention: cu_seqlens_q or seq_lens is null");
+  if (p.topk_ids == nullptr || p.counts == nullptr) return invalid_argument("sparse_attention: topk_ids or counts is null");
+  if (p.out == nullptr) return invalid_argument("sparse_attention: out is null");
+  if (p.q_row_stride != 0 && (p.q_row_stride < row || p.q_row_stride % 2 != 0))
+    return invalid_argument(attn_msg("q_row_stride", p.q_row_stride, "0 or an even value >= Hl*D = " + std::to_string(row)));
+  if (p.out_row_stride != 0 && (p.out_row_stride < row || p.out_row_stride % 4 != 0))
+    return invalid_argument(
+        attn_msg("out_row_stride", p.out_row_stride, "0 or a multiple of 4 >= Hl*D = " + std::to_string(row)));
+  if (p.gate != nullptr && p.gate_row_stride != 0 && p.gate_row_stride < p.num_local_heads)
+    return invalid_argument(attn_msg("gate_row_stride", p.gate_row_stride,
+                                     "0 or >= num_local_heads = " + std::to_string(p.num_local_heads)));
+  if (!attn_detail::aligned(p.q, 4)) return invalid_argument("sparse_attention: q must be 4-byte aligned");
+  if (!attn_detail::aligned(p.out, 8)) return invalid_argument("sparse_attention: out must be 8-byte aligned");
+  if (!attn_detail::aligned(p.k_cache, 16) || !attn_detail::aligned(p.v_cache, 16))
+    return invalid_argument("sparse_attention: k_cache and v_cache must be 16-byte aligned (cp.async)");
+  if (p.lse != nullptr && !attn_detail::aligned(p.lse, 4)) return invalid_argument("sparse_attention: lse must be 4-byte aligned");
+  if (plan.workspace_bytes > 0 && (workspace == nullptr || workspace_bytes < plan.workspace_bytes))
+    return invalid_argument(attn_msg("workspace_bytes", workspace == nullptr ? 0 : static_cast<long long>(workspace_bytes),
+                                     ">= " + std::to_string(plan.workspace_bytes) + " (sparse_attention_workspace_size)"));
+  if (plan.workspace_bytes > 0 && !attn_detail::aligned(workspace, 16))
+    return invalid_argument("sparse_attention: workspace must be 16-byte aligned");
+  // dispatch on hpg_q over the listed tp values of this row (each hpg value instantiated once)
+  Status result(StatusCode::kInternal, "sparse_attention: no instance ran");
+  bool launched = false;
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (([&] {
+       constexpr int kTp = kEntry.tp_values[I];
+       constexpr int kHpg = layout::StaticLayout<kEntry.geometry, layout::standard_layout(kEntry.geometry, kTp)>::kHpgQ;
+       if (!launched && kHpg == plan.hpg_q) {
+         launched = true;
+         (void)(result = launch_sparse_attention<D, kHpg>(p, plan, workspace, stream));
+       }
+     }()),
+     ...);
+  }(std::make_index_sequence<static_cast<std::size_t>(kEntry.num_tp_values)>{});
+  if (!launched) return unsupported(attn_msg("hpg_q", plan.hpg_q, "an hpg_q of a listed tp of " + std::string(kEntry.name)));
+  return result;
+}
+
+}  // namespace step5::kernels::sm90

@@ -1,0 +1,203 @@
+#pragma once
+/// \file step5/ops/attention.hpp
+/// DSA sparse GQA attention with the head-wise output gate (SPEC.md §4 steps 7–8), prefill and
+/// decode in one launcher, paged KV cache (SPEC §5), sm_90a.
+///
+/// For packed query token t (request b, position p) and local q head h of local KV group
+/// g = h / hpg_q, the keys/values are every token of the regions listed in the first
+/// `counts[g, t]` entries of `topk_ids[g, t, :]` (selected history regions plus the current region
+/// `p/8`, of which only tokens `8*(p/8) .. p` are used), taken from local KV head g:
+///   `o = softmax(q·Kᵀ · scale) · V` (scale = D^-0.5), fp32 online softmax, probabilities rounded
+///   to bf16 before P·V, row sums in fp32; `lse[t, h] = ln Σ exp(q·k · scale)` (natural log,
+///   scaled-logit units; an empty row gives o = 0, lse = −inf);
+///   with a gate: `out[t, h, :] = bf16(bf16(o) * bf16(sigmoid(gate[t, h])))`, else `out = bf16(o)`.
+///
+/// Kernel shape (see kernels/sm90/attention.cuh): one CTA per (query tile, KV group, split). A
+/// query tile is up to `64 / hpg_q` consecutive queries of one request (all hpg_q heads of each,
+/// so 64 rows of the mma M dimension); the CTA builds the union of the tile's selected regions
+/// (bitmaps in shared memory), gathers the union 64 tokens at a time from the paged cache with
+/// cp.async and masks per (query, token). Decode rows (1–4 per request) form one small tile whose
+/// token range is split over CTAs (split-KV) and merged by a second kernel (log-sum-exp merge).
+///
+/// Declarations compile with g++; the launchers are instantiated per geometry row in
+/// src/instances/attention.cu.in (library step5_kernels). CUDA-graph safe: no allocation and no
+/// host synchronisation inside `sparse_attention`; the workspace size is queryable up front.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "step5/core/cuda_check.hpp"
+#include "step5/core/numeric.hpp"
+#include "step5/core/status.hpp"
+#include "step5/layout/geometry.hpp"
+
+namespace step5::ops {
+
+/// Arguments of `sparse_attention`. Device pointers; element strides. Conventions of
+/// docs/ARCHITECTURE.md. Counts: T = num_tokens, B = num_requests, Hl = num_local_heads,
+/// lg = num_kv_groups (local KV groups = local KV heads of the caches), D = head_dim.
+struct SparseAttentionParams {
+  int num_tokens = 0;        ///< T, packed query tokens of this step (0: nothing is launched)
+  int num_requests = 0;      ///< B
+  int num_local_heads = 0;   ///< Hl = lg * hpg_q (the local layout of one listed tp)
+  int num_kv_groups = 0;     ///< lg; the caches hold exactly lg KV heads (KVl == lg, SPEC §2)
+  int head_dim = 0;          ///< D (must be the geometry's head_dim)
+  int topk = 0;              ///< regions selected per (token, group), 1..1024; rows are topk+1 wide
+
+  const bf16* q = nullptr;         ///< `[T, Hl, D]` prepared q (SPEC §4.2), row stride `q_row_stride`
+  std::int64_t q_row_stride = 0;   ///< elements between tokens; 0 = Hl*D; a multiple of 2
+  const bf16* k_cache = nullptr;   ///< `[num_blocks, block_size, lg, D]`, 16-byte aligned
+  const bf16* v_cache = nullptr;   ///< same shape as k_cache
+  int num_blocks = 0;              ///< blocks in the caches (a block id outside is never read)
+  int block_size = 0;              ///< tokens per block, a positive multiple of 8
+  const std::int32_t* block_table = nullptr;  ///< `[B, max_blocks]`
+  int max_blocks = 0;              ///< row stride of block_table; max_blocks*block_size bounds positions
+  const std::int32_t* cu_seqlens_q = nullptr; ///< `[B+1]`, cu[0] = 0, non-decreasing, cu[B] = T
+  const std::int32_t* seq_lens = nullptr;     ///< `[B]`, KV length after this step (>= q_len)
+  const std::int32_t* topk_ids = nullptr;     ///< `[lg, T, topk+1]` region ids (entries >= count unread)
+  const std::int32_t* counts = nullptr;       ///< `[lg, T]` valid entries per row, in [0, topk+1]
+  /// Gate logits (SPEC §4.8): row t holds Hl bf16 values at `gate + t*gate_row_stride` (the
+  /// index_g columns of the fused GEMM output, or a separate `[T, Hl]`); nullptr = no gate.
+  const bf16* gate = nullptr;
+  std::int64_t gate_row_stride = 0;  ///< elements; 0 = Hl
+  bf16* out = nullptr;               ///< `[T, Hl, D]` bf16, row stride `out_row_stride`
+  std::int64_t out_row_stride = 0;   ///< elements; 0 = Hl*D; a multiple of 4, pointer 8-byte aligned
+  float* lse = nullptr;              ///< `[T, Hl]` fp32 natural-log LSE (scaled units), or nullptr
+
+  float softmax_scale = 0.0f;  ///< 0 = D^-0.5 (SPEC §4.7)
+  int query_tile = 0;          ///< queries per CTA tile; 0 = auto (64 / hpg_q, less when smem is short)
+  int num_splits = 0;          ///< split-KV factor; 0 = auto (fill the GPU); at most kMaxSplits
+  int device = -1;             ///< CUDA device of the pointers; -1 = the current device
+};
+
+/// Upper bound of `num_splits`.
+inline constexpr int kAttentionMaxSplits = 32;
+/// Rows of one CTA tile (queries × hpg_q heads) and gathered tokens per pipeline stage.
+inline constexpr int kAttentionTileRows = 64;
+inline constexpr int kAttentionTileTokens = 64;
+/// Dynamic shared memory a CTA may use on sm_90.
+inline constexpr std::size_t kAttentionMaxSmem = 232448 - 4096;  // 227 KiB less the static part
+/// Dynamic shared memory that still lets two CTAs share an SM (228 KiB per SM, 1 KiB reserved and
+/// the static part per CTA).
+inline constexpr std::size_t kAttentionTwoPerSmSmem = 113664;
+
+/// How a launch is carried out (derived from the params and the SM count only).
+struct SparseAttentionPlan {
+  int hpg_q = 0;
+  int query_tile = 0;          ///< queries per tile
+  int max_tiles = 0;           ///< grid x: ceil(T / query_tile) + B tiles (unused ones exit)
+  int num_splits = 1;          ///< grid z
+  int bitmap_words = 0;        ///< 32-bit words of one region bitmap (max_blocks*block_size/8 bits)
+  std::size_t smem_bytes = 0;  ///< dynamic shared memory per CTA
+  std::size_t workspace_bytes = 0;  ///< 0 when num_splits == 1
+};
+
+namespace detail {
+inline std::string attn_msg(const char* what, long long v, const std::string& expected) {
+  return std::string("sparse_attention: ") + what + " = " + std::to_string(v) + ", expected " + expected;
+}
+}  // namespace detail
+
+/// Checks the size arguments (not the pointers) and computes the plan for `num_sms` SMs.
+/// Errors name the value and what was expected (kInvalidArgument / kUnsupported).
+inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms, SparseAttentionPlan* plan) {
+  using detail::attn_msg;
+  if (plan == nullptr) return invalid_argument("sparse_attention_plan: plan is null");
+  if (p.num_tokens < 0) return invalid_argument(attn_msg("num_tokens", p.num_tokens, ">= 0"));
+  if (p.num_requests < 0) return invalid_argument(attn_msg("num_requests", p.num_requests, ">= 0"));
+  if (p.num_kv_groups <= 0) return invalid_argument(attn_msg("num_kv_groups", p.num_kv_groups, "> 0"));
+  if (p.num_local_heads <= 0 || p.num_local_heads % p.num_kv_groups != 0)
+    return invalid_argument(attn_msg("num_local_heads", p.num_local_heads,
+                                     "a positive multiple of num_kv_groups = " + std::to_string(p.num_kv_groups)));
+  const int hpg = p.num_local_heads / p.num_kv_groups;
+  if (hpg != 4 && hpg != 8 && hpg != 16)
+    return unsupported(attn_msg("hpg_q (num_local_heads / num_kv_groups)", hpg, "4, 8 or 16 (SPEC §2 rule 6)"));
+  if (p.head_dim != 128 && p.head_dim != 192)
+    return unsupported(attn_msg("head_dim", p.head_dim, "128 or 192 (the listed geometries)"));
+  if (p.topk < 1 || p.topk > 1024) return invalid_argument(attn_msg("topk", p.topk, "in [1, 1024] (SPEC §1)"));
+  if (p.block_size <= 0 || p.block_size % 8 != 0)
+    return invalid_argument(attn_msg("block_size", p.block_size, "a positive multiple of 8 (SPEC §5)"));
+  if (p.max_blocks <= 0) return invalid_argument(attn_msg("max_blocks", p.max_blocks, "> 0"));
+  if (p.num_blocks <= 0) return invalid_argument(attn_msg("num_blocks", p.num_blocks, "> 0"));
+  if (p.num_splits < 0 || p.num_splits > kAttentionMaxSplits)
+    return invalid_argument(attn_msg("num_splits", p.num_splits, "0 (auto) .. " + std::to_string(kAttentionMaxSplits)));
+  const int max_qt = kAttentionTileRows / hpg;
+  if (p.query_tile < 0 || p.query_tile > max_qt)
+    return invalid_argument(attn_msg("query_tile", p.query_tile, "0 (auto) .. 64 / hpg_q = " + std::to_string(max_qt)));
+  const long long max_tokens = static_cast<long long>(p.max_blocks) * p.block_size;
+  const long long regions = max_tokens / 8;
+  const long long words = (regions + 31) / 32;
+  const std::size_t stages = 2ull * 2ull * kAttentionTileTokens * static_cast<std::size_t>(p.head_dim) * 2ull;
+  auto smem_for = [&](int qt) {
+    return stages + static_cast<std::size_t>(qt + 1) * static_cast<std::size_t>(words) * 4u +
+           static_cast<std::size_t>(words + 1) * 4u;
+  };
+  int qt = p.query_tile > 0 ? p.query_tile : max_qt;
+  while (qt > 1 && smem_for(qt) > kAttentionMaxSmem) --qt;
+  // Decode-like batches (<= 4 rows per request on average) prefer two CTAs per SM (more bytes
+  // in flight) over wide query tiles: their tiles hold 1-4 queries anyway.
+  if (p.query_tile == 0 && static_cast<long long>(p.num_tokens) <= 4ll * p.num_requests)
+    while (qt > 1 && smem_for(qt) > kAttentionTwoPerSmSmem) --qt;
+  if (smem_for(qt) > kAttentionMaxSmem)
+    return unsupported(attn_msg("max_blocks * block_size (tokens addressable per request)", max_tokens,
+                                "at most about " + std::to_string((kAttentionMaxSmem - stages) / 12 * 256) +
+                                    " tokens: the region bitmaps must fit in shared memory"));
+  plan->hpg_q = hpg;
+  plan->query_tile = qt;
+  plan->bitmap_words = static_cast<int>(words);
+  plan->smem_bytes = smem_for(qt);
+  const long long tiles = (static_cast<long long>(p.num_tokens) + qt - 1) / qt + p.num_requests;
+  if (tiles > (1ll << 30)) return invalid_argument(attn_msg("num_tokens", p.num_tokens, "fewer tokens"));
+  plan->max_tiles = static_cast<int>(tiles);
+  int splits = p.num_splits;
+  if (splits == 0) {
+    const long long tq = (static_cast<long long>(p.num_tokens) + qt - 1) / qt;
+    const long long est = std::max<long long>(1, std::min<long long>(tiles, std::max<long long>(p.num_requests, tq))) *
+                          p.num_kv_groups;
+    const long long target = 4ll * std::max(1, num_sms);  // >= 2 waves of 2 CTAs per SM
+    long long s = (target + est - 1) / est;
+    s = std::min<long long>(s, std::max(1, (p.topk + 1) / 16));  // >= 2 gathered tiles per split
+    s = std::min<long long>(s, kAttentionMaxSplits);
+    splits = static_cast<int>(std::max<long long>(1, s));
+  }
+  plan->num_splits = splits;
+  plan->workspace_bytes =
+      splits > 1 ? static_cast<std::size_t>(tiles) * static_cast<std::size_t>(p.num_kv_groups) * splits *
+                           kAttentionTileRows * (static_cast<std::size_t>(p.head_dim) + 1) * 4u +
+                       static_cast<std::size_t>(tiles) * 16u + 256u
+                 : 0;
+  return Status::Ok();
+}
+
+/// Workspace bytes `sparse_attention` needs for `p` on `p.device` (0 when no split-KV merge is
+/// needed). The same params on the same device give the same size; allocate once, reuse.
+inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, std::size_t* bytes) {
+  if (bytes == nullptr) return invalid_argument("sparse_attention_workspace_size: bytes is null");
+  int dev = p.device;
+  if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+  int sms = 0;
+  STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  SparseAttentionPlan plan;
+  STEP5_RETURN_IF_ERROR(sparse_attention_plan(p, sms, &plan));
+  *bytes = plan.workspace_bytes;
+  return Status::Ok();
+}
+
+/// Launches the sparse attention (+ gate) of geometry row `Id` on `stream` (asynchronous).
+/// `p.num_local_heads` / `p.num_kv_groups` / `p.head_dim` must be the local layout of one tp
+/// value listed for `Id` in geometries.def. `workspace` holds at least
+/// `sparse_attention_workspace_size(p)` bytes (may be null when that is 0); no zero-fill needed.
+/// Errors (nothing launched): kInvalidArgument for null pointers (when T > 0), bad sizes,
+/// strides or alignment, a too small workspace; kUnsupported for a layout not listed for `Id`,
+/// a device that is not sm_90 or a context too long for the shared-memory bitmaps; kCudaError
+/// for a failed launch. T == 0 or B == 0 returns Ok without launching. Defined for every built
+/// geometry (src/instances/attention.cu.in); runtime selection by name goes through
+/// `layout::dispatch_layout(name, tp, [&](auto tag) { return sparse_attention<decltype(tag)::kId>(...); })`.
+template <layout::GeometryId Id>
+Status sparse_attention(const SparseAttentionParams& p, void* workspace, std::size_t workspace_bytes,
+                        cudaStream_t stream);
+
+}  // namespace step5::ops

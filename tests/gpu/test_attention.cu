@@ -1,0 +1,349 @@
+// GPU test of the sparse GQA attention + gate (SPEC.md §4 steps 7–8): ops::sparse_attention
+// against reference::sparse_attention + reference::apply_gate, every geometry × tp of the list.
+// Inputs are random (bf16 q/k/v/gate, shuffled non-contiguous block tables, random valid
+// selections built on the host, slots after count poisoned with out-of-range ids, cache rows past
+// seq_len poisoned with NaN). Outputs are poisoned before the launch and every element is checked:
+// rel error of out <= 1e-2, of the finite LSE values <= 1e-3, −inf exactly where the reference
+// has it, padding columns and guard elements unchanged.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test.hpp"
+#include "step5/layout/static_layout.hpp"
+#include "step5/ops/attention.hpp"
+#include "step5/reference/attention.hpp"
+
+using step5::bf16;
+namespace ref = step5::reference;
+
+namespace {
+
+constexpr std::uint16_t kPoison = 0x7fc1;  // a bf16 NaN
+
+template <class T>
+struct DevBuf {
+  T* p = nullptr;
+  std::size_t n = 0;
+  explicit DevBuf(std::size_t count) : n(count) { GPU_CHECK(cudaMalloc(&p, std::max<std::size_t>(1, n) * sizeof(T))); }
+  DevBuf(const std::vector<T>& h) : DevBuf(h.size()) { up(h); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  void up(const std::vector<T>& h) { GPU_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+  std::vector<T> down() const {
+    std::vector<T> h(n);
+    GPU_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+struct Scenario {
+  std::string name;
+  std::vector<int> q_lens;   // per request (0 allowed)
+  std::vector<int> seq_lens; // per request (KV length after the step)
+  int block_size = 16;
+  int topk = 32;
+  bool gate = true;
+  int num_splits = 0;   // 0 = auto
+  int query_tile = 0;   // 0 = auto
+  bool short_counts = false;  // some rows with count 1 / 0 / a random smaller count
+  bool overlap = true;        // neighbouring queries mostly share their selection
+  int pad = 0;                // extra columns in out / gate rows
+};
+
+template <class Tag>
+void run_scenario(const Scenario& sc, std::uint32_t seed) {
+  using L = typename Tag::Layout;
+  constexpr int D = Tag::kGeometry.head_dim;
+  constexpr int Hl = L::kLocalHeads, lg = L::kLocalKvGroups, hpg = L::kHpgQ;
+  const std::string label = std::string(Tag::kEntry.name) + " tp " + std::to_string(Tag::kParallel.tp_size) + " / " + sc.name;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uni(-1.f, 1.f);
+  const int B = static_cast<int>(sc.q_lens.size());
+  std::vector<std::int32_t> cu(B + 1, 0);
+  for (int b = 0; b < B; ++b) cu[b + 1] = cu[b] + sc.q_lens[b];
+  const int T = cu[B];
+  const int bs = sc.block_size;
+  // shuffled physical blocks
+  int max_blocks = 1, total_blocks = 0;
+  for (int b = 0; b < B; ++b) {
+    const int nb = (sc.seq_lens[b] + bs - 1) / bs;
+    max_blocks = std::max(max_blocks, nb + 1);
+    total_blocks += nb;
+  }
+  const int num_blocks = total_blocks + 3;
+  std::vector<int> phys(num_blocks);
+  std::iota(phys.begin(), phys.end(), 0);
+  std::shuffle(phys.begin(), phys.end(), rng);
+  std::vector<std::int32_t> table(static_cast<std::size_t>(B) * max_blocks, -1);
+  std::vector<char> used(num_blocks, 0);
+  int next = 0;
+  for (int b = 0; b < B; ++b)
+    for (int j = 0; j < (sc.seq_lens[b] + bs - 1) / bs; ++j) {
+      table[static_cast<std::size_t>(b) * max_blocks + j] = phys[next];
+      used[phys[next++]] = 1;
+    }
+  // caches: random where a token exists, NaN elsewhere (never read)
+  const std::size_t cache_n = static_cast<std::size_t>(num_blocks) * bs * lg * D;
+  std::vector<bf16> kc(cache_n, bf16{kPoison}), vc(cache_n, bf16{kPoison});
+  for (int b = 0; b < B; ++b)
+    for (int p = 0; p < sc.seq_lens[b]; ++p) {
+      const int blk = table[static_cast<std::size_t>(b) * max_blocks + p / bs];
+      for (int g = 0; g < lg; ++g)
+        for (int d = 0; d < D; ++d) {
+          const std::size_t o = ((static_cast<std::size_t>(blk) * bs + p % bs) * lg + g) * D + d;
+          kc[o] = step5::to_bf16(uni(rng));
+          vc[o] = step5::to_bf16(uni(rng));
+        }
+    }
+  std::vector<bf16> q(static_cast<std::size_t>(T) * Hl * D);
+  for (auto& x : q) x = step5::to_bf16(uni(rng) * 2.f);
+  const int ldg = Hl + sc.pad + 3;
+  std::vector<bf16> gate(static_cast<std::size_t>(std::max(T, 1)) * ldg, bf16{kPoison});
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < Hl; ++h) gate[static_cast<std::size_t>(t) * ldg + 3 + h] = step5::to_bf16(uni(rng) * 4.f);
+  // selections
+  const int W = sc.topk + 1;
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(lg) * T * W), counts(static_cast<std::size_t>(lg) * T);
+  std::vector<std::int32_t> pos(T);
+  for (int b = 0; b < B; ++b)
+    for (int t = cu[b]; t < cu[b + 1]; ++t) pos[t] = sc.seq_lens[b] - sc.q_lens[b] + (t - cu[b]);
+  for (int g = 0; g < lg; ++g)
+    for (int b = 0; b < B; ++b) {
+      std::vector<float> prio((sc.seq_lens[b] + 7) / 8 + 1);
+      for (auto& x : prio) x = uni(rng);
+      for (int t = cu[b]; t < cu[b + 1]; ++t) {
+        const int p = pos[t], cur = p / 8, row = g * T + t;
+        std::vector<int> cand(cur);
+        std::iota(cand.begin(), cand.end(), 0);
+        std::vector<float> pr(cur);
+        for (int r = 0; r < cur; ++r) pr[r] = sc.overlap && (rng() % 8 != 0) ? prio[r] : uni(rng);
+        int n_hist = std::min(sc.topk, cur);
+        int count = n_hist + 1;
+        if (sc.short_counts) {
+          const int k = static_cast<int>(rng() % 5);
+          if (k == 0) { n_hist = 0; count = 1; }
+          else if (k == 1) { n_hist = 0; count = 0; }
+          else if (k == 2 && n_hist > 1) { n_hist = 1 + static_cast<int>(rng() % n_hist); count = n_hist + 1; }
+        }
+        std::partial_sort(cand.begin(), cand.begin() + n_hist, cand.end(),
+                          [&](int x, int y) { return pr[x] > pr[y] || (pr[x] == pr[y] && x < y); });
+        std::sort(cand.begin(), cand.begin() + n_hist);
+        std::int32_t* out = &ids[static_cast<std::size_t>(row) * W];
+        for (int i = 0; i < W; ++i) {  // poison: out-of-range ids after count
+          const int k = (i + t) % 3;
+          out[i] = k == 0 ? -7 : (k == 1 ? (1 << 30) : cur + 1 + i);
+        }
+        for (int i = 0; i < n_hist; ++i) out[i] = cand[i];
+        if (count > 0) out[count - 1] = cur;
+        counts[row] = count;
+      }
+    }
+  // reference
+  ref::BatchView batch{B, cu.data(), sc.seq_lens.data()};
+  ref::BlockTableView btv{table.data(), max_blocks, bs, num_blocks};
+  std::vector<bf16> attn_ref(static_cast<std::size_t>(T) * Hl * D), out_ref(attn_ref.size());
+  std::vector<float> lse_ref(static_cast<std::size_t>(T) * Hl);
+  if (T > 0) {
+    ref::sparse_attention(batch, btv, lg, hpg, D, sc.topk, q.data(), kc.data(), vc.data(), ids.data(), counts.data(),
+                          attn_ref.data(), lse_ref.data());
+    if (sc.gate) ref::apply_gate(T, Hl, D, attn_ref.data(), gate.data() + 3, ldg, out_ref.data());
+    else out_ref = attn_ref;
+  }
+  // device
+  const long long ldo = static_cast<long long>(Hl) * D + 4 * sc.pad;
+  const std::size_t out_n = static_cast<std::size_t>(std::max(T, 1)) * ldo + 64;  // + guard
+  DevBuf<bf16> d_q(q), d_k(kc), d_v(vc), d_gate(gate), d_out(std::vector<bf16>(out_n, bf16{kPoison}));
+  DevBuf<std::int32_t> d_table(table), d_cu(cu), d_seq(sc.seq_lens), d_ids(ids), d_counts(counts);
+  DevBuf<float> d_lse(std::vector<float>(static_cast<std::size_t>(std::max(T, 1)) * Hl + 16, std::nanf("")));
+  step5::ops::SparseAttentionParams p;
+  p.num_tokens = T;
+  p.num_requests = B;
+  p.num_local_heads = Hl;
+  p.num_kv_groups = lg;
+  p.head_dim = D;
+  p.topk = sc.topk;
+  p.q = d_q.p;
+  p.k_cache = d_k.p;
+  p.v_cache = d_v.p;
+  p.num_blocks = num_blocks;
+  p.block_size = bs;
+  p.block_table = d_table.p;
+  p.max_blocks = max_blocks;
+  p.cu_seqlens_q = d_cu.p;
+  p.seq_lens = d_seq.p;
+  p.topk_ids = d_ids.p;
+  p.counts = d_counts.p;
+  p.gate = sc.gate ? d_gate.p + 3 : nullptr;
+  p.gate_row_stride = ldg;
+  p.out = d_out.p;
+  p.out_row_stride = ldo;
+  p.lse = d_lse.p;
+  p.num_splits = sc.num_splits;
+  p.query_tile = sc.query_tile;
+  std::size_t ws_bytes = 0;
+  step5::Status st = step5::ops::sparse_attention_workspace_size(p, &ws_bytes);
+  EXPECT(st.ok(), "%s: workspace_size: %s", label.c_str(), st.to_string().c_str());
+  DevBuf<unsigned char> ws(ws_bytes);
+  st = step5::ops::sparse_attention<Tag::kId>(p, ws.p, ws_bytes, nullptr);
+  EXPECT(st.ok(), "%s: launch: %s", label.c_str(), st.to_string().c_str());
+  GPU_CHECK(cudaDeviceSynchronize());
+  const std::vector<bf16> out = d_out.down();
+  const std::vector<float> lse = d_lse.down();
+  // compare
+  std::vector<float> o_got, o_ref, l_got, l_ref;
+  int nan_count = 0, pad_changed = 0, inf_mismatch = 0;
+  for (int t = 0; t < T; ++t) {
+    for (int j = 0; j < ldo; ++j) {
+      const bf16 v = out[static_cast<std::size_t>(t) * ldo + j];
+      if (j >= Hl * D) {
+        pad_changed += v.bits != kPoison;
+        continue;
+      }
+      const float f = step5::to_float(v);
+      if (std::isnan(f)) ++nan_count;
+      o_got.push_back(f);
+      o_ref.push_back(step5::to_float(out_ref[static_cast<std::size_t>(t) * Hl * D + j]));
+    }
+    for (int h = 0; h < Hl; ++h) {
+      const float a = lse[static_cast<std::size_t>(t) * Hl + h], r = lse_ref[static_cast<std::size_t>(t) * Hl + h];
+      if (std::isinf(r) || std::isinf(a) || std::isnan(a)) {
+        inf_mismatch += !(std::isinf(r) && std::isinf(a) && r < 0 && a < 0);
+      } else {
+        l_got.push_back(a);
+        l_ref.push_back(r);
+      }
+    }
+  }
+  int guard_changed = 0;
+  for (std::size_t i = static_cast<std::size_t>(T) * ldo; i < out_n; ++i) guard_changed += out[i].bits != kPoison;
+  for (std::size_t i = static_cast<std::size_t>(T) * Hl; i < lse.size(); ++i) guard_changed += !std::isnan(lse[i]);
+  const double e_o = T > 0 ? step5_test::rel_error(o_got, o_ref) : 0.0;
+  const double e_l = l_ref.empty() ? 0.0 : step5_test::rel_error(l_got, l_ref);
+  EXPECT(nan_count == 0, "%s: %d NaN outputs", label.c_str(), nan_count);
+  EXPECT(e_o <= 1e-2, "%s: out rel error %.3g", label.c_str(), e_o);
+  EXPECT(e_l <= 1e-3, "%s: lse rel error %.3g", label.c_str(), e_l);
+  EXPECT(inf_mismatch == 0, "%s: %d LSE values disagree on -inf / NaN", label.c_str(), inf_mismatch);
+  EXPECT(pad_changed == 0 && guard_changed == 0, "%s: %d padding / %d guard elements written", label.c_str(),
+         pad_changed, guard_changed);
+  std::printf("  %-58s T=%4d out err %.2e lse err %.2e\n", label.c_str(), T, e_o, e_l);
+}
+
+template <class F>
+void each_layout(F&& f) {
+  step5::layout::for_each_layout([&](auto tag) { f(tag); });
+}
+
+std::uint32_t g_seed = 1234;
+
+}  // namespace
+
+GPU_CASE("decode: one row per request, lengths 1..3000, auto split") {
+  each_layout([](auto tag) {
+    Scenario sc{"decode", {1, 1, 1, 1, 1, 1}, {1, 9, 64, 333, 1200, 3001}, 16, 64};
+    run_scenario<decltype(tag)>(sc, ++g_seed);
+  });
+}
+
+GPU_CASE("decode: full selection topk 512, forced splits") {
+  each_layout([](auto tag) {
+    Scenario sc{"decode topk512 splits 7", {1, 1}, {4100, 5000}, 64, 512};
+    sc.num_splits = 7;
+    sc.overlap = false;
+    run_scenario<decltype(tag)>(sc, ++g_seed);
+  });
+}
+
+GPU_CASE("decode MTP: 2-4 query rows per request, partial regions of every length") {
+  each_layout([](auto tag) {
+    // positions end at every offset within a region (1..8 tokens of the current region)
+    Scenario sc{"mtp", {2, 3, 4, 4, 1, 2, 3, 4}, {801, 802, 803, 804, 805, 806, 807, 808}, 32, 48};
+    run_scenario<decltype(tag)>(sc, ++g_seed);
+  });
+}
+
+GPU_CASE("prefill: chunks with history, boundaries inside regions, empty requests, mixed batch") {
+  each_layout([](auto tag) {
+    Scenario sc{"prefill mixed", {37, 0, 70, 1, 19}, {87, 5, 70, 333, 19 + 517}, 16, 24};
+    sc.num_splits = 1;
+    run_scenario<decltype(tag)>(sc, ++g_seed);
+    Scenario sc2 = sc;
+    sc2.name = "prefill mixed, 3 splits, padded out/gate rows";
+    sc2.num_splits = 3;
+    sc2.pad = 5;
+    run_scenario<decltype(tag)>(sc2, ++g_seed);
+  });
+}
+
+GPU_CASE("prefill: short counts (1, 0, random), poisoned slots, no gate, query tile 1") {
+  each_layout([](auto tag) {
+    Scenario sc{"short counts no gate", {29, 1, 3}, {300, 41, 203}, 8, 16};
+    sc.short_counts = true;
+    sc.gate = false;
+    run_scenario<decltype(tag)>(sc, ++g_seed);
+    Scenario sc2 = sc;
+    sc2.name = "random selections, query tile 1, splits 2";
+    sc2.query_tile = 1;
+    sc2.num_splits = 2;
+    sc2.overlap = false;
+    sc2.short_counts = false;
+    run_scenario<decltype(tag)>(sc2, ++g_seed);
+  });
+}
+
+GPU_CASE("T = 0 and requests without rows: ok, nothing written") {
+  each_layout([](auto tag) {
+    Scenario sc{"no rows", {0, 0}, {10, 20}, 16, 8};
+    run_scenario<decltype(tag)>(sc, ++g_seed);
+  });
+}
+
+GPU_CASE("launcher preconditions return Status with the value") {
+  using Tag = step5::layout::LayoutTag<step5::layout::GeometryId::step5_preview, 1>;
+  step5::ops::SparseAttentionParams p;
+  p.num_tokens = 4;
+  p.num_requests = 1;
+  p.num_local_heads = 64;
+  p.num_kv_groups = 4;
+  p.head_dim = 192;
+  p.topk = 512;
+  p.block_size = 16;
+  p.max_blocks = 8;
+  p.num_blocks = 8;
+  auto expect_err = [&](step5::ops::SparseAttentionParams q, const char* needle, const char* what) {
+    const step5::Status s = step5::ops::sparse_attention<Tag::kId>(q, nullptr, 0, nullptr);
+    EXPECT(!s.ok() && s.message().find(needle) != std::string::npos, "%s: got '%s'", what, s.to_string().c_str());
+  };
+  auto q = p;
+  q.block_size = 12;
+  expect_err(q, "block_size = 12", "block size not a multiple of 8");
+  q = p;
+  q.topk = 0;
+  expect_err(q, "topk = 0", "topk 0");
+  q = p;
+  q.topk = 1025;
+  expect_err(q, "topk = 1025", "topk 1025");
+  q = p;
+  q.num_local_heads = 32;
+  q.num_kv_groups = 4;
+  expect_err(q, "no listed layout", "Hl 32 with lg 4 is no layout of step5_preview");
+  q = p;
+  q.num_local_heads = 8;
+  q.num_kv_groups = 4;
+  expect_err(q, "hpg_q", "hpg 2");
+  q = p;
+  q.head_dim = 128;
+  expect_err(q, "head_dim = 128", "wrong head_dim");
+  expect_err(p, "q is null", "null q");
+}
+
+STEP5_GPU_TEST_MAIN()
