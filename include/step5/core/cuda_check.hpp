@@ -21,12 +21,10 @@ inline Status cuda_status(cudaError_t err, const char* what) {
 /// Ok when `device` is a compute-capability 9.x GPU (the kernels are built for sm_90a).
 inline Status require_sm90(int device) {
   int major = 0, minor = 0;
-  Status s = cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-                         "cudaDeviceGetAttribute(major)");
-  if (!s.ok()) return s;
-  s = cuda_status(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
-                  "cudaDeviceGetAttribute(minor)");
-  if (!s.ok()) return s;
+  STEP5_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+                                    "cudaDeviceGetAttribute(major)"));
+  STEP5_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device),
+                                    "cudaDeviceGetAttribute(minor)"));
   if (major != 9)
     return unsupported("device " + std::to_string(device) + " has compute capability " + std::to_string(major) +
                        "." + std::to_string(minor) + "; the step5 kernels need sm_90 (Hopper: H100/H200)");

@@ -5,6 +5,7 @@
 /// (e.g. `hpg_q_must_be_4_8_or_16<hpg_q = 2, ...>`), and exposes every per-rank quantity and
 /// shard offset as constexpr. `dispatch_layout` maps a run-time (geometry name, tp) to the
 /// compile-time layout of a row of `geometries.def`. Host-safe (g++).
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -152,16 +153,14 @@ inline std::string supported_layouts() {
 namespace detail {
 template <GeometryId Id, class F, std::size_t... I>
 Status dispatch_tp(int tp, F& f, std::index_sequence<I...>) {
-  Status result = unsupported("");
-  bool found = false;
-  ((!found && entry_of(Id).tp_values[I] == tp
-        ? (found = true, result = f(LayoutTag<Id, entry_of(Id).tp_values[I]>{}), 0)
-        : 0),
+  std::optional<Status> result;
+  ((!result && entry_of(Id).tp_values[I] == tp ? (void)result.emplace(f(LayoutTag<Id, entry_of(Id).tp_values[I]>{}))
+                                               : (void)0),
    ...);
-  if (!found)
+  if (!result)
     return unsupported("tp_size " + std::to_string(tp) + " is not supported for geometry " +
                        std::string(entry_of(Id).name) + "; supported: " + supported_layouts());
-  return result;
+  return *result;
 }
 }  // namespace detail
 

@@ -1,0 +1,396 @@
+// Benchmark of the fused projection GEMM (step5/ops/gemm.hpp, SPEC §3/§4.1):
+//   gemm/<geometry>/tp:N/tokens:T      our launcher (path picked by gemm_plan)
+//   cublaslt/<geometry>/tp:N/tokens:T  cuBLASLt on the identical fused shape
+//   unfused/<geometry>/tp:N/tokens:T   separate cuBLASLt GEMMs: qkv, indexer (q|k|z), gate, sparse_indexer_w
+//   copy/d2d                           cudaMemcpy device-to-device of 1 GiB (bytes read + written / s)
+// Timing: CUDA events around a CUDA graph of `batch` launches that rotate over several copies
+// of W (together > 4× L2), so the weights come from HBM; UseManualTime. A table is printed last.
+#include <benchmark/benchmark.h>
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "step5/core/numeric.hpp"
+#include "step5/layout/static_layout.hpp"
+#include "step5/ops/gemm.hpp"
+
+namespace {
+
+#define CK(call)                                                                              \
+  do {                                                                                        \
+    cudaError_t e_ = (call);                                                                  \
+    if (e_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+#define CKB(call)                                                                             \
+  do {                                                                                        \
+    cublasStatus_t e_ = (call);                                                               \
+    if (e_ != CUBLAS_STATUS_SUCCESS) {                                                        \
+      std::fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #call, (int)e_); \
+      std::exit(1);                                                                           \
+    }                                                                                         \
+  } while (0)
+
+cudaStream_t g_stream;
+cublasLtHandle_t g_lt;
+void* g_lt_ws = nullptr;
+constexpr std::size_t kLtWs = 64 << 20;
+double g_copy_gbs = 0;  // bytes read + written per second / 1e9
+
+struct Row {
+  double ours_us = 0, lt_us = 0, unf_us = 0;
+  double weight_bytes = 0, flops = 0;
+  std::string path;
+};
+std::map<std::string, Row> g_rows;
+std::vector<std::string> g_order;
+
+/// Times `batch` launches captured into a graph; returns seconds per launch for one replay.
+struct GraphTimer {
+  cudaGraphExec_t exec = nullptr;
+  cudaEvent_t e0, e1;
+  int batch = 1;
+  GraphTimer(int b, const std::function<void(int)>& launch) : batch(b) {
+    launch(0);  // warm-up outside capture (lazy init, smem attributes, cuBLASLt heuristics)
+    CK(cudaStreamSynchronize(g_stream));
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < batch; ++i) launch(i);
+    CK(cudaStreamEndCapture(g_stream, &g));
+    CK(cudaGraphInstantiate(&exec, g, 0));
+    CK(cudaGraphDestroy(g));
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaGraphLaunch(exec, g_stream));
+    CK(cudaStreamSynchronize(g_stream));
+  }
+  ~GraphTimer() {
+    cudaGraphExecDestroy(exec);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+  }
+  double run() {
+    CK(cudaEventRecord(e0, g_stream));
+    CK(cudaGraphLaunch(exec, g_stream));
+    CK(cudaEventRecord(e1, g_stream));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms * 1e-3 / batch;
+  }
+};
+
+/// One cuBLASLt GEMM C[T, N] = X[T, K] @ W[N, K]^T (column-major: C^T = W^T(op T) * X^T).
+struct LtGemm {
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+  LtGemm(int T, int N, int K, int ldx, int ldw, int ldc) {
+    CKB(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    CKB(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, K, N, ldw));
+    CKB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, K, T, ldx));
+    CKB(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, N, T, ldc));
+    cublasLtMatmulPreference_t pref;
+    CKB(cublasLtMatmulPreferenceCreate(&pref));
+    std::size_t ws = kLtWs;
+    CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+    cublasLtMatmulHeuristicResult_t res{};
+    int n = 0;
+    CKB(cublasLtMatmulAlgoGetHeuristic(g_lt, desc, la, lb, lc, lc, pref, 1, &res, &n));
+    if (n == 0) {
+      std::fprintf(stderr, "cuBLASLt: no algorithm for T=%d N=%d K=%d\n", T, N, K);
+      std::exit(1);
+    }
+    algo = res.algo;
+    cublasLtMatmulPreferenceDestroy(pref);
+  }
+  ~LtGemm() {
+    cublasLtMatrixLayoutDestroy(la);
+    cublasLtMatrixLayoutDestroy(lb);
+    cublasLtMatrixLayoutDestroy(lc);
+    cublasLtMatmulDescDestroy(desc);
+  }
+  void run(const void* x, const void* w, void* c) {
+    const float alpha = 1.f, beta = 0.f;
+    CKB(cublasLtMatmul(g_lt, desc, &alpha, w, la, x, lb, &beta, c, lc, c, lc, &algo, g_lt_ws, kLtWs, g_stream));
+  }
+};
+
+struct Shape {
+  std::string geo;
+  int tp;
+  step5::layout::RankLayout rl;
+  int K;
+};
+
+/// Device buffers of one shape: `copies` rotating copies of the fused W, X and C for max T.
+struct ShapeBuffers {
+  int N = 0, K = 0, copies = 1;
+  std::vector<void*> w;
+  void* x = nullptr;
+  void* c = nullptr;
+  void* ws = nullptr;
+  std::size_t ws_bytes = 0;
+};
+std::map<std::string, ShapeBuffers> g_buf;
+
+__global__ void fill_kernel(std::uint16_t* p, std::size_t n, std::uint32_t seed) {
+  for (std::size_t i = blockIdx.x * (std::size_t)blockDim.x + threadIdx.x; i < n; i += (std::size_t)gridDim.x * blockDim.x) {
+    std::uint32_t h = static_cast<std::uint32_t>(i) * 2654435761u ^ seed;
+    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+    const float u = (static_cast<float>(h & 0xFFFF) / 65536.f - 0.5f) * 0.25f;
+    p[i] = step5::float_to_bf16_bits(u);
+  }
+}
+
+ShapeBuffers& buffers(const Shape& s, int max_t) {
+  const std::string key = s.geo + "/" + std::to_string(s.tp);
+  auto it = g_buf.find(key);
+  if (it != g_buf.end()) return it->second;
+  ShapeBuffers b;
+  b.N = s.rl.padded_rows;
+  b.K = s.K;
+  const std::size_t wbytes = static_cast<std::size_t>(b.N) * b.K * 2;
+  int l2 = 0;
+  CK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
+  b.copies = static_cast<int>(std::max<std::size_t>(2, (4ull * l2 + wbytes - 1) / wbytes));
+  for (int i = 0; i < b.copies; ++i) {
+    void* p;
+    CK(cudaMalloc(&p, wbytes));
+    fill_kernel<<<1024, 256>>>(static_cast<std::uint16_t*>(p), wbytes / 2, 17u + i);
+    b.w.push_back(p);
+  }
+  CK(cudaMalloc(&b.x, static_cast<std::size_t>(max_t) * b.K * 2));
+  fill_kernel<<<1024, 256>>>(static_cast<std::uint16_t*>(b.x), static_cast<std::size_t>(max_t) * b.K, 99u);
+  CK(cudaMalloc(&b.c, static_cast<std::size_t>(max_t) * b.N * 2));
+  b.ws_bytes = step5::ops::gemm_workspace_bytes(max_t, b.N, b.K);
+  CK(cudaMalloc(&b.ws, std::max<std::size_t>(b.ws_bytes, 256)));
+  CK(cudaMemset(b.ws, 0, std::max<std::size_t>(b.ws_bytes, 256)));
+  CK(cudaDeviceSynchronize());
+  return g_buf.emplace(key, std::move(b)).first->second;
+}
+
+int batch_for(int T) { return T >= 4096 ? 3 : (T >= 1024 ? 8 : 20); }
+constexpr int kMaxT = 16384;
+
+std::string row_key(const Shape& s, int T) {
+  return s.geo + "/tp:" + std::to_string(s.tp) + "/tokens:" + std::to_string(T);
+}
+
+void bm_copy(benchmark::State& st) {
+  const std::size_t bytes = 1ull << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  CK(cudaMemset(a, 1, bytes));
+  {
+    GraphTimer gt(4, [&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, g_stream)); });
+    double best = 1e30;
+    for (auto _ : st) {
+      const double t = gt.run();
+      best = std::min(best, t);
+      st.SetIterationTime(t);
+    }
+    g_copy_gbs = 2.0 * bytes / best / 1e9;
+    st.counters["GB/s(rd+wr)"] = g_copy_gbs;
+  }
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+}
+
+void bm_lt(benchmark::State& st, Shape s, int T) {
+  ShapeBuffers& b = buffers(s, kMaxT);
+  LtGemm g(T, b.N, b.K, b.K, b.K, b.N);
+  GraphTimer gt(batch_for(T), [&](int i) { g.run(b.x, b.w[i % b.copies], b.c); });
+  double sum = 0;
+  long n = 0;
+  for (auto _ : st) {
+    const double t = gt.run();
+    sum += t; ++n;
+    st.SetIterationTime(t);
+  }
+  Row& r = g_rows[row_key(s, T)];
+  r.lt_us = sum / n * 1e6;
+  r.weight_bytes = 2.0 * b.N * b.K;
+  r.flops = 2.0 * T * b.N * b.K;
+  st.counters["TFLOP/s"] = r.flops / (r.lt_us * 1e-6) / 1e12;
+  st.counters["weight_GB/s"] = r.weight_bytes / (r.lt_us * 1e-6) / 1e9;
+}
+
+void bm_unfused(benchmark::State& st, Shape s, int T) {
+  ShapeBuffers& b = buffers(s, kMaxT);
+  using step5::layout::Shard;
+  const auto& rl = s.rl;
+  struct Part { int row0, rows; };
+  const Part parts[4] = {
+      {0, rl.qkv_rows},
+      {rl.shard(Shard::kIndexQ).dst_row,
+       rl.shard(Shard::kIndexQ).rows + rl.shard(Shard::kIndexK).rows + rl.shard(Shard::kIndexZ).rows},
+      {rl.shard(Shard::kIndexG).dst_row, rl.shard(Shard::kIndexG).rows},
+      {rl.indexer_w.dst_row, rl.indexer_w.rows}};
+  std::vector<std::unique_ptr<LtGemm>> gs;
+  std::size_t coff[4];
+  std::size_t off = 0;
+  for (int p = 0; p < 4; ++p) {
+    gs.emplace_back(new LtGemm(T, parts[p].rows, b.K, b.K, b.K, parts[p].rows));
+    coff[p] = off;
+    off += static_cast<std::size_t>(T) * parts[p].rows;
+  }
+  GraphTimer gt(batch_for(T), [&](int i) {
+    const auto* w = static_cast<const std::uint16_t*>(b.w[i % b.copies]);
+    for (int p = 0; p < 4; ++p)
+      gs[p]->run(b.x, w + static_cast<std::size_t>(parts[p].row0) * b.K, static_cast<std::uint16_t*>(b.c) + coff[p]);
+  });
+  double sum = 0;
+  long n = 0;
+  for (auto _ : st) {
+    const double t = gt.run();
+    sum += t; ++n;
+    st.SetIterationTime(t);
+  }
+  Row& r = g_rows[row_key(s, T)];
+  r.unf_us = sum / n * 1e6;
+  st.counters["TFLOP/s"] = 2.0 * T * b.N * b.K / (r.unf_us * 1e-6) / 1e12;
+}
+
+const char* path_name(step5::ops::GemmPath p) {
+  switch (p) {
+    case step5::ops::GemmPath::kGeneric: return "generic";
+    case step5::ops::GemmPath::kStream: return "stream";
+    case step5::ops::GemmPath::kWgmma: return "wgmma";
+    default: return "auto";
+  }
+}
+
+void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, int config) {
+  ShapeBuffers& b = buffers(s, kMaxT);
+  step5::ops::GemmParams p;
+  p.x = static_cast<const step5::bf16*>(b.x);
+  p.c = static_cast<step5::bf16*>(b.c);
+  p.tokens = T; p.n = b.N; p.k = b.K; p.ldx = b.K; p.ldw = b.K; p.ldc = b.N;
+  p.w = static_cast<const step5::bf16*>(b.w[0]);
+  p.workspace = b.ws;
+  p.workspace_bytes = b.ws_bytes;
+  p.path = path;
+  p.config = config;
+  step5::ops::GemmPlan plan;
+  step5::Status ps = step5::ops::gemm_plan(p, &plan);
+  if (!ps.ok()) {
+    st.SkipWithError(ps.to_string().c_str());
+    return;
+  }
+  if (plan.workspace_bytes > b.ws_bytes) {  // a forced path may need more than the auto maximum
+    CK(cudaFree(b.ws));
+    b.ws_bytes = plan.workspace_bytes;
+    CK(cudaMalloc(&b.ws, b.ws_bytes));
+    CK(cudaMemset(b.ws, 0, b.ws_bytes));
+    p.workspace = b.ws;
+    p.workspace_bytes = b.ws_bytes;
+  }
+  bool failed = false;
+  std::string err;
+  GraphTimer gt(batch_for(T), [&](int i) {
+    step5::ops::GemmParams q = p;
+    q.w = static_cast<const step5::bf16*>(b.w[i % b.copies]);
+    const step5::Status s2 = step5::ops::gemm_bf16(q, g_stream);
+    if (!s2.ok()) { failed = true; err = s2.to_string(); }
+  });
+  if (failed) {
+    st.SkipWithError(err.c_str());
+    return;
+  }
+  double sum = 0;
+  long n = 0;
+  for (auto _ : st) {
+    const double t = gt.run();
+    sum += t; ++n;
+    st.SetIterationTime(t);
+  }
+  const double us = sum / n * 1e6;
+  const std::string key = row_key(s, T);
+  Row& r = g_rows[key];
+  if (path == step5::ops::GemmPath::kAuto && config == 0) {
+    r.ours_us = us;
+    r.path = std::string(path_name(plan.path)) + (plan.split_k > 1 ? "/sk" + std::to_string(plan.split_k) : "");
+    g_order.push_back(key);
+  }
+  const double wgbs = 2.0 * b.N * b.K / (us * 1e-6) / 1e9;
+  st.counters["TFLOP/s"] = 2.0 * T * b.N * b.K / (us * 1e-6) / 1e12;
+  st.counters["weight_GB/s"] = wgbs;
+  if (g_copy_gbs > 0) st.counters["x_copyBW"] = wgbs / g_copy_gbs;
+  if (r.lt_us > 0) st.counters["x_cublasLt"] = r.lt_us / us;
+  if (r.unf_us > 0) st.counters["x_unfused"] = r.unf_us / us;
+  st.SetLabel(std::string(path_name(plan.path)) + " split_k " + std::to_string(plan.split_k));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
+  CKB(cublasLtCreate(&g_lt));
+  CK(cudaMalloc(&g_lt_ws, kLtWs));
+  std::vector<Shape> shapes;
+  auto add = [&](const char* geo, int tp) {
+    (void)step5::layout::dispatch_layout(geo, tp, [&](auto tag) -> step5::Status {
+      using Tag = decltype(tag);
+      shapes.push_back({geo, tp, Tag::Layout::kRank0, Tag::kEntry.hidden});
+      return step5::Status::Ok();
+    });
+  };
+  add("step5_preview", 1);
+  add("step5_preview", 8);
+  add("dsa_h64_kv8_d128", 8);
+  const int tokens[] = {1, 8, 32, 64, 128, 256, 1024, 4096, 16384};
+  const double kMin = 0.02;  // keeps the whole run near one minute
+  benchmark::RegisterBenchmark("copy/d2d", bm_copy)->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+  for (const Shape& s : shapes)
+    for (int T : tokens) {
+      const std::string k = row_key(s, T);
+      benchmark::RegisterBenchmark(("cublaslt/" + k).c_str(), bm_lt, s, T)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("unfused/" + k).c_str(), bm_unfused, s, T)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("gemm/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      // the other path / tile choices around the launcher's crossovers
+      if (T >= 32 && T <= 128)
+        benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kStream, 0)
+            ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      if (T == 32)
+        benchmark::RegisterBenchmark(("gemm_wgmma128/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kWgmma, 1)
+            ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      if (T >= 4096)
+        for (int c = 1; c <= 2; ++c)
+          benchmark::RegisterBenchmark(("gemm_wgmma" + std::string(c == 1 ? "128" : "256") + "/" + k).c_str(), bm_ours,
+                                       s, T, step5::ops::GemmPath::kWgmma, c)
+              ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+    }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+
+  std::printf("\ncopy D2D bandwidth (read+write): %.0f GB/s\n", g_copy_gbs);
+  std::printf("%-40s %-12s %9s %9s %9s %8s %7s %7s %7s %7s\n", "shape", "path", "ours_us", "lt_us", "unf_us",
+              "wGB/s", "xcopy", "xLt", "xUnf", "TFLOP/s");
+  for (const std::string& k : g_order) {
+    const Row& r = g_rows[k];
+    const double wgbs = r.weight_bytes / (r.ours_us * 1e-6) / 1e9;
+    std::printf("%-40s %-12s %9.1f %9.1f %9.1f %8.0f %7.2f %7.2f %7.2f %7.1f\n", k.c_str(), r.path.c_str(),
+                r.ours_us, r.lt_us, r.unf_us, wgbs, g_copy_gbs > 0 ? wgbs / g_copy_gbs : 0.0, r.lt_us / r.ours_us,
+                r.unf_us / r.ours_us, r.flops / (r.ours_us * 1e-6) / 1e12);
+  }
+  return 0;
+}

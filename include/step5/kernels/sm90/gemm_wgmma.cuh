@@ -1,0 +1,279 @@
+#pragma once
+/// \file step5/kernels/sm90/gemm_wgmma.cuh
+/// Large-T projection GEMM for sm_90a (SPEC §3/§4.1): `C[T, N] = X[T, K] @ W[N, K]^T`, bf16
+/// in/out, fp32 accumulation.
+///
+/// Structure: a persistent grid (one CTA per SM) walks the 128×BN output tiles; each CTA has
+///  * one producer warpgroup (setmaxnreg.dec to 40 registers) whose elected thread issues TMA
+///    copies (cp.async.bulk.tensor.2d, 128-byte swizzle, tensor maps passed as __grid_constant__)
+///    of X[128, 64] and W[BN, 64] into a STAGES-deep ring guarded by full/empty mbarriers;
+///  * two consumer warpgroups (setmaxnreg.inc to 232) each computing 64 token rows × BN
+///    columns with `wgmma.mma_async m64nBNk16` (both operands K-major from shared memory),
+///    then storing bf16 straight from the accumulators.
+/// Out-of-range rows/columns of the tiles are zero-filled by TMA; stores are bounds-checked.
+/// Preconditions (host launcher): X, W 16-byte aligned, ldx, ldw multiples of 8, K a multiple
+/// of 8, ldc even, C 4-byte aligned.
+#include <cuda.h>  // CUtensorMap (types only; the driver entry point is fetched at run time)
+
+#include "step5/kernels/sm90/gemm_common.cuh"
+
+namespace step5::kernels::sm90 {
+
+namespace gemm_detail {
+/// wgmma m64n128k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
+__device__ __forceinline__ void wgmma_m64n128k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+#if STEP5_GEMM_SM90A
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+/// wgmma m64n256k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
+__device__ __forceinline__ void wgmma_m64n256k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+#if STEP5_GEMM_SM90A
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+      "%128, %129, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#if STEP5_GEMM_SM90A
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if STEP5_GEMM_SM90A
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if STEP5_GEMM_SM90A
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+template <int R>
+__device__ __forceinline__ void fence_regs(float* d) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/// Shared-memory matrix descriptor of a K-major tile with 128-byte rows in the 128B swizzle
+/// (8-row atoms of 1024 bytes): start address, LBO 1 (unused for this layout), SBO 1024 B.
+__device__ __forceinline__ std::uint64_t make_desc_sw128(std::uint32_t saddr) {
+  std::uint64_t d = 0;
+  d |= static_cast<std::uint64_t>((saddr & 0x3FFFF) >> 4);
+  d |= static_cast<std::uint64_t>(1) << 16;
+  d |= static_cast<std::uint64_t>(1024 >> 4) << 32;
+  d |= static_cast<std::uint64_t>(1) << 62;
+  return d;
+}
+
+__device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, std::uint64_t* bar, int c0,
+                                            int c1) {
+#if STEP5_GEMM_SM90A
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(c0), "r"(c1), "r"(smem_u32(bar))
+      : "memory");
+#endif
+}
+
+}  // namespace gemm_detail
+
+template <int BN>
+struct WgmmaConfig {
+  static constexpr int kBM = 128, kBK = 64;
+  static constexpr int kStages = BN == 256 ? 4 : 6;
+  static constexpr int kABytes = kBM * kBK * 2;
+  static constexpr int kBBytes = BN * kBK * 2;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kThreads = 384;
+  /// dynamic shared memory: 1 KB alignment slack + stages + 2*stages mbarriers
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+};
+
+struct WgmmaArgs {
+  __nv_bfloat16* c;
+  int T, N, K;
+  long long ldc;
+};
+
+/// kInFlight: 0 = wait for each k-tile's wgmmas before releasing its stage; 1 = keep one
+/// k-tile of wgmmas in flight and release the previous stage (better overlap).
+template <int BN, int kInFlight>
+__global__ void __launch_bounds__(384, 1)
+    gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
+                      WgmmaArgs a) {
+#if STEP5_GEMM_SM90A
+  using namespace gemm_detail;
+  using Cfg = WgmmaConfig<BN>;
+  constexpr int STAGES = Cfg::kStages;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const std::uint32_t raw = smem_u32(smem_raw);
+  const std::uint32_t base = (raw + 1023u) & ~1023u;
+  unsigned char* smem = smem_raw + (base - raw);
+  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem + STAGES * Cfg::kStageBytes);
+  std::uint64_t* empty = full + STAGES;
+
+  const int m_tiles = (a.T + Cfg::kBM - 1) / Cfg::kBM;
+  const int n_tiles = (a.N + BN - 1) / BN;
+  const int num_tiles = m_tiles * n_tiles;
+  const int k_tiles = (a.K + Cfg::kBK - 1) / Cfg::kBK;
+  const int wg = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 2);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&tm_x)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&tm_w)) : "memory");
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    if (threadIdx.x == 0) {
+      int stage = 0;
+      unsigned phase = 0;
+      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+        const int m0 = (tile % m_tiles) * Cfg::kBM;
+        const int n0 = (tile / m_tiles) * BN;
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          mbar_wait(&empty[stage], phase ^ 1u);
+          mbar_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
+          const std::uint32_t sa = base + stage * Cfg::kStageBytes;
+          tma_load_2d(sa, &tm_x, &full[stage], kt * Cfg::kBK, m0);
+          tma_load_2d(sa + Cfg::kABytes, &tm_w, &full[stage], kt * Cfg::kBK, n0);
+          if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1u;
+          }
+        }
+      }
+    }
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int cw = wg - 1;  // consumer 0/1: token rows [64*cw, 64*cw + 64) of the tile
+    const int lt = threadIdx.x % 128, warp = lt / 32, lane = lt % 32;
+    int stage = 0, prev_stage = 0;
+    unsigned phase = 0;
+    float acc[BN / 2];
+    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      const int m0 = (tile % m_tiles) * Cfg::kBM;
+      const int n0 = (tile / m_tiles) * BN;
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        mbar_wait(&full[stage], phase);
+        const std::uint32_t sa = base + stage * Cfg::kStageBytes + cw * (64 * 128);
+        const std::uint32_t sb = base + stage * Cfg::kStageBytes + Cfg::kABytes;
+        fence_regs<BN / 2>(acc);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < Cfg::kBK / 16; ++kk) {
+          const std::uint64_t da = make_desc_sw128(sa + kk * 32);
+          const std::uint64_t db = make_desc_sw128(sb + kk * 32);
+          if constexpr (BN == 256)
+            wgmma_m64n256k16(acc, da, db, 1);
+          else
+            wgmma_m64n128k16(acc, da, db, 1);
+        }
+        wgmma_commit();
+        if constexpr (kInFlight == 0) {
+          wgmma_wait<0>();
+          fence_regs<BN / 2>(acc);
+          if (lt == 0) mbar_arrive(&empty[stage]);
+        } else {
+          wgmma_wait<1>();
+          fence_regs<BN / 2>(acc);
+          if (kt > 0 && lt == 0) mbar_arrive(&empty[prev_stage]);
+          prev_stage = stage;
+        }
+        if (++stage == STAGES) {
+          stage = 0;
+          phase ^= 1u;
+        }
+      }
+      if constexpr (kInFlight != 0) {
+        wgmma_wait<0>();
+        fence_regs<BN / 2>(acc);
+        if (k_tiles > 0 && lt == 0) mbar_arrive(&empty[prev_stage]);
+      }
+      // Accumulator layout (per n8 block j): acc[4j+0..1] row lane/4, cols 2*(lane%4)+{0,1};
+      // acc[4j+2..3] row lane/4 + 8.
+      const int row0 = m0 + cw * 64 + warp * 16 + lane / 4;
+#pragma unroll
+      for (int j = 0; j < BN / 8; ++j) {
+        const int n = n0 + j * 8 + 2 * (lane % 4);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int t = row0 + 8 * h;
+          if (t < a.T) {
+            __nv_bfloat16* dst = a.c + (long long)t * a.ldc + n;
+            if (n + 1 < a.N) {
+              *reinterpret_cast<__nv_bfloat162*>(dst) =
+                  __floats2bfloat162_rn(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            } else if (n < a.N) {
+              *dst = __float2bfloat16_rn(acc[4 * j + 2 * h]);
+            }
+          }
+        }
+      }
+    }
+  }
+#endif
+}
+
+}  // namespace step5::kernels::sm90

@@ -1,0 +1,90 @@
+#pragma once
+/// \file step5/ops/gemm.hpp
+/// The projection GEMM of SPEC §3/§4.1 (fused QKV + indexer projection) and of o_proj:
+///   `C[t, n] = bf16( sum_k X[t, k] * W[n, k] )`, fp32 accumulation, i.e. `C = X @ W^T`.
+/// X `[T, K]` bf16 row-major (row stride `ldx` elements), W `[N, K]` bf16 row-major (row stride
+/// `ldw`), C `[T, N]` bf16 row-major (row stride `ldc`). For the fused projection of one rank
+/// N = `RankLayout::padded_rows`, K = hidden, and the columns of C follow the shard order of
+/// docs/ARCHITECTURE.md; for o_proj X = attention output `[T, Hl*D]`, W = `o_proj_local
+/// [hidden, Hl*D]`, N = hidden, K = Hl*D.
+///
+/// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: unaligned shapes -> kGeneric,
+/// T <= 32 -> kStream, T > 32 -> kWgmma):
+///  * `kWgmma`  — sm_90a TMA + wgmma, warp-specialised, persistent (large T);
+///  * `kStream` — tensor-core (mma.sync) kernel with a cp.async pipeline and split-K that
+///                streams W at memory speed for small T (decode);
+///  * `kGeneric`— a simple tiled kernel for any shape/stride/alignment (slow, always correct).
+/// The fast paths need 16-byte aligned X, W, C, ldx/ldw/ldc multiples of 8 and K a multiple of 8.
+///
+/// Declarations only (compiles with g++); the definitions live in src/instances/gemm.cu
+/// (library step5_kernels, sm_90a).
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "step5/core/numeric.hpp"
+#include "step5/core/status.hpp"
+
+namespace step5::ops {
+
+/// Bytes of split-K arrival counters at the start of a GEMM workspace (zero-filled once).
+inline constexpr std::size_t kGemmCounterBytes = 16384;
+
+/// Which kernel runs a GEMM.
+enum class GemmPath : int {
+  kAuto = 0,     ///< let the launcher choose (the default)
+  kGeneric = 1,  ///< simple tiled kernel, any shape and alignment
+  kStream = 2,   ///< mma.sync + cp.async + split-K (needs the fast-path alignment)
+  kWgmma = 3,    ///< TMA + wgmma (needs the fast-path alignment)
+};
+
+/// Arguments of `gemm_bf16`. All pointers are device pointers to bf16 (`step5::bf16`, the
+/// bit pattern, layout-compatible with __nv_bfloat16).
+struct GemmParams {
+  const bf16* x = nullptr;       ///< X `[tokens, k]`, row stride `ldx` (elements)
+  const bf16* w = nullptr;       ///< W `[n, k]`, row stride `ldw` (elements)
+  bf16* c = nullptr;                 ///< C `[tokens, n]`, row stride `ldc` (elements), written
+  std::int64_t tokens = 0;           ///< T (rows of X and C); 0 is a no-op
+  std::int64_t n = 0;                ///< N (rows of W, columns of C)
+  std::int64_t k = 0;                ///< K (the reduction dimension, e.g. hidden)
+  std::int64_t ldx = 0;              ///< >= k
+  std::int64_t ldw = 0;              ///< >= k
+  std::int64_t ldc = 0;              ///< >= n
+  /// Workspace of at least `gemm_workspace_bytes(...)` bytes for split-K (may be null when that
+  /// is 0). Its first `kGemmCounterBytes` bytes (arrival counters) must be zero-filled before
+  /// its first use; every launch leaves them zero again, so one allocation serves every later
+  /// call ordered after it (same stream). Two concurrent GEMMs must not share a workspace.
+  void* workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  GemmPath path = GemmPath::kAuto;  ///< force a path (tests/benchmarks); kAuto in production
+  /// Tuning overrides for tests/benchmarks (0 = the launcher's choice, use 0 in production).
+  /// config: stream path 1..6 = tiles (W rows × tokens) 64×16, 64×32, 64×64, 128×64, 64×128,
+  /// 128×128; wgmma path 1 = 128×128, 2 = 128×256 tiles. split_k: the stream path's K splits.
+  int config = 0;
+  int split_k = 0;
+  int device = -1;                  ///< CUDA device of the pointers; -1 = the current device
+};
+
+/// The path and split-K factor `gemm_bf16` uses for `p` (path kAuto resolved), without
+/// launching. Returns an error Status for invalid parameters (same checks as `gemm_bf16`).
+struct GemmPlan {
+  GemmPath path = GemmPath::kGeneric;
+  int split_k = 1;                 ///< >1: the stream path reduces partials through the workspace
+  std::size_t workspace_bytes = 0; ///< bytes of workspace this launch needs
+};
+Status gemm_plan(const GemmParams& p, GemmPlan* plan);
+
+/// Workspace bytes needed by any launch with at most `max_tokens` tokens and these n, k
+/// (path kAuto or kStream, no overrides). Allocate once with this size and zero-fill it.
+/// Returns 0 when no split-K launch is possible or the device cannot be queried.
+std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int device = -1);
+
+/// Launches `C = X @ W^T` on `stream` (asynchronous). Errors (as Status, nothing launched):
+/// kInvalidArgument for null pointers (when tokens > 0), negative sizes, ld < row length,
+/// a forced fast path whose alignment rules fail, a too small workspace; kUnsupported for a
+/// device that is not sm_90; kCudaError for a failed launch or driver call (the message
+/// names it). tokens == 0 (or n == 0) returns Ok without launching. When k == 0, C = 0.
+Status gemm_bf16(const GemmParams& p, cudaStream_t stream);
+
+}  // namespace step5::ops

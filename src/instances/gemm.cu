@@ -1,0 +1,430 @@
+/// \file src/instances/gemm.cu
+/// Host launcher of the projection GEMM (step5/ops/gemm.hpp): precondition checks, path choice
+/// (wgmma / stream / generic), split-K planning, TMA descriptor encoding, launches.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+#include "step5/core/cuda_check.hpp"
+#include "step5/kernels/sm90/gemm_generic.cuh"
+#include "step5/kernels/sm90/gemm_stream.cuh"
+#include "step5/kernels/sm90/gemm_wgmma.cuh"
+#include "step5/ops/gemm.hpp"
+
+namespace step5::ops {
+namespace {
+
+namespace k90 = ::step5::kernels::sm90;
+
+/// kAuto: T <= kWgmmaMinT runs the split-K stream path, larger T the wgmma path. Measured on
+/// an H200 (K = 4096): the stream kernel's mma.sync main loop tops out near 170 TFLOP/s, so it
+/// only wins while the GEMM is weight-bound (T <= 32); the wgmma path was faster from T = 64
+/// (e.g. N = 3472, T = 256: 23.6 us wgmma vs 60 us stream).
+constexpr std::int64_t kWgmmaMinT = 32;
+/// Whether the wgmma kernel keeps one k-tile of wgmmas in flight (1) or drains each (0).
+constexpr int kWgmmaInFlight = 1;
+/// Minimum BK-tiles (64 K elements each) per split of the stream path.
+constexpr int kMinKTilesPerSplit = 4;
+
+std::string s(std::int64_t v) { return std::to_string(v); }
+
+bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+
+struct DeviceInfo {
+  int sms = 0;
+};
+
+Status device_info(int device, DeviceInfo* info) {
+  STEP5_RETURN_IF_ERROR(require_sm90(device));
+  STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&info->sms, cudaDevAttrMultiProcessorCount, device));
+  return Status::Ok();
+}
+
+// ---- stream path configurations ---------------------------------------------------------------
+struct StreamKind {
+  int bm, bn, stages;
+};
+/// Stream-path tile configurations (GemmParams::config 1..6 selects index config-1).
+constexpr StreamKind kStreamKinds[] = {{64, 16, 6},  {64, 32, 6},  {64, 64, 5},
+                                       {128, 64, 4}, {64, 128, 4}, {128, 128, 4}};
+constexpr int kNumStreamKinds = 6;
+
+template <int BM, int BN, int ST>
+constexpr int stream_smem() {
+  return k90::StreamConfig<BM, BN>::kStageBytes * ST;
+}
+
+/// Marks `(instance, device)` prepared (dynamic smem attribute set) once.
+template <class Fn>
+Status prepare_once(std::atomic<std::uint64_t>& mask, int device, Fn&& fn) {
+  const std::uint64_t bit = device < 64 ? (std::uint64_t{1} << device) : 0;
+  if (bit && (mask.load(std::memory_order_acquire) & bit)) return Status::Ok();
+  STEP5_RETURN_IF_ERROR(fn());
+  if (bit) mask.fetch_or(bit, std::memory_order_acq_rel);
+  return Status::Ok();
+}
+
+template <int BM, int BN, int ST>
+Status stream_blocks_per_sm(int device, int* bps) {
+  static std::atomic<std::uint64_t> prepared{0};
+  static std::atomic<int> cached{0};
+  const auto kernel = &k90::gemm_stream_kernel<BM, BN, ST>;
+  STEP5_RETURN_IF_ERROR(prepare_once(prepared, device, [&]() -> Status {
+    STEP5_CUDA_RETURN(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, stream_smem<BM, BN, ST>()));
+    int b = 0;
+    STEP5_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b, kernel, BM * 2, stream_smem<BM, BN, ST>()));
+    cached.store(std::max(1, b));
+    return Status::Ok();
+  }));
+  *bps = std::max(1, cached.load());
+  return Status::Ok();
+}
+
+#define STEP5_GEMM_STREAM_KINDS(X) X(0, 64, 16, 6) X(1, 64, 32, 6) X(2, 64, 64, 5) X(3, 128, 64, 4) X(4, 64, 128, 4) X(5, 128, 128, 4)
+
+Status stream_bps(int kind, int device, int* bps) {
+  switch (kind) {
+#define STEP5_X(i, bm, bn, st) \
+  case i: return stream_blocks_per_sm<bm, bn, st>(device, bps);
+    STEP5_GEMM_STREAM_KINDS(STEP5_X)
+#undef STEP5_X
+  }
+  return Status(StatusCode::kInternal, "gemm: bad stream kind " + std::to_string(kind));
+}
+
+struct StreamPlan {
+  int kind = 0;
+  int tiles_n = 0, tiles_t = 0, splits = 1, kt_per_split = 0;
+  std::size_t workspace = 0;
+};
+
+
+/// Relative cost (in "bytes per SM" units) of a stream-path launch: the per-SM weight and
+/// L2 X bytes (or the mma work when larger) of the busiest SM plus the split-K partial traffic.
+double stream_cost(std::int64_t T, std::int64_t N, std::int64_t K, int sms, const StreamKind& sk, int splits) {
+  const double tiles = static_cast<double>((N + sk.bm - 1) / sk.bm) * static_cast<double>((T + sk.bn - 1) / sk.bn);
+  const double blocks = tiles * splits;
+  const double per_sm_blocks = std::ceil(blocks / sms);
+  const double kchunk = static_cast<double>(K) / splits;
+  const double bn_eff = static_cast<double>(std::min<std::int64_t>(sk.bn, T));
+  const double mem = sk.bm * kchunk * 2.0 + 0.4 * bn_eff * kchunk * 2.0;  // W from HBM, X from L2
+  const double mma = 2.0 * sk.bm * sk.bn * kchunk * 0.006;               // ~600 TFLOP/s vs 3.6 TB/s
+  const double partial = splits > 1 ? 0.5 * 2.0 * blocks * sk.bm * sk.bn * 4.0 / sms : 0.0;
+  return per_sm_blocks * std::max(mem, mma) + partial;
+}
+
+StreamPlan plan_stream_kind(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int kind, int forced_splits) {
+  StreamPlan p;
+  p.kind = kind;
+  const StreamKind& sk = kStreamKinds[kind];
+  p.tiles_n = static_cast<int>((N + sk.bm - 1) / sk.bm);
+  p.tiles_t = static_cast<int>((T + sk.bn - 1) / sk.bn);
+  const int k_tiles = static_cast<int>((K + 63) / 64);
+  const std::int64_t tiles = static_cast<std::int64_t>(p.tiles_n) * p.tiles_t;
+  const int max_splits = tiles > static_cast<std::int64_t>(kGemmCounterBytes / 4)
+                             ? 1
+                             : std::max(1, std::min(16, k_tiles / kMinKTilesPerSplit));
+  int splits = 1;
+  if (forced_splits > 0) {
+    splits = std::min(forced_splits, std::max(1, k_tiles));
+    if (tiles > static_cast<std::int64_t>(kGemmCounterBytes / 4)) splits = 1;
+  } else {
+    double best = 0;
+    for (int sp = 1; sp <= max_splits; ++sp) {
+      const double c = stream_cost(T, N, K, sms, sk, sp);
+      if (sp == 1 || c < best * 0.98) {
+        best = c;
+        splits = sp;
+      }
+    }
+  }
+  p.kt_per_split = (k_tiles + splits - 1) / splits;
+  p.splits = p.kt_per_split > 0 ? (k_tiles + p.kt_per_split - 1) / p.kt_per_split : 1;
+  if (p.splits > 1)
+    p.workspace = kGemmCounterBytes + static_cast<std::size_t>(tiles) * p.splits * sk.bm * sk.bn * 4;
+  return p;
+}
+
+/// The cheapest stream configuration for T (config > 0 forces kind config-1).
+StreamPlan plan_stream(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int config, int forced_splits) {
+  if (config > 0) return plan_stream_kind(T, N, K, sms, config - 1, forced_splits);
+  StreamPlan best;
+  double best_cost = 0;
+  bool have = false;
+  for (int kind = 0; kind < kNumStreamKinds; ++kind) {
+    const StreamKind& sk = kStreamKinds[kind];
+    const std::int64_t want = std::min<std::int64_t>(T, 128);
+    if (sk.bn < want && sk.bn < 128) continue;        // too few tokens per tile
+    if (sk.bn > 16 && sk.bn >= 2 * T) continue;        // mostly empty token tiles
+    const StreamPlan p = plan_stream_kind(T, N, K, sms, kind, forced_splits);
+    const double c = stream_cost(T, N, K, sms, sk, p.splits);
+    if (!have || c < best_cost) {
+      best = p;
+      best_cost = c;
+      have = true;
+    }
+  }
+  return best;
+}
+
+// ---- wgmma path ---------------------------------------------------------------------------------
+/// BN of the wgmma tile: 128 when 128×128 tiles do not fill the GPU (more CTAs busy: measured
+/// 23.6 us vs 43.8 us for 128×256 at T = 256, N = 3472 on an H200), else by wave efficiency
+/// with 128×128 tiles counted at 0.9 of the 128×256 rate (measured: equal at T = 1024/4096,
+/// 128×256 ahead by 10-20% at T = 16384).
+int wgmma_bn(std::int64_t T, std::int64_t N, int sms) {
+  const std::int64_t m_tiles = (T + 127) / 128;
+  const std::int64_t t256 = m_tiles * ((N + 255) / 256), t128 = m_tiles * ((N + 127) / 128);
+  if (t128 <= sms) return 128;
+  auto eff = [&](std::int64_t tiles, double base) {
+    const std::int64_t waves = (tiles + sms - 1) / sms;
+    return base * static_cast<double>(tiles) / static_cast<double>(waves * sms);
+  };
+  return eff(t256, 1.0) >= eff(t128, 0.9) ? 256 : 128;
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn(cudaError_t* err_out) {
+  static std::once_flag once;
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+  static cudaError_t err = cudaSuccess;
+  std::call_once(once, [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+    if (err == cudaSuccess && q == cudaDriverEntryPointSuccess) fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  });
+  if (fn == nullptr) *err_out = err == cudaSuccess ? cudaErrorSymbolNotFound : err;
+  return fn;
+}
+
+Status make_map(CUtensorMap* map, const void* ptr, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+                int box_rows, const char* what) {
+  cudaError_t err = cudaSuccess;
+  auto fn = encode_fn(&err);
+  if (!fn) return cuda_status(err, "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(ld) * 2};
+  const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t estr[2] = {1, 1};
+  const CUresult r = fn(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(ptr), dims, strides, box, estr,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    return Status(StatusCode::kCudaError, std::string("cuTensorMapEncodeTiled(") + what + ") failed with CUresult " +
+                                              std::to_string(static_cast<int>(r)) + " (rows " + s(rows) +
+                                              ", cols " + s(cols) + ", ld " + s(ld) + ")");
+  return Status::Ok();
+}
+
+template <int BN, int kInFlight>
+Status launch_wgmma(const GemmParams& p, int device, int sms, cudaStream_t stream) {
+  using Cfg = k90::WgmmaConfig<BN>;
+  static std::atomic<std::uint64_t> prepared{0};
+  const auto kernel = &k90::gemm_wgmma_kernel<BN, kInFlight>;
+  STEP5_RETURN_IF_ERROR(prepare_once(prepared, device, [&]() -> Status {
+    STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
+    return Status::Ok();
+  }));
+  CUtensorMap mx, mw;
+  STEP5_RETURN_IF_ERROR(make_map(&mx, p.x, p.tokens, p.k, p.ldx, Cfg::kBM, "X"));
+  STEP5_RETURN_IF_ERROR(make_map(&mw, p.w, p.n, p.k, p.ldw, BN, "W"));
+  const std::int64_t tiles = ((p.tokens + 127) / 128) * ((p.n + BN - 1) / BN);
+  const int grid = static_cast<int>(std::min<std::int64_t>(tiles, sms));
+  k90::WgmmaArgs a{reinterpret_cast<__nv_bfloat16*>(p.c), static_cast<int>(p.tokens), static_cast<int>(p.n),
+                   static_cast<int>(p.k), p.ldc};
+  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(mx, mw, a);
+  STEP5_CUDA_RETURN(cudaGetLastError());
+  return Status::Ok();
+}
+
+template <int BM, int BN, int ST>
+Status launch_stream_kind(const GemmParams& p, const StreamPlan& sp, cudaStream_t stream) {
+  k90::StreamArgs a{};
+  a.x = reinterpret_cast<const __nv_bfloat16*>(p.x);
+  a.w = reinterpret_cast<const __nv_bfloat16*>(p.w);
+  a.c = reinterpret_cast<__nv_bfloat16*>(p.c);
+  a.T = static_cast<int>(p.tokens);
+  a.N = static_cast<int>(p.n);
+  a.K = static_cast<int>(p.k);
+  a.ldx = p.ldx;
+  a.ldw = p.ldw;
+  a.ldc = p.ldc;
+  a.k_tiles_per_split = sp.kt_per_split;
+  const std::size_t tiles = static_cast<std::size_t>(sp.tiles_n) * sp.tiles_t;
+  a.counters = static_cast<unsigned*>(p.workspace);
+  (void)tiles;
+  a.partials = sp.splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(p.workspace) + kGemmCounterBytes)
+                             : nullptr;
+  const dim3 grid(sp.tiles_n, sp.tiles_t, sp.splits);
+  k90::gemm_stream_kernel<BM, BN, ST><<<grid, BM * 2, stream_smem<BM, BN, ST>(), stream>>>(a);
+  STEP5_CUDA_RETURN(cudaGetLastError());
+  return Status::Ok();
+}
+
+Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStream_t stream) {
+  switch (sp.kind) {
+#define STEP5_X(i, bm, bn, st) \
+  case i: return launch_stream_kind<bm, bn, st>(p, sp, stream);
+    STEP5_GEMM_STREAM_KINDS(STEP5_X)
+#undef STEP5_X
+  }
+  return Status(StatusCode::kInternal, "gemm: bad stream kind " + std::to_string(sp.kind));
+}
+
+Status launch_generic(const GemmParams& p, cudaStream_t stream) {
+  k90::GenericArgs a{reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<const __nv_bfloat16*>(p.w),
+                     reinterpret_cast<__nv_bfloat16*>(p.c), p.tokens, p.n, p.k, p.ldx, p.ldw, p.ldc};
+  const dim3 grid(static_cast<unsigned>((p.n + 63) / 64), static_cast<unsigned>((p.tokens + 63) / 64));
+  k90::gemm_generic_kernel<<<grid, 256, 0, stream>>>(a);
+  STEP5_CUDA_RETURN(cudaGetLastError());
+  return Status::Ok();
+}
+
+/// Checks sizes and pointers (not the device). Sets *fast to whether the fast paths apply and
+/// *why to the first fast-path rule that fails.
+Status check_params(const GemmParams& p, bool* fast, std::string* why) {
+  if (p.tokens < 0 || p.n < 0 || p.k < 0)
+    return invalid_argument("gemm_bf16: sizes must be >= 0, got tokens = " + s(p.tokens) + ", n = " + s(p.n) +
+                            ", k = " + s(p.k));
+  if (p.ldx < p.k) return invalid_argument("gemm_bf16: ldx = " + s(p.ldx) + " must be >= k = " + s(p.k));
+  if (p.ldw < p.k) return invalid_argument("gemm_bf16: ldw = " + s(p.ldw) + " must be >= k = " + s(p.k));
+  if (p.ldc < p.n) return invalid_argument("gemm_bf16: ldc = " + s(p.ldc) + " must be >= n = " + s(p.n));
+  if (p.tokens == 0 || p.n == 0) {
+    *fast = false;
+    return Status::Ok();
+  }
+  if (p.x == nullptr && p.k > 0) return invalid_argument("gemm_bf16: x is null (tokens = " + s(p.tokens) + ")");
+  if (p.w == nullptr && p.k > 0) return invalid_argument("gemm_bf16: w is null (n = " + s(p.n) + ")");
+  if (p.c == nullptr) return invalid_argument("gemm_bf16: c is null (tokens = " + s(p.tokens) + ")");
+  constexpr std::int64_t kIntMax = 0x7fffffff;
+  if (p.tokens > kIntMax || p.n > kIntMax || p.k > kIntMax)
+    return invalid_argument("gemm_bf16: tokens, n, k must each be < 2^31, got " + s(p.tokens) + ", " + s(p.n) +
+                            ", " + s(p.k));
+  if ((p.tokens + 63) / 64 > 65535)
+    return invalid_argument("gemm_bf16: tokens = " + s(p.tokens) + " exceeds the supported maximum " + s(65535 * 64));
+  *why = "";
+  if (p.k == 0) *why = "k == 0";
+  else if (p.k % 8 != 0) *why = "k = " + s(p.k) + " is not a multiple of 8";
+  else if (p.ldx % 8 != 0) *why = "ldx = " + s(p.ldx) + " is not a multiple of 8";
+  else if (p.ldw % 8 != 0) *why = "ldw = " + s(p.ldw) + " is not a multiple of 8";
+  else if (p.ldc % 2 != 0) *why = "ldc = " + s(p.ldc) + " is not even";
+  else if (!aligned16(p.x)) *why = "x is not 16-byte aligned";
+  else if (!aligned16(p.w)) *why = "w is not 16-byte aligned";
+  else if ((reinterpret_cast<std::uintptr_t>(p.c) & 3u) != 0) *why = "c is not 4-byte aligned";
+  *fast = why->empty();
+  return Status::Ok();
+}
+
+Status resolve_device(const GemmParams& p, int* device) {
+  *device = p.device;
+  if (*device < 0) STEP5_CUDA_RETURN(cudaGetDevice(device));
+  return Status::Ok();
+}
+
+struct FullPlan {
+  GemmPlan plan;
+  StreamPlan stream;
+  int wgmma_bn = 0;
+  int device = 0, sms = 0;
+};
+
+Status make_plan(const GemmParams& p, FullPlan* fp) {
+  bool fast = false;
+  std::string why;
+  STEP5_RETURN_IF_ERROR(check_params(p, &fast, &why));
+  fp->plan = GemmPlan{};
+  if (p.tokens == 0 || p.n == 0) return Status::Ok();
+  STEP5_RETURN_IF_ERROR(resolve_device(p, &fp->device));
+  DeviceInfo info;
+  STEP5_RETURN_IF_ERROR(device_info(fp->device, &info));
+  fp->sms = info.sms;
+  if (p.split_k < 0) return invalid_argument("gemm_bf16: split_k = " + s(p.split_k) + " must be >= 0");
+  GemmPath path = p.path;
+  if ((path == GemmPath::kStream || path == GemmPath::kWgmma) && !fast)
+    return invalid_argument(std::string("gemm_bf16: the ") + (path == GemmPath::kStream ? "stream" : "wgmma") +
+                            " path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
+  if (path == GemmPath::kAuto) {
+    if (!fast) {
+      path = GemmPath::kGeneric;
+    } else {
+      path = p.tokens > kWgmmaMinT ? GemmPath::kWgmma : GemmPath::kStream;
+    }
+  }
+  if (path == GemmPath::kWgmma) {
+    if (p.config < 0 || p.config > 2)
+      return invalid_argument("gemm_bf16: config = " + s(p.config) + " for the wgmma path; expected 0..2");
+    if (p.config > 0) fp->wgmma_bn = p.config == 1 ? 128 : 256;
+    else fp->wgmma_bn = wgmma_bn(p.tokens, p.n, info.sms);
+  }
+  if (path == GemmPath::kStream) {
+    if (p.config < 0 || p.config > kNumStreamKinds)
+      return invalid_argument("gemm_bf16: config = " + s(p.config) + " for the stream path; expected 0.." +
+                              s(kNumStreamKinds));
+    fp->stream = plan_stream(p.tokens, p.n, p.k, info.sms, p.config, p.split_k);
+    int bps = 1;
+    STEP5_RETURN_IF_ERROR(stream_bps(fp->stream.kind, fp->device, &bps));  // sets the smem limit
+    fp->plan.split_k = fp->stream.splits;
+    fp->plan.workspace_bytes = fp->stream.workspace;
+  }
+  fp->plan.path = path;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status gemm_plan(const GemmParams& p, GemmPlan* plan) {
+  if (plan == nullptr) return invalid_argument("gemm_plan: plan is null");
+  FullPlan fp;
+  STEP5_RETURN_IF_ERROR(make_plan(p, &fp));
+  *plan = fp.plan;
+  return Status::Ok();
+}
+
+std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int device) {
+  if (max_tokens <= 0 || n <= 0 || k <= 0) return 0;
+  if (device < 0 && cudaGetDevice(&device) != cudaSuccess) return 0;
+  DeviceInfo info;
+  if (!device_info(device, &info).ok()) return 0;
+  std::size_t best = 0;
+  const std::int64_t tmax = std::min(max_tokens, kWgmmaMinT);
+  for (std::int64_t t = 1; t <= tmax; ++t) {
+    best = std::max(best, plan_stream(t, n, k, info.sms, 0, 0).workspace);
+  }
+  return best;
+}
+
+Status gemm_bf16(const GemmParams& p, cudaStream_t stream) {
+  FullPlan fp;
+  STEP5_RETURN_IF_ERROR(make_plan(p, &fp));
+  if (p.tokens == 0 || p.n == 0) return Status::Ok();
+  switch (fp.plan.path) {
+    case GemmPath::kGeneric: return launch_generic(p, stream);
+    case GemmPath::kStream:
+      if (fp.stream.workspace > 0 && (p.workspace == nullptr || p.workspace_bytes < fp.stream.workspace))
+        return invalid_argument("gemm_bf16: the split-K stream path needs a zero-filled workspace of " +
+                                s(static_cast<std::int64_t>(fp.stream.workspace)) + " bytes, got " +
+                                s(static_cast<std::int64_t>(p.workspace_bytes)) + " bytes at " +
+                                (p.workspace ? "a non-null pointer" : "null") +
+                                " (see gemm_workspace_bytes)");
+      return launch_stream(p, fp.stream, stream);
+    case GemmPath::kWgmma:
+      // kWgmmaInFlight: 1 = one k-tile of wgmmas kept in flight (see gemm_wgmma.cuh).
+      if (fp.wgmma_bn == 128)
+        return kWgmmaInFlight ? launch_wgmma<128, 1>(p, fp.device, fp.sms, stream)
+                              : launch_wgmma<128, 0>(p, fp.device, fp.sms, stream);
+      return kWgmmaInFlight ? launch_wgmma<256, 1>(p, fp.device, fp.sms, stream)
+                            : launch_wgmma<256, 0>(p, fp.device, fp.sms, stream);
+    default: break;
+  }
+  return Status(StatusCode::kInternal, "gemm_bf16: unknown path");
+}
+
+}  // namespace step5::ops
