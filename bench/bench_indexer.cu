@@ -1,0 +1,385 @@
+// Benchmark of the sparse indexer (step5/ops/indexer.hpp, SPEC §4.5–4.6):
+//   copy/d2d                                   cudaMemcpy D2D of 1 GiB (bytes read + written / s)
+//   cublas/bf16_gemm/8192                      tensor-core rate of this device (bf16 GEMM 8192^3)
+//   indexer_decode/<geo>/tp:N/batch:B/ctx:C    indexer_select (scores + selection), one decode row
+//                                              per request; GB/s over summary bytes read
+//   indexer_prefill/<geo>/tp:N/tokens:T/ctx:H  indexer_select of a prefill chunk of T tokens after
+//                                              H tokens of history; TFLOP/s of the score GEMM
+//   scores_prefill/...                         the score kernel alone (same shapes)
+//   topk/ours/rows:R/regions:N, topk/cub_segmented_sort/rows:R/regions:N
+//                                              selection alone vs CUB segmented radix sort (+ take-k)
+// Timing: CUDA events around `iters` back-to-back launches, median of repetitions; UseManualTime.
+// A table with the ratios (to the copy bandwidth, to the tensor-core rate, to CUB) is printed last.
+#include <benchmark/benchmark.h>
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cub/device/device_segmented_radix_sort.cuh>
+#include <functional>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "step5/kernels/sm90/indexer_launch.cuh"
+#include "step5/layout/static_layout.hpp"
+#include "step5/ops/indexer.hpp"
+
+namespace {
+
+#define CK(call)                                                                                    \
+  do {                                                                                              \
+    cudaError_t e_ = (call);                                                                        \
+    if (e_ != cudaSuccess) {                                                                        \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_));    \
+      std::exit(1);                                                                                 \
+    }                                                                                               \
+  } while (0)
+#define CKS(expr)                                                                                   \
+  do {                                                                                              \
+    const step5::Status s_ = (expr);                                                                \
+    if (!s_.ok()) {                                                                                 \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, s_.to_string().c_str());               \
+      std::exit(1);                                                                                 \
+    }                                                                                               \
+  } while (0)
+
+cudaStream_t g_stream;
+double g_copy_gbs = 0, g_tc_tflops = 0;
+std::map<std::string, double> g_result;  // name -> main figure
+std::map<std::string, double> g_us;      // name -> microseconds
+std::vector<std::string> g_order;
+
+/// Seconds per call of `fn` (median over 5 repetitions of `iters` calls).
+double time_it(const std::function<void()>& fn, int iters) {
+  fn();
+  CK(cudaStreamSynchronize(g_stream));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int rep = 0; rep < 5; ++rep) {
+    CK(cudaEventRecord(a, g_stream));
+    for (int i = 0; i < iters; ++i) fn();
+    CK(cudaEventRecord(b, g_stream));
+    CK(cudaEventSynchronize(b));
+    float m = 0;
+    CK(cudaEventElapsedTime(&m, a, b));
+    ms.push_back(m);
+  }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(ms.begin(), ms.end());
+  return ms[2] / 1e3 / iters;
+}
+
+void record(benchmark::State& st, const std::string& name, double sec, double figure, const char* unit) {
+  for (auto _ : st) st.SetIterationTime(sec);
+  st.counters["figure"] = figure;  // unit: see the table
+  st.SetLabel(unit);
+  if (!g_result.count(name)) g_order.push_back(name);
+  g_result[name] = figure;
+  g_us[name] = sec * 1e6;
+}
+
+void bm_copy(benchmark::State& st) {
+  const std::size_t n = 1ull << 30;
+  void *a, *b;
+  CK(cudaMalloc(&a, n));
+  CK(cudaMalloc(&b, n));
+  CK(cudaMemset(a, 1, n));
+  const double s = time_it([&] { CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, g_stream)); }, 10);
+  g_copy_gbs = 2.0 * n / s / 1e9;
+  record(st, "copy/d2d", s, g_copy_gbs, "GB/s");
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+}
+
+void bm_cublas(benchmark::State& st) {
+  const int n = 8192;
+  __nv_bfloat16 *a, *b, *c;
+  CK(cudaMalloc(&a, sizeof(__nv_bfloat16) * n * n));
+  CK(cudaMalloc(&b, sizeof(__nv_bfloat16) * n * n));
+  CK(cudaMalloc(&c, sizeof(__nv_bfloat16) * n * n));
+  CK(cudaMemset(a, 0x3c, sizeof(__nv_bfloat16) * n * n));  // small finite values
+  CK(cudaMemset(b, 0x3c, sizeof(__nv_bfloat16) * n * n));
+  cublasHandle_t h;
+  cublasCreate(&h);
+  cublasSetStream(h, g_stream);
+  const float one = 1.f, zero = 0.f;
+  const double s = time_it(
+      [&] {
+        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &zero, c,
+                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      },
+      5);
+  g_tc_tflops = 2.0 * n * n * double(n) / s / 1e12;
+  record(st, "cublas/bf16_gemm/8192", s, g_tc_tflops, "TFLOP/s");
+  cublasDestroy(h);
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  CK(cudaFree(c));
+}
+
+/// A batch of requests with random summary caches, ready for indexer_select.
+struct SelectSetup {
+  step5::layout::RankLayout rank{};
+  step5::ops::IndexerSelectParams p{};
+  std::vector<void*> allocs;
+  double summary_bytes = 0, score_flops = 0;
+  template <class T>
+  T* alloc(std::size_t n) {
+    void* q;
+    CK(cudaMalloc(&q, std::max<std::size_t>(n, 1) * sizeof(T)));
+    allocs.push_back(q);
+    return static_cast<T*>(q);
+  }
+  SelectSetup(int tp, std::vector<int> q_lens, std::vector<int> seq_lens, int topk, int max_seq) {
+    const auto& e = step5::layout::kGeometries[0];
+    rank = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
+    const int B = static_cast<int>(q_lens.size()), P = rank.geometry.proxy_dim, Il = rank.index_local_heads;
+    std::vector<int> cu(B + 1, 0);
+    for (int b = 0; b < B; ++b) cu[b + 1] = cu[b] + q_lens[b];
+    const int T = cu[B];
+    const int bs = 64, max_blocks = (max_seq + bs - 1) / bs;
+    std::vector<int> bt(static_cast<std::size_t>(B) * max_blocks);
+    for (std::size_t i = 0; i < bt.size(); ++i) bt[i] = static_cast<int>(i);
+    const std::size_t sum_bytes = bt.size() * (bs / 8) * P;
+    auto* d_sum = alloc<std::uint8_t>(sum_bytes);
+    auto* d_iq = alloc<std::uint8_t>(static_cast<std::size_t>(T) * Il * P);
+    auto* d_w = alloc<float>(static_cast<std::size_t>(T) * Il);
+    std::mt19937 rng(1);
+    std::vector<std::uint8_t> h(std::min<std::size_t>(sum_bytes, 8u << 20));  // random pattern, tiled
+    for (auto& x : h) x = static_cast<std::uint8_t>(rng() % 0x7e) | static_cast<std::uint8_t>((rng() & 1) << 7);
+    for (std::size_t o = 0; o < sum_bytes; o += h.size())
+      CK(cudaMemcpy(d_sum + o, h.data(), std::min(h.size(), sum_bytes - o), cudaMemcpyHostToDevice));
+    h.resize(static_cast<std::size_t>(T) * Il * P);
+    for (auto& x : h) x = static_cast<std::uint8_t>(rng() % 0x7e) | static_cast<std::uint8_t>((rng() & 1) << 7);
+    CK(cudaMemcpy(d_iq, h.data(), h.size(), cudaMemcpyHostToDevice));
+    std::vector<float> w(static_cast<std::size_t>(T) * Il);
+    for (auto& x : w) x = static_cast<float>(rng() % 1000) / 1000.f - 0.3f;
+    CK(cudaMemcpy(d_w, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
+    auto* d_cu = alloc<int>(B + 1);
+    auto* d_seq = alloc<int>(B);
+    auto* d_bt = alloc<int>(bt.size());
+    CK(cudaMemcpy(d_cu, cu.data(), (B + 1) * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_seq, seq_lens.data(), B * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_bt, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice));
+    p.rank = rank;
+    p.batch = {d_cu, d_seq, B, T};
+    p.table = {d_bt, max_blocks, bs, static_cast<int>(bt.size())};
+    p.index_q = d_iq;
+    p.weights = d_w;
+    p.summary_cache = d_sum;
+    p.topk = topk;
+    p.max_seq_len = max_seq;
+    p.topk_ids = alloc<int>(static_cast<std::size_t>(rank.local_kv_groups) * T * (topk + 1));
+    p.counts = alloc<int>(static_cast<std::size_t>(rank.local_kv_groups) * T);
+    // bounded score workspace: at most 1 GiB
+    const std::size_t one = step5::ops::indexer_select_workspace_bytes(rank, 1, max_seq, B);
+    const std::size_t per = one - step5::ops::indexer_select_workspace_bytes(rank, 1, 8, B) + 16;
+    const int chunk = static_cast<int>(std::max<std::size_t>(1, std::min<std::size_t>(T, (1ull << 30) / per)));
+    p.workspace_bytes = step5::ops::indexer_select_workspace_bytes(rank, chunk, max_seq, B);
+    p.workspace = alloc<char>(p.workspace_bytes);
+    for (int b = 0; b < B; ++b)
+      for (int i = 0; i < q_lens[b]; ++i) {
+        const double n = (seq_lens[b] - q_lens[b] + i) / 8;
+        score_flops += 2.0 * n * Il * P;
+        if (i == q_lens[b] - 1) summary_bytes += n * P;
+      }
+  }
+  ~SelectSetup() {
+    for (void* q : allocs) cudaFree(q);
+  }
+};
+
+void bm_decode(benchmark::State& st, int tp, int batch, int ctx) {
+  SelectSetup s(tp, std::vector<int>(batch, 1), std::vector<int>(batch, ctx), 512, ctx);
+  const double sec = time_it([&] { CKS(step5::ops::indexer_select(s.p, g_stream)); }, 20);
+  const std::string name = "indexer_decode/step5_preview/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) +
+                           "/ctx:" + std::to_string(ctx);
+  record(st, name, sec, s.summary_bytes / sec / 1e9, "GB/s");
+}
+
+/// Times the score kernel alone (no selection) for the setup's batch.
+double time_scores_only(SelectSetup& s) {
+  using namespace step5;
+  const auto& p = s.p;
+  constexpr auto G = layout::geometry_of(layout::GeometryId::step5_preview);
+  constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
+  const int Il = p.rank.index_local_heads, lg = p.rank.local_kv_groups, T = p.batch.num_tokens, B = p.batch.num_requests;
+  const int tok_tile = std::max(1, kernels::sm90::kScoreCols / Il);
+  const std::int64_t ld = ops::detail::score_ld(p.max_seq_len);
+  const std::size_t fixed = ops::detail::plan_bytes(B);
+  const int chunk = static_cast<int>(std::min<std::size_t>(T, (p.workspace_bytes - fixed) / (std::size_t(lg) * ld * 4)));
+  auto* tile_start = static_cast<std::int32_t*>(p.workspace);
+  kernels::sm90::indexer_plan_kernel<><<<1, kernels::sm90::kPlanThreads, 0, g_stream>>>(p.batch.cu_seqlens_q, B, tok_tile,
+                                                                                      tile_start);
+  constexpr int kSmem = kernels::sm90::score_smem_bytes(G.proxy_dim);
+  auto kern = kernels::sm90::indexer_scores_kernel<G.proxy_dim, kHpg>;
+  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const std::int64_t tiles_upper = (T + tok_tile - 1) / tok_tile + B;
+  const int rpc = 4 * 16 * kernels::sm90::kScoreWarps;
+  return time_it(
+      [&] {
+        for (int t0 = 0; t0 < T; t0 += chunk) {
+          kernels::sm90::ScoreArgs a{p.batch.cu_seqlens_q, p.batch.seq_lens, tile_start, B, tok_tile,
+                                     p.table.block_table, p.table.max_blocks, p.table.block_size, p.index_q, p.weights,
+                                     p.summary_cache, lg, Il, t0, std::min(T, t0 + chunk),
+                                     reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed), ld, rpc};
+          kern<<<dim3(static_cast<unsigned>(tiles_upper), static_cast<unsigned>((ld + rpc - 1) / rpc)),
+                 kernels::sm90::kScoreWarps * 32, kSmem, g_stream>>>(a);
+        }
+      },
+      3);
+}
+
+void bm_prefill(benchmark::State& st, int tp, int tokens, int hist, bool scores_only) {
+  SelectSetup s(tp, {tokens}, {hist + tokens}, 512, hist + tokens);
+  const double sec =
+      scores_only ? time_scores_only(s) : time_it([&] { CKS(step5::ops::indexer_select(s.p, g_stream)); }, 3);
+  const std::string name = std::string(scores_only ? "scores_prefill" : "indexer_prefill") +
+                           "/step5_preview/tp:" + std::to_string(tp) + "/tokens:" + std::to_string(tokens) +
+                           "/ctx:" + std::to_string(hist);
+  record(st, name, sec, s.score_flops / sec / 1e12, "TFLOP/s");
+}
+
+void bm_topk(benchmark::State& st, int rows, int regions, bool cub_baseline) {
+  const std::size_t n = static_cast<std::size_t>(rows) * regions;
+  float* d_s;
+  CK(cudaMalloc(&d_s, n * 4));
+  std::vector<float> h(n);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& x : h) x = nd(rng);
+  CK(cudaMemcpy(d_s, h.data(), n * 4, cudaMemcpyHostToDevice));
+  const int topk = 512;
+  int *d_ids, *d_cnt, *d_hist;
+  CK(cudaMalloc(&d_ids, static_cast<std::size_t>(rows) * (topk + 1) * 4));
+  CK(cudaMalloc(&d_cnt, rows * 4));
+  CK(cudaMalloc(&d_hist, rows * 4));
+  std::vector<int> hh(rows, regions);
+  CK(cudaMemcpy(d_hist, hh.data(), rows * 4, cudaMemcpyHostToDevice));
+  double sec = 0;
+  if (!cub_baseline) {
+    step5::ops::TopkSelectParams p;
+    p.scores = d_s;
+    p.ld = regions;
+    p.history = d_hist;
+    p.rows = rows;
+    p.topk = topk;
+    p.ids = d_ids;
+    p.ld_ids = topk + 1;
+    p.counts = d_cnt;
+    sec = time_it([&] { CKS(step5::ops::topk_select(p, g_stream)); }, 20);
+  } else {
+    // CUB segmented radix sort (descending) of (score, id) pairs per row, then take the first k
+    float* d_ks;
+    int *d_v, *d_vs, *d_off;
+    CK(cudaMalloc(&d_ks, n * 4));
+    CK(cudaMalloc(&d_v, n * 4));
+    CK(cudaMalloc(&d_vs, n * 4));
+    CK(cudaMalloc(&d_off, (rows + 1) * 4));
+    std::vector<int> ids(n), off(rows + 1);
+    for (std::size_t i = 0; i < n; ++i) ids[i] = static_cast<int>(i % regions);
+    for (int r = 0; r <= rows; ++r) off[r] = r * regions;
+    CK(cudaMemcpy(d_v, ids.data(), n * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d_off, off.data(), (rows + 1) * 4, cudaMemcpyHostToDevice));
+    std::size_t tmp_bytes = 0;
+    cub::DeviceSegmentedRadixSort::SortPairsDescending(nullptr, tmp_bytes, d_s, d_ks, d_v, d_vs, static_cast<int>(n),
+                                                       rows, d_off, d_off + 1, 0, 32, g_stream);
+    void* d_tmp;
+    CK(cudaMalloc(&d_tmp, tmp_bytes));
+    sec = time_it(
+        [&] {
+          cub::DeviceSegmentedRadixSort::SortPairsDescending(d_tmp, tmp_bytes, d_s, d_ks, d_v, d_vs, static_cast<int>(n),
+                                                             rows, d_off, d_off + 1, 0, 32, g_stream);
+          CK(cudaMemcpy2DAsync(d_ids, (topk + 1) * 4, d_vs, static_cast<std::size_t>(regions) * 4, topk * 4, rows,
+                               cudaMemcpyDeviceToDevice, g_stream));
+        },
+        20);
+    CK(cudaFree(d_ks));
+    CK(cudaFree(d_v));
+    CK(cudaFree(d_vs));
+    CK(cudaFree(d_off));
+    CK(cudaFree(d_tmp));
+  }
+  const std::string name = std::string(cub_baseline ? "topk/cub_segmented_sort" : "topk/ours") +
+                           "/rows:" + std::to_string(rows) + "/regions:" + std::to_string(regions);
+  record(st, name, sec, n * 4.0 / sec / 1e9, "GB/s");
+  CK(cudaFree(d_s));
+  CK(cudaFree(d_ids));
+  CK(cudaFree(d_cnt));
+  CK(cudaFree(d_hist));
+}
+
+void print_table() {
+  std::printf("\n%-62s %12s %12s %s\n", "benchmark", "us", "figure", "ratio");
+  for (const auto& n : g_order) {
+    std::string ratio;
+    char buf[128];
+    if (n.rfind("indexer_decode", 0) == 0) {
+      std::snprintf(buf, sizeof buf, "%.1f%% of copy BW", 100.0 * g_result[n] / g_copy_gbs);
+      ratio = buf;
+    } else if (n.rfind("indexer_prefill", 0) == 0 || n.rfind("scores_prefill", 0) == 0) {
+      std::snprintf(buf, sizeof buf, "%.1f%% of cuBLAS bf16 TC rate", 100.0 * g_result[n] / g_tc_tflops);
+      ratio = buf;
+    } else if (n.rfind("topk/ours", 0) == 0) {
+      const std::string base = "topk/cub_segmented_sort" + n.substr(std::string("topk/ours").size());
+      if (g_us.count(base)) {
+        std::snprintf(buf, sizeof buf, "%.1fx faster than CUB sort", g_us[base] / g_us[n]);
+        ratio = buf;
+      }
+    }
+    std::printf("%-62s %12.2f %12.1f %s\n", n.c_str(), g_us[n], g_result[n], ratio.c_str());
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 0;
+  }
+  CK(cudaStreamCreate(&g_stream));
+  auto reg = [](const std::string& name, std::function<void(benchmark::State&)> f) {
+    benchmark::RegisterBenchmark(name.c_str(), [f](benchmark::State& st) { f(st); })
+        ->UseManualTime()
+        ->Iterations(1)
+        ->Unit(benchmark::kMicrosecond);
+  };
+  reg("copy/d2d", bm_copy);
+  reg("cublas/bf16_gemm/8192", bm_cublas);
+  for (int tp : {1, 8})
+    for (int batch : {1, 16, 64, 128})
+      for (int ctx : {8192, 32768, 131072, 1 << 20}) {
+        if (static_cast<double>(batch) * ctx > 8.0 * (1 << 20)) continue;  // > 256 MiB of summaries
+        reg("indexer_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + "/ctx:" + std::to_string(ctx),
+            [=](benchmark::State& st) { bm_decode(st, tp, batch, ctx); });
+      }
+  for (int tokens : {4096, 16384})
+    for (int hist : {0, 32768}) {
+      reg("indexer_prefill/tokens:" + std::to_string(tokens) + "/ctx:" + std::to_string(hist),
+          [=](benchmark::State& st) { bm_prefill(st, 1, tokens, hist, false); });
+      reg("scores_prefill/tokens:" + std::to_string(tokens) + "/ctx:" + std::to_string(hist),
+          [=](benchmark::State& st) { bm_prefill(st, 1, tokens, hist, true); });
+    }
+  for (int rows : {64, 512})
+    for (int regions : {16384}) {
+      reg("topk/cub/rows:" + std::to_string(rows), [=](benchmark::State& st) { bm_topk(st, rows, regions, true); });
+      reg("topk/ours/rows:" + std::to_string(rows), [=](benchmark::State& st) { bm_topk(st, rows, regions, false); });
+    }
+  reg("topk/cub/rows:64/131072", [](benchmark::State& st) { bm_topk(st, 64, 131072, true); });
+  reg("topk/ours/rows:64/131072", [](benchmark::State& st) { bm_topk(st, 64, 131072, false); });
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  print_table();
+  return 0;
+}

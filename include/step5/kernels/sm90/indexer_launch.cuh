@@ -1,0 +1,263 @@
+#pragma once
+/// \file step5/kernels/sm90/indexer_launch.cuh
+/// Host launchers behind step5/ops/indexer.hpp, templated on the geometry row (instantiated in
+/// src/instances/indexer.cu.in; the run-time dispatch and the geometry-independent `topk_select`
+/// live in src/instances/indexer_common.cu). Every precondition visible on the host is checked
+/// before anything is launched.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "step5/core/cuda_check.hpp"
+#include "step5/kernels/sm90/indexer_prepare.cuh"
+#include "step5/kernels/sm90/indexer_scores.cuh"
+#include "step5/kernels/sm90/indexer_summaries.cuh"
+#include "step5/kernels/sm90/indexer_topk.cuh"
+#include "step5/layout/geometry.hpp"
+#include "step5/ops/indexer.hpp"
+
+namespace step5::ops::detail {
+
+template <layout::GeometryId Id>
+Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream);
+template <layout::GeometryId Id>
+Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream);
+template <layout::GeometryId Id>
+Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream);
+
+inline std::string num(long long v) { return std::to_string(v); }
+
+inline Status internal_mismatch(const char* op) {
+  return Status(StatusCode::kInternal, std::string(op) + ": geometry dispatch mismatch");
+}
+
+inline Status check_batch(const IndexerBatch& b, const char* op) {
+  if (b.num_requests < 0 || b.num_tokens < 0)
+    return invalid_argument(std::string(op) + ": num_requests = " + num(b.num_requests) + ", num_tokens = " +
+                            num(b.num_tokens) + ", expected both >= 0");
+  if (b.num_tokens > 0 && (b.num_requests == 0 || !b.cu_seqlens_q || !b.seq_lens))
+    return invalid_argument(std::string(op) + ": " + num(b.num_tokens) +
+                            " tokens need num_requests > 0 and non-null cu_seqlens_q / seq_lens");
+  return Status::Ok();
+}
+
+inline Status check_table(const PagedTable& t, const char* op) {
+  if (!t.block_table) return invalid_argument(std::string(op) + ": block_table is null");
+  if (t.block_size <= 0 || t.block_size % 8 != 0)
+    return invalid_argument(std::string(op) + ": block_size = " + num(t.block_size) +
+                            ", expected a positive multiple of 8 (SPEC §5)");
+  if (t.max_blocks <= 0 || t.num_blocks <= 0)
+    return invalid_argument(std::string(op) + ": max_blocks = " + num(t.max_blocks) + ", num_blocks = " +
+                            num(t.num_blocks) + ", expected both > 0");
+  return Status::Ok();
+}
+
+inline Status check_geometry(const layout::RankLayout& r, const layout::Geometry& g, const char* op) {
+  if (!(r.geometry == g)) return internal_mismatch(op);
+  if (r.index_local_kv_heads != 1)
+    return unsupported(std::string(op) + ": index_local_kv_heads = " + num(r.index_local_kv_heads) +
+                       "; the indexer kernels support exactly 1 local indexer k head");
+  if (r.local_kv_groups <= 0 || r.index_local_heads != r.hpg_i * r.local_kv_groups)
+    return invalid_argument(std::string(op) + ": inconsistent RankLayout (index_local_heads = " +
+                            num(r.index_local_heads) + ", hpg_i = " + num(r.hpg_i) + ", local_kv_groups = " +
+                            num(r.local_kv_groups) + "); build it with layout::make_rank_layout");
+  return Status::Ok();
+}
+
+/// Score workspace row stride (regions) for max_seq_len.
+inline std::int64_t score_ld(int max_seq_len) {
+  const std::int64_t n = std::max<std::int64_t>(1, max_seq_len / 8);
+  return (n + 3) / 4 * 4;
+}
+inline std::size_t plan_bytes(int num_requests) {
+  return (static_cast<std::size_t>(num_requests + 1) * 4 + 255) / 256 * 256;
+}
+
+template <layout::GeometryId Id>
+Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
+  constexpr layout::Geometry G = layout::geometry_of(Id);
+  constexpr const char* op = "indexer_prepare";
+  STEP5_RETURN_IF_ERROR(check_geometry(p.rank, G, op));
+  STEP5_RETURN_IF_ERROR(check_batch(p.batch, op));
+  if (p.batch.num_tokens == 0) return Status::Ok();
+  STEP5_RETURN_IF_ERROR(check_table(p.table, op));
+  if (!p.c || !p.q_norm || !p.k_norm || !p.index_q_norm || !p.index_k_norm_w || !p.index_k_norm_b ||
+      !p.cos_main || !p.sin_main || !p.cos_idx || !p.sin_idx || !p.q_out || !p.k_cache || !p.v_cache ||
+      !p.index_q || !p.weights || !p.index_k)
+    return invalid_argument("indexer_prepare: a required pointer (c, norm weights, rope tables or an output) is null");
+  if (p.ldc < p.rank.rows_with_w || p.ldc % 2 != 0)
+    return invalid_argument("indexer_prepare: ldc = " + num(p.ldc) + ", expected an even value >= rows_with_w = " +
+                            num(p.rank.rows_with_w));
+  if (p.max_position <= 0) return invalid_argument("indexer_prepare: max_position = " + num(p.max_position) + ", expected > 0");
+  if (!(p.eps >= 0.f)) return invalid_argument("indexer_prepare: eps must be >= 0");
+  kernels::sm90::PrepareArgs a{};
+  a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
+  a.ldc = p.ldc;
+  a.col_q = p.rank.shard(layout::Shard::kQ).dst_row;
+  a.col_k = p.rank.shard(layout::Shard::kK).dst_row;
+  a.col_v = p.rank.shard(layout::Shard::kV).dst_row;
+  a.col_iq = p.rank.shard(layout::Shard::kIndexQ).dst_row;
+  a.col_ik = p.rank.shard(layout::Shard::kIndexK).dst_row;
+  a.col_w = p.rank.indexer_w.dst_row;
+  a.num_tokens = p.batch.num_tokens;
+  a.num_requests = p.batch.num_requests;
+  a.cu_seqlens_q = p.batch.cu_seqlens_q;
+  a.seq_lens = p.batch.seq_lens;
+  a.block_table = p.table.block_table;
+  a.max_blocks = p.table.max_blocks;
+  a.block_size = p.table.block_size;
+  a.local_heads = p.rank.local_heads;
+  a.local_kv_heads = p.rank.local_kv_heads;
+  a.index_local_heads = p.rank.index_local_heads;
+  a.eps = p.eps;
+  a.weight_scale = 1.0f / std::sqrt(static_cast<float>(p.rank.hpg_i));
+  a.q_norm = p.q_norm;
+  a.k_norm = p.k_norm;
+  a.iq_norm = p.index_q_norm;
+  a.ik_w = p.index_k_norm_w;
+  a.ik_b = p.index_k_norm_b;
+  a.cos_main = reinterpret_cast<const __nv_bfloat16*>(p.cos_main);
+  a.sin_main = reinterpret_cast<const __nv_bfloat16*>(p.sin_main);
+  a.cos_idx = reinterpret_cast<const __nv_bfloat16*>(p.cos_idx);
+  a.sin_idx = reinterpret_cast<const __nv_bfloat16*>(p.sin_idx);
+  a.q_out = reinterpret_cast<__nv_bfloat16*>(p.q_out);
+  a.k_cache = reinterpret_cast<__nv_bfloat16*>(p.k_cache);
+  a.v_cache = reinterpret_cast<__nv_bfloat16*>(p.v_cache);
+  a.index_q = p.index_q;
+  a.weights = p.weights;
+  a.index_k = reinterpret_cast<__nv_bfloat16*>(p.index_k);
+  kernels::sm90::indexer_prepare_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx>
+      <<<p.batch.num_tokens, kernels::sm90::kPrepareThreads, 0, stream>>>(a);
+  return cuda_status(cudaGetLastError(), "indexer_prepare_kernel launch");
+}
+
+template <layout::GeometryId Id>
+Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream) {
+  constexpr layout::Geometry G = layout::geometry_of(Id);
+  constexpr const char* op = "indexer_summaries";
+  STEP5_RETURN_IF_ERROR(check_geometry(p.rank, G, op));
+  STEP5_RETURN_IF_ERROR(check_batch(p.batch, op));
+  if (p.batch.num_tokens == 0) return Status::Ok();
+  STEP5_RETURN_IF_ERROR(check_table(p.table, op));
+  if (!p.index_k || !p.c || !p.summary_cache || !p.tail || !p.tail_slot)
+    return invalid_argument("indexer_summaries: index_k, c, summary_cache, tail and tail_slot must be non-null");
+  if (p.ldc < p.rank.rows_with_w)
+    return invalid_argument("indexer_summaries: ldc = " + num(p.ldc) + ", expected >= rows_with_w = " +
+                            num(p.rank.rows_with_w));
+  if (p.num_slots <= 0) return invalid_argument("indexer_summaries: num_slots = " + num(p.num_slots) + ", expected > 0");
+  if (p.batch.num_requests > 65535)
+    return invalid_argument("indexer_summaries: num_requests = " + num(p.batch.num_requests) + ", expected <= 65535");
+  kernels::sm90::SummaryArgs a{};
+  a.cu_seqlens_q = p.batch.cu_seqlens_q;
+  a.seq_lens = p.batch.seq_lens;
+  a.block_table = p.table.block_table;
+  a.max_blocks = p.table.max_blocks;
+  a.block_size = p.table.block_size;
+  a.index_k = reinterpret_cast<const __nv_bfloat16*>(p.index_k);
+  a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
+  a.ldc = p.ldc;
+  a.col_z = p.rank.shard(layout::Shard::kIndexZ).dst_row;
+  a.summary_cache = p.summary_cache;
+  a.tail = reinterpret_cast<__nv_bfloat16*>(p.tail);
+  a.tail_slot = p.tail_slot;
+  a.num_slots = p.num_slots;
+  // regions completed by one request in this step <= q_len/8 + 1 <= T/8 + 1
+  const int y = std::max(1, std::min(p.batch.num_tokens / 8 + 1, 2048));
+  const dim3 grid(static_cast<unsigned>(y), static_cast<unsigned>(p.batch.num_requests));
+  kernels::sm90::indexer_summaries_kernel<G.proxy_dim><<<grid, G.proxy_dim, 0, stream>>>(a);
+  return cuda_status(cudaGetLastError(), "indexer_summaries_kernel launch");
+}
+
+template <layout::GeometryId Id>
+Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
+  constexpr layout::Geometry G = layout::geometry_of(Id);
+  constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
+  constexpr const char* op = "indexer_select";
+  STEP5_RETURN_IF_ERROR(check_geometry(p.rank, G, op));
+  STEP5_RETURN_IF_ERROR(check_batch(p.batch, op));
+  if (p.topk < 1 || p.topk > 1024)
+    return invalid_argument("indexer_select: topk = " + num(p.topk) + ", expected 1 <= topk <= 1024 (SPEC §1)");
+  if (p.batch.num_tokens == 0) return Status::Ok();
+  STEP5_RETURN_IF_ERROR(check_table(p.table, op));
+  if (!p.index_q || !p.weights || !p.summary_cache || !p.topk_ids || !p.counts || !p.workspace)
+    return invalid_argument("indexer_select: index_q, weights, summary_cache, topk_ids, counts and workspace must be non-null");
+  if (p.max_seq_len <= 0) return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + ", expected > 0");
+  if (p.rank.hpg_i != kHpg) return internal_mismatch(op);
+  const int lg = p.rank.local_kv_groups, Il = p.rank.index_local_heads;
+  if (Il > kernels::sm90::kScoreCols)
+    return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
+  const int B = p.batch.num_requests, T = p.batch.num_tokens;
+  const std::int64_t ld = score_ld(p.max_seq_len);
+  const std::size_t fixed = plan_bytes(B);
+  const std::size_t per_token = static_cast<std::size_t>(lg) * static_cast<std::size_t>(ld) * 4;
+  if (p.workspace_bytes < fixed + per_token)
+    return invalid_argument("indexer_select: workspace_bytes = " + num(static_cast<long long>(p.workspace_bytes)) +
+                            ", expected >= " + num(static_cast<long long>(fixed + per_token)) +
+                            " (indexer_select_workspace_bytes(rank, 1, max_seq_len = " + num(p.max_seq_len) +
+                            ", num_requests = " + num(B) + "))");
+  const int chunk = static_cast<int>(std::min<std::size_t>(T, (p.workspace_bytes - fixed) / per_token));
+  auto* tile_start = static_cast<std::int32_t*>(p.workspace);
+  float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
+  const int tok_tile = std::max(1, kernels::sm90::kScoreCols / Il);
+  kernels::sm90::indexer_plan_kernel<><<<1, kernels::sm90::kPlanThreads, 0, stream>>>(p.batch.cu_seqlens_q, B, tok_tile,
+                                                                                     tile_start);
+  STEP5_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "indexer_plan_kernel launch"));
+
+  constexpr int kSmem = kernels::sm90::score_smem_bytes(G.proxy_dim);
+  auto kern = kernels::sm90::indexer_scores_kernel<G.proxy_dim, kHpg>;
+  STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const std::int64_t tiles_upper = (static_cast<std::int64_t>(T) + tok_tile - 1) / tok_tile + B;
+  constexpr int kStep = 16 * kernels::sm90::kScoreWarps;
+  int rpc = 4 * kStep;
+  while (rpc > kStep && tiles_upper * ((ld + rpc - 1) / rpc) < 264) rpc /= 2;
+  const std::int64_t region_chunks = (ld + rpc - 1) / rpc;
+  if (region_chunks > 65535 || tiles_upper > 0x7fffffff)
+    return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " or num_tokens = " + num(T) +
+                            " exceeds the launch grid");
+
+  for (int t0 = 0; t0 < T; t0 += chunk) {
+    const int t1 = std::min(T, t0 + chunk);
+    kernels::sm90::ScoreArgs s{};
+    s.cu_seqlens_q = p.batch.cu_seqlens_q;
+    s.seq_lens = p.batch.seq_lens;
+    s.tile_start = tile_start;
+    s.num_requests = B;
+    s.tok_tile = tok_tile;
+    s.block_table = p.table.block_table;
+    s.max_blocks = p.table.max_blocks;
+    s.block_size = p.table.block_size;
+    s.index_q = p.index_q;
+    s.weights = p.weights;
+    s.summary_cache = p.summary_cache;
+    s.lg = lg;
+    s.Il = Il;
+    s.t0 = t0;
+    s.t1 = t1;
+    s.scores = scores;
+    s.ld = ld;
+    s.regions_per_cta = rpc;
+    kern<<<dim3(static_cast<unsigned>(tiles_upper), static_cast<unsigned>(region_chunks)),
+           kernels::sm90::kScoreWarps * 32, kSmem, stream>>>(s);
+    STEP5_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "indexer_scores_kernel launch"));
+    kernels::sm90::TopkArgs t{};
+    t.scores = scores;
+    t.ld = ld;
+    t.history = nullptr;
+    t.cu_seqlens_q = p.batch.cu_seqlens_q;
+    t.seq_lens = p.batch.seq_lens;
+    t.num_requests = B;
+    t.num_tokens = T;
+    t.t0 = t0;
+    t.lg = lg;
+    t.topk = p.topk;
+    t.ids = p.topk_ids;
+    t.ld_ids = p.topk + 1;
+    t.counts = p.counts;
+    STEP5_RETURN_IF_ERROR(kernels::sm90::launch_topk(t, (t1 - t0) * lg, stream));
+  }
+  return Status::Ok();
+}
+
+}  // namespace step5::ops::detail

@@ -1,0 +1,100 @@
+#pragma once
+/// \file step5/kernels/sm90/indexer_summaries.cuh
+/// CSA region summaries (SPEC.md §4.4) with the per-request tail buffer (SPEC §5).
+/// Grid (Y, B): CTA (y, b) summarises the regions r = first + y, first + y + Y, ... of request b
+/// that this step completes (rows from the tail for positions < past_len, else from the step's
+/// index_k / raw index_z), P threads, thread d owns proxy dim d:
+///   m = max z over the 8×P block; S[d] = Σ_t e^(z−m)·k / Σ_t e^(z−m) (fp32, t in order;
+///   S = den > 0 ? num / max(den, 1e-20) : 0, golden "semantics.summaries"); stored e4m3(bf16(S)).
+/// CTA y == 0 then writes the leftover rows (positions >= 8·(seq_len/8)) to the tail slot, after its
+/// own summaries: it is the only CTA that reads the tail (the first region), so no other CTA races.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace step5::kernels::sm90 {
+
+struct SummaryArgs {
+  const std::int32_t* cu_seqlens_q;
+  const std::int32_t* seq_lens;
+  const std::int32_t* block_table;
+  int max_blocks, block_size;
+  const __nv_bfloat16* index_k;  // [T, P]
+  const __nv_bfloat16* c;        // raw z at column col_z
+  std::int64_t ldc;
+  int col_z;
+  std::uint8_t* summary_cache;
+  __nv_bfloat16* tail;           // [slots, 8, 2, P]
+  const std::int32_t* tail_slot;
+  int num_slots;
+};
+
+template <int P>
+__global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
+  static_assert(P % 32 == 0 && P <= 1024, "indexer_summaries_kernel: proxy_dim must be a multiple of 32, <= 1024");
+  __shared__ float red[P / 32];
+  const int b = blockIdx.y;
+  const int d = threadIdx.x;
+  const int cu0 = __ldg(a.cu_seqlens_q + b), cu1 = __ldg(a.cu_seqlens_q + b + 1);
+  const int q_len = cu1 - cu0;
+  if (q_len <= 0) return;
+  const int seq = __ldg(a.seq_lens + b);
+  const int past = seq - q_len;
+  const int slot = __ldg(a.tail_slot + b);
+  const bool slot_ok = slot >= 0 && slot < a.num_slots;
+  const __nv_bfloat16* tail = a.tail + static_cast<std::int64_t>(slot_ok ? slot : 0) * 8 * 2 * P;
+  const int first = past / 8, end = seq / 8;  // regions [first, end) complete in this step
+  for (int r = first + blockIdx.x; r < end; r += gridDim.x) {
+    float k[8], z[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int pos = 8 * r + j;
+      if (pos < past) {  // pending row from the tail buffer
+        k[j] = slot_ok ? __bfloat162float(tail[(j * 2 + 0) * P + d]) : 0.f;
+        z[j] = slot_ok ? __bfloat162float(tail[(j * 2 + 1) * P + d]) : 0.f;
+      } else {
+        const std::int64_t t = cu0 + (pos - past);
+        k[j] = __bfloat162float(a.index_k[t * P + d]);
+        z[j] = __bfloat162float(a.c[t * a.ldc + a.col_z + d]);
+      }
+    }
+    float m = z[0];
+#pragma unroll
+    for (int j = 1; j < 8; ++j) m = fmaxf(m, z[j]);
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
+    if ((d & 31) == 0) red[d >> 5] = m;
+    __syncthreads();
+    m = red[0];
+#pragma unroll
+    for (int w = 1; w < P / 32; ++w) m = fmaxf(m, red[w]);
+    __syncthreads();  // red reused by the next region
+    float num = 0.f, den = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float e = expf(z[j] - m);
+      num = __fadd_rn(num, __fmul_rn(e, k[j]));
+      den = __fadd_rn(den, e);
+    }
+    const float s = den > 0.f ? num / fmaxf(den, 1e-20f) : 0.f;
+    const float sb = __bfloat162float(__float2bfloat16_rn(s));
+    const std::int64_t blk = __ldg(a.block_table + static_cast<std::int64_t>(b) * a.max_blocks + (8 * r) / a.block_size);
+    const int sl = (8 * r % a.block_size) / 8;
+    a.summary_cache[(blk * (a.block_size / 8) + sl) * P + d] =
+        static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(sb, __NV_SATFINITE, __NV_E4M3));
+  }
+  if (blockIdx.x != 0 || !slot_ok) return;
+  __syncthreads();  // every read of the tail by this CTA precedes the writes below
+  __nv_bfloat16* tail_w = a.tail + static_cast<std::int64_t>(slot) * 8 * 2 * P;
+  const int lo = past > 8 * end ? past : 8 * end;
+  for (int pos = lo; pos < seq; ++pos) {
+    const std::int64_t t = cu0 + (pos - past);
+    const int j = pos % 8;
+    tail_w[(j * 2 + 0) * P + d] = a.index_k[t * P + d];
+    tail_w[(j * 2 + 1) * P + d] = a.c[t * a.ldc + a.col_z + d];
+  }
+}
+
+}  // namespace step5::kernels::sm90

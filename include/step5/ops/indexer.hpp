@@ -1,0 +1,152 @@
+#pragma once
+/// \file step5/ops/indexer.hpp
+/// Host launchers of the sparse indexer (SPEC.md §4 steps 2–6, caches of SPEC §5), one TP rank:
+///
+///  1. `indexer_prepare`   — reads the fused GEMM output `C` once: main q/k zero-centred RMSNorm +
+///     partial NeoX RoPE (q → `q_out`, k and v → paged KV cache), indexer q RMSNorm + RoPE → e4m3,
+///     indexer k LayerNorm + RoPE → `index_k`, score weights × hpg_i^-0.5 (SPEC §4.2–4.3). One launch.
+///  2. `indexer_summaries` — region summaries of the regions completed by this step (tail rows +
+///     new rows) into the paged e4m3 summary cache; leftover rows go to the tail buffer (SPEC §4.4).
+///  3. `indexer_select`    — scores (e4m3 tensor cores, SPEC §4.5) + deterministic top-k selection
+///     (SPEC §4.6) for every (token, local group); prefill chunks and decode rows in one batch.
+///  `topk_select` is step 6 alone on given fp32 scores (tests, benchmarks, other score producers).
+///
+/// Data layouts: docs/ARCHITECTURE.md "Shared data conventions". All pointers are device pointers;
+/// bf16 is `step5::bf16` (bit pattern, layout-compatible with __nv_bfloat16); e4m3 data are uint8 bit
+/// patterns. Launchers check every host-visible precondition first and return a Status naming the
+/// offending value (nothing is launched then); they never allocate, never synchronise, and are
+/// CUDA-graph safe (the number and shape of launches depend only on host-side sizes). Values that
+/// live on the device (cu_seqlens_q, seq_lens, block ids, tail slots) are preconditions the caller
+/// guarantees: block ids in [0, num_blocks), positions < max_position (rope tables) and
+/// seq_lens <= max_seq_len (indexer_select).
+///
+/// Geometry: each geometry row of `step5/geometries.def` is instantiated in
+/// src/instances/indexer.cu.in (library step5_kernels); the launchers dispatch on
+/// `rank.geometry` at run time and return kUnsupported for a geometry that is not built.
+/// Declarations only (g++-compilable).
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "step5/core/numeric.hpp"
+#include "step5/core/status.hpp"
+#include "step5/layout/geometry.hpp"
+#include "step5/layout/parallel.hpp"
+
+namespace step5::ops {
+
+/// Packed batch of one step (SPEC §5): token i of request b sits at position
+/// `seq_lens[b] - q_len_b + i`, q_len_b = cu_seqlens_q[b+1] - cu_seqlens_q[b] (0 allowed).
+struct IndexerBatch {
+  const std::int32_t* cu_seqlens_q = nullptr;  ///< [num_requests + 1] int32, cu[0] = 0, non-decreasing
+  const std::int32_t* seq_lens = nullptr;      ///< [num_requests] int32, KV length after this step
+  int num_requests = 0;                        ///< B
+  int num_tokens = 0;                          ///< T = cu_seqlens_q[B] (host copy; sizes the grids)
+};
+
+/// The block table shared by the paged KV cache and the summary cache (SPEC §5).
+struct PagedTable {
+  const std::int32_t* block_table = nullptr;  ///< [num_requests, max_blocks] int32
+  int max_blocks = 0;                         ///< row stride of block_table
+  int block_size = 0;                         ///< tokens per block, a positive multiple of 8
+  int num_blocks = 0;                         ///< blocks in the caches
+};
+
+/// Arguments of `indexer_prepare` (SPEC §4.2–4.3).
+struct IndexerPrepareParams {
+  layout::RankLayout rank{};  ///< this rank's layout (columns of C from rank.shards / rank.indexer_w)
+  float eps = 1e-5f;          ///< rms_norm_eps (all three norms)
+  IndexerBatch batch{};
+  PagedTable table{};
+  const bf16* c = nullptr;    ///< fused GEMM output [T, ldc] bf16 (sparse_indexer_w columns included)
+  std::int64_t ldc = 0;       ///< >= rank.rows_with_w
+  const float* q_norm = nullptr;        ///< [D] fp32 (`q_norm`, used as 1 + w)
+  const float* k_norm = nullptr;        ///< [D] fp32 (`k_norm`)
+  const float* index_q_norm = nullptr;  ///< [P] fp32 checkpoint value (rounded to bf16 in the kernel)
+  const float* index_k_norm_w = nullptr;///< [P] fp32 LayerNorm weight (rounded to bf16)
+  const float* index_k_norm_b = nullptr;///< [P] fp32 LayerNorm bias (rounded to bf16)
+  const bf16* cos_main = nullptr;       ///< [max_position, rot_main/2] bf16
+  const bf16* sin_main = nullptr;
+  const bf16* cos_idx = nullptr;        ///< [max_position, rot_idx/2] bf16
+  const bf16* sin_idx = nullptr;
+  int max_position = 0;
+  // outputs
+  bf16* q_out = nullptr;          ///< [T, Hl, D] bf16 contiguous
+  bf16* k_cache = nullptr;        ///< [num_blocks, block_size, KVl, D] bf16
+  bf16* v_cache = nullptr;        ///< [num_blocks, block_size, KVl, D] bf16
+  std::uint8_t* index_q = nullptr;///< [T, Il, P] e4m3 bits
+  float* weights = nullptr;       ///< [T, Il] fp32 = float(w) * hpg_i^-0.5
+  bf16* index_k = nullptr;        ///< [T, P] bf16 (indexer k after LayerNorm + RoPE; read by summaries)
+};
+
+/// Arguments of `indexer_summaries` (SPEC §4.4, tail buffer of SPEC §5).
+struct IndexerSummaryParams {
+  layout::RankLayout rank{};
+  IndexerBatch batch{};
+  PagedTable table{};
+  const bf16* index_k = nullptr;      ///< [T, P] bf16 from indexer_prepare
+  const bf16* c = nullptr;            ///< fused GEMM output (raw index_z columns) [T, ldc]
+  std::int64_t ldc = 0;
+  std::uint8_t* summary_cache = nullptr;  ///< [num_blocks, block_size/8, P] e4m3 bits
+  bf16* tail = nullptr;               ///< [num_slots, 8, 2, P] bf16 (index_k, index_z) pending rows
+  const std::int32_t* tail_slot = nullptr;  ///< [num_requests] int32 slot of each request
+  int num_slots = 0;
+};
+
+/// Arguments of `indexer_select` (SPEC §4.5–4.6).
+struct IndexerSelectParams {
+  layout::RankLayout rank{};
+  IndexerBatch batch{};
+  PagedTable table{};
+  const std::uint8_t* index_q = nullptr;       ///< [T, Il, P] e4m3 bits
+  const float* weights = nullptr;              ///< [T, Il] fp32
+  const std::uint8_t* summary_cache = nullptr; ///< [num_blocks, block_size/8, P] e4m3 bits
+  int topk = 0;                                ///< 1..1024 (run-time `sparse_config.topk`)
+  int max_seq_len = 0;  ///< upper bound of seq_lens (sizes the score workspace; > 0)
+  std::int32_t* topk_ids = nullptr;  ///< [lg, T, topk+1] int32: ascending ids, current region, -1 pad
+  std::int32_t* counts = nullptr;    ///< [lg, T] int32 = min(topk, p/8) + 1
+  void* workspace = nullptr;         ///< >= indexer_select_workspace_bytes(...) for one token (see there)
+  std::size_t workspace_bytes = 0;
+};
+
+/// Workspace bytes of `indexer_select` that process `max_tokens` tokens in one score chunk.
+/// The launcher processes the tokens in chunks of `floor((workspace_bytes - fixed) / per_token)`
+/// tokens, so any size >= `indexer_select_workspace_bytes(rank, 1, max_seq_len, max_requests)` works
+/// (bounded memory whatever the context); more tokens per chunk means fewer launches.
+/// per_token = lg * round_up(max_seq_len/8, 4) * 4 bytes (fp32 scores).
+std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank, int max_tokens, int max_seq_len,
+                                           int max_requests);
+
+/// Step 6 alone on given fp32 scores (SPEC §4.6). Row r: `history[r]` = p/8 regions with scores at
+/// `scores[r*ld + 0 .. history[r])`; writes `ids[r*ld_ids + 0 .. topk]` (the top min(topk, p/8)
+/// ids ascending, then `history[r]` as the current region, then -1) and `counts[r]`.
+/// Ties go to the lower id, NaN ranks above +inf, -0 == +0; bit-identical on every run.
+struct TopkSelectParams {
+  const float* scores = nullptr;
+  std::int64_t ld = 0;               ///< row stride of scores (elements), >= max history
+  const std::int32_t* history = nullptr;  ///< [rows] int32, each in [0, ld]
+  int rows = 0;
+  int topk = 0;                      ///< 1..1024
+  std::int32_t* ids = nullptr;       ///< [rows, ld_ids] int32
+  std::int64_t ld_ids = 0;           ///< >= topk + 1
+  std::int32_t* counts = nullptr;    ///< [rows] int32
+};
+
+/// Launches SPEC §4.2–4.3 for every packed token (asynchronous). Errors: kInvalidArgument
+/// (null pointer, ldc < rank.rows_with_w, block_size not a multiple of 8, max_position <= 0, ...),
+/// kUnsupported (geometry not built, > 1 local indexer k head), kCudaError (launch).
+Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
+
+/// Launches SPEC §4.4: summaries of every region completed by this step into the summary cache,
+/// then the leftover rows of each request into its tail slot. Must run after `indexer_prepare`
+/// of the same step and before `indexer_select` (stream order).
+Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
+
+/// Launches SPEC §4.5–4.6 for every (token, local group).
+Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream);
+
+/// Launches step 6 alone (see TopkSelectParams).
+Status topk_select(const TopkSelectParams& p, cudaStream_t stream);
+
+}  // namespace step5::ops

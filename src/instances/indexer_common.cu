@@ -1,0 +1,106 @@
+// Geometry-independent parts of step5/ops/indexer.hpp: the run-time dispatch over the geometry rows
+// built into step5_kernels (STEP5_BUILT_GEOMETRY_<id>), `topk_select` and the workspace query.
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+#include "step5/kernels/sm90/indexer_topk.cuh"
+#include "step5/layout/geometry.hpp"
+#include "step5/layout/static_layout.hpp"
+#include "step5/ops/indexer.hpp"
+
+namespace step5::ops {
+namespace detail {
+template <layout::GeometryId Id>
+Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream);
+template <layout::GeometryId Id>
+Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream);
+template <layout::GeometryId Id>
+Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream);
+
+// STEP5_IS_SET(M): 1 when macro M is defined as 1, else 0 (usable inside an X-macro expansion).
+#define STEP5_IDX_PLACEHOLDER_1 0,
+#define STEP5_IDX_IS_SET(x) STEP5_IDX_IS_SET1(x)
+#define STEP5_IDX_IS_SET1(v) STEP5_IDX_IS_SET2(STEP5_IDX_PLACEHOLDER_##v)
+#define STEP5_IDX_IS_SET2(junk) STEP5_IDX_IS_SET3(junk 1, 0, 0)
+#define STEP5_IDX_IS_SET3(a, v, ...) v
+inline constexpr bool kBuilt[] = {
+#define STEP5_GEOMETRY(id, ...) STEP5_IDX_IS_SET(STEP5_BUILT_GEOMETRY_##id) != 0,
+#include "step5/geometries.def"
+#undef STEP5_GEOMETRY
+};
+static_assert(sizeof(kBuilt) / sizeof(kBuilt[0]) == layout::kNumGeometries);
+
+std::string geometry_name(const layout::Geometry& g) {
+  for (const auto& e : layout::kGeometries)
+    if (e.geometry == g) return std::string(e.name);
+  return "head_dim " + std::to_string(g.head_dim) + ", proxy_dim " + std::to_string(g.proxy_dim) + ", index heads " +
+         std::to_string(g.index_num_heads) + ", kv heads " + std::to_string(g.num_kv_heads);
+}
+
+template <std::size_t I = 0, class F>
+Status dispatch(const layout::Geometry& g, const char* op, F&& f) {
+  if constexpr (I == layout::kNumGeometries) {
+    return unsupported(std::string(op) + ": geometry (" + geometry_name(g) +
+                       ") is not in step5/geometries.def; supported: " + layout::supported_layouts());
+  } else {
+    if (layout::kGeometries[I].geometry == g) {
+      if constexpr (kBuilt[I]) {
+        return f(std::integral_constant<layout::GeometryId, static_cast<layout::GeometryId>(I)>{});
+      } else {
+        return unsupported(std::string(op) + ": geometry " + std::string(layout::kGeometries[I].name) +
+                           " was not built into step5_kernels (STEP5_GEOMETRIES)");
+      }
+    }
+    return dispatch<I + 1>(g, op, f);
+  }
+}
+}  // namespace detail
+
+Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream) {
+  return detail::dispatch(p.rank.geometry, "indexer_prepare",
+                          [&](auto id) { return detail::indexer_prepare_for<decltype(id)::value>(p, stream); });
+}
+Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream) {
+  return detail::dispatch(p.rank.geometry, "indexer_summaries",
+                          [&](auto id) { return detail::indexer_summaries_for<decltype(id)::value>(p, stream); });
+}
+Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream) {
+  return detail::dispatch(p.rank.geometry, "indexer_select",
+                          [&](auto id) { return detail::indexer_select_for<decltype(id)::value>(p, stream); });
+}
+
+std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank, int max_tokens, int max_seq_len,
+                                           int max_requests) {
+  const std::int64_t n = max_seq_len / 8 > 1 ? max_seq_len / 8 : 1;
+  const std::int64_t ld = (n + 3) / 4 * 4;
+  const std::size_t fixed = (static_cast<std::size_t>(max_requests > 0 ? max_requests : 0) + 1) * 4;
+  const std::size_t fixed_al = (fixed + 255) / 256 * 256;
+  const std::size_t tokens = static_cast<std::size_t>(max_tokens > 1 ? max_tokens : 1);
+  return fixed_al + tokens * static_cast<std::size_t>(rank.local_kv_groups) * static_cast<std::size_t>(ld) * 4;
+}
+
+Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
+  if (p.topk < 1 || p.topk > 1024)
+    return invalid_argument("topk_select: topk = " + std::to_string(p.topk) + ", expected 1 <= topk <= 1024 (SPEC §1)");
+  if (p.rows < 0) return invalid_argument("topk_select: rows = " + std::to_string(p.rows) + ", expected >= 0");
+  if (p.rows == 0) return Status::Ok();
+  if (!p.scores || !p.history || !p.ids || !p.counts)
+    return invalid_argument("topk_select: scores, history, ids and counts must be non-null");
+  if (p.ld < 1) return invalid_argument("topk_select: ld = " + std::to_string(p.ld) + ", expected >= 1");
+  if (p.ld_ids < p.topk + 1)
+    return invalid_argument("topk_select: ld_ids = " + std::to_string(p.ld_ids) + ", expected >= topk + 1 = " +
+                            std::to_string(p.topk + 1));
+  kernels::sm90::TopkArgs a{};
+  a.scores = p.scores;
+  a.ld = p.ld;
+  a.history = p.history;
+  a.topk = p.topk;
+  a.ids = p.ids;
+  a.ld_ids = p.ld_ids;
+  a.counts = p.counts;
+  a.lg = 1;
+  return kernels::sm90::launch_topk(a, p.rows, stream);
+}
+
+}  // namespace step5::ops

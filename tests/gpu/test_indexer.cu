@@ -1,0 +1,608 @@
+// GPU test of the sparse indexer path (SPEC.md §4 steps 2–6, caches of SPEC §5): prepare →
+// summaries → scores + selection against the CPU reference (step5/reference/*.hpp), for every
+// geometry row and two tp values, over several steps mixing prefill chunks, decode and MTP rows.
+//
+// How selections are judged: the GPU's scores (read from the select workspace, layout
+// [(t - t0) * lg + g, ld]) are compared with the reference scores computed from the GPU's own
+// inputs (its e4m3 q, weights and summary cache) within a relative tolerance; the reference
+// selection of the GPU's *own* scores must equal the GPU selection exactly; and against the
+// selection of the reference scores, a row may differ only in ids whose reference score lies within
+// rounding (2e-4 relative) of the k-th selected score (a tie within rounding at the k-th place).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test.hpp"
+#include "step5/layout/parallel.hpp"
+#include "step5/ops/indexer.hpp"
+#include "step5/reference/prepare.hpp"
+#include "step5/reference/rope.hpp"
+#include "step5/reference/scores.hpp"
+#include "step5/reference/select.hpp"
+#include "step5/reference/summaries.hpp"
+
+namespace {
+using step5::bf16;
+namespace ref = step5::reference;
+
+constexpr std::uint16_t kPoisonBf16 = 0x7b7b;
+constexpr std::uint8_t kPoisonU8 = 0x5a;
+
+template <class T>
+T* dalloc(std::size_t n) {
+  T* p = nullptr;
+  GPU_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)));
+  return p;
+}
+template <class T>
+void up(T* d, const std::vector<T>& h) {
+  GPU_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+template <class T>
+std::vector<T> down(const T* d, std::size_t n) {
+  std::vector<T> h(n);
+  GPU_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
+}
+
+/// Deterministic pseudo-random bf16 row of the fused GEMM output for (request, position).
+void fill_c_row(bf16* row, int n, int request, int pos, std::uint32_t seed) {
+  std::mt19937 rng(seed * 7919u + static_cast<std::uint32_t>(request) * 104729u + static_cast<std::uint32_t>(pos));
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (int i = 0; i < n; ++i) row[i] = step5::to_bf16(nd(rng));
+}
+
+struct StepOut {
+  std::vector<std::int32_t> ids, counts;  // [lg, T, topk+1], [lg, T]
+  std::vector<std::int32_t> positions, requests;
+};
+
+/// One rank's world: weights, rope tables, caches (CPU reference copies and GPU copies).
+struct World {
+  step5::layout::RankLayout rank{};
+  std::string name;
+  int D = 0, P = 0, Hl = 0, KVl = 0, Il = 0, lg = 0, hpg = 0, ldc = 0;
+  int NR = 0, block_size = 16, max_blocks = 0, num_blocks = 0, num_slots = 0, max_seq_len = 0;
+  std::uint32_t seed = 1;
+  float eps = 1e-5f;
+  std::vector<float> q_norm, k_norm, iq_norm, ik_w, ik_b;
+  ref::RopeTable rope_main, rope_idx;
+  std::vector<std::int32_t> block_table, tail_slot, past;
+  std::vector<bf16> k_cache, v_cache, tail;
+  std::vector<std::uint8_t> summary;
+  // device
+  float *d_qn = nullptr, *d_kn = nullptr, *d_iqn = nullptr, *d_ikw = nullptr, *d_ikb = nullptr;
+  bf16 *d_cm = nullptr, *d_sm = nullptr, *d_ci = nullptr, *d_si = nullptr;
+  std::int32_t *d_bt = nullptr, *d_ts = nullptr;
+  bf16 *d_kc = nullptr, *d_vc = nullptr, *d_tail = nullptr;
+  std::uint8_t* d_sum = nullptr;
+
+  World(const step5::layout::GeometryEntry& e, int tp, int tp_rank, int nr, int max_seq, std::uint32_t s)
+      : seed(s) {
+    const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), tp_rank);
+    EXPECT(rl.ok(), "layout %s tp %d", std::string(e.name).c_str(), tp);
+    rank = rl.layout;
+    name = std::string(e.name) + " tp " + std::to_string(tp);
+    D = rank.geometry.head_dim;
+    P = rank.geometry.proxy_dim;
+    Hl = rank.local_heads;
+    KVl = rank.local_kv_heads;
+    Il = rank.index_local_heads;
+    lg = rank.local_kv_groups;
+    hpg = rank.hpg_i;
+    ldc = rank.padded_rows;
+    NR = nr;
+    max_seq_len = max_seq;
+    max_blocks = (max_seq + block_size - 1) / block_size;
+    num_blocks = NR * max_blocks + 5;  // spare blocks must stay untouched
+    num_slots = NR + 3;
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.f, 0.2f);
+    auto vec = [&](int n) {
+      std::vector<float> v(static_cast<std::size_t>(n));
+      for (auto& x : v) x = nd(rng);
+      return v;
+    };
+    q_norm = vec(D);
+    k_norm = vec(D);
+    iq_norm = vec(P);
+    ik_w = vec(P);
+    ik_b = vec(P);
+    for (auto& x : ik_w) x += 1.0f;
+    const int max_pos = max_seq + 8;
+    rope_main = ref::make_rope_table(max_pos, rank.geometry.rot_main, 5e6);
+    rope_idx = ref::make_rope_table(max_pos, rank.geometry.rot_idx, 5e6);
+    std::vector<std::int32_t> pool(static_cast<std::size_t>(num_blocks));
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng);
+    block_table.assign(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(NR) * max_blocks);
+    tail_slot.resize(static_cast<std::size_t>(NR));
+    for (int b = 0; b < NR; ++b) tail_slot[b] = (b * 2 + 1) % num_slots;
+    past.assign(static_cast<std::size_t>(NR), 0);
+    const std::size_t kv = static_cast<std::size_t>(num_blocks) * block_size * KVl * D;
+    k_cache.assign(kv, bf16{kPoisonBf16});
+    v_cache.assign(kv, bf16{kPoisonBf16});
+    tail.assign(static_cast<std::size_t>(num_slots) * 16 * P, bf16{kPoisonBf16});
+    summary.assign(static_cast<std::size_t>(num_blocks) * (block_size / 8) * P, kPoisonU8);
+    d_qn = dalloc<float>(D); up(d_qn, q_norm);
+    d_kn = dalloc<float>(D); up(d_kn, k_norm);
+    d_iqn = dalloc<float>(P); up(d_iqn, iq_norm);
+    d_ikw = dalloc<float>(P); up(d_ikw, ik_w);
+    d_ikb = dalloc<float>(P); up(d_ikb, ik_b);
+    d_cm = dalloc<bf16>(rope_main.cos.size()); up(d_cm, rope_main.cos);
+    d_sm = dalloc<bf16>(rope_main.sin.size()); up(d_sm, rope_main.sin);
+    d_ci = dalloc<bf16>(rope_idx.cos.size()); up(d_ci, rope_idx.cos);
+    d_si = dalloc<bf16>(rope_idx.sin.size()); up(d_si, rope_idx.sin);
+    d_bt = dalloc<std::int32_t>(block_table.size()); up(d_bt, block_table);
+    d_ts = dalloc<std::int32_t>(tail_slot.size()); up(d_ts, tail_slot);
+    d_kc = dalloc<bf16>(kv); up(d_kc, k_cache);
+    d_vc = dalloc<bf16>(kv); up(d_vc, v_cache);
+    d_tail = dalloc<bf16>(tail.size()); up(d_tail, tail);
+    d_sum = dalloc<std::uint8_t>(summary.size()); up(d_sum, summary);
+  }
+  ~World() {
+    for (void* p : std::initializer_list<void*>{d_qn, d_kn, d_iqn, d_ikw, d_ikb, d_cm, d_sm, d_ci, d_si, d_bt, d_ts,
+                                                 d_kc, d_vc, d_tail, d_sum})
+      cudaFree(p);
+  }
+  ref::BlockTableView table() const { return {block_table.data(), max_blocks, block_size, num_blocks}; }
+  step5::ops::PagedTable dtable() const { return {d_bt, max_blocks, block_size, num_blocks}; }
+};
+
+/// Compares bf16 arrays: elements the reference left at the poison value must be poison on the GPU
+/// (untouched), the others within rel_tol (‖gpu − ref‖ / ‖ref‖).
+void compare_cache_bf16(const std::vector<bf16>& gpu, const std::vector<bf16>& cpu, double rel_tol, const char* what,
+                        const std::string& ctx) {
+  std::vector<float> g, c;
+  std::size_t touched_poison = 0;
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    if (cpu[i].bits == kPoisonBf16) {
+      touched_poison += gpu[i].bits != kPoisonBf16;
+    } else {
+      g.push_back(step5::to_float(gpu[i]));
+      c.push_back(step5::to_float(cpu[i]));
+    }
+  }
+  const double err = step5_test::rel_error(g, c);
+  EXPECT(touched_poison == 0, "%s %s: %zu elements outside the written slots changed", ctx.c_str(), what, touched_poison);
+  EXPECT(err <= rel_tol, "%s %s: rel error %.3g > %.3g over %zu written elements", ctx.c_str(), what, err, rel_tol,
+         g.size());
+}
+
+void compare_cache_e4m3(const std::vector<std::uint8_t>& gpu, const std::vector<std::uint8_t>& cpu, double rel_tol,
+                        const char* what, const std::string& ctx) {
+  std::vector<float> g, c;
+  std::size_t touched_poison = 0;
+  for (std::size_t i = 0; i < cpu.size(); ++i) {
+    if (cpu[i] == kPoisonU8) {
+      touched_poison += gpu[i] != kPoisonU8;
+    } else {
+      g.push_back(step5::e4m3_bits_to_float(gpu[i]));
+      c.push_back(step5::e4m3_bits_to_float(cpu[i]));
+    }
+  }
+  const double err = step5_test::rel_error(g, c);
+  EXPECT(touched_poison == 0, "%s %s: %zu bytes outside the written slots changed", ctx.c_str(), what, touched_poison);
+  EXPECT(err <= rel_tol, "%s %s: rel error %.3g > %.3g over %zu written bytes", ctx.c_str(), what, err, rel_tol, g.size());
+}
+
+/// Judges the GPU selection of one row (see the file comment). Returns true when tolerated.
+bool judge_row(const float* ref_scores, int n, int topk, const std::int32_t* gpu_row, int gpu_count, int* tie_rows) {
+  std::vector<std::int32_t> r(static_cast<std::size_t>(topk + 1));
+  const int cnt = ref::select_row(ref_scores, n, topk, n, r.data());
+  if (cnt == gpu_count && std::equal(r.begin(), r.end(), gpu_row)) return true;
+  if (cnt != gpu_count) return false;
+  const int k = cnt - 1;
+  if (gpu_row[k] != n) return false;
+  for (int i = k + 1; i <= topk; ++i)
+    if (gpu_row[i] != -1) return false;
+  float kth = 0.f;
+  bool first = true;
+  float rowmax = 0.f;
+  for (int i = 0; i < n; ++i) rowmax = std::max(rowmax, std::abs(ref_scores[i]));
+  for (int i = 0; i < k; ++i) {
+    const float s = ref_scores[r[i]];
+    if (first || ref::ranks_above(kth, 0, s, 1)) kth = s;
+    first = false;
+  }
+  const float tol = 2e-4f * (std::abs(kth) + 1e-3f * rowmax) + 1e-30f;
+  std::vector<std::int32_t> a(r.begin(), r.begin() + k), b(gpu_row, gpu_row + k), diff;
+  std::set_symmetric_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(diff));
+  for (int id : diff)
+    if (id < 0 || id >= n || !(std::abs(ref_scores[id] - kth) <= tol)) return false;
+  ++*tie_rows;
+  return true;
+}
+
+struct StepOptions {
+  int topk = 16;
+  int ws_tokens = 0;     // tokens per score chunk (0 = all)
+  int repeats = 1;       // > 1: indexer_select repeated, results must be bit-identical
+  bool reference = true; // compare with the CPU reference
+};
+
+/// Runs one step on the GPU and the CPU reference and compares every output.
+StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& opt) {
+  const int B = w.NR;
+  std::vector<std::int32_t> cu(static_cast<std::size_t>(B) + 1, 0), seq(static_cast<std::size_t>(B));
+  for (int b = 0; b < B; ++b) {
+    cu[b + 1] = cu[b] + q_lens[b];
+    seq[b] = w.past[b] + q_lens[b];
+  }
+  const int T = cu[B];
+  const std::string ctx = w.name + " step(T=" + std::to_string(T) + ", topk=" + std::to_string(opt.topk) + ")";
+  std::vector<bf16> C(static_cast<std::size_t>(T) * w.ldc);
+  StepOut out;
+  for (int b = 0; b < B; ++b)
+    for (int i = 0; i < q_lens[b]; ++i) {
+      fill_c_row(C.data() + static_cast<std::size_t>(cu[b] + i) * w.ldc, w.rank.rows_with_w, b, w.past[b] + i, w.seed);
+      out.positions.push_back(w.past[b] + i);
+      out.requests.push_back(b);
+    }
+  // ---- GPU
+  auto* d_cu = dalloc<std::int32_t>(cu.size());
+  auto* d_seq = dalloc<std::int32_t>(seq.size());
+  auto* d_c = dalloc<bf16>(C.size());
+  up(d_cu, cu);
+  up(d_seq, seq);
+  up(d_c, C);
+  const std::size_t nq = static_cast<std::size_t>(T) * w.Hl * w.D, niq = static_cast<std::size_t>(T) * w.Il * w.P;
+  auto* d_q = dalloc<bf16>(nq);
+  auto* d_iq = dalloc<std::uint8_t>(niq);
+  auto* d_w = dalloc<float>(static_cast<std::size_t>(T) * w.Il);
+  auto* d_ik = dalloc<bf16>(static_cast<std::size_t>(T) * w.P);
+  const std::size_t nids = static_cast<std::size_t>(w.lg) * T * (opt.topk + 1);
+  auto* d_ids = dalloc<std::int32_t>(nids);
+  auto* d_cnt = dalloc<std::int32_t>(static_cast<std::size_t>(w.lg) * T);
+  GPU_CHECK(cudaMemset(d_q, 0x7b, nq * 2));
+  GPU_CHECK(cudaMemset(d_iq, kPoisonU8, niq));
+  GPU_CHECK(cudaMemset(d_w, 0x7b, static_cast<std::size_t>(T) * w.Il * 4));
+  GPU_CHECK(cudaMemset(d_ik, 0x7b, static_cast<std::size_t>(T) * w.P * 2));
+  const int ws_tokens = opt.ws_tokens > 0 ? opt.ws_tokens : std::max(T, 1);
+  const std::size_t ws_bytes = step5::ops::indexer_select_workspace_bytes(w.rank, ws_tokens, w.max_seq_len, B);
+  auto* d_ws = dalloc<char>(ws_bytes);
+  const step5::ops::IndexerBatch batch{d_cu, d_seq, B, T};
+
+  step5::ops::IndexerPrepareParams pp;
+  pp.rank = w.rank;
+  pp.eps = w.eps;
+  pp.batch = batch;
+  pp.table = w.dtable();
+  pp.c = d_c;
+  pp.ldc = w.ldc;
+  pp.q_norm = w.d_qn;
+  pp.k_norm = w.d_kn;
+  pp.index_q_norm = w.d_iqn;
+  pp.index_k_norm_w = w.d_ikw;
+  pp.index_k_norm_b = w.d_ikb;
+  pp.cos_main = w.d_cm;
+  pp.sin_main = w.d_sm;
+  pp.cos_idx = w.d_ci;
+  pp.sin_idx = w.d_si;
+  pp.max_position = w.rope_main.max_position;
+  pp.q_out = d_q;
+  pp.k_cache = w.d_kc;
+  pp.v_cache = w.d_vc;
+  pp.index_q = d_iq;
+  pp.weights = d_w;
+  pp.index_k = d_ik;
+  step5::Status st = step5::ops::indexer_prepare(pp, nullptr);
+  EXPECT(st.ok(), "%s indexer_prepare: %s", ctx.c_str(), st.to_string().c_str());
+
+  step5::ops::IndexerSummaryParams sp;
+  sp.rank = w.rank;
+  sp.batch = batch;
+  sp.table = w.dtable();
+  sp.index_k = d_ik;
+  sp.c = d_c;
+  sp.ldc = w.ldc;
+  sp.summary_cache = w.d_sum;
+  sp.tail = w.d_tail;
+  sp.tail_slot = w.d_ts;
+  sp.num_slots = w.num_slots;
+  const step5::Status st2 = step5::ops::indexer_summaries(sp, nullptr);
+  EXPECT(st2.ok(), "%s indexer_summaries: %s", ctx.c_str(), st2.to_string().c_str());
+
+  step5::ops::IndexerSelectParams se;
+  se.rank = w.rank;
+  se.batch = batch;
+  se.table = w.dtable();
+  se.index_q = d_iq;
+  se.weights = d_w;
+  se.summary_cache = w.d_sum;
+  se.topk = opt.topk;
+  se.max_seq_len = w.max_seq_len;
+  se.topk_ids = d_ids;
+  se.counts = d_cnt;
+  se.workspace = d_ws;
+  se.workspace_bytes = ws_bytes;
+  for (int rep = 0; rep < opt.repeats; ++rep) {
+    GPU_CHECK(cudaMemset(d_ids, 0x7b, nids * 4));
+    GPU_CHECK(cudaMemset(d_cnt, 0x7b, static_cast<std::size_t>(w.lg) * T * 4));
+    const step5::Status st3 = step5::ops::indexer_select(se, nullptr);
+    EXPECT(st3.ok(), "%s indexer_select: %s", ctx.c_str(), st3.to_string().c_str());
+    GPU_CHECK(cudaDeviceSynchronize());
+    auto ids = down(d_ids, nids);
+    auto counts = down(d_cnt, static_cast<std::size_t>(w.lg) * T);
+    if (rep == 0) {
+      out.ids = ids;
+      out.counts = counts;
+    } else if (ids != out.ids || counts != out.counts) {
+      EXPECT(false, "%s: selection differs at repeat %d", ctx.c_str(), rep);
+      break;
+    }
+  }
+  const auto g_q = down(d_q, nq);
+  const auto g_iq = down(d_iq, niq);
+  const auto g_w = down(d_w, static_cast<std::size_t>(T) * w.Il);
+  const auto g_ik = down(d_ik, static_cast<std::size_t>(T) * w.P);
+  const auto g_kc = down(w.d_kc, w.k_cache.size());
+  const auto g_vc = down(w.d_vc, w.v_cache.size());
+  const auto g_tail = down(w.d_tail, w.tail.size());
+  const auto g_sum = down(w.d_sum, w.summary.size());
+  const std::int64_t ld = (std::max<std::int64_t>(1, w.max_seq_len / 8) + 3) / 4 * 4;  // as the launcher
+  const std::size_t ws_fixed = (static_cast<std::size_t>(B + 1) * 4 + 255) / 256 * 256;
+  std::vector<float> g_scores;
+  const bool one_chunk = ws_tokens >= T;
+  if (one_chunk && T > 0)
+    g_scores = down(reinterpret_cast<const float*>(d_ws + ws_fixed), static_cast<std::size_t>(T) * w.lg * ld);
+
+  if (opt.reference && T > 0) {
+    // ---- CPU reference chain
+    const ref::BatchView bv{B, cu.data(), seq.data()};
+    const auto pos = ref::token_positions(bv);
+    const auto& r = w.rank;
+    std::vector<bf16> q_ref(nq), k_ref(static_cast<std::size_t>(T) * w.KVl * w.D);
+    ref::prepare_main_qk(T, w.Hl, w.KVl, w.D, C.data() + r.shard(step5::layout::Shard::kQ).dst_row, w.ldc,
+                         C.data() + r.shard(step5::layout::Shard::kK).dst_row, w.ldc, w.q_norm.data(), w.k_norm.data(),
+                         w.eps, w.rope_main, pos.data(), q_ref.data(), k_ref.data());
+    ref::write_kv_cache(bv, w.table(), w.KVl, w.D, k_ref.data(), w.KVl * w.D,
+                        C.data() + r.shard(step5::layout::Shard::kV).dst_row, w.ldc, w.k_cache.data(), w.v_cache.data());
+    std::vector<std::uint8_t> iq_ref(niq);
+    std::vector<bf16> ik_ref(static_cast<std::size_t>(T) * w.P), iz_ref(ik_ref.size());
+    std::vector<float> w_ref(static_cast<std::size_t>(T) * w.Il);
+    ref::prepare_indexer(T, w.Il, w.hpg, w.P, C.data() + r.shard(step5::layout::Shard::kIndexQ).dst_row, w.ldc,
+                         C.data() + r.shard(step5::layout::Shard::kIndexK).dst_row, w.ldc,
+                         C.data() + r.shard(step5::layout::Shard::kIndexZ).dst_row, w.ldc,
+                         C.data() + r.indexer_w.dst_row, w.ldc, w.iq_norm.data(), w.ik_w.data(), w.ik_b.data(), w.eps,
+                         w.rope_idx, pos.data(), nullptr, iq_ref.data(), ik_ref.data(), iz_ref.data(), w_ref.data());
+    ref::update_summaries(bv, w.table(), w.P, ik_ref.data(), w.P, iz_ref.data(), w.P, w.tail.data(), w.num_slots,
+                          w.tail_slot.data(), w.summary.data());
+    // ---- compare preparation and caches
+    auto as_float = [](const std::vector<bf16>& v) {
+      std::vector<float> f(v.size());
+      for (std::size_t i = 0; i < v.size(); ++i) f[i] = step5::to_float(v[i]);
+      return f;
+    };
+    const double eq = step5_test::rel_error(as_float(g_q), as_float(q_ref));
+    EXPECT(eq <= 1e-2, "%s q_out rel error %.3g", ctx.c_str(), eq);
+    std::vector<float> giq(niq), riq(niq);
+    for (std::size_t i = 0; i < niq; ++i) {
+      giq[i] = step5::e4m3_bits_to_float(g_iq[i]);
+      riq[i] = step5::e4m3_bits_to_float(iq_ref[i]);
+    }
+    const double eiq = step5_test::rel_error(giq, riq);
+    EXPECT(eiq <= 2e-2, "%s index_q (e4m3) rel error %.3g", ctx.c_str(), eiq);
+    EXPECT(g_w == w_ref, "%s weights differ from float(w) * hpg_i^-0.5", ctx.c_str());
+    const double eik = step5_test::rel_error(as_float(g_ik), as_float(ik_ref));
+    EXPECT(eik <= 1e-2, "%s index_k rel error %.3g", ctx.c_str(), eik);
+    compare_cache_bf16(g_kc, w.k_cache, 1e-2, "k_cache", ctx);
+    compare_cache_bf16(g_vc, w.v_cache, 0.0, "v_cache", ctx);
+    compare_cache_bf16(g_tail, w.tail, 1e-2, "tail", ctx);
+    compare_cache_e4m3(g_sum, w.summary, 3e-2, "summary_cache", ctx);
+
+    // ---- scores from the GPU's own inputs, selections
+    std::vector<float> rs(static_cast<std::size_t>(w.lg) * T * ld);
+    ref::compute_scores(bv, w.table(), w.lg, w.hpg, w.P, g_iq.data(), g_w.data(), g_sum.data(), rs.data(),
+                        static_cast<int>(ld));
+    int bad_rows = 0, tie_rows = 0, score_bad = 0;
+    double num = 0, den = 0;
+    for (int g = 0; g < w.lg; ++g)
+      for (int t = 0; t < T; ++t) {
+        const int n = pos[t] / 8;
+        const float* rrow = rs.data() + (static_cast<std::size_t>(g) * T + t) * ld;
+        const std::int32_t* grow = out.ids.data() + (static_cast<std::size_t>(g) * T + t) * (opt.topk + 1);
+        const int gcount = out.counts[static_cast<std::size_t>(g) * T + t];
+        if (!g_scores.empty()) {
+          const float* gs = g_scores.data() + (static_cast<std::size_t>(t) * w.lg + g) * ld;
+          float rmax = 0.f;
+          for (int i = 0; i < n; ++i) rmax = std::max(rmax, std::abs(rrow[i]));
+          for (int i = 0; i < n; ++i) {
+            num += double(gs[i] - rrow[i]) * double(gs[i] - rrow[i]);
+            den += double(rrow[i]) * rrow[i];
+            if (!(std::abs(gs[i] - rrow[i]) <= 1e-3f * rmax + 1e-30f)) ++score_bad;
+          }
+          std::vector<std::int32_t> own(static_cast<std::size_t>(opt.topk + 1));
+          const int oc = ref::select_row(gs, n, opt.topk, n, own.data());
+          EXPECT(oc == gcount && std::equal(own.begin(), own.end(), grow),
+                 "%s row (g %d, t %d, pos %d): GPU selection != reference selection of the GPU's own scores",
+                 ctx.c_str(), g, t, pos[t]);
+        }
+        if (!judge_row(rrow, n, opt.topk, grow, gcount, &tie_rows)) ++bad_rows;
+      }
+    if (!g_scores.empty()) {
+      const double es = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+      EXPECT(es <= 1e-4 && score_bad == 0, "%s scores: rel error %.3g, %d elements off by > 1e-3 of the row max",
+             ctx.c_str(), es, score_bad);
+    }
+    EXPECT(bad_rows == 0, "%s: %d selection rows differ beyond ties within rounding", ctx.c_str(), bad_rows);
+    std::printf("  %s: %d rows, %d tolerated ties at the k-th place\n", ctx.c_str(), w.lg * T, tie_rows);
+  }
+  for (void* p : std::initializer_list<void*>{d_cu, d_seq, d_c, d_q, d_iq, d_w, d_ik, d_ids, d_cnt, d_ws})
+    GPU_CHECK(cudaFree(p));
+  for (int b = 0; b < B; ++b) w.past[b] += q_lens[b];
+  return out;
+}
+
+}  // namespace
+
+GPU_CASE("indexer: full path vs reference, mixed prefill/decode/MTP steps, every geometry") {
+  for (const auto& e : step5::layout::kGeometries) {
+    for (int tp : {1, 8}) {
+      World w(e, tp, tp - 1, 6, 2048, 11);
+      StepOptions o;
+      o.topk = 16;
+      run_step(w, {300, 45, 1003, 203, 7, 0}, o);  // prefill (request 5 idle)
+      o.topk = 64;
+      o.ws_tokens = 5;  // several score chunks
+      run_step(w, {1, 77, 1, 3, 1, 64}, o);        // decode, chunk with pending tail, MTP, new prefill
+      o.topk = 3;
+      o.ws_tokens = 0;
+      o.repeats = 100;
+      run_step(w, {4, 1, 0, 1, 9, 1}, o);          // 100 repeated selections must be bit-identical
+    }
+  }
+}
+
+GPU_CASE("indexer: chunked prefill equals one-shot (caches and selections bit-identical)") {
+  const auto& e = step5::layout::kGeometries[0];
+  World a(e, 1, 0, 2, 1024, 5), b(e, 1, 0, 2, 1024, 5);
+  StepOptions o;
+  o.topk = 8;
+  o.reference = false;
+  const StepOut one = run_step(a, {200, 61}, o);
+  std::vector<StepOut> parts;
+  parts.push_back(run_step(b, {37, 20}, o));
+  parts.push_back(run_step(b, {100, 41}, o));
+  parts.push_back(run_step(b, {63, 0}, o));
+  EXPECT(down(a.d_sum, a.summary.size()) == down(b.d_sum, b.summary.size()), "summary caches differ");
+  {  // pending tail rows (rows < seq_len % 8 of each request's slot; rows beyond are stale by definition)
+    const auto ta = down(a.d_tail, a.tail.size()), tb = down(b.d_tail, b.tail.size());
+    for (int r = 0; r < a.NR; ++r) {
+      const std::size_t o = static_cast<std::size_t>(a.tail_slot[r]) * 16 * a.P;
+      const std::size_t len = static_cast<std::size_t>(a.past[r] % 8) * 2 * a.P;
+      EXPECT(a.past[r] == b.past[r] && std::memcmp(ta.data() + o, tb.data() + o, len * sizeof(bf16)) == 0,
+             "pending tail rows of request %d differ", r);
+    }
+  }
+  EXPECT(same_bits(down(a.d_kc, a.k_cache.size()), down(b.d_kc, b.k_cache.size())), "k caches differ");
+  // map (request, position) -> selection rows
+  const int lg = a.lg, w = o.topk + 1;
+  const int T1 = static_cast<int>(one.positions.size());
+  int compared = 0;
+  for (const auto& part : parts) {
+    const int T2 = static_cast<int>(part.positions.size());
+    for (int t2 = 0; t2 < T2; ++t2) {
+      int t1 = 0;
+      while (t1 < T1 && !(one.requests[t1] == part.requests[t2] && one.positions[t1] == part.positions[t2])) ++t1;
+      EXPECT(t1 < T1, "token not found");
+      if (t1 >= T1) continue;
+      for (int g = 0; g < lg; ++g) {
+        const bool same =
+            std::equal(one.ids.begin() + (static_cast<std::ptrdiff_t>(g) * T1 + t1) * w,
+                       one.ids.begin() + (static_cast<std::ptrdiff_t>(g) * T1 + t1 + 1) * w,
+                       part.ids.begin() + (static_cast<std::ptrdiff_t>(g) * T2 + t2) * w) &&
+            one.counts[static_cast<std::size_t>(g) * T1 + t1] == part.counts[static_cast<std::size_t>(g) * T2 + t2];
+        EXPECT(same, "selection of request %d position %d group %d differs", part.requests[t2], part.positions[t2], g);
+        ++compared;
+      }
+    }
+  }
+  EXPECT(compared == lg * T1, "compared %d rows, expected %d", compared, lg * T1);
+}
+
+GPU_CASE("indexer: scores + selection at 1M tokens of context (131072 regions), decode + MTP") {
+  const auto& e = step5::layout::kGeometries[0];
+  const int tp = 4;  // lg = 1 keeps the CPU reference affordable
+  const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
+  const int P = rl.geometry.proxy_dim, Il = rl.index_local_heads, lg = rl.local_kv_groups, hpg = rl.hpg_i;
+  const int max_seq = 1 << 20, block_size = 256, max_blocks = max_seq / block_size;
+  const int B = 2;
+  std::vector<std::int32_t> cu = {0, 1, 3}, seq = {max_seq, 100001};
+  const int T = 3;
+  const int num_blocks = B * max_blocks;
+  std::vector<std::int32_t> bt(static_cast<std::size_t>(num_blocks));
+  std::iota(bt.begin(), bt.end(), 0);
+  std::mt19937 rng(9);
+  std::shuffle(bt.begin(), bt.end(), rng);
+  std::vector<std::uint8_t> sum(static_cast<std::size_t>(num_blocks) * (block_size / 8) * P), iq(static_cast<std::size_t>(T) * Il * P);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& x : sum) x = step5::float_to_e4m3_bits(nd(rng));
+  for (auto& x : iq) x = step5::float_to_e4m3_bits(nd(rng));
+  std::vector<float> wts(static_cast<std::size_t>(T) * Il);
+  for (auto& x : wts) x = nd(rng) * 0.5f;
+  const int topk = 1024;
+  auto* d_cu = dalloc<std::int32_t>(3); up(d_cu, cu);
+  auto* d_seq = dalloc<std::int32_t>(2); up(d_seq, seq);
+  auto* d_bt = dalloc<std::int32_t>(bt.size()); up(d_bt, bt);
+  auto* d_sum = dalloc<std::uint8_t>(sum.size()); up(d_sum, sum);
+  auto* d_iq = dalloc<std::uint8_t>(iq.size()); up(d_iq, iq);
+  auto* d_w = dalloc<float>(wts.size()); up(d_w, wts);
+  const std::size_t nids = static_cast<std::size_t>(lg) * T * (topk + 1);
+  auto* d_ids = dalloc<std::int32_t>(nids);
+  auto* d_cnt = dalloc<std::int32_t>(static_cast<std::size_t>(lg) * T);
+  GPU_CHECK(cudaMemset(d_ids, 0x7b, nids * 4));
+  GPU_CHECK(cudaMemset(d_cnt, 0x7b, static_cast<std::size_t>(lg) * T * 4));
+  const std::size_t ws_bytes = step5::ops::indexer_select_workspace_bytes(rl, T, max_seq, B);
+  auto* d_ws = dalloc<char>(ws_bytes);
+  step5::ops::IndexerSelectParams se;
+  se.rank = rl;
+  se.batch = {d_cu, d_seq, B, T};
+  se.table = {d_bt, max_blocks, block_size, num_blocks};
+  se.index_q = d_iq;
+  se.weights = d_w;
+  se.summary_cache = d_sum;
+  se.topk = topk;
+  se.max_seq_len = max_seq;
+  se.topk_ids = d_ids;
+  se.counts = d_cnt;
+  se.workspace = d_ws;
+  se.workspace_bytes = ws_bytes;
+  const step5::Status st = step5::ops::indexer_select(se, nullptr);
+  EXPECT(st.ok(), "indexer_select: %s", st.to_string().c_str());
+  GPU_CHECK(cudaDeviceSynchronize());
+  const auto ids = down(d_ids, nids);
+  const auto counts = down(d_cnt, static_cast<std::size_t>(lg) * T);
+  const ref::BatchView bv{B, cu.data(), seq.data()};
+  const ref::BlockTableView tv{bt.data(), max_blocks, block_size, num_blocks};
+  const int ld = max_seq / 8;
+  std::vector<float> rs(static_cast<std::size_t>(lg) * T * ld);
+  ref::compute_scores(bv, tv, lg, hpg, P, iq.data(), wts.data(), sum.data(), rs.data(), ld);
+  const auto pos = ref::token_positions(bv);
+  int ties = 0;
+  for (int t = 0; t < T; ++t)
+    for (int g = 0; g < lg; ++g) {
+      const std::size_t row = static_cast<std::size_t>(g) * T + t;
+      EXPECT(judge_row(rs.data() + row * ld, pos[t] / 8, topk, ids.data() + row * (topk + 1), counts[row], &ties),
+             "1M-context row (t %d, g %d, pos %d) differs beyond ties within rounding", t, g, pos[t]);
+    }
+  std::printf("  1M context: %d rows, %d tolerated ties\n", lg * T, ties);
+  for (void* p : std::initializer_list<void*>{d_cu, d_seq, d_bt, d_sum, d_iq, d_w, d_ids, d_cnt, d_ws})
+    GPU_CHECK(cudaFree(p));
+}
+
+GPU_CASE("indexer: bad arguments are refused with messages naming the values") {
+  const auto& e = step5::layout::kGeometries[0];
+  const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, 1), 0).layout;
+  step5::ops::IndexerSelectParams se;
+  se.rank = rl;
+  se.topk = 2000;
+  step5::Status s = step5::ops::indexer_select(se, nullptr);
+  EXPECT(!s.ok() && s.message().find("2000") != std::string::npos, "topk 2000: %s", s.to_string().c_str());
+  step5::ops::IndexerPrepareParams pp;
+  pp.rank = rl;
+  pp.batch.num_tokens = 4;
+  pp.batch.num_requests = 1;
+  int dummy = 0;
+  pp.batch.cu_seqlens_q = &dummy;
+  pp.batch.seq_lens = &dummy;
+  pp.table = {&dummy, 1, 12, 1};
+  s = step5::ops::indexer_prepare(pp, nullptr);
+  EXPECT(!s.ok() && s.message().find("block_size = 12") != std::string::npos, "block_size 12: %s", s.to_string().c_str());
+  step5::layout::RankLayout other = rl;
+  other.geometry.head_dim = 96;
+  pp.rank = other;
+  s = step5::ops::indexer_prepare(pp, nullptr);
+  EXPECT(s.code() == step5::StatusCode::kUnsupported, "unknown geometry: %s", s.to_string().c_str());
+}
+
+STEP5_GPU_TEST_MAIN()

@@ -1,0 +1,233 @@
+// GPU test of the deterministic top-k selection (SPEC.md §4.6): step5::ops::topk_select fed the
+// same fp32 scores as the CPU reference (step5/reference/select.hpp); rows and counts must be equal
+// exactly, on hard patterns (plateaus, ±inf, NaN, −0, near-equal values), both kernel variants
+// (shared-memory rows and 131072-region rows from global memory), and bit-identical over 100 runs.
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu/gpu_test.hpp"
+#include "step5/ops/indexer.hpp"
+#include "step5/reference/select.hpp"
+
+namespace {
+
+enum class Pattern { kRandom, kAllEqual, kInf, kNaN, kZeroPlateau, kNearEqual, kFewDistinct, kNegative };
+const char* pattern_name(Pattern p) {
+  switch (p) {
+    case Pattern::kRandom: return "random";
+    case Pattern::kAllEqual: return "all-equal";
+    case Pattern::kInf: return "inf";
+    case Pattern::kNaN: return "nan";
+    case Pattern::kZeroPlateau: return "zero-plateau";
+    case Pattern::kNearEqual: return "near-equal";
+    case Pattern::kFewDistinct: return "few-distinct";
+    case Pattern::kNegative: return "negative";
+  }
+  return "?";
+}
+
+/// Fills the n scores of one row; `topk` places the zero plateau across the k-th rank.
+void fill_row(float* s, int n, int topk, Pattern p, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::uniform_int_distribution<int> ui(0, 1 << 20);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  for (int i = 0; i < n; ++i) s[i] = nd(rng);
+  switch (p) {
+    case Pattern::kRandom: break;
+    case Pattern::kAllEqual:
+      for (int i = 0; i < n; ++i) s[i] = 0.75f;
+      break;
+    case Pattern::kInf:
+      for (int i = 0; i < n; ++i) {
+        const int u = ui(rng) % 16;
+        if (u == 0) s[i] = inf;
+        else if (u == 1) s[i] = -inf;
+      }
+      break;
+    case Pattern::kNaN:
+      for (int i = 0; i < n; ++i) {
+        const int u = ui(rng) % 16;
+        if (u == 0) s[i] = nan;
+        else if (u == 1) s[i] = -nan;
+        else if (u == 2) s[i] = inf;
+      }
+      break;
+    case Pattern::kZeroPlateau: {
+      // about topk/2 positive scores, then a big plateau of +0 and -0 straddling the k-th place
+      for (int i = 0; i < n; ++i) {
+        const int u = ui(rng) % n;
+        if (u < topk / 2) s[i] = std::abs(s[i]) + 0.01f;
+        else if (u < 3 * n / 4) s[i] = (u & 1) ? 0.0f : -0.0f;
+        else s[i] = -std::abs(s[i]) - 0.01f;
+      }
+      break;
+    }
+    case Pattern::kNearEqual:
+      for (int i = 0; i < n; ++i) {
+        std::uint32_t b;
+        const float base = 1.2345f;
+        std::memcpy(&b, &base, 4);
+        b += static_cast<std::uint32_t>(ui(rng) % 8);  // differ in the lowest 3 mantissa bits
+        std::memcpy(&s[i], &b, 4);
+      }
+      break;
+    case Pattern::kFewDistinct:
+      for (int i = 0; i < n; ++i) s[i] = static_cast<float>(ui(rng) % 5) - 2.0f;
+      break;
+    case Pattern::kNegative:
+      for (int i = 0; i < n; ++i) s[i] = -std::abs(s[i]) * 1e-30f;  // tiny negatives, subnormal-ish
+      break;
+  }
+}
+
+struct Rows {
+  int ld = 0;
+  int topk = 0;
+  std::vector<float> scores;
+  std::vector<std::int32_t> history;
+  std::vector<std::string> names;
+  void add(int n, Pattern p, std::mt19937& rng) {
+    const std::size_t r = history.size();
+    scores.resize((r + 1) * static_cast<std::size_t>(ld), 0.f);
+    fill_row(scores.data() + r * ld, n, topk, p, rng);
+    history.push_back(n);
+    names.push_back(std::string(pattern_name(p)) + " n=" + std::to_string(n));
+  }
+  int rows() const { return static_cast<int>(history.size()); }
+};
+
+struct GpuResult {
+  std::vector<std::int32_t> ids, counts;
+};
+
+GpuResult run_gpu(const Rows& R, int repeats = 1, bool* identical = nullptr) {
+  const int rows = R.rows(), w = R.topk + 1;
+  float* d_s = nullptr;
+  std::int32_t *d_h = nullptr, *d_ids = nullptr, *d_cnt = nullptr;
+  GPU_CHECK(cudaMalloc(&d_s, R.scores.size() * 4));
+  GPU_CHECK(cudaMalloc(&d_h, rows * 4));
+  GPU_CHECK(cudaMalloc(&d_ids, static_cast<std::size_t>(rows) * w * 4));
+  GPU_CHECK(cudaMalloc(&d_cnt, rows * 4));
+  GPU_CHECK(cudaMemcpy(d_s, R.scores.data(), R.scores.size() * 4, cudaMemcpyHostToDevice));
+  GPU_CHECK(cudaMemcpy(d_h, R.history.data(), rows * 4, cudaMemcpyHostToDevice));
+  step5::ops::TopkSelectParams p;
+  p.scores = d_s;
+  p.ld = R.ld;
+  p.history = d_h;
+  p.rows = rows;
+  p.topk = R.topk;
+  p.ids = d_ids;
+  p.ld_ids = w;
+  p.counts = d_cnt;
+  GpuResult first;
+  if (identical) *identical = true;
+  for (int it = 0; it < repeats; ++it) {
+    GPU_CHECK(cudaMemset(d_ids, 0x7b, static_cast<std::size_t>(rows) * w * 4));  // poison
+    GPU_CHECK(cudaMemset(d_cnt, 0x7b, rows * 4));
+    const step5::Status st = step5::ops::topk_select(p, nullptr);
+    EXPECT(st.ok(), "topk_select: %s", st.to_string().c_str());
+    GPU_CHECK(cudaDeviceSynchronize());
+    GpuResult r;
+    r.ids.resize(static_cast<std::size_t>(rows) * w);
+    r.counts.resize(rows);
+    GPU_CHECK(cudaMemcpy(r.ids.data(), d_ids, r.ids.size() * 4, cudaMemcpyDeviceToHost));
+    GPU_CHECK(cudaMemcpy(r.counts.data(), d_cnt, rows * 4, cudaMemcpyDeviceToHost));
+    if (it == 0) first = r;
+    else if (identical && (r.ids != first.ids || r.counts != first.counts)) *identical = false;
+  }
+  GPU_CHECK(cudaFree(d_s));
+  GPU_CHECK(cudaFree(d_h));
+  GPU_CHECK(cudaFree(d_ids));
+  GPU_CHECK(cudaFree(d_cnt));
+  return first;
+}
+
+void check_against_reference(const Rows& R, const char* what) {
+  const GpuResult g = run_gpu(R);
+  const int w = R.topk + 1;
+  int bad = 0;
+  for (int r = 0; r < R.rows(); ++r) {
+    std::vector<std::int32_t> ref(static_cast<std::size_t>(w));
+    const int cnt = step5::reference::select_row(R.scores.data() + static_cast<std::size_t>(r) * R.ld, R.history[r],
+                                                 R.topk, R.history[r], ref.data());
+    const bool same = g.counts[r] == cnt &&
+                      std::equal(ref.begin(), ref.end(), g.ids.begin() + static_cast<std::ptrdiff_t>(r) * w);
+    if (!same && bad++ < 5) {
+      int first_diff = 0;
+      while (first_diff < w && ref[first_diff] == g.ids[static_cast<std::size_t>(r) * w + first_diff]) ++first_diff;
+      std::fprintf(stderr, "  %s row %d (%s, topk %d): count gpu %d ref %d; first diff at %d: gpu %d ref %d\n", what,
+                   r, R.names[r].c_str(), R.topk, g.counts[r], cnt, first_diff,
+                   first_diff < w ? g.ids[static_cast<std::size_t>(r) * w + first_diff] : 0,
+                   first_diff < w ? ref[first_diff] : 0);
+    }
+    EXPECT(same, "%s row %d (%s) differs from the reference", what, r, R.names[r].c_str());
+  }
+}
+
+const Pattern kAll[] = {Pattern::kRandom,      Pattern::kAllEqual,  Pattern::kInf,         Pattern::kNaN,
+                        Pattern::kZeroPlateau, Pattern::kNearEqual, Pattern::kFewDistinct, Pattern::kNegative};
+
+}  // namespace
+
+GPU_CASE("topk: edge histories (0 .. 7 positions, history == topk, topk +- 1), every pattern, several topk") {
+  std::mt19937 rng(1);
+  for (int topk : {1, 2, 7, 64, 512, 1024}) {
+    Rows R;
+    R.topk = topk;
+    R.ld = 2048;
+    for (Pattern p : kAll)
+      for (int n : {0, 1, topk - 1, topk, topk + 1, 2 * topk + 3, 2000})
+        if (n >= 0 && n <= R.ld) R.add(n, p, rng);
+    check_against_reference(R, ("edges topk " + std::to_string(topk)).c_str());
+  }
+}
+
+GPU_CASE("topk: 16384-region rows (shared-memory variant), every pattern") {
+  std::mt19937 rng(2);
+  Rows R;
+  R.topk = 512;
+  R.ld = 16384;
+  for (Pattern p : kAll)
+    for (int n : {16384, 9999, 513}) R.add(n, p, rng);
+  check_against_reference(R, "16K rows");
+}
+
+GPU_CASE("topk: 131072-region rows (1M tokens, global-memory variant) mixed with short rows") {
+  std::mt19937 rng(3);
+  Rows R;
+  R.topk = 1024;
+  R.ld = 131072;
+  for (Pattern p : kAll) R.add(131072, p, rng);
+  R.add(0, Pattern::kRandom, rng);
+  R.add(1025, Pattern::kZeroPlateau, rng);
+  R.add(77777, Pattern::kNearEqual, rng);
+  check_against_reference(R, "131072 rows");
+}
+
+GPU_CASE("topk: bit-identical over 100 launches (plateau-heavy batch)") {
+  std::mt19937 rng(4);
+  Rows R;
+  R.topk = 512;
+  R.ld = 16384;
+  for (Pattern p : kAll) R.add(16384, p, rng);
+  bool identical = false;
+  run_gpu(R, 100, &identical);
+  EXPECT(identical, "selection changed between repeated launches");
+}
+
+GPU_CASE("topk: invalid arguments are refused with a message") {
+  step5::ops::TopkSelectParams p;
+  p.topk = 0;
+  p.rows = 1;
+  step5::Status s = step5::ops::topk_select(p, nullptr);
+  EXPECT(!s.ok() && s.message().find("topk = 0") != std::string::npos, "topk 0: %s", s.to_string().c_str());
+  p.topk = 1025;
+  s = step5::ops::topk_select(p, nullptr);
+  EXPECT(!s.ok() && s.message().find("1025") != std::string::npos, "topk 1025: %s", s.to_string().c_str());
+}
+
+STEP5_GPU_TEST_MAIN()
