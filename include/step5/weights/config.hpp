@@ -1,0 +1,532 @@
+#pragma once
+/// \file step5/weights/config.hpp
+/// `ModelConfig`: the attention-relevant part of a HF `config.json` of the Step5 family
+/// (SPEC.md §1, §6, §7), and the derived `layout::Geometry`.
+///
+/// Where fields are looked up: Step5 nests the text model under `text_config`; every text field
+/// is looked up there first and then at the top level (flat configs are accepted). Indexer
+/// fields live in `sparse_config` (itself under `text_config` or at the top level).
+///
+/// Fields read (JSON type; all required unless marked optional):
+///  - `hidden_size`, `num_hidden_layers`, `num_attention_heads`, `num_attention_groups`,
+///    `head_dim` (integers), `rms_norm_eps` (number), `num_nextn_predict_layers` (integer,
+///    optional, default 0: the MTP layers).
+///  - `gate_output_size` (integer; in the text section or `sparse_config`), else
+///    `use_head_wise_attn_gate` (bool: true → `num_attention_heads`, false → 0).
+///  - `layer_types_with_mtp` / `layer_types` (arrays of strings; SPEC §6: the first non-empty
+///    one is the per-layer attention type list). At least one must be non-empty.
+///  - `rope_theta`: array of numbers (one per layer, MTP layers included) or a number (all layers).
+///  - `partial_rotary_factors`: array (one per layer), else `partial_rotary_factor` (number).
+///  - `rope_scaling` (optional object or null): `rope_type` (or `type`) "llama3" with
+///    `factor`, `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`;
+///    "default" means none; any other type is refused (kUnsupported).
+///  - `yarn_only_types` (optional array of strings): the layer types the rope scaling applies
+///    to (absent: every layer).
+///  - `sparse_config`: `num_provider_groups` (= index_tp_size), `proxy_dim`, `topk` (1..1024),
+///    `sparse_indexer_rope_dim`, `region_block_size`, `sparse_indexer_num_heads`,
+///    `sparse_indexer_num_k_heads`, `apply_to_layer_types` (array of strings).
+/// Per-layer lists must have `num_hidden_layers` or `num_hidden_layers +
+/// num_nextn_predict_layers` entries.
+///
+/// Derived geometry (SPEC §1): H, KV, D, Ni, P, Nk, gate as above; `rot_main` =
+/// `partial_rotary_factor × head_dim` of the DSA layers (layers whose type is in
+/// `apply_to_layer_types`; all must agree and give an even integer ≤ D); `rot_idx` =
+/// `sparse_indexer_rope_dim`; R = `region_block_size`. By default the geometry must be a row of
+/// `layout::kGeometries` (SPEC §8); the error lists the rows.
+///
+/// Errors (`step5::Error`, message names the file, the field with its path, expected and
+/// found): missing field (kNotFound, says where it was looked for), wrong JSON type or a value
+/// out of range (kInvalidArgument), values contradicting each other (num_provider_groups !=
+/// num_attention_groups, list length != number of layers, DSA layers with different rotary
+/// factors), geometry not in the list (kUnsupported), malformed JSON / unreadable file
+/// (kIoError / kNotFound). Never crashes on arbitrary input (fuzzed by tests/fuzz/fuzz_config.cpp).
+///
+/// Host only (g++); needs nlohmann-json.
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "step5/core/status.hpp"
+#include "step5/layout/geometry.hpp"
+#include "step5/layout/model.hpp"
+
+namespace step5 {
+
+/// llama3 RoPE scaling parameters (SPEC §1 `theta` row).
+struct RopeScaling {
+  std::string rope_type = "llama3";
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  std::int64_t original_max_position_embeddings = 0;
+};
+
+/// `sparse_config` of the DSA indexer (SPEC §1, §7).
+struct SparseConfig {
+  int num_provider_groups = 0;        ///< G = index_tp_size
+  int proxy_dim = 0;                  ///< P
+  int topk = 0;                       ///< regions selected per (token, group), 1..1024
+  int sparse_indexer_rope_dim = 0;    ///< rot_idx
+  int region_block_size = 0;          ///< R
+  int sparse_indexer_num_heads = 0;   ///< Ni
+  int sparse_indexer_num_k_heads = 0; ///< Nk
+  std::vector<std::string> apply_to_layer_types;  ///< layer types that run DSA
+};
+
+/// The attention-relevant model configuration (see the file comment for the fields).
+struct ModelConfig {
+  std::string source;  ///< file (or label) it was parsed from, for messages
+  int hidden_size = 0;
+  int num_hidden_layers = 0;
+  int num_nextn_predict_layers = 0;  ///< MTP layers (after the dense stack)
+  int num_attention_heads = 0;
+  int num_attention_groups = 0;
+  int head_dim = 0;
+  int gate_output_size = 0;
+  double rms_norm_eps = 0.0;
+  std::vector<double> rope_theta;              ///< per layer (a scalar is replicated to total_layers())
+  std::vector<double> partial_rotary_factors;  ///< per layer (a scalar is replicated)
+  std::vector<std::string> layer_types;
+  std::vector<std::string> layer_types_with_mtp;
+  std::optional<RopeScaling> rope_scaling;
+  std::optional<std::vector<std::string>> yarn_only_types;
+  SparseConfig sparse;
+  layout::Geometry geometry;  ///< derived, SPEC §1
+  std::string geometry_name;  ///< the matching row of geometries.def ("" if none and not required)
+
+  /// Dense layers plus MTP layers.
+  int total_layers() const { return num_hidden_layers + num_nextn_predict_layers; }
+  /// Per-layer attention types, SPEC §6 (`layer_types_with_mtp` if non-empty, else
+  /// `layer_types`; `layout::resolve_layer_types`).
+  std::vector<std::string> attention_layer_types() const {
+    return layout::resolve_layer_types(layer_types_with_mtp, layer_types);
+  }
+  /// True when layer `layer` runs DSA (its type is in `sparse.apply_to_layer_types`).
+  bool is_dsa_layer(int layer) const {
+    const auto t = attention_layer_types();
+    if (layer < 0 || layer >= static_cast<int>(t.size())) return false;
+    return layout::is_dsa_layer(t[static_cast<std::size_t>(layer)], sparse.apply_to_layer_types);
+  }
+  /// Indices of the DSA layers (`layout::dsa_layer_indices`).
+  std::vector<int> dsa_layers() const {
+    return layout::dsa_layer_indices(attention_layer_types(), sparse.apply_to_layer_types);
+  }
+  /// RoPE base of `layer`; throws `Error` (kInvalidArgument) when the list does not cover it.
+  double rope_theta_of(int layer) const {
+    if (layer < 0 || layer >= static_cast<int>(rope_theta.size()))
+      throw Error(StatusCode::kInvalidArgument, source + ": rope_theta has " + std::to_string(rope_theta.size()) +
+                                                    " entries, no entry for layer " + std::to_string(layer));
+    return rope_theta[static_cast<std::size_t>(layer)];
+  }
+  /// True when `rope_scaling` applies to `layer` (its type is in `yarn_only_types`, or
+  /// `yarn_only_types` is absent).
+  bool rope_scaling_applies(int layer) const {
+    if (!rope_scaling) return false;
+    if (!yarn_only_types) return true;
+    const auto t = attention_layer_types();
+    if (layer < 0 || layer >= static_cast<int>(t.size())) return false;
+    for (const auto& y : *yarn_only_types)
+      if (y == t[static_cast<std::size_t>(layer)]) return true;
+    return false;
+  }
+  /// The parallel layout of this model at `tp` (index_tp_size = num_provider_groups).
+  layout::ParallelLayout parallel_layout(int tp) const { return {tp, sparse.num_provider_groups}; }
+};
+
+namespace detail {
+
+/// Field lookup over the sections of a config (text_config first, then the top level).
+class ConfigReader {
+ public:
+  ConfigReader(const nlohmann::json& root, std::string source) : root_(root), source_(std::move(source)) {
+    if (!root_.is_object())
+      fail(StatusCode::kInvalidArgument, "config must be a JSON object, got " + std::string(root_.type_name()));
+    auto t = root_.find("text_config");
+    if (t != root_.end() && !t->is_null()) {
+      if (!t->is_object())
+        fail(StatusCode::kInvalidArgument, "field 'text_config' must be an object, got " + std::string(t->type_name()));
+      text_ = &*t;
+    }
+  }
+  [[noreturn]] void fail(StatusCode c, const std::string& m) const { throw Error(c, source_ + ": " + m); }
+  const std::string& source() const { return source_; }
+
+  /// The text-section field `name` (text_config, then top level), or nullptr. `path` receives
+  /// the dotted path where it was found.
+  const nlohmann::json* find(const std::string& name, std::string* path = nullptr) const {
+    if (text_) {
+      auto it = text_->find(name);
+      if (it != text_->end() && !it->is_null()) {
+        if (path) *path = "text_config." + name;
+        return &*it;
+      }
+    }
+    auto it = root_.find(name);
+    if (it != root_.end() && !it->is_null()) {
+      if (path) *path = name;
+      return &*it;
+    }
+    return nullptr;
+  }
+  std::string where() const { return text_ ? "in text_config and at the top level" : "at the top level"; }
+  [[noreturn]] void missing(const std::string& name) const {
+    fail(StatusCode::kNotFound, "missing field '" + name + "' (looked " + where() + ")");
+  }
+  const nlohmann::json& require(const std::string& name, std::string* path) const {
+    const nlohmann::json* j = find(name, path);
+    if (!j) missing(name);
+    return *j;
+  }
+
+  static std::string describe(const nlohmann::json& j) {
+    if (j.is_number_float()) return "number " + num_text(j.get<double>());
+    if (j.is_number_integer()) return "integer " + std::to_string(j.get<std::int64_t>());
+    if (j.is_number_unsigned()) return "integer " + std::to_string(j.get<std::uint64_t>());
+    if (j.is_boolean()) return j.get<bool>() ? "true" : "false";
+    return std::string("a JSON ") + j.type_name();
+  }
+  static std::string num_text(double v) {
+    std::ostringstream s;
+    s.precision(17);
+    s << v;
+    return s.str();
+  }
+
+  int as_int(const nlohmann::json& j, const std::string& path, std::int64_t lo, std::int64_t hi) const {
+    std::int64_t v = 0;
+    if (j.is_number_unsigned()) {
+      const std::uint64_t u = j.get<std::uint64_t>();
+      if (u > static_cast<std::uint64_t>(hi))
+        fail(StatusCode::kInvalidArgument, "field '" + path + "' = " + std::to_string(u) + " is outside [" +
+                                               std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      v = static_cast<std::int64_t>(u);
+    } else if (j.is_number_integer()) {
+      v = j.get<std::int64_t>();
+    } else {
+      fail(StatusCode::kInvalidArgument, "field '" + path + "' must be an integer, got " + describe(j));
+    }
+    if (v < lo || v > hi)
+      fail(StatusCode::kInvalidArgument, "field '" + path + "' = " + std::to_string(v) + " is outside [" +
+                                             std::to_string(lo) + ", " + std::to_string(hi) + "]");
+    return static_cast<int>(v);
+  }
+  double as_number(const nlohmann::json& j, const std::string& path) const {
+    if (!j.is_number()) fail(StatusCode::kInvalidArgument, "field '" + path + "' must be a number, got " + describe(j));
+    const double v = j.get<double>();
+    if (!std::isfinite(v)) fail(StatusCode::kInvalidArgument, "field '" + path + "' must be finite, got " + num_text(v));
+    return v;
+  }
+  std::vector<std::string> as_strings(const nlohmann::json& j, const std::string& path) const {
+    if (!j.is_array()) fail(StatusCode::kInvalidArgument, "field '" + path + "' must be an array of strings, got " + describe(j));
+    std::vector<std::string> r;
+    r.reserve(j.size());
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      if (!j[i].is_string())
+        fail(StatusCode::kInvalidArgument, "field '" + path + "[" + std::to_string(i) + "]' must be a string, got " +
+                                               describe(j[i]));
+      r.push_back(j[i].get<std::string>());
+    }
+    return r;
+  }
+  int get_int(const std::string& name, std::int64_t lo, std::int64_t hi) const {
+    std::string p;
+    const auto& j = require(name, &p);
+    return as_int(j, p, lo, hi);
+  }
+
+  const nlohmann::json& root() const { return root_; }
+
+ private:
+  const nlohmann::json& root_;
+  const nlohmann::json* text_ = nullptr;
+  std::string source_;
+};
+
+}  // namespace detail
+
+/// Parses a config already read into JSON. `source` names it in messages. With
+/// `require_listed_geometry` (default) the derived geometry must be a row of geometries.def.
+/// Throws `step5::Error` (see the file comment).
+inline ModelConfig parse_model_config(const nlohmann::json& root, const std::string& source = "config.json",
+                                      bool require_listed_geometry = true) {
+  using detail::ConfigReader;
+  ConfigReader r(root, source);
+  constexpr std::int64_t kMaxDim = 1 << 24, kMaxLayers = 100000;
+  ModelConfig c;
+  c.source = source;
+  c.hidden_size = r.get_int("hidden_size", 1, kMaxDim);
+  c.num_hidden_layers = r.get_int("num_hidden_layers", 1, kMaxLayers);
+  {
+    std::string p;
+    const nlohmann::json* j = r.find("num_nextn_predict_layers", &p);
+    c.num_nextn_predict_layers = j ? r.as_int(*j, p, 0, 1024) : 0;
+  }
+  c.num_attention_heads = r.get_int("num_attention_heads", 1, kMaxDim);
+  c.num_attention_groups = r.get_int("num_attention_groups", 1, kMaxDim);
+  c.head_dim = r.get_int("head_dim", 1, kMaxDim);
+  {
+    std::string p;
+    c.rms_norm_eps = r.as_number(r.require("rms_norm_eps", &p), p);
+    if (!(c.rms_norm_eps > 0.0))
+      r.fail(StatusCode::kInvalidArgument, "field '" + p + "' = " + ConfigReader::num_text(c.rms_norm_eps) + " must be > 0");
+  }
+  const int total = c.total_layers();
+  auto check_len = [&](std::size_t n, const std::string& path) {
+    if (n != static_cast<std::size_t>(c.num_hidden_layers) && n != static_cast<std::size_t>(total))
+      r.fail(StatusCode::kInvalidArgument,
+             "field '" + path + "' has " + std::to_string(n) + " entries, expected one per layer: num_hidden_layers = " +
+                 std::to_string(c.num_hidden_layers) +
+                 (c.num_nextn_predict_layers ? " or num_hidden_layers + num_nextn_predict_layers = " + std::to_string(total)
+                                             : std::string()));
+  };
+
+  // --- sparse_config --------------------------------------------------------------------------
+  std::string sp;
+  const nlohmann::json& s = r.require("sparse_config", &sp);
+  if (!s.is_object()) r.fail(StatusCode::kInvalidArgument, "field '" + sp + "' must be an object, got " + ConfigReader::describe(s));
+  auto sfield = [&](const char* name) -> std::pair<const nlohmann::json*, std::string> {
+    auto it = s.find(name);
+    const std::string path = sp + "." + name;
+    if (it == s.end() || it->is_null())
+      r.fail(StatusCode::kNotFound, "missing field '" + std::string(name) + "' in '" + sp + "'");
+    return {&*it, path};
+  };
+  auto sint = [&](const char* name, std::int64_t lo, std::int64_t hi) {
+    auto [j, p] = sfield(name);
+    return r.as_int(*j, p, lo, hi);
+  };
+  c.sparse.num_provider_groups = sint("num_provider_groups", 1, kMaxDim);
+  c.sparse.proxy_dim = sint("proxy_dim", 1, kMaxDim);
+  c.sparse.topk = sint("topk", 1, 1024);
+  c.sparse.sparse_indexer_rope_dim = sint("sparse_indexer_rope_dim", 0, kMaxDim);
+  c.sparse.region_block_size = sint("region_block_size", 1, kMaxDim);
+  c.sparse.sparse_indexer_num_heads = sint("sparse_indexer_num_heads", 1, kMaxDim);
+  c.sparse.sparse_indexer_num_k_heads = sint("sparse_indexer_num_k_heads", 1, kMaxDim);
+  {
+    auto [j, p] = sfield("apply_to_layer_types");
+    c.sparse.apply_to_layer_types = r.as_strings(*j, p);
+  }
+
+  // --- gate -----------------------------------------------------------------------------------
+  {
+    std::string p;
+    const nlohmann::json* g = r.find("gate_output_size", &p);
+    if (!g) {
+      auto it = s.find("gate_output_size");
+      if (it != s.end() && !it->is_null()) {
+        g = &*it;
+        p = sp + ".gate_output_size";
+      }
+    }
+    if (g) {
+      c.gate_output_size = r.as_int(*g, p, 0, kMaxDim);
+    } else if (const nlohmann::json* u = r.find("use_head_wise_attn_gate", &p)) {
+      if (!u->is_boolean())
+        r.fail(StatusCode::kInvalidArgument, "field '" + p + "' must be a boolean, got " + ConfigReader::describe(*u));
+      c.gate_output_size = u->get<bool>() ? c.num_attention_heads : 0;
+    } else {
+      r.fail(StatusCode::kNotFound, "missing field 'gate_output_size' (looked " + r.where() + " and in '" + sp +
+                                        "') and no 'use_head_wise_attn_gate' to derive it from");
+    }
+  }
+
+  // --- layer types ----------------------------------------------------------------------------
+  {
+    std::string p;
+    if (const nlohmann::json* j = r.find("layer_types", &p)) {
+      c.layer_types = r.as_strings(*j, p);
+      if (!c.layer_types.empty()) check_len(c.layer_types.size(), p);
+    }
+    if (const nlohmann::json* j = r.find("layer_types_with_mtp", &p)) {
+      c.layer_types_with_mtp = r.as_strings(*j, p);
+      if (!c.layer_types_with_mtp.empty() && c.layer_types_with_mtp.size() != static_cast<std::size_t>(total))
+        r.fail(StatusCode::kInvalidArgument, "field '" + p + "' has " + std::to_string(c.layer_types_with_mtp.size()) +
+                                                 " entries, expected num_hidden_layers + num_nextn_predict_layers = " +
+                                                 std::to_string(total));
+    }
+    if (c.attention_layer_types().empty())
+      r.fail(StatusCode::kNotFound, "missing field 'layer_types_with_mtp' or 'layer_types' (looked " + r.where() +
+                                        "): needed to tell which layers run DSA");
+  }
+
+  // --- rope -----------------------------------------------------------------------------------
+  {
+    std::string p;
+    const nlohmann::json& t = r.require("rope_theta", &p);
+    if (t.is_array()) {
+      check_len(t.size(), p);
+      for (std::size_t i = 0; i < t.size(); ++i) {
+        const double v = r.as_number(t[i], p + "[" + std::to_string(i) + "]");
+        if (!(v > 0.0))
+          r.fail(StatusCode::kInvalidArgument, "field '" + p + "[" + std::to_string(i) + "]' = " + ConfigReader::num_text(v) + " must be > 0");
+        c.rope_theta.push_back(v);
+      }
+    } else {
+      const double v = r.as_number(t, p);
+      if (!(v > 0.0)) r.fail(StatusCode::kInvalidArgument, "field '" + p + "' = " + ConfigReader::num_text(v) + " must be > 0");
+      c.rope_theta.assign(static_cast<std::size_t>(total), v);
+    }
+  }
+  {
+    std::string p;
+    auto read_factor = [&](const nlohmann::json& j, const std::string& path) {
+      const double v = r.as_number(j, path);
+      if (!(v >= 0.0 && v <= 1.0))
+        r.fail(StatusCode::kInvalidArgument, "field '" + path + "' = " + ConfigReader::num_text(v) + " is outside [0, 1]");
+      return v;
+    };
+    if (const nlohmann::json* f = r.find("partial_rotary_factors", &p)) {
+      if (!f->is_array()) r.fail(StatusCode::kInvalidArgument, "field '" + p + "' must be an array of numbers, got " + ConfigReader::describe(*f));
+      check_len(f->size(), p);
+      for (std::size_t i = 0; i < f->size(); ++i) c.partial_rotary_factors.push_back(read_factor((*f)[i], p + "[" + std::to_string(i) + "]"));
+    } else if (const nlohmann::json* f1 = r.find("partial_rotary_factor", &p)) {
+      c.partial_rotary_factors.assign(static_cast<std::size_t>(total), read_factor(*f1, p));
+    } else {
+      r.fail(StatusCode::kNotFound, "missing field 'partial_rotary_factors' or 'partial_rotary_factor' (looked " + r.where() + ")");
+    }
+  }
+  {
+    std::string p;
+    if (const nlohmann::json* rs = r.find("rope_scaling", &p)) {
+      if (!rs->is_object()) r.fail(StatusCode::kInvalidArgument, "field '" + p + "' must be an object or null, got " + ConfigReader::describe(*rs));
+      auto it = rs->find("rope_type");
+      std::string tp = p + ".rope_type";
+      if (it == rs->end()) {
+        it = rs->find("type");
+        tp = p + ".type";
+      }
+      if (it == rs->end()) r.fail(StatusCode::kNotFound, "missing field 'rope_type' in '" + p + "'");
+      if (!it->is_string()) r.fail(StatusCode::kInvalidArgument, "field '" + tp + "' must be a string, got " + ConfigReader::describe(*it));
+      const std::string type = it->get<std::string>();
+      if (type == "llama3") {
+        RopeScaling sc;
+        auto num = [&](const char* name) {
+          auto f = rs->find(name);
+          if (f == rs->end()) r.fail(StatusCode::kNotFound, "missing field '" + std::string(name) + "' in '" + p + "' (rope_type llama3)");
+          const double v = r.as_number(*f, p + "." + name);
+          if (!(v > 0.0)) r.fail(StatusCode::kInvalidArgument, "field '" + p + "." + name + "' = " + ConfigReader::num_text(v) + " must be > 0");
+          return v;
+        };
+        sc.factor = num("factor");
+        sc.low_freq_factor = num("low_freq_factor");
+        sc.high_freq_factor = num("high_freq_factor");
+        if (!(sc.high_freq_factor > sc.low_freq_factor))
+          r.fail(StatusCode::kInvalidArgument, "'" + p + "': high_freq_factor " + ConfigReader::num_text(sc.high_freq_factor) +
+                                                   " must be > low_freq_factor " + ConfigReader::num_text(sc.low_freq_factor));
+        auto o = rs->find("original_max_position_embeddings");
+        if (o == rs->end()) r.fail(StatusCode::kNotFound, "missing field 'original_max_position_embeddings' in '" + p + "' (rope_type llama3)");
+        sc.original_max_position_embeddings = r.as_int(*o, p + ".original_max_position_embeddings", 1, INT32_MAX);
+        c.rope_scaling = sc;
+      } else if (type != "default") {
+        r.fail(StatusCode::kUnsupported, "field '" + tp + "' = '" + type + "' is not supported (expected 'llama3' or 'default')");
+      }
+    }
+    if (const nlohmann::json* y = r.find("yarn_only_types", &p)) c.yarn_only_types = r.as_strings(*y, p);
+  }
+
+  // --- consistency and geometry ---------------------------------------------------------------
+  if (c.sparse.num_provider_groups != c.num_attention_groups)
+    r.fail(StatusCode::kInvalidArgument,
+           "sparse_config.num_provider_groups = " + std::to_string(c.sparse.num_provider_groups) +
+               " must equal num_attention_groups = " + std::to_string(c.num_attention_groups) +
+               " (DSA provider groups must align with attention KV groups, SPEC §2)");
+  if (c.sparse.sparse_indexer_num_heads % c.sparse.num_provider_groups != 0)
+    r.fail(StatusCode::kInvalidArgument, "sparse_config.sparse_indexer_num_heads = " +
+                                             std::to_string(c.sparse.sparse_indexer_num_heads) +
+                                             " is not a multiple of num_provider_groups = " +
+                                             std::to_string(c.sparse.num_provider_groups));
+  if (c.sparse.sparse_indexer_rope_dim % 2 != 0 || c.sparse.sparse_indexer_rope_dim > c.sparse.proxy_dim)
+    r.fail(StatusCode::kInvalidArgument, "sparse_config.sparse_indexer_rope_dim = " +
+                                             std::to_string(c.sparse.sparse_indexer_rope_dim) +
+                                             " must be even and <= proxy_dim = " + std::to_string(c.sparse.proxy_dim));
+  const std::vector<int> dsa = c.dsa_layers();
+  if (dsa.empty())
+    r.fail(StatusCode::kInvalidArgument, "no layer has a type listed in sparse_config.apply_to_layer_types (" +
+                                             std::to_string(c.attention_layer_types().size()) + " layers)");
+  int rot_main = -1, first = -1;
+  for (int l : dsa) {
+    if (l >= static_cast<int>(c.partial_rotary_factors.size()))
+      r.fail(StatusCode::kInvalidArgument, "partial_rotary_factors has " + std::to_string(c.partial_rotary_factors.size()) +
+                                               " entries, none for DSA layer " + std::to_string(l));
+    if (l >= static_cast<int>(c.rope_theta.size()))
+      r.fail(StatusCode::kInvalidArgument, "rope_theta has " + std::to_string(c.rope_theta.size()) +
+                                               " entries, none for DSA layer " + std::to_string(l));
+    const double f = c.partial_rotary_factors[static_cast<std::size_t>(l)];
+    const double rd = f * c.head_dim;
+    const double rr = std::round(rd);
+    if (std::fabs(rd - rr) > 1e-6 * std::max(1.0, rd) || static_cast<long long>(rr) % 2 != 0)
+      r.fail(StatusCode::kInvalidArgument, "partial_rotary_factors[" + std::to_string(l) + "] = " + ConfigReader::num_text(f) +
+                                               " x head_dim " + std::to_string(c.head_dim) + " = " + ConfigReader::num_text(rd) +
+                                               " is not an even number of rotated dims");
+    const int rot = static_cast<int>(rr);
+    if (rot_main >= 0 && rot != rot_main)
+      r.fail(StatusCode::kInvalidArgument, "DSA layers " + std::to_string(first) + " and " + std::to_string(l) +
+                                               " have different rotary dims (" + std::to_string(rot_main) + " vs " +
+                                               std::to_string(rot) + " of head_dim " + std::to_string(c.head_dim) + ")");
+    if (rot_main < 0) {
+      rot_main = rot;
+      first = l;
+    }
+  }
+  c.geometry = layout::Geometry{c.num_attention_heads,
+                                c.num_attention_groups,
+                                c.head_dim,
+                                c.sparse.sparse_indexer_num_heads,
+                                c.sparse.proxy_dim,
+                                c.sparse.sparse_indexer_num_k_heads,
+                                c.gate_output_size,
+                                rot_main,
+                                c.sparse.sparse_indexer_rope_dim,
+                                c.sparse.region_block_size};
+  for (const auto& e : layout::kGeometries)
+    if (e.geometry == c.geometry) c.geometry_name = std::string(e.name);
+  if (c.geometry_name.empty() && require_listed_geometry) {
+    auto row = [](const layout::Geometry& g) {
+      return "H=" + std::to_string(g.num_heads) + " KV=" + std::to_string(g.num_kv_heads) + " D=" + std::to_string(g.head_dim) +
+             " Ni=" + std::to_string(g.index_num_heads) + " P=" + std::to_string(g.proxy_dim) +
+             " Nk=" + std::to_string(g.index_num_kv_heads) + " gate=" + std::to_string(g.gate_size) +
+             " rot_main=" + std::to_string(g.rot_main) + " rot_idx=" + std::to_string(g.rot_idx) +
+             " R=" + std::to_string(g.region_size);
+    };
+    std::string list;
+    for (const auto& e : layout::kGeometries) list += "\n  " + std::string(e.name) + ": " + row(e.geometry);
+    r.fail(StatusCode::kUnsupported, "geometry " + row(c.geometry) + " matches no supported geometry (SPEC §8):" + list);
+  }
+  return c;
+}
+
+/// Parses config JSON text. Malformed JSON throws `Error` (kIoError) naming `source`.
+inline ModelConfig parse_model_config_text(std::string_view text, const std::string& source = "config.json",
+                                           bool require_listed_geometry = true) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.begin(), text.end());
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(StatusCode::kIoError, source + ": malformed JSON: " + e.what());
+  }
+  return parse_model_config(j, source, require_listed_geometry);
+}
+
+/// Reads `config.json` from `path` (the file, or a checkpoint directory holding it).
+inline ModelConfig load_model_config(const std::string& path, bool require_listed_geometry = true) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p(path);
+  if (fs::is_directory(p, ec)) p /= "config.json";
+  std::ifstream in(p, std::ios::binary);
+  if (!in)
+    throw Error(StatusCode::kNotFound, "cannot open config file '" + p.string() +
+                                           "' (expected a config.json file or a checkpoint directory holding config.json)");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_model_config_text(ss.str(), p.string(), require_listed_geometry);
+}
+
+}  // namespace step5

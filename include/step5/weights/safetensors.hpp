@@ -1,0 +1,661 @@
+#pragma once
+/// \file step5/weights/safetensors.hpp
+/// Memory-mapped safetensors reader and a streaming writer (SPEC.md §7, HF checkpoint layout).
+///
+/// Format: `[u64 little-endian header length N][N bytes of JSON header][data]`. The header is a
+/// JSON object mapping tensor names to `{"dtype": "BF16", "shape": [..], "data_offsets":
+/// [begin, end]}` (offsets relative to the start of the data section) plus an optional
+/// `"__metadata__"` object of string values.
+///
+/// Reading is zero-copy: `SafetensorsFile` maps the file (POSIX mmap, read-only) and hands out
+/// `step5::TensorView`s that point into the mapping; a view stays valid while the
+/// `SafetensorsFile` (or the `Checkpoint` owning it) lives. Every header is validated before any
+/// view is created; every problem throws `step5::Error` naming the file, the tensor and the
+/// field, with what was expected and what was found:
+///   - missing/unreadable file, file shorter than 8 bytes, header length beyond the end of file
+///     (truncated file) or above 100 MB                                   (kNotFound / kIoError)
+///   - malformed JSON, header not an object, `__metadata__` not an object of strings,
+///     an entry without `dtype`/`shape`/`data_offsets` or with the wrong JSON type,
+///     an unknown dtype, negative/non-integer dims, offsets with begin > end, offsets beyond
+///     the data section, `end - begin != numel * dtype_size`                    (kIoError)
+///   - a tensor name that is not in the file/checkpoint (names the files searched)  (kNotFound)
+/// Overlapping or out-of-order tensors are accepted (the format allows them); out-of-range
+/// offsets never are. The parser never crashes on arbitrary bytes (fuzzed by
+/// tests/fuzz/fuzz_safetensors.cpp).
+///
+/// Sharded checkpoints (`model.safetensors.index.json` with a `weight_map` of tensor name →
+/// file name, relative to the index's directory) are read by `Checkpoint`.
+///
+/// Host only (g++); needs nlohmann-json.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "step5/core/numeric.hpp"
+#include "step5/core/status.hpp"
+#include "step5/core/tensor.hpp"
+
+namespace step5 {
+
+/// Largest JSON header accepted (the reference implementation's limit).
+inline constexpr std::uint64_t kSafetensorsMaxHeaderBytes = 100'000'000;
+
+/// One tensor entry of a safetensors header. Offsets are absolute byte offsets in the file.
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::kBF16;
+  std::vector<std::int64_t> shape;
+  std::uint64_t begin = 0;  ///< first byte (absolute file offset)
+  std::uint64_t end = 0;    ///< one past the last byte (absolute file offset)
+};
+
+/// A validated safetensors header.
+struct SafetensorsHeader {
+  std::vector<SafetensorsEntry> entries;          ///< in header (JSON object) order
+  std::map<std::string, std::string> metadata;    ///< `__metadata__` (may be empty)
+  std::uint64_t data_start = 0;                   ///< absolute offset of the data section
+};
+
+namespace detail {
+
+inline std::string json_type_name(const nlohmann::json& j) {
+  if (j.is_number_float()) return "a floating-point number";
+  if (j.is_number_unsigned() || j.is_number_integer()) return "an integer";
+  return std::string("a JSON ") + j.type_name();
+}
+
+/// Reads a non-negative integer that fits in int64 from a JSON value, or returns false.
+inline bool json_nonneg_int(const nlohmann::json& j, std::uint64_t* out) {
+  if (j.is_number_unsigned()) {
+    *out = j.get<std::uint64_t>();
+    return *out <= static_cast<std::uint64_t>(INT64_MAX);
+  }
+  if (j.is_number_integer()) {
+    const std::int64_t v = j.get<std::int64_t>();
+    if (v < 0) return false;
+    *out = static_cast<std::uint64_t>(v);
+    return true;
+  }
+  return false;
+}
+
+/// Quotes a (possibly binary) name for an error message: printable ASCII kept, others as \xNN,
+/// truncated to 200 characters.
+inline std::string quote_name(std::string_view s) {
+  std::string r = "'";
+  std::size_t n = 0;
+  for (unsigned char c : s) {
+    if (++n > 200) {
+      r += "...";
+      break;
+    }
+    if (c >= 0x20 && c < 0x7f) {
+      r += static_cast<char>(c);
+    } else {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      r += buf;
+    }
+  }
+  return r + "'";
+}
+
+[[noreturn]] inline void throw_io(const std::string& msg) { throw Error(StatusCode::kIoError, msg); }
+
+}  // namespace detail
+
+/// Parses and validates the header of a safetensors image held in memory (`data`, `size`
+/// bytes: the whole file). `label` names the file in error messages. Throws `step5::Error`
+/// (kIoError) for every malformed input listed in the file comment; never reads outside
+/// `[data, data + size)`.
+inline SafetensorsHeader parse_safetensors_header(const std::uint8_t* data, std::uint64_t size,
+                                                  const std::string& label) {
+  using detail::throw_io;
+  const std::string where = "safetensors file '" + label + "'";
+  if (size < 8)
+    throw_io(where + ": file is " + std::to_string(size) +
+             " bytes, shorter than the 8-byte header length prefix (truncated file?)");
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | data[i];
+  if (n > kSafetensorsMaxHeaderBytes)
+    throw_io(where + ": header length " + std::to_string(n) + " exceeds the limit of " +
+             std::to_string(kSafetensorsMaxHeaderBytes) + " bytes");
+  if (n > size - 8)
+    throw_io(where + ": header length " + std::to_string(n) + " exceeds the file size (" +
+             std::to_string(size) + " bytes, " + std::to_string(size - 8) +
+             " after the length prefix): truncated file or corrupt length");
+  SafetensorsHeader h;
+  h.data_start = 8 + n;
+  const std::uint64_t data_bytes = size - h.data_start;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(reinterpret_cast<const char*>(data) + 8,
+                              reinterpret_cast<const char*>(data) + 8 + n);
+  } catch (const nlohmann::json::exception& e) {
+    throw_io(where + ": malformed JSON header (" + std::to_string(n) + " bytes): " + e.what());
+  }
+  if (!j.is_object())
+    throw_io(where + ": header must be a JSON object of tensor entries, got " + detail::json_type_name(j));
+  h.entries.reserve(j.size());
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& key = it.key();
+    const nlohmann::json& v = it.value();
+    if (key == "__metadata__") {
+      if (!v.is_object())
+        throw_io(where + ": '__metadata__' must be an object of strings, got " + detail::json_type_name(v));
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        if (!m.value().is_string())
+          throw_io(where + ": '__metadata__' entry " + detail::quote_name(m.key()) +
+                   " must be a string, got " + detail::json_type_name(m.value()));
+        h.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    const std::string tw = where + ": tensor " + detail::quote_name(key);
+    if (!v.is_object()) throw_io(tw + ": entry must be an object, got " + detail::json_type_name(v));
+    SafetensorsEntry e;
+    e.name = key;
+    // dtype
+    auto d = v.find("dtype");
+    if (d == v.end()) throw_io(tw + ": missing field 'dtype'");
+    if (!d->is_string()) throw_io(tw + ": field 'dtype' must be a string, got " + detail::json_type_name(*d));
+    const std::string& ds = d->get_ref<const std::string&>();
+    if (!parse_dtype(ds, &e.dtype))
+      throw_io(tw + ": unknown dtype " + detail::quote_name(ds) +
+               " (expected one of BF16 F16 F32 F64 F8_E4M3 F8_E5M2 I8 U8 I16 I32 I64 BOOL)");
+    // shape
+    auto s = v.find("shape");
+    if (s == v.end()) throw_io(tw + ": missing field 'shape'");
+    if (!s->is_array()) throw_io(tw + ": field 'shape' must be an array, got " + detail::json_type_name(*s));
+    std::uint64_t numel = 1;
+    bool overflow = false;
+    for (std::size_t i = 0; i < s->size(); ++i) {
+      std::uint64_t dim = 0;
+      if (!detail::json_nonneg_int((*s)[i], &dim))
+        throw_io(tw + ": shape[" + std::to_string(i) + "] must be a non-negative integer, got " +
+                 detail::json_type_name((*s)[i]));
+      e.shape.push_back(static_cast<std::int64_t>(dim));
+      std::uint64_t prod = 0;
+      // every running product must fit int64 (TensorView::numel multiplies in that order)
+      if (__builtin_mul_overflow(numel, dim, &prod) || prod > static_cast<std::uint64_t>(INT64_MAX)) overflow = true;
+      numel = prod;
+    }
+    std::uint64_t nbytes = 0;
+    if (overflow || __builtin_mul_overflow(numel, dtype_size(e.dtype), &nbytes) ||
+        nbytes > static_cast<std::uint64_t>(INT64_MAX))
+      throw_io(tw + ": shape " + shape_string(e.shape) + " of dtype " + ds + " overflows 64-bit sizes");
+    // data_offsets
+    auto o = v.find("data_offsets");
+    if (o == v.end()) throw_io(tw + ": missing field 'data_offsets'");
+    if (!o->is_array() || o->size() != 2)
+      throw_io(tw + ": field 'data_offsets' must be an array [begin, end], got " +
+               (o->is_array() ? "an array of " + std::to_string(o->size()) + " elements"
+                              : detail::json_type_name(*o)));
+    std::uint64_t b = 0, en = 0;
+    if (!detail::json_nonneg_int((*o)[0], &b) || !detail::json_nonneg_int((*o)[1], &en))
+      throw_io(tw + ": data_offsets must be non-negative integers");
+    if (b > en)
+      throw_io(tw + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(en) +
+               "] has begin > end");
+    if (en > data_bytes)
+      throw_io(tw + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(en) +
+               "] extend beyond the data section of " + std::to_string(data_bytes) +
+               " bytes (truncated file or a header that lies about offsets)");
+    if (en - b != nbytes)
+      throw_io(tw + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(en) + "] span " +
+               std::to_string(en - b) + " bytes but shape " + shape_string(e.shape) + " x " + ds +
+               " needs " + std::to_string(nbytes) + " bytes");
+    e.begin = h.data_start + b;
+    e.end = h.data_start + en;
+    h.entries.push_back(std::move(e));
+  }
+  return h;
+}
+
+/// Read-only memory mapping of a whole file (POSIX). Move-only. An empty file maps to no
+/// memory (`data() == nullptr`, `size() == 0`).
+class MappedFile {
+ public:
+  MappedFile() = default;
+  /// Maps `path`; throws `Error` (kNotFound when it does not exist, kIoError otherwise).
+  explicit MappedFile(const std::string& path) : path_(path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      const int err = errno;
+      throw Error(err == ENOENT ? StatusCode::kNotFound : StatusCode::kIoError,
+                  "cannot open file '" + path + "': " + std::strerror(err));
+    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      const int err = errno;
+      ::close(fd);
+      throw Error(StatusCode::kIoError, "'" + path + "' is not a readable regular file" +
+                                            (err ? std::string(": ") + std::strerror(err) : ""));
+    }
+    size_ = static_cast<std::uint64_t>(st.st_size);
+    if (size_ > 0) {
+      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        const int err = errno;
+        ::close(fd);
+        throw Error(StatusCode::kIoError, "cannot mmap '" + path + "': " + std::strerror(err));
+      }
+      data_ = static_cast<const std::uint8_t*>(p);
+    }
+    ::close(fd);
+  }
+  MappedFile(MappedFile&& o) noexcept { swap(o); }
+  MappedFile& operator=(MappedFile&& o) noexcept {
+    if (this != &o) {
+      MappedFile tmp(std::move(o));
+      swap(tmp);
+    }
+    return *this;
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile() {
+    if (data_) ::munmap(const_cast<std::uint8_t*>(data_), size_);
+  }
+  const std::uint8_t* data() const { return data_; }
+  std::uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void swap(MappedFile& o) noexcept {
+    std::swap(path_, o.path_);
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+  }
+  std::string path_;
+  const std::uint8_t* data_ = nullptr;
+  std::uint64_t size_ = 0;
+};
+
+/// One memory-mapped, validated safetensors file.
+class SafetensorsFile {
+ public:
+  /// Maps and validates `path` (throws `Error`, see the file comment).
+  explicit SafetensorsFile(const std::string& path) : map_(path) {
+    header_ = parse_safetensors_header(map_.data(), map_.size(), path);
+    for (std::size_t i = 0; i < header_.entries.size(); ++i) index_[header_.entries[i].name] = i;
+  }
+  const std::string& path() const { return map_.path(); }
+  bool contains(const std::string& name) const { return index_.count(name) != 0; }
+  /// Tensor names in header order.
+  std::vector<std::string> names() const {
+    std::vector<std::string> r;
+    for (const auto& e : header_.entries) r.push_back(e.name);
+    return r;
+  }
+  const std::vector<SafetensorsEntry>& entries() const { return header_.entries; }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
+  /// The entry of `name`, or nullptr.
+  const SafetensorsEntry* find(const std::string& name) const {
+    auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &header_.entries[it->second];
+  }
+  /// A zero-copy view of tensor `name`; throws `Error` (kNotFound) naming the tensor and file.
+  TensorView view(const std::string& name) const {
+    const SafetensorsEntry* e = find(name);
+    if (!e)
+      throw Error(StatusCode::kNotFound, "tensor " + detail::quote_name(name) + " not found in safetensors file '" +
+                                             path() + "' (" + std::to_string(header_.entries.size()) + " tensors)");
+    return view_of(*e);
+  }
+  TensorView view_of(const SafetensorsEntry& e) const {
+    TensorView v;
+    v.name = e.name;
+    v.dtype = e.dtype;
+    v.shape = e.shape;
+    v.data = map_.data() ? map_.data() + e.begin : nullptr;
+    return v;
+  }
+
+ private:
+  MappedFile map_;
+  SafetensorsHeader header_;
+  std::map<std::string, std::size_t> index_;
+};
+
+/// A checkpoint of one or more safetensors files (SPEC §7): a directory holding
+/// `model.safetensors.index.json` (sharded), or `model.safetensors`, or otherwise every
+/// `*.safetensors` file in it; or a path to one `.safetensors` file; or a path to an
+/// `*.index.json` file. Shards listed by an index are all opened (and validated) up front.
+class Checkpoint {
+ public:
+  explicit Checkpoint(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path p(path);
+    if (!fs::exists(p, ec))
+      throw Error(StatusCode::kNotFound, "checkpoint path '" + path + "' does not exist");
+    if (fs::is_directory(p, ec)) {
+      root_ = p.string();
+      if (fs::exists(p / "model.safetensors.index.json", ec)) {
+        open_index((p / "model.safetensors.index.json").string());
+      } else if (fs::exists(p / "model.safetensors", ec)) {
+        add_file((p / "model.safetensors").string());
+      } else {
+        std::vector<std::string> files;
+        for (const auto& de : fs::directory_iterator(p, ec))
+          if (de.path().extension() == ".safetensors") files.push_back(de.path().string());
+        std::sort(files.begin(), files.end());
+        if (files.empty())
+          throw Error(StatusCode::kNotFound,
+                      "checkpoint directory '" + path +
+                          "' has no model.safetensors.index.json, no model.safetensors and no *.safetensors file");
+        for (const auto& f : files) add_file(f);
+      }
+    } else if (p.filename().string().size() > 11 &&
+               p.filename().string().ends_with(".index.json")) {
+      root_ = p.parent_path().string();
+      open_index(p.string());
+    } else {
+      root_ = p.parent_path().string();
+      add_file(p.string());
+    }
+  }
+
+  /// True when the checkpoint has a tensor `name`.
+  bool contains(const std::string& name) const { return where_.count(name) != 0; }
+  /// All tensor names, sorted.
+  std::vector<std::string> names() const {
+    std::vector<std::string> r;
+    for (const auto& [n, _] : where_) r.push_back(n);
+    return r;
+  }
+  /// Path of the file holding `name` (throws like `view`).
+  const std::string& file_of(const std::string& name) const { return files_[locate(name)]->path(); }
+  /// Zero-copy view of `name`, valid while this Checkpoint lives. Throws `Error` (kNotFound)
+  /// naming the tensor and the files searched.
+  TensorView view(const std::string& name) const { return files_[locate(name)]->view(name); }
+  /// The opened files, in the order they were opened.
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+  /// True when the checkpoint was opened through an index json.
+  bool sharded() const { return !index_path_.empty(); }
+
+ private:
+  std::size_t locate(const std::string& name) const {
+    auto it = where_.find(name);
+    if (it != where_.end()) return it->second;
+    std::string searched;
+    for (std::size_t i = 0; i < files_.size(); ++i) {
+      if (i == 8) {
+        searched += ", ... (" + std::to_string(files_.size()) + " files)";
+        break;
+      }
+      searched += (i ? ", '" : "'") + files_[i]->path() + "'";
+    }
+    throw Error(StatusCode::kNotFound, "tensor " + detail::quote_name(name) + " not found in checkpoint '" +
+                                           (index_path_.empty() ? root_ : index_path_) +
+                                           "' (files searched: " + searched + ")");
+  }
+  std::size_t add_file(const std::string& file) {
+    auto it = file_ids_.find(file);
+    if (it != file_ids_.end()) return it->second;
+    files_.push_back(std::make_unique<SafetensorsFile>(file));
+    const std::size_t id = files_.size() - 1;
+    file_ids_[file] = id;
+    if (index_path_.empty()) {  // no index: the files' own headers say where tensors are
+      for (const auto& e : files_[id]->entries()) {
+        auto [pos, inserted] = where_.emplace(e.name, id);
+        if (!inserted)
+          throw Error(StatusCode::kIoError, "tensor " + detail::quote_name(e.name) + " is in both '" +
+                                                files_[pos->second]->path() + "' and '" + file + "'");
+      }
+    }
+    return id;
+  }
+  void open_index(const std::string& index_file) {
+    namespace fs = std::filesystem;
+    index_path_ = index_file;
+    MappedFile m(index_file);
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(reinterpret_cast<const char*>(m.data()),
+                                reinterpret_cast<const char*>(m.data()) + m.size());
+    } catch (const nlohmann::json::exception& e) {
+      detail::throw_io("checkpoint index '" + index_file + "': malformed JSON: " + e.what());
+    }
+    if (!j.is_object())
+      detail::throw_io("checkpoint index '" + index_file + "': must be a JSON object, got " +
+                       detail::json_type_name(j));
+    auto wm = j.find("weight_map");
+    if (wm == j.end()) detail::throw_io("checkpoint index '" + index_file + "': missing field 'weight_map'");
+    if (!wm->is_object())
+      detail::throw_io("checkpoint index '" + index_file + "': field 'weight_map' must be an object, got " +
+                       detail::json_type_name(*wm));
+    const fs::path dir = fs::path(index_file).parent_path();
+    for (auto it = wm->begin(); it != wm->end(); ++it) {
+      if (!it.value().is_string())
+        detail::throw_io("checkpoint index '" + index_file + "': weight_map[" + detail::quote_name(it.key()) +
+                         "] must be a file name string, got " + detail::json_type_name(it.value()));
+      const std::string& fname = it.value().get_ref<const std::string&>();
+      if (fname.empty() || fs::path(fname).is_absolute())
+        detail::throw_io("checkpoint index '" + index_file + "': weight_map[" + detail::quote_name(it.key()) +
+                         "] = " + detail::quote_name(fname) + " must be a relative file name");
+      const std::size_t id = add_file((dir / fname).string());
+      if (!files_[id]->contains(it.key()))
+        detail::throw_io("checkpoint index '" + index_file + "' maps tensor " + detail::quote_name(it.key()) +
+                         " to '" + files_[id]->path() + "', which has no such tensor");
+      where_[it.key()] = id;
+    }
+  }
+
+  std::string root_;
+  std::string index_path_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, std::size_t> file_ids_;
+  std::map<std::string, std::size_t> where_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Conversions
+// ---------------------------------------------------------------------------------------------
+
+/// IEEE fp16 bits -> fp32 (exact).
+constexpr float f16_bits_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu;
+  std::uint32_t man = h & 0x3ffu;
+  if (exp == 0) {
+    if (man == 0) return std::bit_cast<float>(sign);
+    // subnormal: man * 2^-24
+    float v = static_cast<float>(man) * std::bit_cast<float>(static_cast<std::uint32_t>(127 - 24) << 23);
+    return (sign ? -v : v);
+  }
+  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+/// Element `i` of a view as fp32 (any dtype; ints converted, BOOL as 0/1). No bounds check.
+inline float element_as_float(const TensorView& v, std::int64_t i) {
+  const auto* p = static_cast<const std::uint8_t*>(v.data) + static_cast<std::size_t>(i) * dtype_size(v.dtype);
+  auto load = [p](auto tag) {
+    decltype(tag) x;
+    std::memcpy(&x, p, sizeof x);
+    return x;
+  };
+  switch (v.dtype) {
+    case DType::kBF16: return bf16_bits_to_float(load(std::uint16_t{}));
+    case DType::kF16: return f16_bits_to_float(load(std::uint16_t{}));
+    case DType::kF32: return load(float{});
+    case DType::kF64: return static_cast<float>(load(double{}));
+    case DType::kF8E4M3: return e4m3_bits_to_float(*p);
+    case DType::kF8E5M2: return f16_bits_to_float(static_cast<std::uint16_t>(*p << 8));
+    case DType::kI8: return static_cast<float>(static_cast<std::int8_t>(*p));
+    case DType::kU8: return static_cast<float>(*p);
+    case DType::kI16: return static_cast<float>(load(std::int16_t{}));
+    case DType::kI32: return static_cast<float>(load(std::int32_t{}));
+    case DType::kI64: return static_cast<float>(load(std::int64_t{}));
+    case DType::kBool: return *p ? 1.0f : 0.0f;
+  }
+  return 0.0f;
+}
+
+/// Copies a view into fp32 values (exact for BF16/F16/F32/F8; rounded for F64/I32/I64).
+inline std::vector<float> to_float_vector(const TensorView& v) {
+  const std::int64_t n = v.numel();
+  std::vector<float> out(static_cast<std::size_t>(n));
+  if (v.dtype == DType::kF32) {
+    if (n) std::memcpy(out.data(), v.data, static_cast<std::size_t>(n) * 4);
+    return out;
+  }
+  for (std::int64_t i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = element_as_float(v, i);
+  return out;
+}
+
+/// Copies a view into bf16 bit patterns: BF16 copied; other dtypes widened to fp32 and rounded
+/// to nearest even by `float_to_bf16_bits` (the "used as bf16" rule of SPEC §3/§4).
+inline std::vector<std::uint16_t> to_bf16_bits_vector(const TensorView& v) {
+  const std::int64_t n = v.numel();
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(n));
+  if (v.dtype == DType::kBF16) {
+    if (n) std::memcpy(out.data(), v.data, static_cast<std::size_t>(n) * 2);
+    return out;
+  }
+  for (std::int64_t i = 0; i < n; ++i)
+    out[static_cast<std::size_t>(i)] = float_to_bf16_bits(element_as_float(v, i));
+  return out;
+}
+
+/// Throws `Error` (kInvalidArgument) unless `v` has `dtype` and `shape`; names the tensor,
+/// expected and got.
+inline void expect_tensor(const TensorView& v, DType dtype, const std::vector<std::int64_t>& shape) {
+  if (v.dtype != dtype || v.shape != shape)
+    throw Error(StatusCode::kInvalidArgument,
+                "tensor " + detail::quote_name(v.name) + ": expected " + std::string(dtype_name(dtype)) + " " +
+                    shape_string(shape) + ", got " + std::string(dtype_name(v.dtype)) + " " + shape_string(v.shape));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------------------------
+
+/// Name, dtype and shape of a tensor to be written.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::kBF16;
+  std::vector<std::int64_t> shape;
+  std::uint64_t nbytes() const {
+    std::uint64_t n = dtype_size(dtype);
+    for (auto d : shape) n *= static_cast<std::uint64_t>(d);
+    return n;
+  }
+};
+
+/// Streaming safetensors writer: the header (all names, dtypes, shapes and offsets, in the
+/// given order) is written on construction; the tensors' bytes are then appended in that order
+/// with `append` (any number of calls per tensor); `finish` checks every byte was written and
+/// closes the file. The header is padded with spaces to a multiple of 8 bytes. Throws `Error`
+/// (kIoError on write failure naming the file; kInvalidArgument on misuse). Move-only.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::string& path, std::vector<TensorSpec> specs,
+                    const std::map<std::string, std::string>& metadata = {})
+      : path_(path), specs_(std::move(specs)) {
+    nlohmann::ordered_json h = nlohmann::ordered_json::object();
+    if (!metadata.empty()) {
+      nlohmann::ordered_json m = nlohmann::ordered_json::object();
+      for (const auto& [k, v] : metadata) m[k] = v;
+      h["__metadata__"] = m;
+    }
+    std::uint64_t off = 0;
+    std::map<std::string, int> seen;
+    for (const auto& s : specs_) {
+      if (s.name.empty() || s.name == "__metadata__" || seen[s.name]++)
+        throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': invalid or duplicate tensor name " +
+                                                      detail::quote_name(s.name));
+      for (auto d : s.shape)
+        if (d < 0)
+          throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': tensor " +
+                                                        detail::quote_name(s.name) + " has a negative dim in " +
+                                                        shape_string(s.shape));
+      const std::uint64_t nb = s.nbytes();
+      h[s.name] = {{"dtype", std::string(dtype_name(s.dtype))}, {"shape", s.shape}, {"data_offsets", {off, off + nb}}};
+      off += nb;
+    }
+    total_ = off;
+    std::string text = h.dump();
+    while (text.size() % 8) text += ' ';
+    f_ = std::fopen(path.c_str(), "wb");
+    if (!f_) throw Error(StatusCode::kIoError, "cannot create '" + path + "': " + std::strerror(errno));
+    std::uint8_t len[8];
+    std::uint64_t n = text.size();
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(n >> (8 * i));
+    put(len, 8);
+    put(text.data(), text.size());
+  }
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+  ~SafetensorsWriter() {
+    if (f_) std::fclose(f_);
+  }
+
+  /// Appends `n` bytes of data (continuing the current tensor, then the next ones).
+  void append(const void* bytes, std::uint64_t n) {
+    if (written_ + n > total_)
+      throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path_ + "': " + std::to_string(written_ + n) +
+                                                    " data bytes appended, the header declares " + std::to_string(total_));
+    put(bytes, n);
+    written_ += n;
+  }
+  /// Total data bytes declared by the header.
+  std::uint64_t data_bytes() const { return total_; }
+  /// Checks that every declared byte was written, flushes and closes.
+  void finish() {
+    if (written_ != total_)
+      throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path_ + "': only " +
+                                                    std::to_string(written_) + " of " + std::to_string(total_) +
+                                                    " data bytes were written");
+    std::FILE* f = f_;
+    f_ = nullptr;
+    if (std::fclose(f) != 0) throw Error(StatusCode::kIoError, "cannot close '" + path_ + "': " + std::strerror(errno));
+  }
+
+ private:
+  void put(const void* p, std::uint64_t n) {
+    if (n && std::fwrite(p, 1, n, f_) != n)
+      throw Error(StatusCode::kIoError, "write to '" + path_ + "' failed: " + std::strerror(errno));
+  }
+  std::string path_;
+  std::vector<TensorSpec> specs_;
+  std::FILE* f_ = nullptr;
+  std::uint64_t total_ = 0;
+  std::uint64_t written_ = 0;
+};
+
+/// Writes `tensors` (each view's `numel()*dtype_size` bytes from `data`) to one safetensors
+/// file at `path`, in the given order, with optional string `metadata`. Throws `Error`.
+inline void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                              const std::map<std::string, std::string>& metadata = {}) {
+  std::vector<TensorSpec> specs;
+  for (const auto& t : tensors) {
+    if (!t.data && t.nbytes() > 0)
+      throw Error(StatusCode::kInvalidArgument, "write_safetensors '" + path + "': tensor " +
+                                                    detail::quote_name(t.name) + " has no data");
+    specs.push_back({t.name, t.dtype, t.shape});
+  }
+  SafetensorsWriter w(path, std::move(specs), metadata);
+  for (const auto& t : tensors) w.append(t.data, t.nbytes());
+  w.finish();
+}
+
+}  // namespace step5

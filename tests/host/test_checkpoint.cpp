@@ -1,0 +1,543 @@
+// Checkpoint I/O (SPEC §7): safetensors reader/writer, config.json parsing, checkpoint generator.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "step5/weights/checkpoint_generator.hpp"
+#include "step5/weights/config.hpp"
+#include "step5/weights/safetensors.hpp"
+
+namespace fs = std::filesystem;
+using namespace step5;
+
+namespace {
+
+std::string tmp_path(const std::string& name) {
+  fs::path d = fs::path(STEP5_TEST_TMPDIR) / "checkpoint";
+  fs::create_directories(d);
+  return (d / name).string();
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  REQUIRE(f.good());
+}
+
+/// A safetensors image: 8-byte LE length + header (as given) + data.
+std::string st_image(const std::string& header, const std::string& data, std::uint64_t len_override = ~0ull) {
+  std::uint64_t n = len_override == ~0ull ? header.size() : len_override;
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[static_cast<std::size_t>(i)] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return s + header + data;
+}
+
+/// Runs `f`, requires a step5::Error whose code is `code` and whose message contains every one
+/// of `parts`.
+template <class F>
+void expect_error(F&& f, StatusCode code, std::vector<std::string> parts) {
+  try {
+    f();
+    FAIL("no step5::Error thrown (expected one containing '" << parts.front() << "')");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    INFO("message: " << m);
+    CHECK(e.code() == code);
+    for (const auto& p : parts) CHECK_MESSAGE(m.find(p) != std::string::npos, "missing '" << p << "'");
+  }
+}
+
+void expect_file_error(const std::string& name, const std::string& bytes, std::vector<std::string> parts) {
+  const std::string p = tmp_path(name);
+  write_bytes(p, bytes);
+  parts.push_back(name);
+  expect_error([&] { SafetensorsFile f(p); }, StatusCode::kIoError, parts);
+}
+
+double stddev(const std::vector<float>& v) {
+  double s = 0, s2 = 0;
+  for (float x : v) {
+    s += x;
+    s2 += static_cast<double>(x) * x;
+  }
+  const double m = s / static_cast<double>(v.size());
+  return std::sqrt(s2 / static_cast<double>(v.size()) - m * m);
+}
+
+/// The bytes the generator writes for tensor `w` (recomputed independently of the file).
+std::vector<std::uint8_t> expected_bytes(const WeightInit& w, std::uint64_t seed, WeightPrng prng) {
+  std::vector<std::uint8_t> b(w.spec.nbytes());
+  generate_weight_chunk(w, weight_stream_key(seed, w.prng_name), 0, b.size() / dtype_size(w.spec.dtype), prng, b.data());
+  return b;
+}
+
+}  // namespace
+
+TEST_CASE("generator round trip: single file, step5_preview, config and every tensor") {
+  const std::string dir = tmp_path("gen_single");
+  fs::remove_all(dir);
+  CheckpointOptions o;
+  o.num_layers = 5;
+  o.hidden = 96;
+  o.seed = 7;
+  const auto gen = generate_checkpoint(dir, o);
+  REQUIRE(gen.files.size() == 1);
+  CHECK(fs::path(gen.files[0]).filename() == "model.safetensors");
+  CHECK_FALSE(fs::exists(fs::path(dir) / "model.safetensors.index.json"));
+
+  const ModelConfig c = load_model_config(dir);
+  CHECK(c.hidden_size == 96);
+  CHECK(c.num_hidden_layers == 5);
+  CHECK(c.num_attention_heads == 64);
+  CHECK(c.num_attention_groups == 4);
+  CHECK(c.head_dim == 192);
+  CHECK(c.gate_output_size == 64);
+  CHECK(c.rms_norm_eps == doctest::Approx(1e-5));
+  CHECK(c.sparse.topk == 512);
+  CHECK(c.sparse.num_provider_groups == 4);
+  CHECK(c.sparse.sparse_indexer_num_heads == 16);
+  CHECK(c.sparse.sparse_indexer_num_k_heads == 1);
+  CHECK(c.geometry_name == "step5_preview");
+  CHECK(c.geometry == layout::geometry_of(layout::GeometryId::step5_preview));
+  CHECK(c.dsa_layers() == std::vector<int>{3});
+  CHECK(c.rope_theta_of(3) == 5e6);
+  CHECK(c.rope_theta_of(0) == 1e4);
+  CHECK(c.rope_scaling_applies(3));
+  CHECK_FALSE(c.rope_scaling_applies(0));
+  REQUIRE(c.rope_scaling.has_value());
+  CHECK(c.rope_scaling->high_freq_factor == 32.0);
+  CHECK(c.rope_scaling->original_max_position_embeddings == 1048576);
+
+  Checkpoint ck(dir);
+  CHECK_FALSE(ck.sharded());
+  std::size_t count = 0;
+  for (int l = 0; l < 5; ++l) {
+    for (const auto& w : layer_weight_inits(c.geometry, 96, l, true)) {
+      ++count;
+      const TensorView v = ck.view(w.spec.name);
+      CHECK(v.dtype == w.spec.dtype);
+      CHECK(v.shape == w.spec.shape);
+      const auto exp = expected_bytes(w, 7, WeightPrng::kFast);
+      REQUIRE(v.nbytes() == exp.size());
+      CHECK_MESSAGE(std::memcmp(v.data, exp.data(), exp.size()) == 0, w.spec.name);
+    }
+  }
+  CHECK(ck.names().size() == count);
+  // spot shapes/dtypes of SPEC §7 names
+  expect_tensor(ck.view("model.layers.3.self_attn.q_proj.weight"), DType::kBF16, {64 * 192, 96});
+  expect_tensor(ck.view("model.layers.3.self_attn.o_proj.weight"), DType::kBF16, {96, 64 * 192});
+  expect_tensor(ck.view("model.layers.3.self_attn.sparse_indexer_w.weight"), DType::kF32, {16, 96});
+  expect_tensor(ck.view("model.layers.3.self_attn.sparse_indexer_k_norm.bias"), DType::kF32, {256});
+  expect_tensor(ck.view("model.layers.3.self_attn.ssmax_s"), DType::kF32, {64});
+  expect_error([&] { expect_tensor(ck.view("model.layers.3.self_attn.q_norm.weight"), DType::kBF16, {192}); },
+               StatusCode::kInvalidArgument, {"q_norm.weight", "expected BF16 [192]", "got F32 [192]"});
+  // realistic scales: projections ~N(0, 0.02), z ~N(0, hidden^-0.5), norms ~N(0, 0.1), ssmax zero
+  CHECK(stddev(to_float_vector(ck.view("model.layers.3.self_attn.q_proj.weight"))) == doctest::Approx(0.02).epsilon(0.02));
+  CHECK(stddev(to_float_vector(ck.view("model.layers.3.self_attn.sparse_indexer_z.weight"))) ==
+        doctest::Approx(1.0 / std::sqrt(96.0)).epsilon(0.05));
+  CHECK(stddev(to_float_vector(ck.view("model.layers.0.self_attn.sparse_indexer_w.weight"))) == doctest::Approx(0.02).epsilon(0.1));
+  for (float x : to_float_vector(ck.view("model.layers.1.self_attn.ssmax_s"))) CHECK(x == 0.0f);
+  // layers differ (distinct streams)
+  const auto a = ck.view("model.layers.0.self_attn.k_proj.weight"), b = ck.view("model.layers.1.self_attn.k_proj.weight");
+  CHECK(std::memcmp(a.data, b.data, a.nbytes()) != 0);
+
+  // deterministic: regenerating gives identical bytes; another seed does not
+  const std::string dir2 = tmp_path("gen_single_again");
+  generate_checkpoint(dir2, o);
+  Checkpoint ck2(dir2);
+  const auto q1 = ck.view("model.layers.2.self_attn.sparse_indexer_q.weight");
+  const auto q2 = ck2.view("model.layers.2.self_attn.sparse_indexer_q.weight");
+  CHECK(std::memcmp(q1.data, q2.data, q1.nbytes()) == 0);
+  o.seed = 8;
+  generate_checkpoint(dir2, o);
+  Checkpoint ck3(dir2);
+  const auto q3 = ck3.view("model.layers.2.self_attn.sparse_indexer_q.weight");
+  CHECK(std::memcmp(q1.data, q3.data, q1.nbytes()) != 0);
+}
+
+TEST_CASE("generator round trip: sharded, dsa_h64_kv8_d128, indexer only on DSA layers") {
+  const std::string dir = tmp_path("gen_sharded"), dir1 = tmp_path("gen_sharded_ref");
+  fs::remove_all(dir);
+  CheckpointOptions o;
+  o.geometry = "dsa_h64_kv8_d128";
+  o.num_layers = 2;
+  o.hidden = 64;
+  o.num_shards = 3;
+  o.topk = 16;
+  o.indexer_on_all_layers = false;
+  o.layer_types = {"sliding_attention", "full_attention"};
+  const auto gen = generate_checkpoint(dir, o);
+  REQUIRE(gen.files.size() == 3);
+  CHECK(fs::path(gen.files[1]).filename() == "model-00002-of-00003.safetensors");
+  CHECK(fs::exists(fs::path(dir) / "model.safetensors.index.json"));
+  o.num_shards = 1;
+  generate_checkpoint(dir1, o);
+
+  const ModelConfig c = load_model_config(dir + "/config.json");
+  CHECK(c.geometry_name == "dsa_h64_kv8_d128");
+  CHECK(c.geometry.rot_main == 64);
+  CHECK(c.geometry.head_dim == 128);
+  CHECK(c.sparse.topk == 16);
+  CHECK(c.dsa_layers() == std::vector<int>{1});
+
+  Checkpoint sh(dir), one(dir1);
+  CHECK(sh.sharded());
+  CHECK(sh.files().size() == 3);
+  CHECK(sh.names() == one.names());
+  std::set<std::string> files_used;
+  for (const auto& n : sh.names()) {
+    const auto a = sh.view(n), b = one.view(n);
+    CHECK(a.dtype == b.dtype);
+    CHECK(a.shape == b.shape);
+    CHECK_MESSAGE(std::memcmp(a.data, b.data, a.nbytes()) == 0, n);
+    files_used.insert(sh.file_of(n));
+  }
+  CHECK(files_used.size() == 3);
+  CHECK(sh.contains("model.layers.1.self_attn.sparse_indexer_q.weight"));
+  CHECK(sh.view("model.layers.1.self_attn.sparse_indexer_q.weight").shape == std::vector<std::int64_t>{32 * 256, 64});
+  CHECK(sh.view("model.layers.0.self_attn.k_proj.weight").shape == std::vector<std::int64_t>{8 * 128, 64});
+  // layer 0 is sliding: no indexer tensors; the error names the tensor and the files searched
+  CHECK_FALSE(sh.contains("model.layers.0.self_attn.sparse_indexer_q.weight"));
+  expect_error([&] { (void)sh.view("model.layers.0.self_attn.sparse_indexer_q.weight"); }, StatusCode::kNotFound,
+               {"model.layers.0.self_attn.sparse_indexer_q.weight", "model.safetensors.index.json", "files searched",
+                "model-00001-of-00003.safetensors", "model-00003-of-00003.safetensors"});
+  // the index also opens as a path
+  Checkpoint via_index(dir + "/model.safetensors.index.json");
+  CHECK(via_index.names() == sh.names());
+}
+
+TEST_CASE("generator output does not depend on the thread count") {
+  CheckpointOptions o;
+  o.num_layers = 1;
+  o.hidden = 256;  // q_proj has 3.1M elements: split over the threads
+  o.layer_types = {"full_attention"};
+  o.num_threads = 1;
+  const auto a = generate_checkpoint(tmp_path("gen_t1"), o);
+  o.num_threads = 3;
+  const auto b = generate_checkpoint(tmp_path("gen_t3"), o);
+  Checkpoint ca(a.dir), cb(b.dir);
+  REQUIRE(ca.names() == cb.names());
+  for (const auto& n : ca.names()) {
+    const auto x = ca.view(n), y = cb.view(n);
+    REQUIRE(x.nbytes() == y.nbytes());
+    CHECK_MESSAGE(std::memcmp(x.data, y.data, x.nbytes()) == 0, n);
+  }
+  // and element i is draw i of the tensor's stream (within bf16 rounding: the fast path folds the
+  // scale into one fp32 multiply), also far into the tensor
+  const auto q = to_float_vector(ca.view("model.layers.0.self_attn.q_proj.weight"));
+  const std::uint64_t key = weight_stream_key(o.seed, "q_proj.weight");
+  for (std::uint64_t i : {0ull, 1234567ull, 3145727ull})
+    CHECK(q[i] == doctest::Approx(weight_normal(key, i, WeightPrng::kFast) * 0.02).epsilon(1.0 / 256));
+}
+
+TEST_CASE("generator options are validated") {
+  CheckpointOptions o;
+  o.geometry = "no_such_geometry";
+  expect_error([&] { generate_checkpoint(tmp_path("gen_bad"), o); }, StatusCode::kUnsupported,
+               {"no_such_geometry", "step5_preview", "dsa_h64_kv8_d128"});
+  o = {};
+  o.hidden = 8;
+  o.num_layers = 1;
+  o.layer_types = {"full_attention"};
+  o.num_shards = 1000;
+  expect_error([&] { generate_checkpoint(tmp_path("gen_bad"), o); }, StatusCode::kInvalidArgument, {"num_shards = 1000"});
+  o.num_shards = 1;
+  o.layer_types = {"full_attention", "full_attention"};
+  expect_error([&] { generate_checkpoint(tmp_path("gen_bad"), o); }, StatusCode::kInvalidArgument,
+               {"layer_types has 2 entries", "num_layers = 1"});
+}
+
+TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
+  const std::string p = tmp_path("dtypes.safetensors");
+  const std::vector<std::uint16_t> f16 = {0x3c00, 0xc000, 0x0001, 0x7c00, 0x3555};  // 1, -2, 2^-24, inf, ~0.33325
+  const std::vector<std::uint8_t> e4m3 = {0x38, 0x7e, 0x01, 0xb8, 0x7f};             // 1, 448, 2^-9, -1, NaN
+  const std::vector<std::uint8_t> e5m2 = {0x3c, 0xc0};                               // 1, -2
+  const std::vector<float> f32 = {1.0f, -0.1f, 3.14159265f, 1e-30f};
+  const std::vector<std::uint16_t> bf = {float_to_bf16_bits(0.5f), float_to_bf16_bits(-3.0f)};
+  const std::vector<std::int32_t> i32 = {-5, 7, 123456};
+  const std::vector<double> f64 = {0.25, -1e10};
+  std::vector<TensorView> ts = {
+      {"a.f16", DType::kF16, {5}, f16.data()},      {"b.e4m3", DType::kF8E4M3, {5}, e4m3.data()},
+      {"c.f32", DType::kF32, {2, 2}, f32.data()},   {"d.bf16", DType::kBF16, {1, 2}, bf.data()},
+      {"e.i32", DType::kI32, {3}, i32.data()},      {"f.f64", DType::kF64, {2}, f64.data()},
+      {"g.e5m2", DType::kF8E5M2, {2}, e5m2.data()}, {"h.empty", DType::kF32, {0, 4}, nullptr},
+  };
+  write_safetensors(p, ts, {{"format", "pt"}, {"note", "test"}});
+  SafetensorsFile f(p);
+  CHECK(f.metadata().at("note") == "test");
+  CHECK(f.names().size() == ts.size());
+  for (const auto& t : ts) {
+    const auto v = f.view(t.name);
+    CHECK(v.dtype == t.dtype);
+    CHECK(v.shape == t.shape);
+    REQUIRE(v.nbytes() == t.nbytes());
+    if (t.nbytes()) CHECK(std::memcmp(v.data, t.data, t.nbytes()) == 0);
+  }
+  const auto h = to_float_vector(f.view("a.f16"));
+  CHECK(h[0] == 1.0f);
+  CHECK(h[1] == -2.0f);
+  CHECK(h[2] == std::ldexp(1.0f, -24));
+  CHECK(std::isinf(h[3]));
+  CHECK(h[4] == doctest::Approx(0.33325).epsilon(1e-4));
+  const auto e = to_float_vector(f.view("b.e4m3"));
+  for (std::size_t i = 0; i < 4; ++i) CHECK(e[i] == e4m3_bits_to_float(e4m3[i]));
+  CHECK(e[1] == 448.0f);
+  CHECK(std::isnan(e[4]));
+  CHECK(to_float_vector(f.view("c.f32")) == f32);
+  CHECK(to_float_vector(f.view("d.bf16")) == std::vector<float>{0.5f, -3.0f});
+  CHECK(to_float_vector(f.view("e.i32")) == std::vector<float>{-5.0f, 7.0f, 123456.0f});
+  CHECK(to_float_vector(f.view("f.f64")) == std::vector<float>{0.25f, -1e10f});
+  CHECK(to_float_vector(f.view("g.e5m2")) == std::vector<float>{1.0f, -2.0f});
+  CHECK(to_float_vector(f.view("h.empty")).empty());
+  // bf16: copied for BF16, rounded to nearest even otherwise (fp32 -0.1 -> 0xbdcd)
+  CHECK(to_bf16_bits_vector(f.view("d.bf16")) == bf);
+  const auto b32 = to_bf16_bits_vector(f.view("c.f32"));
+  for (std::size_t i = 0; i < f32.size(); ++i) CHECK(b32[i] == float_to_bf16_bits(f32[i]));
+  CHECK(b32[1] == 0xbdcd);
+  CHECK(to_bf16_bits_vector(f.view("b.e4m3"))[1] == float_to_bf16_bits(448.0f));
+  // missing tensor names tensor and file
+  expect_error([&] { (void)f.view("nope"); }, StatusCode::kNotFound, {"'nope'", "dtypes.safetensors"});
+  // duplicate names are refused by the writer
+  expect_error([&] { write_safetensors(tmp_path("dup.safetensors"), {ts[0], ts[0]}); }, StatusCode::kInvalidArgument,
+               {"duplicate", "a.f16"});
+}
+
+TEST_CASE("reader: malformed files give clear errors and never crash") {
+  const std::string good_hdr = R"({"t":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})";
+  const std::string data16(16, '\x01');
+  // sanity: the well-formed image reads
+  {
+    const std::string p = tmp_path("good.safetensors");
+    write_bytes(p, st_image(good_hdr, data16));
+    SafetensorsFile f(p);
+    CHECK(f.view("t").shape == std::vector<std::int64_t>{2, 2});
+  }
+  expect_error([&] { SafetensorsFile f(tmp_path("does_not_exist.safetensors")); }, StatusCode::kNotFound,
+               {"does_not_exist.safetensors", "cannot open"});
+  expect_file_error("short.safetensors", "abc", {"3 bytes", "shorter than the 8-byte"});
+  expect_file_error("empty.safetensors", "", {"0 bytes"});
+  expect_file_error("len_beyond_eof.safetensors", st_image(good_hdr, data16, 4096), {"header length 4096", "exceeds the file size"});
+  expect_file_error("len_huge.safetensors", st_image(good_hdr, data16, ~0ull - 1), {"exceeds the limit"});
+  expect_file_error("truncated.safetensors", st_image(good_hdr, data16.substr(0, 10)),
+                    {"'t'", "[0, 16]", "beyond the data section of 10 bytes", "truncated"});
+  expect_file_error("lying_offsets.safetensors", st_image(R"({"t":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", data16),
+                    {"'t'", "span 12 bytes", "[2, 2] x F32 needs 16 bytes"});
+  expect_file_error("begin_after_end.safetensors", st_image(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", data16),
+                    {"begin > end"});
+  expect_file_error("malformed.safetensors", st_image(R"({"t":{"dtype":"F32",)", data16), {"malformed JSON"});
+  expect_file_error("not_object.safetensors", st_image("[1,2,3]", data16), {"must be a JSON object", "array"});
+  expect_file_error("entry_not_object.safetensors", st_image(R"({"t":5})", data16), {"'t'", "entry must be an object"});
+  expect_file_error("no_dtype.safetensors", st_image(R"({"t":{"shape":[4],"data_offsets":[0,16]}})", data16), {"'t'", "missing field 'dtype'"});
+  expect_file_error("no_shape.safetensors", st_image(R"({"t":{"dtype":"F32","data_offsets":[0,16]}})", data16), {"'t'", "missing field 'shape'"});
+  expect_file_error("no_offsets.safetensors", st_image(R"({"t":{"dtype":"F32","shape":[4]}})", data16),
+                    {"'t'", "missing field 'data_offsets'"});
+  expect_file_error("bad_dtype.safetensors", st_image(R"({"t":{"dtype":"F7","shape":[4],"data_offsets":[0,16]}})", data16),
+                    {"'t'", "unknown dtype 'F7'", "BF16"});
+  expect_file_error("dtype_type.safetensors", st_image(R"({"t":{"dtype":3,"shape":[4],"data_offsets":[0,16]}})", data16),
+                    {"'dtype' must be a string"});
+  expect_file_error("neg_dim.safetensors", st_image(R"({"t":{"dtype":"F32","shape":[-4],"data_offsets":[0,16]}})", data16),
+                    {"shape[0] must be a non-negative integer"});
+  expect_file_error("float_dim.safetensors", st_image(R"({"t":{"dtype":"F32","shape":[4.0],"data_offsets":[0,16]}})", data16),
+                    {"shape[0]", "floating-point"});
+  expect_file_error("overflow_dims.safetensors",
+                    st_image(R"({"t":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,16]}})", data16),
+                    {"overflows"});
+  expect_file_error("offsets_3.safetensors", st_image(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,8,16]}})", data16),
+                    {"array of 3 elements"});
+  expect_file_error("meta_not_strings.safetensors", st_image(R"({"__metadata__":{"a":1}})", ""), {"'__metadata__'", "must be a string"});
+  // overlapping and out-of-order tensors are accepted (the format allows them)
+  {
+    const std::string p = tmp_path("overlap.safetensors");
+    write_bytes(p, st_image(R"({"b":{"dtype":"F32","shape":[2],"data_offsets":[8,16]},"a":{"dtype":"BF16","shape":[8],"data_offsets":[0,16]}})", data16));
+    SafetensorsFile f(p);
+    CHECK(f.view("a").nbytes() == 16);
+    CHECK(static_cast<const std::uint8_t*>(f.view("b").data) - static_cast<const std::uint8_t*>(f.view("a").data) == 8);
+  }
+  // a directory with no safetensors, an index that lies about a tensor, a malformed index
+  {
+    const std::string d = tmp_path("ckpt_empty_dir");
+    fs::create_directories(d);
+    expect_error([&] { Checkpoint c(d); }, StatusCode::kNotFound, {"ckpt_empty_dir", "no model.safetensors.index.json"});
+    const std::string d2 = tmp_path("ckpt_bad_index");
+    fs::create_directories(d2);
+    write_bytes(d2 + "/s1.safetensors", st_image(good_hdr, data16));
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors","u":"s1.safetensors"}})");
+    expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError, {"'u'", "s1.safetensors", "has no such tensor"});
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s2.safetensors"}})");
+    expect_error([&] { Checkpoint c(d2); }, StatusCode::kNotFound, {"s2.safetensors"});
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":[1]})");
+    expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError, {"'weight_map' must be an object"});
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":)");
+    expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError, {"model.safetensors.index.json", "malformed JSON"});
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors"}})");
+    Checkpoint c(d2);
+    CHECK(c.names() == std::vector<std::string>{"t"});
+  }
+}
+
+namespace {
+nlohmann::json base_config() {
+  CheckpointOptions o;
+  o.num_layers = 8;
+  o.hidden = 128;
+  return make_checkpoint_config(o);
+}
+ModelConfig parse(const nlohmann::json& j) { return parse_model_config(j, "test.json"); }
+}  // namespace
+
+TEST_CASE("config: nested and flat layouts, scalars, MTP layers") {
+  const auto nested = base_config();
+  const ModelConfig a = parse(nested);
+  CHECK(a.dsa_layers() == std::vector<int>{3, 7});
+  CHECK(a.geometry.rot_main == 64);
+  CHECK(a.geometry.rot_idx == 32);
+  CHECK(a.geometry.region_size == 8);
+  CHECK(a.parallel_layout(8) == layout::ParallelLayout{8, 4});
+  // flat: text fields at the top level
+  nlohmann::json flat = nested["text_config"];
+  const ModelConfig b = parse(flat);
+  CHECK(b.geometry == a.geometry);
+  CHECK(b.rope_theta == a.rope_theta);
+  CHECK(b.layer_types == a.layer_types);
+  // rope_theta scalar and partial_rotary_factor scalar are replicated; gate_output_size explicit
+  nlohmann::json s = nested;
+  s["text_config"]["rope_theta"] = 1e7;
+  s["text_config"].erase("partial_rotary_factors");
+  s["text_config"]["partial_rotary_factor"] = 1.0 / 3.0;
+  s["text_config"].erase("use_head_wise_attn_gate");
+  s["text_config"]["sparse_config"]["gate_output_size"] = 64;
+  const ModelConfig c = parse(s);
+  CHECK(c.rope_theta == std::vector<double>(8, 1e7));
+  CHECK(c.gate_output_size == 64);
+  CHECK(c.geometry_name == "step5_preview");
+  // MTP layers: layer_types_with_mtp wins (SPEC §6), per-layer lists may cover the MTP layers
+  nlohmann::json m = nested;
+  auto& t = m["text_config"];
+  t["num_nextn_predict_layers"] = 2;
+  auto types = t["layer_types"].get<std::vector<std::string>>();
+  types.push_back("sliding_attention");
+  types.push_back("full_attention");
+  t["layer_types_with_mtp"] = types;
+  auto th = t["rope_theta"].get<std::vector<double>>();
+  th.push_back(1e4);
+  th.push_back(2e6);
+  t["rope_theta"] = th;
+  auto pf = t["partial_rotary_factors"].get<std::vector<double>>();
+  pf.push_back(1.0);
+  pf.push_back(1.0 / 3.0);
+  t["partial_rotary_factors"] = pf;
+  const ModelConfig d = parse(m);
+  CHECK(d.total_layers() == 10);
+  CHECK(d.dsa_layers() == std::vector<int>{3, 7, 9});
+  CHECK(d.rope_theta_of(9) == 2e6);
+  // no rope scaling and "default" rope scaling
+  nlohmann::json r = nested;
+  r["text_config"]["rope_scaling"] = {{"rope_type", "default"}};
+  CHECK_FALSE(parse(r).rope_scaling.has_value());
+  r["text_config"].erase("rope_scaling");
+  CHECK_FALSE(parse(r).rope_scaling_applies(3));
+}
+
+TEST_CASE("config: errors name the field, where it was looked for, expected and found") {
+  const auto base = base_config();
+  auto mutate = [&](auto f) {
+    nlohmann::json j = base;
+    f(j["text_config"]);
+    return j;
+  };
+  expect_error([&] { parse(mutate([](auto& t) { t.erase("head_dim"); })); }, StatusCode::kNotFound,
+               {"test.json", "missing field 'head_dim'", "text_config", "top level"});
+  expect_error([&] { parse(mutate([](auto& t) { t["head_dim"] = "192"; })); }, StatusCode::kInvalidArgument,
+               {"text_config.head_dim", "must be an integer", "string"});
+  expect_error([&] { parse(mutate([](auto& t) { t["num_hidden_layers"] = -1; })); }, StatusCode::kInvalidArgument,
+               {"num_hidden_layers", "= -1", "outside"});
+  expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"].erase("topk"); })); }, StatusCode::kNotFound,
+               {"missing field 'topk'", "text_config.sparse_config"});
+  expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["topk"] = 2048; })); }, StatusCode::kInvalidArgument,
+               {"sparse_config.topk", "2048", "[1, 1024]"});
+  expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["num_provider_groups"] = 2; })); },
+               StatusCode::kInvalidArgument, {"num_provider_groups = 2", "num_attention_groups = 4"});
+  expect_error([&] { parse(mutate([](auto& t) { t["rope_theta"].erase(0); })); }, StatusCode::kInvalidArgument,
+               {"rope_theta", "7 entries", "num_hidden_layers = 8"});
+  expect_error([&] { parse(mutate([](auto& t) { t["layer_types"].push_back("x"); })); }, StatusCode::kInvalidArgument,
+               {"layer_types", "9 entries"});
+  expect_error([&] { parse(mutate([](auto& t) { t["partial_rotary_factors"][7] = 0.5; })); }, StatusCode::kInvalidArgument,
+               {"DSA layers 3 and 7", "64 vs 96"});
+  expect_error([&] { parse(mutate([](auto& t) { t["partial_rotary_factors"][3] = 0.3; })); }, StatusCode::kInvalidArgument,
+               {"partial_rotary_factors[3]", "not an even number"});
+  expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["proxy_dim"] = 128; })); }, StatusCode::kUnsupported,
+               {"P=128", "matches no supported geometry", "step5_preview", "dsa_h64_kv8_d128"});
+  expect_error([&] { parse(mutate([](auto& t) { t["rope_scaling"]["rope_type"] = "yarn"; })); }, StatusCode::kUnsupported,
+               {"rope_scaling.rope_type", "yarn"});
+  expect_error([&] { parse(mutate([](auto& t) { t["rope_scaling"].erase("low_freq_factor"); })); }, StatusCode::kNotFound,
+               {"low_freq_factor", "rope_scaling"});
+  expect_error([&] { parse(mutate([](auto& t) { t.erase("layer_types"); })); }, StatusCode::kNotFound, {"layer_types"});
+  expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["apply_to_layer_types"] = {"dense"}; })); },
+               StatusCode::kInvalidArgument, {"no layer has a type listed"});
+  expect_error([&] { parse(mutate([](auto& t) { t.erase("use_head_wise_attn_gate"); })); }, StatusCode::kNotFound,
+               {"gate_output_size", "use_head_wise_attn_gate"});
+  expect_error([&] { parse(mutate([](auto& t) { t["rms_norm_eps"] = 0; })); }, StatusCode::kInvalidArgument, {"rms_norm_eps", "> 0"});
+  expect_error([&] { parse(nlohmann::json::array()); }, StatusCode::kInvalidArgument, {"must be a JSON object"});
+  expect_error([&] { parse_model_config_text("{\"text_config\": ", "bad.json"); }, StatusCode::kIoError, {"bad.json", "malformed JSON"});
+  expect_error([&] { load_model_config(tmp_path("no_such_dir")); }, StatusCode::kNotFound, {"no_such_dir", "config.json"});
+  // a geometry outside the list is accepted when not required
+  nlohmann::json j = mutate([](auto& t) { t["sparse_config"]["proxy_dim"] = 128; });
+  CHECK(parse_model_config(j, "x", false).geometry_name.empty());
+}
+
+TEST_CASE("golden weights.safetensors: shapes, dtypes, and bit-exact regeneration") {
+  const fs::path golden = fs::path(STEP5_GOLDEN_DIR);
+  if (!fs::exists(golden / "weights.safetensors") || !fs::exists(golden / "manifest.json")) {
+    MESSAGE("golden data absent at " << golden.string() << ": test skipped");
+    return;
+  }
+  std::ifstream mf(golden / "manifest.json");
+  const nlohmann::json manifest = nlohmann::json::parse(mf);
+  const auto& weights = manifest.at("weights");
+  Checkpoint g((golden / "weights.safetensors").string());
+  CHECK(g.names().size() == weights.size());
+  for (auto it = weights.begin(); it != weights.end(); ++it) {
+    const TensorView v = g.view(it.key());
+    CHECK(v.shape == it.value().at("shape").get<std::vector<std::int64_t>>());
+    const std::string dt = it.value().at("dtype").get<std::string>();
+    CHECK_MESSAGE(v.dtype == (dt == "bf16" ? DType::kBF16 : DType::kF32), it.key());
+    // norms, bias, sparse_indexer_w and ssmax_s are fp32; projections bf16 (SPEC §7)
+    const bool is_fp32 = it.key().find("norm") != std::string::npos || it.key().find("sparse_indexer_w") != std::string::npos ||
+                         it.key().find("ssmax_s") != std::string::npos;
+    CHECK_MESSAGE(v.dtype == (is_fp32 ? DType::kF32 : DType::kBF16), it.key());
+  }
+  CHECK(stddev(to_float_vector(g.view("model.layers.0.self_attn.q_proj.weight"))) == doctest::Approx(0.02).epsilon(0.02));
+  // the config of the manifest matches the generator's geometry
+  const auto& mc = manifest.at("config");
+  const auto geo = layout::geometry_of(layout::GeometryId::step5_preview);
+  CHECK(mc.at("num_attention_heads").get<int>() == geo.num_heads);
+  CHECK(mc.at("sparse_indexer_num_heads").get<int>() == geo.index_num_heads);
+  CHECK(mc.at("rot_main").get<int>() == geo.rot_main);
+
+  // The generator in golden-exact mode reproduces every tensor bit for bit (manifest "generator").
+  CheckpointOptions o;
+  o.num_layers = 1;
+  o.hidden = mc.at("hidden_size").get<int>();
+  o.seed = manifest.at("generator").at("seed").get<std::uint64_t>();
+  o.prng = WeightPrng::kGoldenExact;
+  o.layer_types = {"full_attention"};
+  const std::string dir = tmp_path("gen_golden");
+  generate_checkpoint(dir, o);
+  Checkpoint m(dir);
+  CHECK(m.names() == g.names());
+  for (const auto& n : g.names()) {
+    const auto a = g.view(n), b = m.view(n);
+    REQUIRE(a.nbytes() == b.nbytes());
+    CHECK_MESSAGE(std::memcmp(a.data, b.data, a.nbytes()) == 0, n);
+  }
+  const ModelConfig c = load_model_config(dir);
+  CHECK(c.hidden_size == 512);
+  CHECK(c.geometry_name == "step5_preview");
+}
