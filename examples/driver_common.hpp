@@ -1,0 +1,215 @@
+#pragma once
+// Shared parts of the example driver (examples/step5_driver.cpp): the workload (requests,
+// chunked prefill and decode steps, paged-cache block tables), the model (the DSA layers of a
+// checkpoint, loaded per TP rank) and the backend interface with its CPU implementation (the
+// CPU reference of include/step5/reference/, ranks run one after the other and summed as the
+// TP all-reduce would, SPEC.md §4.8).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "step5/layout/parallel.hpp"
+#include "step5/reference/layer.hpp"
+#include "step5/weights/config.hpp"
+#include "step5/weights/layer_loader.hpp"
+#include "step5/weights/safetensors.hpp"
+
+namespace step5::driver {
+
+using Clock = std::chrono::steady_clock;
+inline double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workload
+// ---------------------------------------------------------------------------------------------
+
+/// One step of the run: the batch metadata (SPEC §5) of the requests that have rows in it.
+struct Step {
+  bool prefill = true;
+  reference::StepBatch batch;       // cu_seqlens_q, seq_lens, block_table, tail_slot
+  std::vector<int> requests;        // request index of each batch row
+  int num_tokens() const { return batch.cu_seqlens_q.empty() ? 0 : batch.cu_seqlens_q.back(); }
+};
+
+/// Requests, their prompt lengths, the block tables of the paged caches and the steps.
+struct Workload {
+  int block_size = 64;
+  int num_blocks = 0;
+  int max_blocks = 0;
+  int max_position = 0;
+  std::vector<int> prompt_lens;
+  std::vector<std::vector<std::int32_t>> block_tables;  // per request
+  std::vector<Step> steps;
+  int prefill_tokens = 0, decode_tokens = 0;
+};
+
+/// `requests` requests with prompt lengths tokens, tokens*(R-1)/R, ... (at least 1), prefilled in
+/// chunks of `chunk` tokens (all requests batched in each step), then `decode_steps` decode rows.
+/// Blocks are dealt to requests in a shuffled order, so block tables are non-contiguous.
+inline Workload make_workload(int requests, int tokens, int chunk, int decode_steps, int block_size, std::uint64_t seed) {
+  Workload w;
+  w.block_size = block_size;
+  for (int r = 0; r < requests; ++r)
+    w.prompt_lens.push_back(std::max(1, tokens - static_cast<int>(static_cast<long>(tokens) * r / requests)));
+  std::vector<int> blocks_needed;
+  for (int r = 0; r < requests; ++r) {
+    const int max_len = w.prompt_lens[r] + decode_steps;
+    blocks_needed.push_back((max_len + block_size - 1) / block_size);
+    w.max_blocks = std::max(w.max_blocks, blocks_needed.back());
+    w.max_position = std::max(w.max_position, max_len);
+  }
+  w.num_blocks = std::accumulate(blocks_needed.begin(), blocks_needed.end(), 0);
+  std::vector<std::int32_t> ids(w.num_blocks);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  int next = 0;
+  for (int r = 0; r < requests; ++r) {
+    std::vector<std::int32_t> t(w.max_blocks, 0);
+    for (int i = 0; i < blocks_needed[r]; ++i) t[i] = ids[next++];
+    w.block_tables.push_back(std::move(t));
+  }
+  std::vector<int> done(requests, 0);
+  auto add_step = [&](bool prefill, const std::vector<std::pair<int, int>>& rows) {
+    Step s;
+    s.prefill = prefill;
+    s.batch.cu_seqlens_q.push_back(0);
+    s.batch.max_blocks = w.max_blocks;
+    for (auto [r, n] : rows) {
+      done[r] += n;
+      s.batch.cu_seqlens_q.push_back(s.batch.cu_seqlens_q.back() + n);
+      s.batch.seq_lens.push_back(done[r]);
+      s.batch.tail_slot.push_back(r);
+      s.batch.block_table.insert(s.batch.block_table.end(), w.block_tables[r].begin(), w.block_tables[r].end());
+      s.requests.push_back(r);
+      (prefill ? w.prefill_tokens : w.decode_tokens) += n;
+    }
+    w.steps.push_back(std::move(s));
+  };
+  for (;;) {
+    std::vector<std::pair<int, int>> rows;
+    for (int r = 0; r < requests; ++r)
+      if (done[r] < w.prompt_lens[r]) rows.push_back({r, std::min(chunk, w.prompt_lens[r] - done[r])});
+    if (rows.empty()) break;
+    add_step(true, rows);
+  }
+  for (int d = 0; d < decode_steps; ++d) {
+    std::vector<std::pair<int, int>> rows;
+    for (int r = 0; r < requests; ++r) rows.push_back({r, 1});
+    add_step(false, rows);
+  }
+  return w;
+}
+
+/// The fp32 input embedding of token `pos` of request `r` (deterministic, N(0, 1)-like).
+inline void token_embedding(std::uint64_t seed, int r, int pos, int hidden, float* out) {
+  std::mt19937_64 rng(seed ^ (0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(r * 1000003 + pos + 1)));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int i = 0; i < hidden; ++i) out[i] = round_bf16(nd(rng));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Model
+// ---------------------------------------------------------------------------------------------
+
+/// The DSA layers that run, loaded for every rank: weights[layer][rank].
+struct Model {
+  ModelConfig config;
+  std::vector<int> layers;  // checkpoint layer indices
+  int tp = 1;
+  std::vector<std::vector<reference::LayerWeights>> weights;
+  std::vector<std::size_t> bytes_read_per_rank;
+};
+
+/// Loads the first `num_layers` DSA layers of `ckpt` for every rank of `tp`.
+inline Model load_model(const Checkpoint& ckpt, const ModelConfig& cfg, int num_layers, int tp, int max_position) {
+  Model m;
+  m.config = cfg;
+  m.tp = tp;
+  const std::vector<int> dsa = cfg.dsa_layers();
+  if (static_cast<int>(dsa.size()) < num_layers)
+    throw Error(StatusCode::kInvalidArgument, "--layers " + std::to_string(num_layers) + ": the checkpoint (" +
+                                                  cfg.source + ") has only " + std::to_string(dsa.size()) +
+                                                  " DSA layers");
+  m.layers.assign(dsa.begin(), dsa.begin() + num_layers);
+  m.bytes_read_per_rank.assign(tp, 0);
+  for (int layer : m.layers) {
+    std::vector<reference::LayerWeights> ranks;
+    for (int r = 0; r < tp; ++r) {
+      layout::RankLayout rl;
+      throw_if_error(layout::rank_layout(cfg.geometry, cfg.parallel_layout(tp), r, &rl));
+      LayerLoadStats st;
+      ranks.push_back(load_layer_weights(ckpt, cfg, layer, rl, max_position, &st));
+      m.bytes_read_per_rank[r] += st.bytes_read;
+    }
+    m.weights.push_back(std::move(ranks));
+  }
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backends
+// ---------------------------------------------------------------------------------------------
+
+/// Named wall-clock (or CUDA event) times, in seconds, accumulated per phase/kernel.
+using Timings = std::map<std::string, double>;
+
+/// Runs DSA layers over a workload's steps: `run_step` takes the fp32 residual `[T, hidden]` of
+/// the step's tokens, adds every layer's attention output to it (SPEC §4.8).
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual void run_step(const Step& step, int topk, std::vector<float>& residual, Timings& timings) = 0;
+};
+
+/// The CPU reference backend: per layer, every rank's partial, summed (simulated all-reduce).
+class CpuBackend : public Backend {
+ public:
+  CpuBackend(const Model& model, const Workload& w) : model_(model) {
+    for (const auto& ranks : model.weights) {
+      std::vector<reference::LayerCache> c;
+      for (const auto& lw : ranks)
+        c.push_back(reference::LayerCache::create(lw.rank, w.num_blocks, w.block_size,
+                                                  static_cast<int>(w.prompt_lens.size())));
+      caches_.push_back(std::move(c));
+    }
+  }
+  std::string name() const override { return "cpu"; }
+  void run_step(const Step& step, int topk, std::vector<float>& residual, Timings& timings) override {
+    const int T = step.num_tokens();
+    const int hidden = model_.config.hidden_size;
+    std::vector<bf16> x(static_cast<std::size_t>(T) * hidden);
+    for (std::size_t l = 0; l < model_.weights.size(); ++l) {
+      for (std::size_t i = 0; i < x.size(); ++i) x[i] = to_bf16(residual[i]);
+      std::vector<std::vector<bf16>> partials;
+      const auto t0 = Clock::now();
+      for (std::size_t r = 0; r < model_.weights[l].size(); ++r)
+        partials.push_back(reference::forward(model_.weights[l][r], caches_[l][r], step.batch, x.data(), topk));
+      timings["layer (all ranks)"] += seconds_since(t0);
+      const auto t1 = Clock::now();
+      const std::vector<bf16> reduced = reference::simulated_all_reduce(partials);
+      reference::add_residual(residual.data(), reduced.data(), reduced.size());
+      timings["all-reduce + residual"] += seconds_since(t1);
+    }
+  }
+
+ private:
+  const Model& model_;
+  std::vector<std::vector<reference::LayerCache>> caches_;  // [layer][rank]
+};
+
+/// Creates the CUDA backend (examples/driver_cuda.cu), or returns nullptr and sets `why`.
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const Workload& w, bool simulate_tp, std::string* why);
+
+}  // namespace step5::driver

@@ -1,0 +1,328 @@
+// The driver's CUDA backend (examples/step5_driver.cpp): the whole layer of SPEC §4 on the GPU
+// through `step5::ops::dsa_layer_forward`, the TP all-reduce over NCCL (--tp N on N GPUs, one
+// thread per GPU, communicators from one unique id) or simulated on one GPU (--simulate-tp: all
+// ranks' shards on device 0, partials summed), and the fp32 residual add. Per-kernel times come
+// from CUDA events recorded on rank 0 between the stages.
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <thread>
+
+#include "driver_common.hpp"
+#include "step5/core/cuda_check.hpp"
+#include "step5/ops/elementwise.hpp"
+#include "step5/ops/layer.hpp"
+#if defined(STEP5_DRIVER_HAVE_NCCL)
+#include "step5/comm/nccl.hpp"
+#endif
+
+namespace step5::driver {
+namespace {
+
+void ok(const Status& s) { throw_if_error(s); }
+void cu(cudaError_t e, const char* what) { throw_if_error(cuda_status(e, what)); }
+
+template <class T>
+T* upload(const std::vector<T>& v) {
+  T* p = nullptr;
+  cu(cudaMalloc(&p, std::max<std::size_t>(1, v.size()) * sizeof(T)), "cudaMalloc(weights)");
+  if (!v.empty()) cu(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), "cudaMemcpy(weights)");
+  return p;
+}
+template <class T>
+T* alloc(std::size_t n, const char* what) {
+  T* p = nullptr;
+  cu(cudaMalloc(&p, std::max<std::size_t>(1, n) * sizeof(T)), what);
+  return p;
+}
+
+// Records an event after each stage of rank 0's layers; times are summed per stage name.
+struct EventHook : ops::DsaLayerHook {
+  std::vector<std::pair<std::string, cudaEvent_t>> marks;
+  std::vector<cudaEvent_t> pool;
+  std::size_t used = 0;
+  cudaEvent_t next() {
+    if (used == pool.size()) {
+      cudaEvent_t e;
+      cu(cudaEventCreate(&e), "cudaEventCreate");
+      pool.push_back(e);
+    }
+    return pool[used++];
+  }
+  void after(const char* stage, cudaStream_t s) override {
+    cudaEvent_t e = next();
+    cu(cudaEventRecord(e, s), "cudaEventRecord");
+    marks.emplace_back(stage, e);
+  }
+  void collect(Timings& t) {  // after the stream is synchronised
+    for (std::size_t i = 1; i < marks.size(); ++i) {
+      float ms = 0;
+      cu(cudaEventElapsedTime(&ms, marks[i - 1].second, marks[i].second), "cudaEventElapsedTime");
+      t["gpu " + marks[i].first] += ms * 1e-3;
+    }
+    marks.clear();
+    used = 0;
+  }
+  ~EventHook() override {
+    for (auto e : pool) cudaEventDestroy(e);
+  }
+};
+
+struct LayerDev {
+  ops::DsaLayerWeights w;
+  ops::DsaLayerCaches caches;
+  layout::RankLayout rank;
+  std::vector<void*> owned;
+};
+
+// One rank's device state (all ranks on device 0 when simulating TP).
+struct RankDev {
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  std::vector<LayerDev> layers;
+  void* ws = nullptr;
+  std::size_t ws_bytes = 0;
+  bf16* x = nullptr;
+  bf16* partial = nullptr;
+  float* residual = nullptr;
+  std::int32_t *cu = nullptr, *seq = nullptr, *table = nullptr, *slots = nullptr;
+  const bf16* const* self_ptr = nullptr;  // device array {partial}: the NCCL-reduced partial
+#if defined(STEP5_DRIVER_HAVE_NCCL)
+  ncclComm_t comm = nullptr;
+#endif
+};
+
+class CudaBackend : public Backend {
+ public:
+  CudaBackend(const Model& model, const Workload& w, bool simulate) : model_(model), w_(w), simulate_(simulate) {
+    const int tp = model.tp;
+    const int hidden = model.config.hidden_size;
+    cap_.max_requests = static_cast<int>(w.prompt_lens.size());
+    cap_.max_seq_len = w.max_position;
+    cap_.block_size = w.block_size;
+    cap_.max_blocks = w.max_blocks;
+    cap_.num_blocks = w.num_blocks;
+    for (const auto& s : w.steps) cap_.max_tokens = std::max(cap_.max_tokens, s.num_tokens());
+    ranks_.resize(tp);
+    for (int r = 0; r < tp; ++r) {
+      RankDev& d = ranks_[r];
+      d.device = simulate ? 0 : r;
+      cu(cudaSetDevice(d.device), "cudaSetDevice");
+      if (r == 0 || !simulate) cu(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      else d.stream = ranks_[0].stream;
+      for (std::size_t l = 0; l < model.weights.size(); ++l) d.layers.push_back(upload_layer(model.weights[l][r], w));
+      d.partial = alloc<bf16>(static_cast<std::size_t>(cap_.max_tokens) * hidden, "cudaMalloc(partial)");
+      d.self_ptr = upload(std::vector<const bf16*>{d.partial});
+      if (r == 0 || !simulate) {
+        d.x = alloc<bf16>(static_cast<std::size_t>(cap_.max_tokens) * hidden, "cudaMalloc(x)");
+        d.residual = alloc<float>(static_cast<std::size_t>(cap_.max_tokens) * hidden, "cudaMalloc(residual)");
+        d.cu = alloc<std::int32_t>(cap_.max_requests + 1, "cudaMalloc(cu_seqlens_q)");
+        d.seq = alloc<std::int32_t>(cap_.max_requests, "cudaMalloc(seq_lens)");
+        d.table = alloc<std::int32_t>(static_cast<std::size_t>(cap_.max_requests) * cap_.max_blocks, "cudaMalloc(block_table)");
+        d.slots = alloc<std::int32_t>(cap_.max_requests, "cudaMalloc(tail_slot)");
+      } else {
+        d.x = ranks_[0].x, d.residual = ranks_[0].residual, d.cu = ranks_[0].cu, d.seq = ranks_[0].seq;
+        d.table = ranks_[0].table, d.slots = ranks_[0].slots;
+      }
+      const int topk_cap = 1024;
+      cap_.max_topk = topk_cap;
+      ok(ops::dsa_layer_workspace_bytes(d.layers[0].rank, hidden, cap_, &d.ws_bytes));
+      if (r == 0 || !simulate) {
+        d.ws = alloc<unsigned char>(d.ws_bytes, "cudaMalloc(workspace)");
+        cu(cudaMemset(d.ws, 0, d.ws_bytes), "cudaMemset(workspace)");
+      } else {
+        d.ws = ranks_[0].ws;
+      }
+    }
+    if (simulate && tp > 1) {
+      std::vector<const bf16*> ptrs;
+      for (auto& d : ranks_) ptrs.push_back(d.partial);
+      partial_ptrs_ = upload(ptrs);
+    }
+#if defined(STEP5_DRIVER_HAVE_NCCL)
+    if (!simulate && tp > 1) {
+      ncclUniqueId id;
+      ok(comm::nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+      std::vector<std::thread> th;
+      std::vector<std::string> errors(tp);
+      for (int r = 0; r < tp; ++r)
+        th.emplace_back([&, r] {
+          const Status dev = cuda_status(cudaSetDevice(ranks_[r].device), "cudaSetDevice");
+          const Status init = dev.ok() ? comm::nccl_status(ncclCommInitRank(&ranks_[r].comm, tp, id, r), "ncclCommInitRank") : dev;
+          const Status check = init.ok() ? comm::check_comm(ranks_[r].comm, tp, r) : init;
+          if (!check.ok()) errors[r] = check.to_string();
+        });
+      for (auto& t : th) t.join();
+      for (int r = 0; r < tp; ++r)
+        if (!errors[r].empty()) throw Error(StatusCode::kNcclError, "rank " + std::to_string(r) + ": " + errors[r]);
+    }
+#endif
+  }
+  ~CudaBackend() override {
+    for (auto& d : ranks_) {
+      cudaSetDevice(d.device);
+      for (auto& l : d.layers)
+        for (void* p : l.owned) cudaFree(p);
+#if defined(STEP5_DRIVER_HAVE_NCCL)
+      if (d.comm) ncclCommDestroy(d.comm);
+#endif
+    }
+  }
+  std::string name() const override { return "cuda"; }
+
+  void run_step(const Step& step, int topk, std::vector<float>& residual, Timings& timings) override {
+    const int tp = model_.tp;
+    const int hidden = model_.config.hidden_size;
+    const int T = step.num_tokens();
+    const std::size_t n = static_cast<std::size_t>(T) * hidden;
+    ops::DsaLayerStep ls;
+    ls.batch.num_requests = static_cast<int>(step.batch.seq_lens.size());
+    ls.batch.num_tokens = T;
+    ls.table.max_blocks = w_.max_blocks;
+    ls.table.block_size = w_.block_size;
+    ls.table.num_blocks = w_.num_blocks;
+    ls.max_seq_len = *std::max_element(step.batch.seq_lens.begin(), step.batch.seq_lens.end());
+    ls.topk = topk;
+    const auto t0 = Clock::now();
+    auto run_rank = [&](int r) {
+      RankDev& d = ranks_[r];
+      cu(cudaSetDevice(d.device), "cudaSetDevice");
+      const bool owner = r == 0 || !simulate_;
+      if (owner) {
+        const int B = ls.batch.num_requests;
+        cu(cudaMemcpyAsync(d.cu, step.batch.cu_seqlens_q.data(), (B + 1) * 4, cudaMemcpyHostToDevice, d.stream), "upload cu_seqlens_q");
+        cu(cudaMemcpyAsync(d.seq, step.batch.seq_lens.data(), B * 4, cudaMemcpyHostToDevice, d.stream), "upload seq_lens");
+        cu(cudaMemcpyAsync(d.table, step.batch.block_table.data(), step.batch.block_table.size() * 4,
+                           cudaMemcpyHostToDevice, d.stream), "upload block_table");
+        cu(cudaMemcpyAsync(d.slots, step.batch.tail_slot.data(), B * 4, cudaMemcpyHostToDevice, d.stream), "upload tail_slot");
+        cu(cudaMemcpyAsync(d.residual, residual.data(), n * 4, cudaMemcpyHostToDevice, d.stream), "upload residual");
+      }
+    };
+    std::vector<EventHook> hooks(1);
+    auto layer_rank = [&](int r, std::size_t l, EventHook* hook) {
+      RankDev& d = ranks_[r];
+      ops::DsaLayerStep s = ls;
+      s.batch.cu_seqlens_q = d.cu, s.batch.seq_lens = d.seq, s.table.block_table = d.table, s.tail_slot = d.slots;
+      const LayerDev& L = d.layers[l];
+      ok(ops::dsa_layer_forward(L.rank, hidden, L.w, L.caches, s, d.x, d.partial, d.ws, d.ws_bytes, cap_, d.stream, hook));
+    };
+    if (simulate_ || tp == 1) {
+      RankDev& d0 = ranks_[0];
+      run_rank(0);
+      hooks[0].after("start", d0.stream);
+      for (std::size_t l = 0; l < model_.weights.size(); ++l) {
+        ok(ops::residual_to_bf16(d0.residual, d0.x, n, d0.stream));
+        for (int r = 0; r < tp; ++r) layer_rank(r, l, r == 0 ? &hooks[0] : nullptr);
+        hooks[0].after(tp > 1 ? "other ranks (simulated)" : "-", d0.stream);
+        if (tp > 1) ok(ops::add_partials_to_residual(partial_ptrs_, tp, d0.residual, n, d0.stream));
+        else ok(ops::add_partials_to_residual(d0.self_ptr, 1, d0.residual, n, d0.stream));
+        hooks[0].after("all-reduce (simulated) + residual", d0.stream);
+      }
+      cu(cudaMemcpyAsync(residual.data(), d0.residual, n * 4, cudaMemcpyDeviceToHost, d0.stream), "download residual");
+      cu(cudaStreamSynchronize(d0.stream), "cudaStreamSynchronize");
+      hooks[0].collect(timings);
+    } else {
+#if defined(STEP5_DRIVER_HAVE_NCCL)
+      std::vector<std::thread> th;
+      std::vector<std::string> errors(tp);
+      for (int r = 0; r < tp; ++r)
+        th.emplace_back([&, r] {
+          try {
+            RankDev& d = ranks_[r];
+            run_rank(r);
+            EventHook* hook = r == 0 ? &hooks[0] : nullptr;
+            if (hook) hook->after("start", d.stream);
+            for (std::size_t l = 0; l < model_.weights.size(); ++l) {
+              ok(ops::residual_to_bf16(d.residual, d.x, n, d.stream));
+              layer_rank(r, l, hook);
+              ok(comm::all_reduce_sum_bf16(d.partial, n, d.comm, d.stream));
+              if (hook) hook->after("nccl all-reduce", d.stream);
+              ok(ops::add_partials_to_residual(d.self_ptr, 1, d.residual, n, d.stream));
+              if (hook) hook->after("residual", d.stream);
+            }
+            if (r == 0)
+              cu(cudaMemcpyAsync(residual.data(), d.residual, n * 4, cudaMemcpyDeviceToHost, d.stream), "download residual");
+            cu(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize");
+          } catch (const std::exception& e) {
+            errors[r] = e.what();
+          }
+        });
+      for (auto& t : th) t.join();
+      for (int r = 0; r < tp; ++r)
+        if (!errors[r].empty()) throw Error(StatusCode::kInternal, "rank " + std::to_string(r) + ": " + errors[r]);
+      hooks[0].collect(timings);
+#else
+      throw Error(StatusCode::kUnsupported, "--tp > 1 on several GPUs needs NCCL (build with STEP5_ENABLE_NCCL); use --simulate-tp");
+#endif
+    }
+    timings["step wall"] += seconds_since(t0);
+  }
+
+ private:
+  LayerDev upload_layer(const reference::LayerWeights& lw, const Workload& w) {
+    LayerDev L;
+    L.rank = lw.rank;
+    auto keep = [&](auto* p) {
+      L.owned.push_back(static_cast<void*>(const_cast<std::remove_const_t<std::remove_pointer_t<decltype(p)>>*>(p)));
+      return p;
+    };
+    L.w.fused = keep(upload(lw.fused));
+    L.w.o_proj = keep(upload(lw.o_proj));
+    L.w.q_norm = keep(upload(lw.q_norm));
+    L.w.k_norm = keep(upload(lw.k_norm));
+    L.w.index_q_norm = keep(upload(lw.index_q_norm));
+    L.w.index_k_norm_w = keep(upload(lw.index_k_norm_weight));
+    L.w.index_k_norm_b = keep(upload(lw.index_k_norm_bias));
+    L.w.cos_main = keep(upload(lw.rope_main.cos));
+    L.w.sin_main = keep(upload(lw.rope_main.sin));
+    L.w.cos_idx = keep(upload(lw.rope_idx.cos));
+    L.w.sin_idx = keep(upload(lw.rope_idx.sin));
+    L.w.max_position = lw.rope_main.max_position;
+    L.w.eps = lw.eps;
+    const auto& g = lw.rank.geometry;
+    const std::size_t kv = static_cast<std::size_t>(w.num_blocks) * w.block_size * lw.rank.local_kv_heads * g.head_dim;
+    L.caches.k_cache = keep(alloc<bf16>(kv, "cudaMalloc(k_cache)"));
+    L.caches.v_cache = keep(alloc<bf16>(kv, "cudaMalloc(v_cache)"));
+    const std::size_t sc = static_cast<std::size_t>(w.num_blocks) * (w.block_size / 8) * g.proxy_dim;
+    L.caches.summary_cache = keep(alloc<std::uint8_t>(sc, "cudaMalloc(summary_cache)"));
+    L.caches.num_slots = static_cast<int>(w.prompt_lens.size());
+    L.caches.tail = keep(alloc<bf16>(static_cast<std::size_t>(L.caches.num_slots) * 8 * 2 * g.proxy_dim, "cudaMalloc(tail)"));
+    cu(cudaMemset(L.caches.k_cache, 0, kv * 2), "cudaMemset(k_cache)");
+    cu(cudaMemset(L.caches.v_cache, 0, kv * 2), "cudaMemset(v_cache)");
+    cu(cudaMemset(L.caches.summary_cache, 0, sc), "cudaMemset(summary_cache)");
+    return L;
+  }
+
+  const Model& model_;
+  const Workload& w_;
+  bool simulate_;
+  ops::DsaLayerCapacity cap_;
+  std::vector<RankDev> ranks_;
+  const bf16* const* partial_ptrs_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const Model& model, const Workload& w, bool simulate_tp, std::string* why) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    *why = "no CUDA device is present";
+    return nullptr;
+  }
+  for (int d = 0; d < (simulate_tp ? 1 : std::min(n, model.tp)); ++d) {
+    const Status s = require_sm90(d);
+    if (!s.ok()) {
+      *why = s.message();
+      return nullptr;
+    }
+  }
+  if (!simulate_tp && model.tp > n) {
+    *why = "--tp " + std::to_string(model.tp) + " needs " + std::to_string(model.tp) + " GPUs, " + std::to_string(n) +
+           " present (use --simulate-tp to run every rank on one GPU)";
+    return nullptr;
+  }
+  return std::make_unique<CudaBackend>(model, w, simulate_tp);
+}
+
+}  // namespace step5::driver

@@ -1,0 +1,9 @@
+// The driver's CUDA backend when the library is built without CUDA (STEP5_ENABLE_CUDA=OFF).
+#include "driver_common.hpp"
+
+namespace step5::driver {
+std::unique_ptr<Backend> make_cuda_backend(const Model&, const Workload&, bool, std::string* why) {
+  *why = "this build has no CUDA backend (configure with STEP5_ENABLE_CUDA=ON and nvcc 13)";
+  return nullptr;
+}
+}  // namespace step5::driver

@@ -1,0 +1,27 @@
+#pragma once
+/// \file step5/ops/elementwise.hpp
+/// The small element-wise steps around a DSA layer (SPEC.md §4.8): the bf16 layer input from the
+/// fp32 residual stream, and the residual add of the (all-reduced) bf16 o_proj partials. Device
+/// pointers; asynchronous on `stream`; errors as Status (nothing launched). Declarations only
+/// (g++-compilable); definitions in src/instances/elementwise.cu.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "step5/core/numeric.hpp"
+#include "step5/core/status.hpp"
+
+namespace step5::ops {
+
+/// `x[i] = bf16(residual[i])` (round-to-nearest-even) for i < n. Errors: null pointer with n > 0.
+Status residual_to_bf16(const float* residual, bf16* x, std::size_t n, cudaStream_t stream);
+
+/// The TP sum and residual add of SPEC §4.8 for `num_partials` bf16 arrays of n elements
+/// (`partials`: a device array of device pointers): `residual[i] += float(bf16(Σ_r float(p_r[i])))`,
+/// the sum in fp32 in rank order, rounded once to bf16 (as `reference::simulated_all_reduce`).
+/// With one partial (already all-reduced by NCCL) this is `residual[i] += float(p[i])`.
+/// Errors: null pointers, num_partials < 1.
+Status add_partials_to_residual(const bf16* const* partials, int num_partials, float* residual, std::size_t n,
+                                cudaStream_t stream);
+
+}  // namespace step5::ops

@@ -1,0 +1,281 @@
+#pragma once
+/// \file step5/ops/layer.hpp
+/// One DSA layer on one TP rank on the GPU (SPEC.md §4 steps 1–8 up to the TP all-reduce), the
+/// way an engine strings the library's launchers together: fused projection GEMM → q/k/z
+/// preparation + paged KV-cache write → region summaries → scores + top-k selection → sparse
+/// attention with the head-wise gate → row-parallel o_proj GEMM (bf16 partial). The all-reduce of
+/// the partials (NCCL: step5/comm/nccl.hpp) and the residual add (ops/elementwise.hpp) follow.
+///
+/// Device pointers throughout; layouts of docs/ARCHITECTURE.md. Nothing is allocated at launch:
+/// `dsa_layer_workspace_bytes` sizes one workspace up front (zero-fill it once, before its first
+/// use: the GEMM split-K counters live in it). The sequence of launches depends only on host
+/// sizes, so a step can be captured in a CUDA graph. Errors as Status (the first failing
+/// launcher's message). Host code (g++-compilable); links step5_kernels.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "step5/core/cuda_check.hpp"
+#include "step5/core/status.hpp"
+#include "step5/layout/static_layout.hpp"
+#include "step5/ops/attention.hpp"
+#include "step5/ops/gemm.hpp"
+#include "step5/ops/indexer.hpp"
+
+namespace step5::ops {
+
+/// The device weights of one rank's layer (SPEC §3, §4; `reference::LayerWeights` uploaded).
+struct DsaLayerWeights {
+  const bf16* fused = nullptr;        ///< [rank.padded_rows, hidden] (shards + sparse_indexer_w + zero rows)
+  const bf16* o_proj = nullptr;       ///< [hidden, Hl*D] the rank's o_proj columns
+  const float* q_norm = nullptr;      ///< [D] fp32
+  const float* k_norm = nullptr;      ///< [D] fp32
+  const float* index_q_norm = nullptr;    ///< [P] fp32 (rounded to bf16 in the kernel)
+  const float* index_k_norm_w = nullptr;  ///< [P] fp32
+  const float* index_k_norm_b = nullptr;  ///< [P] fp32
+  const bf16* cos_main = nullptr;     ///< [max_position, rot_main/2]
+  const bf16* sin_main = nullptr;
+  const bf16* cos_idx = nullptr;      ///< [max_position, rot_idx/2]
+  const bf16* sin_idx = nullptr;
+  int max_position = 0;
+  float eps = 1e-5f;                  ///< rms_norm_eps
+};
+
+/// The rank's caches of this layer (SPEC §5).
+struct DsaLayerCaches {
+  bf16* k_cache = nullptr;               ///< [num_blocks, block_size, KVl, D]
+  bf16* v_cache = nullptr;
+  std::uint8_t* summary_cache = nullptr; ///< [num_blocks, block_size/8, P] e4m3
+  bf16* tail = nullptr;                  ///< [num_slots, 8, 2, P]
+  int num_slots = 0;
+};
+
+/// One step's batch (SPEC §5): device metadata plus the host-side sizes that shape the launches.
+struct DsaLayerStep {
+  IndexerBatch batch{};                     ///< cu_seqlens_q, seq_lens (device), B, T (host)
+  PagedTable table{};                       ///< block_table (device), sizes
+  const std::int32_t* tail_slot = nullptr;  ///< [B] device
+  int max_seq_len = 0;                      ///< upper bound of seq_lens this step (host)
+  int topk = 0;                             ///< 1..1024
+};
+
+/// Capacity a workspace is sized for.
+struct DsaLayerCapacity {
+  int max_tokens = 0;    ///< T per step
+  int max_requests = 0;  ///< B per step
+  int max_seq_len = 0;   ///< KV length per request
+  int max_topk = 0;      ///< topk
+  int block_size = 0, max_blocks = 0, num_blocks = 0;
+};
+
+/// Optional hook called after each stage is enqueued (e.g. to record CUDA events per kernel).
+struct DsaLayerHook {
+  virtual ~DsaLayerHook() = default;
+  virtual void after(const char* stage, cudaStream_t stream) = 0;
+};
+
+namespace detail {
+inline std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
+
+/// Offsets of the buffers inside the layer workspace.
+struct LayerWorkspaceMap {
+  std::size_t c = 0, q = 0, index_q = 0, weights = 0, index_k = 0, ids = 0, counts = 0, attn = 0, lse = 0;
+  std::size_t gemm = 0, gemm_bytes = 0, select = 0, select_bytes = 0, attn_ws = 0, attn_ws_bytes = 0, total = 0;
+};
+
+inline SparseAttentionParams attention_sizes(const layout::RankLayout& r, int tokens, int requests, int topk,
+                                             int block_size, int max_blocks, int num_blocks) {
+  SparseAttentionParams a;
+  a.num_tokens = tokens;
+  a.num_requests = requests;
+  a.num_local_heads = r.local_heads;
+  a.num_kv_groups = r.local_kv_groups;
+  a.head_dim = r.geometry.head_dim;
+  a.topk = topk;
+  a.block_size = block_size;
+  a.max_blocks = max_blocks;
+  a.num_blocks = num_blocks;
+  return a;
+}
+
+inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const DsaLayerCapacity& cap,
+                                  LayerWorkspaceMap* m) {
+  if (hidden <= 0 || cap.max_tokens <= 0 || cap.max_requests <= 0 || cap.max_seq_len <= 0 || cap.max_topk < 1 ||
+      cap.max_topk > 1024)
+    return invalid_argument("dsa_layer: capacity hidden = " + std::to_string(hidden) + ", max_tokens = " +
+                            std::to_string(cap.max_tokens) + ", max_requests = " + std::to_string(cap.max_requests) +
+                            ", max_seq_len = " + std::to_string(cap.max_seq_len) + ", max_topk = " +
+                            std::to_string(cap.max_topk) + "; expected positive values and topk <= 1024");
+  const std::size_t T = static_cast<std::size_t>(cap.max_tokens);
+  const std::size_t D = r.geometry.head_dim, P = r.geometry.proxy_dim, Hl = r.local_heads, Il = r.index_local_heads,
+                    lg = r.local_kv_groups;
+  std::size_t off = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t o = off;
+    off += align256(bytes);
+    return o;
+  };
+  m->c = take(T * r.padded_rows * 2);
+  m->q = take(T * Hl * D * 2);
+  m->index_q = take(T * Il * P);
+  m->weights = take(T * Il * 4);
+  m->index_k = take(T * P * 2);
+  m->ids = take(lg * T * (cap.max_topk + 1) * 4);
+  m->counts = take(lg * T * 4);
+  m->attn = take(T * Hl * D * 2);
+  m->lse = take(T * Hl * 4);
+  m->gemm_bytes = std::max(gemm_workspace_bytes(cap.max_tokens, r.padded_rows, hidden),
+                           gemm_workspace_bytes(cap.max_tokens, hidden, static_cast<std::int64_t>(Hl * D)));
+  m->gemm = take(std::max<std::size_t>(m->gemm_bytes, kGemmCounterBytes));
+  // Selection: tokens are processed in chunks that fit; size it for up to 64 tokens per chunk.
+  m->select_bytes = indexer_select_workspace_bytes(r, std::min(cap.max_tokens, 64), cap.max_seq_len, cap.max_requests);
+  m->select = take(m->select_bytes);
+  // Split-KV merge space for decode-like steps (<= 4 rows per request); larger steps use fewer
+  // splits when this does not suffice (see dsa_layer_forward).
+  std::size_t attn_bytes = 0;
+  const SparseAttentionParams a = attention_sizes(r, std::min(cap.max_tokens, 4 * cap.max_requests), cap.max_requests,
+                                                  cap.max_topk, cap.block_size, cap.max_blocks, cap.num_blocks);
+  STEP5_RETURN_IF_ERROR(sparse_attention_workspace_size(a, &attn_bytes));
+  m->attn_ws_bytes = attn_bytes;
+  m->attn_ws = take(attn_bytes);
+  m->total = off;
+  return Status::Ok();
+}
+
+/// The geometry row of `g` in the list (for the per-geometry attention instances).
+inline const layout::GeometryEntry* entry_of_geometry(const layout::Geometry& g) {
+  for (const auto& e : layout::kGeometries)
+    if (e.geometry == g) return &e;
+  return nullptr;
+}
+}  // namespace detail
+
+/// Bytes of the workspace of `dsa_layer_forward` for `rank` at `hidden` and capacity `cap`.
+inline Status dsa_layer_workspace_bytes(const layout::RankLayout& rank, int hidden, const DsaLayerCapacity& cap,
+                                        std::size_t* bytes) {
+  if (bytes == nullptr) return invalid_argument("dsa_layer_workspace_bytes: bytes is null");
+  detail::LayerWorkspaceMap m;
+  STEP5_RETURN_IF_ERROR(detail::layer_workspace_map(rank, hidden, cap, &m));
+  *bytes = m.total;
+  return Status::Ok();
+}
+
+/// Enqueues SPEC §4 steps 1–8 of one rank for `x [T, hidden]` bf16 (row stride hidden) and writes
+/// the rank's bf16 o_proj partial `[T, hidden]` (before the TP all-reduce). `workspace` holds
+/// `dsa_layer_workspace_bytes(rank, hidden, cap)` bytes, zero-filled once before first use.
+/// Errors: sizes beyond `cap`, and every launcher's own checks (kInvalidArgument/kUnsupported).
+inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, const DsaLayerWeights& w,
+                                const DsaLayerCaches& caches, const DsaLayerStep& step, const bf16* x, bf16* partial,
+                                void* workspace, std::size_t workspace_bytes, const DsaLayerCapacity& cap,
+                                cudaStream_t stream, DsaLayerHook* hook = nullptr) {
+  const int T = step.batch.num_tokens;
+  if (T == 0) return Status::Ok();
+  if (T > cap.max_tokens || step.batch.num_requests > cap.max_requests || step.max_seq_len > cap.max_seq_len ||
+      step.topk > cap.max_topk)
+    return invalid_argument("dsa_layer_forward: step (T = " + std::to_string(T) + ", B = " +
+                            std::to_string(step.batch.num_requests) + ", max_seq_len = " +
+                            std::to_string(step.max_seq_len) + ", topk = " + std::to_string(step.topk) +
+                            ") exceeds the workspace capacity (" + std::to_string(cap.max_tokens) + ", " +
+                            std::to_string(cap.max_requests) + ", " + std::to_string(cap.max_seq_len) + ", " +
+                            std::to_string(cap.max_topk) + ")");
+  detail::LayerWorkspaceMap m;
+  STEP5_RETURN_IF_ERROR(detail::layer_workspace_map(rank, hidden, cap, &m));
+  if (workspace == nullptr || workspace_bytes < m.total)
+    return invalid_argument("dsa_layer_forward: workspace of " + std::to_string(workspace_bytes) + " bytes, expected >= " +
+                            std::to_string(m.total));
+  const layout::GeometryEntry* entry = detail::entry_of_geometry(rank.geometry);
+  if (entry == nullptr) return unsupported("dsa_layer_forward: the rank's geometry is not in geometries.def");
+  auto* base = static_cast<unsigned char*>(workspace);
+  auto* c = reinterpret_cast<bf16*>(base + m.c);
+  auto* q = reinterpret_cast<bf16*>(base + m.q);
+  auto* index_q = reinterpret_cast<std::uint8_t*>(base + m.index_q);
+  auto* weights = reinterpret_cast<float*>(base + m.weights);
+  auto* index_k = reinterpret_cast<bf16*>(base + m.index_k);
+  auto* ids = reinterpret_cast<std::int32_t*>(base + m.ids);
+  auto* counts = reinterpret_cast<std::int32_t*>(base + m.counts);
+  auto* attn = reinterpret_cast<bf16*>(base + m.attn);
+  auto* lse = reinterpret_cast<float*>(base + m.lse);
+  const std::int64_t ldc = rank.padded_rows;
+  const int D = rank.geometry.head_dim, Hl = rank.local_heads;
+  auto mark = [&](const char* s) {
+    if (hook) hook->after(s, stream);
+  };
+
+  // 1. Fused projection (SPEC §3 "Forward"), sparse_indexer_w rows included.
+  GemmParams g1;
+  g1.x = x, g1.w = w.fused, g1.c = c, g1.tokens = T, g1.n = rank.padded_rows, g1.k = hidden;
+  g1.ldx = hidden, g1.ldw = hidden, g1.ldc = ldc, g1.workspace = base + m.gemm, g1.workspace_bytes = m.gemm_bytes;
+  STEP5_RETURN_IF_ERROR(gemm_bf16(g1, stream));
+  mark("fused_gemm");
+
+  // 2–3. Preparation + KV-cache write.
+  IndexerPrepareParams pp;
+  pp.rank = rank, pp.eps = w.eps, pp.batch = step.batch, pp.table = step.table, pp.c = c, pp.ldc = ldc;
+  pp.q_norm = w.q_norm, pp.k_norm = w.k_norm, pp.index_q_norm = w.index_q_norm;
+  pp.index_k_norm_w = w.index_k_norm_w, pp.index_k_norm_b = w.index_k_norm_b;
+  pp.cos_main = w.cos_main, pp.sin_main = w.sin_main, pp.cos_idx = w.cos_idx, pp.sin_idx = w.sin_idx;
+  pp.max_position = w.max_position;
+  pp.q_out = q, pp.k_cache = caches.k_cache, pp.v_cache = caches.v_cache, pp.index_q = index_q;
+  pp.weights = weights, pp.index_k = index_k;
+  STEP5_RETURN_IF_ERROR(indexer_prepare(pp, stream));
+  mark("prepare");
+
+  // 4. Region summaries (before scoring).
+  IndexerSummaryParams sp;
+  sp.rank = rank, sp.batch = step.batch, sp.table = step.table, sp.index_k = index_k, sp.c = c, sp.ldc = ldc;
+  sp.summary_cache = caches.summary_cache, sp.tail = caches.tail, sp.tail_slot = step.tail_slot;
+  sp.num_slots = caches.num_slots;
+  STEP5_RETURN_IF_ERROR(indexer_summaries(sp, stream));
+  mark("summaries");
+
+  // 5–6. Scores + selection.
+  IndexerSelectParams sel;
+  sel.rank = rank, sel.batch = step.batch, sel.table = step.table, sel.index_q = index_q, sel.weights = weights;
+  sel.summary_cache = caches.summary_cache, sel.topk = step.topk, sel.max_seq_len = std::max(1, step.max_seq_len);
+  sel.topk_ids = ids, sel.counts = counts, sel.workspace = base + m.select, sel.workspace_bytes = m.select_bytes;
+  STEP5_RETURN_IF_ERROR(indexer_select(sel, stream));
+  mark("select");
+
+  // 7–8. Sparse attention + gate (split-KV reduced until its merge space fits the workspace).
+  SparseAttentionParams a = detail::attention_sizes(rank, T, step.batch.num_requests, step.topk, step.table.block_size,
+                                                    step.table.max_blocks, step.table.num_blocks);
+  a.q = q, a.k_cache = caches.k_cache, a.v_cache = caches.v_cache, a.block_table = step.table.block_table;
+  a.cu_seqlens_q = step.batch.cu_seqlens_q, a.seq_lens = step.batch.seq_lens, a.topk_ids = ids, a.counts = counts;
+  if (rank.local_gate > 0) {
+    a.gate = c + rank.shard(layout::Shard::kIndexG).dst_row;
+    a.gate_row_stride = ldc;
+  }
+  a.out = attn, a.lse = lse;
+  std::size_t need = 0;
+  STEP5_RETURN_IF_ERROR(sparse_attention_workspace_size(a, &need));
+  if (need > m.attn_ws_bytes) {
+    int dev = 0, sms = 0;
+    STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+    STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    SparseAttentionPlan plan;
+    STEP5_RETURN_IF_ERROR(sparse_attention_plan(a, sms, &plan));
+    for (int s = plan.num_splits - 1; s >= 1; --s) {
+      a.num_splits = s;
+      STEP5_RETURN_IF_ERROR(sparse_attention_plan(a, sms, &plan));
+      if (plan.workspace_bytes <= m.attn_ws_bytes) break;
+    }
+  }
+  const Status st = layout::dispatch_layout(entry->name, rank.parallel.tp_size, [&](auto tag) {
+    return sparse_attention<decltype(tag)::kId>(a, base + m.attn_ws, m.attn_ws_bytes, stream);
+  });
+  STEP5_RETURN_IF_ERROR(st);
+  mark("attention");
+
+  // 8. Row-parallel o_proj: partial [T, hidden] = gated [T, Hl*D] @ o_proj_local[hidden, Hl*D]^T.
+  GemmParams g2;
+  g2.x = attn, g2.w = w.o_proj, g2.c = partial, g2.tokens = T, g2.n = hidden, g2.k = static_cast<std::int64_t>(Hl) * D;
+  g2.ldx = g2.k, g2.ldw = g2.k, g2.ldc = hidden, g2.workspace = base + m.gemm, g2.workspace_bytes = m.gemm_bytes;
+  STEP5_RETURN_IF_ERROR(gemm_bf16(g2, stream));
+  mark("o_proj_gemm");
+  return Status::Ok();
+}
+
+}  // namespace step5::ops

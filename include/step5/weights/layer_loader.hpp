@@ -1,0 +1,106 @@
+#pragma once
+/// \file step5/weights/layer_loader.hpp
+/// Loads one DSA layer of a Step5-format checkpoint (SPEC.md §7) for one TP rank into the
+/// weights of the CPU reference (`reference::LayerWeights`), which the GPU backend uploads as
+/// they are: the fused projection matrix through `FusedWeightLoader` (SPEC §3: the rank's rows
+/// only, with `sparse_indexer_w` appended), the rank's o_proj columns (the columns of its q
+/// heads, `rank.shard(Shard::kQ)`), the fp32 norm weights, and the layer's RoPE tables
+/// (`rope_theta[layer]`, llama3 scaling only where `yarn_only_types` says). Only the rank's rows
+/// of the memory-mapped tensors are read. Throws `step5::Error` naming the tensor, expected and
+/// got. Host only (g++).
+#include <cstddef>
+#include <optional>
+#include <string>
+
+#include "step5/core/status.hpp"
+#include "step5/layout/parallel.hpp"
+#include "step5/reference/layer.hpp"
+#include "step5/reference/rope.hpp"
+#include "step5/weights/config.hpp"
+#include "step5/weights/fused_weight.hpp"
+#include "step5/weights/safetensors.hpp"
+
+namespace step5 {
+
+/// Bytes of checkpoint tensor data a rank's load touched (its shards' rows, its o_proj
+/// columns, the norm vectors).
+struct LayerLoadStats {
+  std::size_t bytes_read = 0;
+};
+
+/// The checkpoint name prefix of layer `layer`: "model.layers.N.self_attn.".
+inline std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + ".self_attn."; }
+
+/// Loads layer `layer` for `rank` (a valid RankLayout of `cfg.geometry`); RoPE tables cover
+/// positions [0, max_position). Throws `Error` on a missing/misshaped tensor or an incomplete load.
+inline reference::LayerWeights load_layer_weights(const Checkpoint& ckpt, const ModelConfig& cfg, int layer,
+                                                  const layout::RankLayout& rank, int max_position,
+                                                  LayerLoadStats* stats = nullptr) {
+  const std::string prefix = layer_prefix(layer);
+  const layout::Geometry& g = rank.geometry;
+  if (!(g == cfg.geometry))
+    throw Error(StatusCode::kInvalidArgument, "load_layer_weights: the rank layout's geometry differs from the config's (" +
+                                                  cfg.source + ")");
+  const int hidden = cfg.hidden_size;
+  LayerLoadStats st;
+  // Fused projection (SPEC §3). A pre-fused tensor is refused by the loader (load_named).
+  FusedWeightLoader loader(rank, hidden);
+  for (const char* n : {"qkv_indexer_proj.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight", "g_proj.weight",
+                        "sparse_indexer_q.weight", "sparse_indexer_k.weight", "sparse_indexer_z.weight",
+                        "sparse_indexer_w.weight"}) {
+    const std::string name = prefix + n;
+    if (!ckpt.contains(name)) continue;
+    const TensorView v = ckpt.view(name);
+    if (loader.load_named(v)) {
+      const auto id = checkpoint_shard_id(n);
+      const int shard = id ? loader_shard_index(*id).value_or(0) : 0;
+      st.bytes_read += static_cast<std::size_t>(loader.spec(shard).rows) * hidden * dtype_size(v.dtype);
+    }
+  }
+  loader.assert_fully_loaded(prefix.substr(0, prefix.size() - 1));
+  reference::LayerWeights w;
+  w.rank = rank;
+  w.hidden = hidden;
+  w.eps = static_cast<float>(cfg.rms_norm_eps);
+  w.fused.assign(loader.weight().begin(), loader.weight().end());
+
+  // o_proj [hidden, H*D]: this rank's columns are those of its q heads (row-parallel, SPEC §4.8).
+  const layout::ShardSpec& qs = rank.shard(layout::Shard::kQ);
+  const TensorView o = ckpt.view(prefix + "o_proj.weight");
+  expect_tensor(o, DType::kBF16, {hidden, static_cast<std::int64_t>(g.num_heads) * g.head_dim});
+  w.o_proj.resize(static_cast<std::size_t>(hidden) * qs.rows);
+  const auto* src = static_cast<const bf16*>(o.data);
+  for (int i = 0; i < hidden; ++i)
+    for (int j = 0; j < qs.rows; ++j)
+      w.o_proj[static_cast<std::size_t>(i) * qs.rows + j] =
+          src[static_cast<std::size_t>(i) * g.num_heads * g.head_dim + qs.src_row + j];
+  st.bytes_read += w.o_proj.size() * sizeof(bf16);
+
+  auto vec = [&](const std::string& n, int len) {
+    const TensorView v = ckpt.view(prefix + n);
+    expect_tensor(v, DType::kF32, {len});
+    st.bytes_read += v.nbytes();
+    return to_float_vector(v);
+  };
+  w.q_norm = vec("q_norm.weight", g.head_dim);
+  w.k_norm = vec("k_norm.weight", g.head_dim);
+  w.index_q_norm = vec("sparse_indexer_q_norm.weight", g.proxy_dim);
+  w.index_k_norm_weight = vec("sparse_indexer_k_norm.weight", g.proxy_dim);
+  w.index_k_norm_bias = vec("sparse_indexer_k_norm.bias", g.proxy_dim);
+
+  std::optional<reference::Llama3Scaling> scaling;
+  if (cfg.rope_scaling_applies(layer)) {
+    const RopeScaling& s = *cfg.rope_scaling;
+    scaling = reference::Llama3Scaling{static_cast<float>(s.factor), static_cast<float>(s.low_freq_factor),
+                                       static_cast<float>(s.high_freq_factor),
+                                       static_cast<int>(s.original_max_position_embeddings)};
+  }
+  const double theta = cfg.rope_theta_of(layer);
+  w.rope_main = reference::make_rope_table(max_position, g.rot_main, theta, scaling);
+  w.rope_idx = reference::make_rope_table(max_position, g.rot_idx, theta, scaling);
+  reference::validate_weights(w);
+  if (stats) stats->bytes_read += st.bytes_read;
+  return w;
+}
+
+}  // namespace step5
