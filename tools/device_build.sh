@@ -15,8 +15,9 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release \
   -DCMAKE_PREFIX_PATH="$DEPS/usr" \
   -DBLAS_LIBRARIES="$DEPS/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so" \
   -DBLAS_FOUND=TRUE ${CMAKE_EXTRA:-} > "$BUILD_DIR.configure.log" 2>&1 || { tail -30 "$BUILD_DIR.configure.log"; return 1 2>/dev/null || exit 1; }
-if [ $# -gt 0 ]; then
-  cmake --build "$BUILD_DIR" -j "$(nproc)" --target "$@" 2>&1 | grep -E "error|warning|spill|Error" | head -60
-else
-  cmake --build "$BUILD_DIR" -j "$(nproc)" 2>&1 | grep -E "error|warning|spill|Error" | head -60
-fi
+targets=()
+[ $# -gt 0 ] && targets=(--target "$@")
+cmake --build "$BUILD_DIR" -j "$(nproc)" "${targets[@]}" > "$BUILD_DIR.build.log" 2>&1
+build_rc=$?
+grep -E "error|warning|spill|Error" "$BUILD_DIR.build.log" | head -60
+echo "build exit code: $build_rc (full log: $BUILD_DIR.build.log)"

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One call of the device tool (carry [".deps"]): builds the project on the GPU machine and runs
+# the requested phases, each capped so that the whole call ends within $BUDGET seconds (default
+# 570); logs and JSON go to $OUT; a short summary is printed last.
+#   bash tools/device_run.sh build gpu multigpu driver sanitize bench
+# Phases: build (all targets, sm_90a) | gpu (ctest -L gpu) | multigpu (ctest -L multigpu) |
+#   driver (the README main command on the GPU, --check, --json) | sanitize (the gpu tests under
+#   compute-sanitizer memcheck and racecheck, STEP5_GPU_TEST_QUICK=1) | bench (every bench binary,
+#   JSON per binary; BENCH_FILTER limits them).
+set -u
+OUT=${OUT:-/tmp/step5-out}; mkdir -p "$OUT"
+T0=$(date +%s)
+BUDGET=${BUDGET:-570}
+B=build-device
+left() { echo $(( BUDGET - ($(date +%s) - T0) )); }
+cap() { local want=$1 l; l=$(left); [ "$l" -lt "$want" ] && want=$l; [ "$want" -lt 5 ] && want=5; echo "$want"; }
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
+for phase in "$@"; do
+  case $phase in
+    build)
+      t=$(date +%s)
+      do_build() { . tools/device_build.sh; }   # no arguments: build every target
+      do_build > "$OUT/build.log" 2>&1
+      cp build-device.build.log "$OUT/build_full.log" 2>/dev/null
+      note "build: $(( $(date +%s) - t )) s, $(grep -E 'build exit code' "$OUT/build.log"), $(grep -c ' error' "$OUT/build.log") error lines, $(grep -ci 'spill' "$OUT/build.log") spill lines"
+      ;;
+    gpu|multigpu)
+      timeout "$(cap 300)" ctest --test-dir $B -L "^$phase\$" --output-on-failure -j1 > "$OUT/ctest_$phase.txt" 2>&1
+      note "ctest -L $phase: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/ctest_$phase.txt" | tail -1)"
+      grep -E "\*\*\*Failed|Not Run|Timeout" "$OUT/ctest_$phase.txt" | head -20
+      ;;
+    driver)
+      timeout "$(cap 120)" $B/examples/step5_driver --backend cuda --check --json --cache-dir /tmp/step5-cache \
+        > "$OUT/driver.json" 2> "$OUT/driver.log"
+      note "driver (default, cuda, --check): rc=$? $(tr -d '\n ' < "$OUT/driver.json" | grep -o '"check":{[^}]*}')"
+      timeout "$(cap 60)" $B/examples/step5_driver --backend cuda --cache-dir /tmp/step5-cache > "$OUT/driver.txt" 2>&1
+      tail -14 "$OUT/driver.txt"
+      ;;
+    sanitize)
+      for t in test_gemm test_attention test_indexer test_topk; do
+        for tool in memcheck racecheck; do
+          STEP5_GPU_TEST_QUICK=1 timeout "$(cap 90)" compute-sanitizer --tool $tool --error-exitcode 9 \
+            $B/tests/$t > "$OUT/san_${t}_$tool.txt" 2>&1
+          note "sanitize $t $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${t}_$tool.txt" | tail -1) | $(grep -E 'passed, .* failed' "$OUT/san_${t}_$tool.txt" | tail -1)"
+        done
+      done
+      ;;
+    bench)
+      for b in bench_layer bench_gemm bench_attention bench_indexer; do
+        [ -x $B/bench/$b ] || { note "$b: not built"; continue; }
+        timeout "$(cap 150)" $B/bench/$b --benchmark_filter="${BENCH_FILTER:-.}" \
+          --benchmark_out="$OUT/$b.json" --benchmark_out_format=json > "$OUT/$b.txt" 2>&1
+        note "$b: rc=$?"
+        tail -25 "$OUT/$b.txt"
+      done
+      ;;
+    *) note "unknown phase $phase" ;;
+  esac
+done
+echo "---------------- summary ($(( $(date +%s) - T0 )) s)"
+cat "$OUT/gpu.txt"
+printf '%s\n' "${summary[@]}"
