@@ -1,5 +1,6 @@
 // Benchmark of the sparse GQA attention + gate (step5/ops/attention.hpp, SPEC §4 steps 7–8):
-//   copy/d2d                                              cudaMemcpy D2D of 1 GiB (read + write bytes / s)
+//   copy/d2d                                              shared copy ceiling (bench_common.hpp: 1 GiB D2D,
+//                                                         median, read + write bytes / s)
 //   attention/decode/<geometry>/tp:N/batch:B/ctx:C        1 query row per request, full selections (topk 512)
 //   attention/prefill/<geometry>/tp:N/chunk:T/hist:H      one request, T new rows after H cached tokens
 // Counters: gathered K/V bytes per second (decode: what the selection reads, (count-1)*8 + partial
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/attention.hpp"
 
@@ -88,33 +90,11 @@ __global__ void iota_table(int* table, int B, int max_blocks, int num_blocks) {
 }
 
 void BM_copy(benchmark::State& state) {
-  const std::size_t bytes = 1ull << 30;
-  void *a, *b;
-  CK(cudaMalloc(&a, bytes));
-  CK(cudaMalloc(&b, bytes));
-  CK(cudaMemset(a, 1, bytes));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  double total = 0;
-  int n = 0;
-  for (auto _ : state) {
-    CK(cudaEventRecord(e0, g_stream));
-    CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, g_stream));
-    CK(cudaEventRecord(e1, g_stream));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    state.SetIterationTime(ms / 1e3);
-    total += ms;
-    ++n;
-  }
-  g_copy_gbs = 2.0 * bytes / (total / n / 1e3) / 1e9;
+  // The shared ceiling (bench_common.hpp): median of 1 GiB D2D copies, bytes read + written / s.
+  const step5::bench::CopyCeiling& c = step5::bench::copy_ceiling(g_stream);
+  for (auto _ : state) state.SetIterationTime(c.seconds);
+  g_copy_gbs = c.gbs;
   state.counters["GB/s"] = g_copy_gbs;
-  CK(cudaFree(a));
-  CK(cudaFree(b));
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
 }
 
 template <class Tag>
@@ -190,9 +170,9 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   }
   void* ws = nullptr;
   if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
-  st = step5::ops::sparse_attention<Tag::kId>(p, ws, ws_bytes, g_stream);
-  if (!st.ok()) {
-    state.SkipWithError(st.to_string().c_str());
+  const step5::Status launched = step5::ops::sparse_attention<Tag::kId>(p, ws, ws_bytes, g_stream);
+  if (!launched.ok()) {
+    state.SkipWithError(launched.to_string().c_str());
     return;
   }
   CK(cudaStreamSynchronize(g_stream));

@@ -2,7 +2,8 @@
 //   gemm/<geometry>/tp:N/tokens:T      our launcher (path picked by gemm_plan)
 //   cublaslt/<geometry>/tp:N/tokens:T  cuBLASLt on the identical fused shape
 //   unfused/<geometry>/tp:N/tokens:T   separate cuBLASLt GEMMs: qkv, indexer (q|k|z), gate, sparse_indexer_w
-//   copy/d2d                           cudaMemcpy device-to-device of 1 GiB (bytes read + written / s)
+//   copy/d2d                           the shared copy ceiling of bench_common.hpp (1 GiB D2D, median,
+//                                      bytes read + written / s)
 // Timing: CUDA events around a CUDA graph of `batch` launches that rotate over several copies
 // of W (together > 4× L2), so the weights come from HBM; UseManualTime. A table is printed last.
 #include <benchmark/benchmark.h>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "step5/core/numeric.hpp"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/gemm.hpp"
@@ -191,24 +193,11 @@ std::string row_key(const Shape& s, int T) {
 }
 
 void bm_copy(benchmark::State& st) {
-  const std::size_t bytes = 1ull << 30;
-  void *a, *b;
-  CK(cudaMalloc(&a, bytes));
-  CK(cudaMalloc(&b, bytes));
-  CK(cudaMemset(a, 1, bytes));
-  {
-    GraphTimer gt(4, [&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, g_stream)); });
-    double best = 1e30;
-    for (auto _ : st) {
-      const double t = gt.run();
-      best = std::min(best, t);
-      st.SetIterationTime(t);
-    }
-    g_copy_gbs = 2.0 * bytes / best / 1e9;
-    st.counters["GB/s(rd+wr)"] = g_copy_gbs;
-  }
-  CK(cudaFree(a));
-  CK(cudaFree(b));
+  // The shared ceiling (bench_common.hpp): median of 1 GiB D2D copies, bytes read + written / s.
+  const step5::bench::CopyCeiling& c = step5::bench::copy_ceiling(g_stream);
+  for (auto _ : st) st.SetIterationTime(c.seconds);
+  g_copy_gbs = c.gbs;
+  st.counters["GB/s(rd+wr)"] = g_copy_gbs;
 }
 
 void bm_lt(benchmark::State& st, Shape s, int T) {

@@ -1,6 +1,8 @@
 // Benchmark of the sparse indexer (step5/ops/indexer.hpp, SPEC §4.5–4.6):
-//   copy/d2d                                   cudaMemcpy D2D of 1 GiB (bytes read + written / s)
-//   cublas/bf16_gemm/8192                      tensor-core rate of this device (bf16 GEMM 8192^3)
+//   copy/d2d                                   shared copy ceiling (bench_common.hpp: 1 GiB D2D, median,
+//                                              bytes read + written / s)
+//   cublas/bf16_gemm/8192                      shared GEMM ceiling (bench_common.hpp: cuBLAS bf16 8192^3,
+//                                              random data, median)
 //   indexer_decode/<geo>/tp:N/batch:B/ctx:C    indexer_select (scores + selection), one decode row
 //                                              per request; GB/s over summary bytes read
 //   indexer_prefill/<geo>/tp:N/tokens:T/ctx:H  indexer_select of a prefill chunk of T tokens after
@@ -25,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_common.hpp"
 #include "step5/kernels/sm90/indexer_launch.cuh"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/indexer.hpp"
@@ -87,42 +90,17 @@ void record(benchmark::State& st, const std::string& name, double sec, double fi
 }
 
 void bm_copy(benchmark::State& st) {
-  const std::size_t n = 1ull << 30;
-  void *a, *b;
-  CK(cudaMalloc(&a, n));
-  CK(cudaMalloc(&b, n));
-  CK(cudaMemset(a, 1, n));
-  const double s = time_it([&] { CK(cudaMemcpyAsync(b, a, n, cudaMemcpyDeviceToDevice, g_stream)); }, 10);
-  g_copy_gbs = 2.0 * n / s / 1e9;
-  record(st, "copy/d2d", s, g_copy_gbs, "GB/s");
-  CK(cudaFree(a));
-  CK(cudaFree(b));
+  // The shared ceilings (bench_common.hpp): median of 1 GiB D2D copies, bytes read + written / s.
+  const step5::bench::CopyCeiling& c = step5::bench::copy_ceiling(g_stream);
+  g_copy_gbs = c.gbs;
+  record(st, "copy/d2d", c.seconds, g_copy_gbs, "GB/s");
 }
 
 void bm_cublas(benchmark::State& st) {
-  const int n = 8192;
-  __nv_bfloat16 *a, *b, *c;
-  CK(cudaMalloc(&a, sizeof(__nv_bfloat16) * n * n));
-  CK(cudaMalloc(&b, sizeof(__nv_bfloat16) * n * n));
-  CK(cudaMalloc(&c, sizeof(__nv_bfloat16) * n * n));
-  CK(cudaMemset(a, 0x3c, sizeof(__nv_bfloat16) * n * n));  // small finite values
-  CK(cudaMemset(b, 0x3c, sizeof(__nv_bfloat16) * n * n));
-  cublasHandle_t h;
-  cublasCreate(&h);
-  cublasSetStream(h, g_stream);
-  const float one = 1.f, zero = 0.f;
-  const double s = time_it(
-      [&] {
-        cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a, CUDA_R_16BF, n, b, CUDA_R_16BF, n, &zero, c,
-                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-      },
-      5);
-  g_tc_tflops = 2.0 * n * n * double(n) / s / 1e12;
-  record(st, "cublas/bf16_gemm/8192", s, g_tc_tflops, "TFLOP/s");
-  cublasDestroy(h);
-  CK(cudaFree(a));
-  CK(cudaFree(b));
-  CK(cudaFree(c));
+  // cuBLAS bf16 GEMM 8192^3 on random data, median (bench_common.hpp).
+  const step5::bench::GemmCeiling& c = step5::bench::gemm_ceiling(g_stream);
+  g_tc_tflops = c.tflops;
+  record(st, "cublas/bf16_gemm/8192", c.seconds, g_tc_tflops, "TFLOP/s");
 }
 
 /// A batch of requests with random summary caches, ready for indexer_select.

@@ -4,12 +4,24 @@
 //   GPU_CHECK(cuda call)  — fails the test with the call and the CUDA error string.
 //   EXPECT(cond, fmt...)  — records a failure with a message, keeps going.
 //   rel_error(out, ref)   — ||out - ref|| / ||ref|| (fp64).
+//   DevBuf<T>             — RAII device array of `n` T (cudaMalloc / cudaFree), up() / down()
+//                           copies from / to a host vector; dalloc / upload / download are the
+//                           same copies on raw device pointers.
+//   quick()               — sanitizer mode: true when the environment variable
+//                           STEP5_GPU_TEST_QUICK is set to a non-empty value other than "0". The
+//                           tests then run the same cases (every kernel variant / path, the edge
+//                           cases) on smaller sizes, fast enough for `compute-sanitizer --tool
+//                           memcheck` / `--tool racecheck`; without it they run at full size. The
+//                           checks and tolerances are the same in both modes.
 // A test prints "N passed, N failed" last and exits 0 only when every check passed.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <vector>
@@ -50,6 +62,50 @@ double rel_error(const std::vector<A>& out, const std::vector<B>& ref) {
   }
   return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
+
+/// Sanitizer mode (see the file comment): STEP5_GPU_TEST_QUICK set, non-empty and not "0".
+inline bool quick() {
+  static const bool q = [] {
+    const char* v = std::getenv("STEP5_GPU_TEST_QUICK");
+    return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
+  }();
+  return q;
+}
+
+/// cudaMalloc of `n` T (at least one element, so that n == 0 gives a valid pointer).
+template <class T>
+T* dalloc(std::size_t n) {
+  T* p = nullptr;
+  GPU_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)));
+  return p;
+}
+/// Copies the host vector `h` to the device array `d` (h.size() elements).
+template <class T>
+void upload(T* d, const std::vector<T>& h) {
+  GPU_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+/// Returns the first `n` elements of the device array `d`.
+template <class T>
+std::vector<T> download(const T* d, std::size_t n) {
+  std::vector<T> h(n);
+  GPU_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
+}
+
+/// RAII device array of `n` T (freed by the destructor; not copyable).
+template <class T>
+struct DevBuf {
+  T* p = nullptr;
+  std::size_t n = 0;
+  explicit DevBuf(std::size_t count) : p(dalloc<T>(count)), n(count) {}
+  /// A device copy of `h`.
+  explicit DevBuf(const std::vector<T>& h) : DevBuf(h.size()) { up(h); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void up(const std::vector<T>& h) { upload(p, h); }
+  std::vector<T> down() const { return download(p, n); }
+};
 
 /// Returns true when an sm_90 device is present (prints why not otherwise).
 inline bool have_sm90() {

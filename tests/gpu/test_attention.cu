@@ -5,6 +5,9 @@
 // seq_len poisoned with NaN). Outputs are poisoned before the launch and every element is checked:
 // rel error of out <= 1e-2, of the finite LSE values <= 1e-3, −inf exactly where the reference
 // has it, padding columns and guard elements unchanged.
+// Quick (sanitizer) mode, step5_test::quick(): tp 1, 8 and 16 of each geometry (every head_dim ×
+// hpg_q kernel instance), contexts of at most 300 tokens and topk <= 16; every case, split count,
+// query tile, MTP, prefill, gate / no-gate and short-count scenario is kept.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,21 +33,7 @@ namespace {
 
 constexpr std::uint16_t kPoison = 0x7fc1;  // a bf16 NaN
 
-template <class T>
-struct DevBuf {
-  T* p = nullptr;
-  std::size_t n = 0;
-  explicit DevBuf(std::size_t count) : n(count) { GPU_CHECK(cudaMalloc(&p, std::max<std::size_t>(1, n) * sizeof(T))); }
-  DevBuf(const std::vector<T>& h) : DevBuf(h.size()) { up(h); }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  void up(const std::vector<T>& h) { GPU_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
-  std::vector<T> down() const {
-    std::vector<T> h(n);
-    GPU_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-};
+using step5_test::DevBuf;
 
 struct Scenario {
   std::string name;
@@ -194,8 +183,8 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
   step5::Status st = step5::ops::sparse_attention_workspace_size(p, &ws_bytes);
   EXPECT(st.ok(), "%s: workspace_size: %s", label.c_str(), st.to_string().c_str());
   DevBuf<unsigned char> ws(ws_bytes);
-  st = step5::ops::sparse_attention<Tag::kId>(p, ws.p, ws_bytes, nullptr);
-  EXPECT(st.ok(), "%s: launch: %s", label.c_str(), st.to_string().c_str());
+  const step5::Status launched = step5::ops::sparse_attention<Tag::kId>(p, ws.p, ws_bytes, nullptr);
+  EXPECT(launched.ok(), "%s: launch: %s", label.c_str(), launched.to_string().c_str());
   GPU_CHECK(cudaDeviceSynchronize());
   const std::vector<bf16> out = d_out.down();
   const std::vector<float> lse = d_lse.down();
@@ -238,10 +227,18 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
   std::printf("  %-58s T=%4d out err %.2e lse err %.2e\n", label.c_str(), T, e_o, e_l);
 }
 
+/// Every (geometry, tp) of the list; in quick mode only tp 1, 8 and 16 (each (head_dim, hpg_q)
+/// kernel instance: hpg_q 16 with several KV groups, 8 and 4).
 template <class F>
 void each_layout(F&& f) {
-  step5::layout::for_each_layout([&](auto tag) { f(tag); });
+  step5::layout::for_each_layout([&](auto tag) {
+    const int tp = decltype(tag)::kParallel.tp_size;
+    if (!step5_test::quick() || tp == 1 || tp == 8 || tp == 16) f(tag);
+  });
 }
+
+/// Full size, or the quick-mode (sanitizer) value.
+int sz(int full, int quick) { return step5_test::quick() ? quick : full; }
 
 std::uint32_t g_seed = 1234;
 
@@ -249,14 +246,16 @@ std::uint32_t g_seed = 1234;
 
 GPU_CASE("decode: one row per request, lengths 1..3000, auto split") {
   each_layout([](auto tag) {
-    Scenario sc{"decode", {1, 1, 1, 1, 1, 1}, {1, 9, 64, 333, 1200, 3001}, 16, 64};
+    Scenario sc{"decode", {1, 1, 1, 1, 1, 1}, {1, 9, 64, sz(333, 130), sz(1200, 257), sz(3001, 300)}, 16, sz(64, 16)};
     run_scenario<decltype(tag)>(sc, ++g_seed);
   });
 }
 
 GPU_CASE("decode: full selection topk 512, forced splits") {
   each_layout([](auto tag) {
-    Scenario sc{"decode topk512 splits 7", {1, 1}, {4100, 5000}, 64, 512};
+    // quick: topk 16; 130 tokens = 16 complete regions + 2 (all history selected), 300 partial
+    Scenario sc{"decode topk" + std::to_string(sz(512, 16)) + " splits 7", {1, 1}, {sz(4100, 130), sz(5000, 300)}, 64,
+                sz(512, 16)};
     sc.num_splits = 7;
     sc.overlap = false;
     run_scenario<decltype(tag)>(sc, ++g_seed);
@@ -266,14 +265,16 @@ GPU_CASE("decode: full selection topk 512, forced splits") {
 GPU_CASE("decode MTP: 2-4 query rows per request, partial regions of every length") {
   each_layout([](auto tag) {
     // positions end at every offset within a region (1..8 tokens of the current region)
-    Scenario sc{"mtp", {2, 3, 4, 4, 1, 2, 3, 4}, {801, 802, 803, 804, 805, 806, 807, 808}, 32, 48};
+    const int s0 = sz(800, 200);
+    Scenario sc{"mtp", {2, 3, 4, 4, 1, 2, 3, 4}, {s0 + 1, s0 + 2, s0 + 3, s0 + 4, s0 + 5, s0 + 6, s0 + 7, s0 + 8}, 32,
+                sz(48, 16)};
     run_scenario<decltype(tag)>(sc, ++g_seed);
   });
 }
 
 GPU_CASE("prefill: chunks with history, boundaries inside regions, empty requests, mixed batch") {
   each_layout([](auto tag) {
-    Scenario sc{"prefill mixed", {37, 0, 70, 1, 19}, {87, 5, 70, 333, 19 + 517}, 16, 24};
+    Scenario sc{"prefill mixed", {37, 0, 70, 1, 19}, {87, 5, 70, sz(333, 233), 19 + sz(517, 217)}, 16, sz(24, 16)};
     sc.num_splits = 1;
     run_scenario<decltype(tag)>(sc, ++g_seed);
     Scenario sc2 = sc;

@@ -2,6 +2,9 @@
 // `step5::reference::gemm_bf16_f32out`: every geometry × tp of geometries.def (N = padded_rows
 // of rank 0, K = hidden), T in {1, 2, 3, 17, 64, 127, 129, 1000, 4096}, every path (auto,
 // generic, stream, wgmma), padded row strides, poisoned outputs, plus precondition errors.
+// Quick (sanitizer) mode, step5_test::quick(): tp 1 and 8 of each geometry, T in {1, 17, 129} at
+// K = 256 (every variant at T 17 and 129), plus T = 1 at K = hidden (4096, split-K decode) for
+// tp 8; the odd shapes with T capped at 129. Same checks and tolerances.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -10,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/gpu_test.hpp"
@@ -169,25 +173,40 @@ std::vector<Variant> all_variants() {
 }  // namespace
 
 GPU_CASE("gemm: every geometry x tp, T list, every path, vs CPU reference") {
+  const bool quick = step5_test::quick();
   step5::layout::for_each_layout([&](auto tag) {
     using Tag = decltype(tag);
+    const int tp = Tag::kParallel.tp_size;
+    if (quick && tp != 1 && tp != 8) return;
     const step5::layout::RankLayout rl = Tag::Layout::kRank0;
-    const int N = rl.padded_rows, K = Tag::kEntry.hidden;
-    const int ldw = K;
-    std::vector<bf16> hw(static_cast<std::size_t>(N) * ldw);
-    fill_random(hw, 0.125f);
-    DevBuf dw(hw.size() * 2);
-    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-    const std::size_t ws = step5::ops::gemm_workspace_bytes(4096, N, K);
-    DevBuf dws(ws);
-    GPU_CHECK(cudaMemset(dws.p, 0, std::max<std::size_t>(ws, 256)));
-    for (int T : {1, 2, 3, 17, 64, 127, 129, 1000, 4096}) {
-      // ldx > K and ldc > N: row strides larger than the rows.
-      const int ldx = K + 64, ldc = N + 24;
-      const std::string name = std::string(Tag::kEntry.name) + "/tp" + std::to_string(Tag::kParallel.tp_size) +
-                               "/N" + std::to_string(N) + "/T" + std::to_string(T);
-      const bool many = T == 17 || T == 129 || (T == 1000 && Tag::kParallel.tp_size == 8);
-      run_case(name, T, N, K, ldx, ldw, ldc, hw, dw.as<bf16>(), dws.p, ws, many ? all_variants() : kAllPaths);
+    const int N = rl.padded_rows, hidden = Tag::kEntry.hidden;
+    // (K, T list): full size K = hidden; quick mode K = 256 and, at tp 8, one decode row at K = hidden
+    std::vector<std::pair<int, std::vector<int>>> runs;
+    if (!quick) {
+      runs.push_back({hidden, {1, 2, 3, 17, 64, 127, 129, 1000, 4096}});
+    } else {
+      runs.push_back({256, {1, 17, 129}});
+      if (tp == 8) runs.push_back({hidden, {1}});
+    }
+    for (const auto& [K, Ts] : runs) {
+      const int ldw = K;
+      const int max_T = *std::max_element(Ts.begin(), Ts.end());
+      std::vector<bf16> hw(static_cast<std::size_t>(N) * ldw);
+      fill_random(hw, 0.125f);
+      DevBuf dw(hw.size() * 2);
+      GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+      const std::size_t ws = step5::ops::gemm_workspace_bytes(max_T, N, K);
+      DevBuf dws(ws);
+      GPU_CHECK(cudaMemset(dws.p, 0, std::max<std::size_t>(ws, 256)));
+      for (int T : Ts) {
+        // ldx > K and ldc > N: row strides larger than the rows.
+        const int ldx = K + 64, ldc = N + 24;
+        const std::string name = std::string(Tag::kEntry.name) + "/tp" + std::to_string(tp) + "/N" +
+                                 std::to_string(N) + (K != hidden ? "/K" + std::to_string(K) : "") + "/T" +
+                                 std::to_string(T);
+        const bool many = T == 17 || T == 129 || (T == 1000 && tp == 8);
+        run_case(name, T, N, K, ldx, ldw, ldc, hw, dw.as<bf16>(), dws.p, ws, many ? all_variants() : kAllPaths);
+      }
     }
   });
 }
@@ -202,7 +221,8 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
       {5, 37, 1003, 1005, 1003, 41},         // K, ld not multiples of 8 -> generic only
       {130, 301, 77, 77, 79, 301},           // odd everything -> generic only
   };
-  for (const Shape& s : shapes) {
+  for (Shape s : shapes) {
+    if (step5_test::quick()) s.T = std::min(s.T, 129);
     std::vector<bf16> hw(static_cast<std::size_t>(s.N) * s.ldw);
     fill_random(hw, 0.125f);
     DevBuf dw(hw.size() * 2);

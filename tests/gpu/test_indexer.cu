@@ -8,6 +8,11 @@
 // selection of the GPU's *own* scores must equal the GPU selection exactly; and against the
 // selection of the reference scores, a row may differ only in ids whose reference score lies within
 // rounding (2e-4 relative) of the k-th selected score (a tie within rounding at the k-th place).
+//
+// Quick (sanitizer) mode, step5_test::quick(): the same cases with prefill chunks of at most 100
+// tokens (max_seq_len 256 instead of 2048 / 1024, topk 4 / 8 instead of 16 / 64 in the first two
+// steps so that rows still select among more regions than topk), 5 instead of 100 repeated
+// selections, and the long-context case at 131072 tokens (16384 regions) instead of 1M (131072).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -33,22 +38,19 @@ namespace ref = step5::reference;
 constexpr std::uint16_t kPoisonBf16 = 0x7b7b;
 constexpr std::uint8_t kPoisonU8 = 0x5a;
 
-template <class T>
-T* dalloc(std::size_t n) {
-  T* p = nullptr;
-  GPU_CHECK(cudaMalloc(&p, std::max<std::size_t>(n, 1) * sizeof(T)));
-  return p;
-}
+using step5_test::dalloc;
+/// Short names of the harness copies (used throughout this file).
 template <class T>
 void up(T* d, const std::vector<T>& h) {
-  GPU_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  step5_test::upload(d, h);
 }
 template <class T>
 std::vector<T> down(const T* d, std::size_t n) {
-  std::vector<T> h(n);
-  GPU_CHECK(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
+  return step5_test::download(d, n);
 }
+
+/// Full size, or the quick-mode (sanitizer) value.
+int sz(int full, int quick) { return step5_test::quick() ? quick : full; }
 
 bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
@@ -448,32 +450,32 @@ StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& op
 GPU_CASE("indexer: full path vs reference, mixed prefill/decode/MTP steps, every geometry") {
   for (const auto& e : step5::layout::kGeometries) {
     for (int tp : {1, 8}) {
-      World w(e, tp, tp - 1, 6, 2048, 11);
+      World w(e, tp, tp - 1, 6, sz(2048, 256), 11);
       StepOptions o;
-      o.topk = 16;
-      run_step(w, {300, 45, 1003, 203, 7, 0}, o);  // prefill (request 5 idle)
-      o.topk = 64;
+      o.topk = sz(16, 4);  // quick: smaller topk, so that the short histories still need a selection
+      run_step(w, {sz(300, 100), 45, sz(1003, 97), sz(203, 23), 7, 0}, o);  // prefill (request 5 idle)
+      o.topk = sz(64, 8);
       o.ws_tokens = 5;  // several score chunks
       run_step(w, {1, 77, 1, 3, 1, 64}, o);        // decode, chunk with pending tail, MTP, new prefill
       o.topk = 3;
       o.ws_tokens = 0;
-      o.repeats = 100;
-      run_step(w, {4, 1, 0, 1, 9, 1}, o);          // 100 repeated selections must be bit-identical
+      o.repeats = sz(100, 5);
+      run_step(w, {4, 1, 0, 1, 9, 1}, o);          // repeated selections must be bit-identical
     }
   }
 }
 
 GPU_CASE("indexer: chunked prefill equals one-shot (caches and selections bit-identical)") {
   const auto& e = step5::layout::kGeometries[0];
-  World a(e, 1, 0, 2, 1024, 5), b(e, 1, 0, 2, 1024, 5);
+  World a(e, 1, 0, 2, sz(1024, 256), 5), b(e, 1, 0, 2, sz(1024, 256), 5);
   StepOptions o;
   o.topk = 8;
   o.reference = false;
-  const StepOut one = run_step(a, {200, 61}, o);
+  const StepOut one = run_step(a, {sz(200, 100), 61}, o);
   std::vector<StepOut> parts;
   parts.push_back(run_step(b, {37, 20}, o));
-  parts.push_back(run_step(b, {100, 41}, o));
-  parts.push_back(run_step(b, {63, 0}, o));
+  parts.push_back(run_step(b, {sz(100, 40), 41}, o));  // quick: 37 + 40 + 23 = 100
+  parts.push_back(run_step(b, {sz(63, 23), 0}, o));
   EXPECT(down(a.d_sum, a.summary.size()) == down(b.d_sum, b.summary.size()), "summary caches differ");
   {  // pending tail rows (rows < seq_len % 8 of each request's slot; rows beyond are stale by definition)
     const auto ta = down(a.d_tail, a.tail.size()), tb = down(b.d_tail, b.tail.size());
@@ -510,14 +512,14 @@ GPU_CASE("indexer: chunked prefill equals one-shot (caches and selections bit-id
   EXPECT(compared == lg * T1, "compared %d rows, expected %d", compared, lg * T1);
 }
 
-GPU_CASE("indexer: scores + selection at 1M tokens of context (131072 regions), decode + MTP") {
+GPU_CASE("indexer: scores + selection at 1M tokens of context (131072 regions; quick: 16384), decode + MTP") {
   const auto& e = step5::layout::kGeometries[0];
   const int tp = 4;  // lg = 1 keeps the CPU reference affordable
   const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
   const int P = rl.geometry.proxy_dim, Il = rl.index_local_heads, lg = rl.local_kv_groups, hpg = rl.hpg_i;
-  const int max_seq = 1 << 20, block_size = 256, max_blocks = max_seq / block_size;
+  const int max_seq = sz(1 << 20, 1 << 17), block_size = 256, max_blocks = max_seq / block_size;
   const int B = 2;
-  std::vector<std::int32_t> cu = {0, 1, 3}, seq = {max_seq, 100001};
+  std::vector<std::int32_t> cu = {0, 1, 3}, seq = {max_seq, sz(100001, 12501)};
   const int T = 3;
   const int num_blocks = B * max_blocks;
   std::vector<std::int32_t> bt(static_cast<std::size_t>(num_blocks));
@@ -573,9 +575,9 @@ GPU_CASE("indexer: scores + selection at 1M tokens of context (131072 regions), 
     for (int g = 0; g < lg; ++g) {
       const std::size_t row = static_cast<std::size_t>(g) * T + t;
       EXPECT(judge_row(rs.data() + row * ld, pos[t] / 8, topk, ids.data() + row * (topk + 1), counts[row], &ties),
-             "1M-context row (t %d, g %d, pos %d) differs beyond ties within rounding", t, g, pos[t]);
+             "long-context row (t %d, g %d, pos %d) differs beyond ties within rounding", t, g, pos[t]);
     }
-  std::printf("  1M context: %d rows, %d tolerated ties\n", lg * T, ties);
+  std::printf("  %d-token context: %d rows, %d tolerated ties\n", max_seq, lg * T, ties);
   for (void* p : std::initializer_list<void*>{d_cu, d_seq, d_bt, d_sum, d_iq, d_w, d_ids, d_cnt, d_ws})
     GPU_CHECK(cudaFree(p));
 }
@@ -596,13 +598,13 @@ GPU_CASE("indexer: bad arguments are refused with messages naming the values") {
   pp.batch.cu_seqlens_q = &dummy;
   pp.batch.seq_lens = &dummy;
   pp.table = {&dummy, 1, 12, 1};
-  s = step5::ops::indexer_prepare(pp, nullptr);
-  EXPECT(!s.ok() && s.message().find("block_size = 12") != std::string::npos, "block_size 12: %s", s.to_string().c_str());
+  const step5::Status s12 = step5::ops::indexer_prepare(pp, nullptr);
+  EXPECT(!s12.ok() && s12.message().find("block_size = 12") != std::string::npos, "block_size 12: %s", s12.to_string().c_str());
   step5::layout::RankLayout other = rl;
   other.geometry.head_dim = 96;
   pp.rank = other;
-  s = step5::ops::indexer_prepare(pp, nullptr);
-  EXPECT(s.code() == step5::StatusCode::kUnsupported, "unknown geometry: %s", s.to_string().c_str());
+  const step5::Status s96 = step5::ops::indexer_prepare(pp, nullptr);
+  EXPECT(s96.code() == step5::StatusCode::kUnsupported, "unknown geometry: %s", s96.to_string().c_str());
 }
 
 STEP5_GPU_TEST_MAIN()

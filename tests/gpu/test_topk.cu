@@ -2,6 +2,10 @@
 // same fp32 scores as the CPU reference (step5/reference/select.hpp); rows and counts must be equal
 // exactly, on hard patterns (plateaus, ±inf, NaN, −0, near-equal values), both kernel variants
 // (shared-memory rows and 131072-region rows from global memory), and bit-identical over 100 runs.
+// Quick (sanitizer) mode, step5_test::quick(): the edge cases unchanged; the shared-memory case
+// with one 16384-region row plus every pattern at 9999 and 513; the global-memory case on
+// 50000-region rows (above kTopkSmemKeys = 49152 of kernels/sm90/indexer_topk.cuh, so still the
+// global-memory variant) instead of 131072; 5 repeated launches instead of 100.
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -191,31 +195,38 @@ GPU_CASE("topk: 16384-region rows (shared-memory variant), every pattern") {
   Rows R;
   R.topk = 512;
   R.ld = 16384;
-  for (Pattern p : kAll)
-    for (int n : {16384, 9999, 513}) R.add(n, p, rng);
+  if (step5_test::quick()) {
+    R.add(16384, Pattern::kZeroPlateau, rng);
+    for (Pattern p : kAll)
+      for (int n : {9999, 513}) R.add(n, p, rng);
+  } else {
+    for (Pattern p : kAll)
+      for (int n : {16384, 9999, 513}) R.add(n, p, rng);
+  }
   check_against_reference(R, "16K rows");
 }
 
-GPU_CASE("topk: 131072-region rows (1M tokens, global-memory variant) mixed with short rows") {
+GPU_CASE("topk: 131072-region rows (1M tokens, global-memory variant; quick: 50000) mixed with short rows") {
   std::mt19937 rng(3);
   Rows R;
   R.topk = 1024;
-  R.ld = 131072;
-  for (Pattern p : kAll) R.add(131072, p, rng);
+  // quick: 50000 > kTopkSmemKeys = 49152 regions keeps the global-memory variant
+  R.ld = step5_test::quick() ? 50000 : 131072;
+  for (Pattern p : kAll) R.add(R.ld, p, rng);
   R.add(0, Pattern::kRandom, rng);
   R.add(1025, Pattern::kZeroPlateau, rng);
-  R.add(77777, Pattern::kNearEqual, rng);
-  check_against_reference(R, "131072 rows");
+  R.add(step5_test::quick() ? 33333 : 77777, Pattern::kNearEqual, rng);
+  check_against_reference(R, step5_test::quick() ? "50000 rows" : "131072 rows");
 }
 
-GPU_CASE("topk: bit-identical over 100 launches (plateau-heavy batch)") {
+GPU_CASE("topk: bit-identical over 100 launches (quick: 5) (plateau-heavy batch)") {
   std::mt19937 rng(4);
   Rows R;
   R.topk = 512;
   R.ld = 16384;
   for (Pattern p : kAll) R.add(16384, p, rng);
   bool identical = false;
-  run_gpu(R, 100, &identical);
+  run_gpu(R, step5_test::quick() ? 5 : 100, &identical);
   EXPECT(identical, "selection changed between repeated launches");
 }
 
@@ -226,8 +237,8 @@ GPU_CASE("topk: invalid arguments are refused with a message") {
   step5::Status s = step5::ops::topk_select(p, nullptr);
   EXPECT(!s.ok() && s.message().find("topk = 0") != std::string::npos, "topk 0: %s", s.to_string().c_str());
   p.topk = 1025;
-  s = step5::ops::topk_select(p, nullptr);
-  EXPECT(!s.ok() && s.message().find("1025") != std::string::npos, "topk 1025: %s", s.to_string().c_str());
+  const step5::Status s1025 = step5::ops::topk_select(p, nullptr);
+  EXPECT(!s1025.ok() && s1025.message().find("1025") != std::string::npos, "topk 1025: %s", s1025.to_string().c_str());
 }
 
 STEP5_GPU_TEST_MAIN()

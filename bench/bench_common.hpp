@@ -1,0 +1,261 @@
+#pragma once
+/// \file bench/bench_common.hpp
+/// What every benchmark binary shares (SPEC.md §9 "Performance model"): the two device ceilings
+/// that the floors are computed from, measured ONE way in every binary, plus an L2 flush, a
+/// CUDA-event timer, a GPU "sleep" that hides host launch overhead, and random fills.
+///
+///  - Copy bandwidth ceiling: `copy_ceiling(stream)` = (bytes read + bytes written) per second of
+///    one `cudaMemcpyAsync` device-to-device of 1 GiB, median of kCopyReps copies (after one
+///    warm-up). SPEC §9 quotes "copy 4.19 TB/s" on the H200 with this definition.
+///  - GEMM rate ceiling: `gemm_ceiling(stream)` = FLOP/s (2·n³) of one cuBLAS bf16 GEMM
+///    (`cublasGemmEx`, bf16 in/out, fp32 compute) at n = 8192 on uniform random data in [-1, 1),
+///    median of kGemmReps GEMMs (after two warm-ups). SPEC §9: 779 TFLOP/s on the H200.
+///  Both are measured on the first call and cached for the process.
+///
+/// Benchmark code only (bench/*.cu includes it; it holds __global__ kernels, so nvcc only).
+/// Errors: a failing CUDA or cuBLAS call prints file:line, the call and the error, and exits(1) —
+/// acceptable in benchmark binaries, never in the library.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace step5::bench {
+
+inline void check_cuda(cudaError_t e, const char* what, const char* file, int line) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s:%d %s failed: %s (%s)\n", file, line, what, cudaGetErrorString(e), cudaGetErrorName(e));
+    std::exit(1);
+  }
+}
+inline void check_cublas(cublasStatus_t e, const char* what, const char* file, int line) {
+  if (e != CUBLAS_STATUS_SUCCESS) {
+    std::fprintf(stderr, "%s:%d %s failed: cuBLAS status %d\n", file, line, what, static_cast<int>(e));
+    std::exit(1);
+  }
+}
+#define STEP5_BENCH_CUDA(call) ::step5::bench::check_cuda((call), #call, __FILE__, __LINE__)
+#define STEP5_BENCH_CUBLAS(call) ::step5::bench::check_cublas((call), #call, __FILE__, __LINE__)
+
+// ------------------------------------------------------------------------------------------------
+// Kernels: random fills (hash of the index and a seed; deterministic) and a timed spin.
+
+__device__ __forceinline__ std::uint32_t bench_hash32(std::uint64_t i, std::uint32_t seed) {
+  std::uint32_t x = static_cast<std::uint32_t>(i) * 2654435761u ^ static_cast<std::uint32_t>(i >> 32) * 0x9e3779b9u ^ seed;
+  x ^= x >> 16;
+  x *= 0x7feb352du;
+  x ^= x >> 15;
+  x *= 0x846ca68bu;
+  x ^= x >> 16;
+  return x;
+}
+/// Uniform in [lo, hi) with 24 random bits.
+__device__ __forceinline__ float bench_uniform(std::uint64_t i, std::uint32_t seed, float lo, float hi) {
+  return lo + (hi - lo) * (static_cast<float>(bench_hash32(i, seed) >> 8) * (1.0f / 16777216.0f));
+}
+__global__ void fill_bf16_kernel(__nv_bfloat16* p, std::size_t n, std::uint32_t seed, float lo, float hi) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    p[i] = __float2bfloat16(bench_uniform(i, seed, lo, hi));
+}
+__global__ void fill_f32_kernel(float* p, std::size_t n, std::uint32_t seed, float lo, float hi) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    p[i] = bench_uniform(i, seed, lo, hi);
+}
+/// Random finite e4m3fn bytes with |x| < 2: sign, exponent field 0..7 (bias 7), any mantissa.
+__global__ void fill_e4m3_kernel(std::uint8_t* p, std::size_t n, std::uint32_t seed) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const std::uint32_t h = bench_hash32(i, seed);
+    p[i] = static_cast<std::uint8_t>(((h >> 8) & 0x80u) | ((h & 7u) << 3) | ((h >> 4) & 7u));
+  }
+}
+/// Busy-waits `ns` nanoseconds of the global timer (one thread).
+__global__ void spin_kernel(unsigned long long ns) {
+  unsigned long long t0 = 0, t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(500);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (t - t0 < ns);
+}
+
+inline void fill_bf16(void* p, std::size_t n, std::uint32_t seed, float lo, float hi, cudaStream_t s) {
+  if (n == 0) return;
+  fill_bf16_kernel<<<2048, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed, lo, hi);
+  STEP5_BENCH_CUDA(cudaGetLastError());
+}
+inline void fill_f32(float* p, std::size_t n, std::uint32_t seed, float lo, float hi, cudaStream_t s) {
+  if (n == 0) return;
+  fill_f32_kernel<<<256, 256, 0, s>>>(p, n, seed, lo, hi);
+  STEP5_BENCH_CUDA(cudaGetLastError());
+}
+inline void fill_e4m3(std::uint8_t* p, std::size_t n, std::uint32_t seed, cudaStream_t s) {
+  if (n == 0) return;
+  fill_e4m3_kernel<<<2048, 256, 0, s>>>(p, n, seed);
+  STEP5_BENCH_CUDA(cudaGetLastError());
+}
+/// Keeps the GPU busy for `us` microseconds so that the launches enqueued next are queued before
+/// the timed region begins (the timing then excludes host launch overhead).
+inline void gpu_sleep(cudaStream_t s, double us) {
+  spin_kernel<<<1, 1, 0, s>>>(static_cast<unsigned long long>(us * 1e3));
+  STEP5_BENCH_CUDA(cudaGetLastError());
+}
+
+// ------------------------------------------------------------------------------------------------
+
+/// CUDA-event timer on one stream: start(); ...; stop() returns elapsed seconds (synchronizes).
+class EventTimer {
+ public:
+  EventTimer() {
+    STEP5_BENCH_CUDA(cudaEventCreate(&e0_));
+    STEP5_BENCH_CUDA(cudaEventCreate(&e1_));
+  }
+  ~EventTimer() {
+    cudaEventDestroy(e0_);
+    cudaEventDestroy(e1_);
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void start(cudaStream_t s) { STEP5_BENCH_CUDA(cudaEventRecord(e0_, s)); }
+  double stop(cudaStream_t s) {
+    STEP5_BENCH_CUDA(cudaEventRecord(e1_, s));
+    STEP5_BENCH_CUDA(cudaEventSynchronize(e1_));
+    float ms = 0;
+    STEP5_BENCH_CUDA(cudaEventElapsedTime(&ms, e0_, e1_));
+    return static_cast<double>(ms) * 1e-3;
+  }
+
+ private:
+  cudaEvent_t e0_ = nullptr, e1_ = nullptr;
+};
+
+/// Evicts the L2: a memset of twice the device's L2 size (at least 64 MiB).
+class L2Flusher {
+ public:
+  L2Flusher() {
+    int dev = 0, l2 = 0;
+    STEP5_BENCH_CUDA(cudaGetDevice(&dev));
+    STEP5_BENCH_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+    bytes_ = std::max<std::size_t>(2ull * static_cast<std::size_t>(l2), 64ull << 20);
+    STEP5_BENCH_CUDA(cudaMalloc(&buf_, bytes_));
+  }
+  ~L2Flusher() { cudaFree(buf_); }
+  L2Flusher(const L2Flusher&) = delete;
+  L2Flusher& operator=(const L2Flusher&) = delete;
+  void flush(cudaStream_t s) { STEP5_BENCH_CUDA(cudaMemsetAsync(buf_, (++n_) & 0xff, bytes_, s)); }
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  void* buf_ = nullptr;
+  std::size_t bytes_ = 0;
+  int n_ = 0;
+};
+
+inline double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/// The copy-bandwidth ceiling (see the file comment).
+struct CopyCeiling {
+  double seconds = 0;   ///< median seconds of one copy
+  double bytes = 0;     ///< bytes read + bytes written by one copy (2 × size)
+  double gbs = 0;       ///< bytes / seconds / 1e9 (GB/s, read + write)
+  double bytes_per_s() const { return gbs * 1e9; }
+};
+/// The GEMM-rate ceiling (see the file comment).
+struct GemmCeiling {
+  double seconds = 0;   ///< median seconds of one 8192³ GEMM
+  double flops = 0;     ///< 2·n³
+  double tflops = 0;    ///< flops / seconds / 1e12
+  double flops_per_s() const { return tflops * 1e12; }
+};
+
+inline constexpr std::size_t kCopyBytes = 1ull << 30;  ///< size of the measured copy (1 GiB)
+inline constexpr int kCopyReps = 9;
+inline constexpr int kGemmN = 8192;
+inline constexpr int kGemmReps = 7;
+
+/// Measures (first call) and returns the copy ceiling, on `stream`.
+inline const CopyCeiling& copy_ceiling(cudaStream_t stream) {
+  static const CopyCeiling c = [&] {
+    void *a = nullptr, *b = nullptr;
+    STEP5_BENCH_CUDA(cudaMalloc(&a, kCopyBytes));
+    STEP5_BENCH_CUDA(cudaMalloc(&b, kCopyBytes));
+    fill_bf16(a, kCopyBytes / 2, 11u, -1.f, 1.f, stream);
+    STEP5_BENCH_CUDA(cudaMemcpyAsync(b, a, kCopyBytes, cudaMemcpyDeviceToDevice, stream));  // warm-up
+    EventTimer t;
+    std::vector<double> s;
+    for (int r = 0; r < kCopyReps; ++r) {
+      t.start(stream);
+      STEP5_BENCH_CUDA(cudaMemcpyAsync(b, a, kCopyBytes, cudaMemcpyDeviceToDevice, stream));
+      s.push_back(t.stop(stream));
+    }
+    STEP5_BENCH_CUDA(cudaFree(a));
+    STEP5_BENCH_CUDA(cudaFree(b));
+    CopyCeiling r;
+    r.seconds = median(s);
+    r.bytes = 2.0 * static_cast<double>(kCopyBytes);
+    r.gbs = r.bytes / r.seconds / 1e9;
+    return r;
+  }();
+  return c;
+}
+
+/// Measures (first call) and returns the bf16 GEMM ceiling, on `stream`.
+inline const GemmCeiling& gemm_ceiling(cudaStream_t stream) {
+  static const GemmCeiling c = [&] {
+    const std::size_t n = kGemmN, elems = n * n;
+    void *a = nullptr, *b = nullptr, *d = nullptr;
+    STEP5_BENCH_CUDA(cudaMalloc(&a, elems * 2));
+    STEP5_BENCH_CUDA(cudaMalloc(&b, elems * 2));
+    STEP5_BENCH_CUDA(cudaMalloc(&d, elems * 2));
+    fill_bf16(a, elems, 21u, -1.f, 1.f, stream);
+    fill_bf16(b, elems, 22u, -1.f, 1.f, stream);
+    cublasHandle_t h = nullptr;
+    STEP5_BENCH_CUBLAS(cublasCreate(&h));
+    STEP5_BENCH_CUBLAS(cublasSetStream(h, stream));
+    const float one = 1.f, zero = 0.f;
+    const int ni = kGemmN;
+    auto gemm = [&] {
+      STEP5_BENCH_CUBLAS(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, ni, ni, ni, &one, a, CUDA_R_16BF, ni, b, CUDA_R_16BF,
+                                      ni, &zero, d, CUDA_R_16BF, ni, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    };
+    gemm();
+    gemm();
+    EventTimer t;
+    std::vector<double> s;
+    for (int r = 0; r < kGemmReps; ++r) {
+      t.start(stream);
+      gemm();
+      s.push_back(t.stop(stream));
+    }
+    STEP5_BENCH_CUBLAS(cublasDestroy(h));
+    STEP5_BENCH_CUDA(cudaFree(a));
+    STEP5_BENCH_CUDA(cudaFree(b));
+    STEP5_BENCH_CUDA(cudaFree(d));
+    GemmCeiling r;
+    r.seconds = median(s);
+    r.flops = 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n);
+    r.tflops = r.flops / r.seconds / 1e12;
+    return r;
+  }();
+  return c;
+}
+
+/// The SPEC §9 floor of a kernel: max(bytes / copy bandwidth, flops / GEMM rate), seconds.
+inline double floor_seconds(double bytes, double flops, const CopyCeiling& copy, const GemmCeiling& gemm) {
+  return std::max(bytes / copy.bytes_per_s(), flops / gemm.flops_per_s());
+}
+
+}  // namespace step5::bench
