@@ -165,12 +165,15 @@ inline Model load_model(const Checkpoint& ckpt, const ModelConfig& cfg, int num_
 using Timings = std::map<std::string, double>;
 
 /// Runs DSA layers over a workload's steps: `run_step` takes the fp32 residual `[T, hidden]` of
-/// the step's tokens, adds every layer's attention output to it (SPEC §4.8).
+/// the step's tokens, adds every layer's attention output to it (SPEC §4.8). When
+/// `layer_residuals` is given it receives the residual before each layer and after the last
+/// (layers + 1 arrays), for the per-layer --check.
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  virtual void run_step(const Step& step, int topk, std::vector<float>& residual, Timings& timings) = 0;
+  virtual void run_step(const Step& step, int topk, std::vector<float>& residual, Timings& timings,
+                        std::vector<std::vector<float>>* layer_residuals = nullptr) = 0;
 };
 
 /// The CPU reference backend: per layer, every rank's partial, summed (simulated all-reduce).
@@ -186,22 +189,27 @@ class CpuBackend : public Backend {
     }
   }
   std::string name() const override { return "cpu"; }
-  void run_step(const Step& step, int topk, std::vector<float>& residual, Timings& timings) override {
-    const int T = step.num_tokens();
-    const int hidden = model_.config.hidden_size;
-    std::vector<bf16> x(static_cast<std::size_t>(T) * hidden);
+  void run_step(const Step& step, int topk, std::vector<float>& residual, Timings& timings,
+                std::vector<std::vector<float>>* layer_residuals = nullptr) override {
+    if (layer_residuals) layer_residuals->clear();
     for (std::size_t l = 0; l < model_.weights.size(); ++l) {
-      for (std::size_t i = 0; i < x.size(); ++i) x[i] = to_bf16(residual[i]);
-      std::vector<std::vector<bf16>> partials;
+      if (layer_residuals) layer_residuals->push_back(residual);
       const auto t0 = Clock::now();
-      for (std::size_t r = 0; r < model_.weights[l].size(); ++r)
-        partials.push_back(reference::forward(model_.weights[l][r], caches_[l][r], step.batch, x.data(), topk));
-      timings["layer (all ranks)"] += seconds_since(t0);
-      const auto t1 = Clock::now();
-      const std::vector<bf16> reduced = reference::simulated_all_reduce(partials);
+      const std::vector<bf16> reduced = layer(step, topk, l, residual);
+      timings["layer (all ranks, incl. simulated all-reduce)"] += seconds_since(t0);
       reference::add_residual(residual.data(), reduced.data(), reduced.size());
-      timings["all-reduce + residual"] += seconds_since(t1);
     }
+    if (layer_residuals) layer_residuals->push_back(residual);
+  }
+  /// Layer `l` of this step on the layer input bf16(residual): every rank's partial, summed
+  /// (simulated all-reduce, SPEC §4.8). Updates layer l's caches.
+  std::vector<bf16> layer(const Step& step, int topk, std::size_t l, const std::vector<float>& residual) {
+    std::vector<bf16> x(residual.size());
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = to_bf16(residual[i]);
+    std::vector<std::vector<bf16>> partials;
+    for (std::size_t r = 0; r < model_.weights[l].size(); ++r)
+      partials.push_back(reference::forward(model_.weights[l][r], caches_[l][r], step.batch, x.data(), topk));
+    return reference::simulated_all_reduce(partials);
   }
 
  private:

@@ -170,7 +170,17 @@ class CudaBackend : public Backend {
   }
   std::string name() const override { return "cuda"; }
 
-  void run_step(const Step& step, int topk, std::vector<float>& residual, Timings& timings) override {
+  void run_step(const Step& step, int topk, std::vector<float>& residual, Timings& timings,
+                std::vector<std::vector<float>>* layer_residuals = nullptr) override {
+    if (layer_residuals) layer_residuals->clear();
+    // Copies the device residual of rank `d` to layer_residuals (synchronising its stream).
+    auto record = [&](RankDev& d, std::size_t n) {
+      if (!layer_residuals) return;
+      std::vector<float> h(n);
+      cu(cudaMemcpyAsync(h.data(), d.residual, n * 4, cudaMemcpyDeviceToHost, d.stream), "download residual");
+      cu(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize");
+      layer_residuals->push_back(std::move(h));
+    };
     const int tp = model_.tp;
     const int hidden = model_.config.hidden_size;
     const int T = step.num_tokens();
@@ -211,6 +221,7 @@ class CudaBackend : public Backend {
       run_rank(0);
       hooks[0].after("start", d0.stream);
       for (std::size_t l = 0; l < model_.weights.size(); ++l) {
+        record(d0, n);
         ok(ops::residual_to_bf16(d0.residual, d0.x, n, d0.stream));
         for (int r = 0; r < tp; ++r) layer_rank(r, l, r == 0 ? &hooks[0] : nullptr);
         hooks[0].after(tp > 1 ? "other ranks (simulated)" : "-", d0.stream);
@@ -218,6 +229,7 @@ class CudaBackend : public Backend {
         else ok(ops::add_partials_to_residual(d0.self_ptr, 1, d0.residual, n, d0.stream));
         hooks[0].after("all-reduce (simulated) + residual", d0.stream);
       }
+      record(d0, n);
       cu(cudaMemcpyAsync(residual.data(), d0.residual, n * 4, cudaMemcpyDeviceToHost, d0.stream), "download residual");
       cu(cudaStreamSynchronize(d0.stream), "cudaStreamSynchronize");
       hooks[0].collect(timings);
@@ -233,6 +245,7 @@ class CudaBackend : public Backend {
             EventHook* hook = r == 0 ? &hooks[0] : nullptr;
             if (hook) hook->after("start", d.stream);
             for (std::size_t l = 0; l < model_.weights.size(); ++l) {
+              if (r == 0) record(d, n);
               ok(ops::residual_to_bf16(d.residual, d.x, n, d.stream));
               layer_rank(r, l, hook);
               ok(comm::all_reduce_sum_bf16(d.partial, n, d.comm, d.stream));
@@ -240,8 +253,10 @@ class CudaBackend : public Backend {
               ok(ops::add_partials_to_residual(d.self_ptr, 1, d.residual, n, d.stream));
               if (hook) hook->after("residual", d.stream);
             }
-            if (r == 0)
+            if (r == 0) {
+              record(d, n);
               cu(cudaMemcpyAsync(residual.data(), d.residual, n * 4, cudaMemcpyDeviceToHost, d.stream), "download residual");
+            }
             cu(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize");
           } catch (const std::exception& e) {
             errors[r] = e.what();

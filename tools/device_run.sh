@@ -9,6 +9,9 @@
 #   JSON per binary; BENCH_FILTER limits them).
 set -u
 OUT=${OUT:-/tmp/step5-out}; mkdir -p "$OUT"
+RES=$OUT          # JSON results come back as they are
+OUT=$RES/logs     # logs are packed into logs.tgz at the end (the device tool returns <= 8 files)
+mkdir -p "$OUT"
 T0=$(date +%s)
 BUDGET=${BUDGET:-570}
 B=build-device
@@ -32,11 +35,19 @@ for phase in "$@"; do
       grep -E "\*\*\*Failed|Not Run|Timeout" "$OUT/ctest_$phase.txt" | head -20
       ;;
     driver)
-      timeout "$(cap 120)" $B/examples/step5_driver --backend cuda --check --json --cache-dir /tmp/step5-cache \
-        > "$OUT/driver.json" 2> "$OUT/driver.log"
-      note "driver (default, cuda, --check): rc=$? $(tr -d '\n ' < "$OUT/driver.json" | grep -o '"check":{[^}]*}')"
-      timeout "$(cap 60)" $B/examples/step5_driver --backend cuda --cache-dir /tmp/step5-cache > "$OUT/driver.txt" 2>&1
-      tail -14 "$OUT/driver.txt"
+      # The README main command on the GPU (the default), then --check runs: tp 1, tp 2 over NCCL
+      # when two GPUs are present, tp 8 simulated on one GPU.
+      timeout "$(cap 120)" $B/examples/step5_driver --backend cuda --cache-dir /tmp/step5-cache > "$OUT/driver.txt" 2>&1
+      note "driver default (cuda): rc=$?"
+      cat "$OUT/driver.txt" | grep -v "^\[step5\] \(prefill\|decode\) step"
+      ngpu=$(nvidia-smi -L | wc -l)
+      for args in "--tp 1" "--tp 2" "--tp 8 --simulate-tp"; do
+        [ "$args" = "--tp 2" ] && [ "$ngpu" -lt 2 ] && continue
+        tag=$(echo "$args" | tr -d ' -')
+        timeout "$(cap 150)" $B/examples/step5_driver --backend cuda $args --check --json --cache-dir /tmp/step5-cache \
+          > "$RES/driver_$tag.json" 2> "$OUT/driver_$tag.log"
+        note "driver $args --check: rc=$? $(tr -d '\n ' < "$RES/driver_$tag.json" | grep -o '"check":{[^}]*}')"
+      done
       ;;
     sanitize)
       for t in test_gemm test_attention test_indexer test_topk; do
@@ -51,7 +62,7 @@ for phase in "$@"; do
       for b in bench_layer bench_gemm bench_attention bench_indexer; do
         [ -x $B/bench/$b ] || { note "$b: not built"; continue; }
         timeout "$(cap 150)" $B/bench/$b --benchmark_filter="${BENCH_FILTER:-.}" \
-          --benchmark_out="$OUT/$b.json" --benchmark_out_format=json > "$OUT/$b.txt" 2>&1
+          --benchmark_out="$RES/$b.json" --benchmark_out_format=json > "$OUT/$b.txt" 2>&1
         note "$b: rc=$?"
         tail -25 "$OUT/$b.txt"
       done
@@ -59,6 +70,7 @@ for phase in "$@"; do
     *) note "unknown phase $phase" ;;
   esac
 done
+tar -czf "$RES/logs.tgz" -C "$RES" logs && rm -rf "$RES/logs"
 echo "---------------- summary ($(( $(date +%s) - T0 )) s)"
-cat "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 printf '%s\n' "${summary[@]}"
