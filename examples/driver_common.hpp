@@ -202,13 +202,16 @@ class CpuBackend : public Backend {
     if (layer_residuals) layer_residuals->push_back(residual);
   }
   /// Layer `l` of this step on the layer input bf16(residual): every rank's partial, summed
-  /// (simulated all-reduce, SPEC §4.8). Updates layer l's caches.
-  std::vector<bf16> layer(const Step& step, int topk, std::size_t l, const std::vector<float>& residual) {
+  /// (simulated all-reduce, SPEC §4.8). Updates layer l's caches. `inter` (optional) receives
+  /// rank 0's intermediates (all of them at tp 1).
+  std::vector<bf16> layer(const Step& step, int topk, std::size_t l, const std::vector<float>& residual,
+                          reference::LayerIntermediates* inter = nullptr) {
     std::vector<bf16> x(residual.size());
     for (std::size_t i = 0; i < x.size(); ++i) x[i] = to_bf16(residual[i]);
     std::vector<std::vector<bf16>> partials;
     for (std::size_t r = 0; r < model_.weights[l].size(); ++r)
-      partials.push_back(reference::forward(model_.weights[l][r], caches_[l][r], step.batch, x.data(), topk));
+      partials.push_back(reference::forward(model_.weights[l][r], caches_[l][r], step.batch, x.data(), topk,
+                                            r == 0 ? inter : nullptr));
     return reference::simulated_all_reduce(partials);
   }
 

@@ -129,25 +129,51 @@ RunResult run(Backend& backend, const Model& model, const Workload& w, const Opt
 }
 
 // The per-layer --check: every layer of every step of run `a` is recomputed by the CPU
-// reference backend `ref` on exactly the same layer input (bf16 of a's residual before that
+// reference at tp 1 (`ref`) on exactly the same layer input (bf16 of a's residual before that
 // layer; ref's caches are filled from those same inputs), and what the layer added to the
-// residual (its all-reduced output) is compared. Teacher forcing keeps the comparison to one
-// layer's arithmetic: without it, bf16 rounding differences of one layer's output (e.g. tp-sharded
-// bf16 partials, SPEC §4.8) flip near-tie top-k selections (SPEC §4.6) of the next layer and
-// the runs drift apart legitimately. `rel` = ‖a − ref‖ / ‖ref‖ over every layer and step;
-// `worst` the largest per-(step, layer) value; `rows_over` token rows whose own relative error
-// exceeds 2e-2 (a selection flip on a near-tie score changes a row by more than rounding).
+// residual (its all-reduced output) is compared token row by token row. Teacher forcing keeps
+// the comparison to one layer's arithmetic: without it, bf16 rounding differences of one layer
+// (e.g. tp-sharded bf16 partials, SPEC §4.8) flip near-tie top-k selections (SPEC §4.6) of the
+// next layer and the runs drift apart legitimately.
+//
+// Within one layer a row can still differ by more than rounding when a selection flips on a
+// near-tie score (the GPU's e4m3 q may round differently from the CPU's by one e4m3 step). A
+// row off by more than 2e-2 is "explained" only when, in some local group, the reference's
+// k-th and (k+1)-th best history scores are within kNearTie of each other; the check passes
+// when every such row is explained and the relative error over the other rows is <= 1e-2.
+constexpr double kRowTol = 2e-2;
+constexpr double kNearTie = 2e-2;
 struct CheckStats {
-  double rel = 0, worst = 0;
-  long rows_over = 0, rows = 0;
+  double rel_all = 0, rel = 0, worst = 0;  // all rows; rows within kRowTol; worst (step, layer)
+  long rows = 0, rows_over = 0, unexplained = 0;
 };
+
+// True when row t of the reference's scores has a near-tie at the k-th place in some group.
+bool near_tie(const reference::LayerIntermediates& I, int t, int topk) {
+  const int T = static_cast<int>(I.positions.size());
+  const int lg = static_cast<int>(I.scores.size() / (static_cast<std::size_t>(T) * I.ld_scores));
+  const int hist = I.positions[t] / 8;
+  if (hist <= topk) return false;  // every history region is selected: nothing can flip
+  for (int g = 0; g < lg; ++g) {
+    const float* row = &I.scores[(static_cast<std::size_t>(g) * T + t) * I.ld_scores];
+    std::vector<float> v(row, row + hist);
+    std::nth_element(v.begin(), v.begin() + topk, v.end(), std::greater<float>());
+    const float next = v[topk];
+    const float kth = *std::min_element(v.begin(), v.begin() + topk);
+    const double scale = std::max({std::fabs(kth), std::fabs(next), 1e-30f});
+    if (std::fabs(static_cast<double>(kth) - next) <= kNearTie * scale) return true;
+  }
+  return false;
+}
+
 CheckStats check_layers(const RunResult& a, CpuBackend& ref, const Workload& w, int topk, int hidden) {
   CheckStats c;
-  double num = 0, den = 0;
+  double num = 0, den = 0, num_all = 0, den_all = 0;
   for (std::size_t s = 0; s < w.steps.size(); ++s) {
     const auto& lr = a.layer_residuals[s];
     for (std::size_t l = 0; l + 1 < lr.size(); ++l) {
-      const std::vector<bf16> reduced = ref.layer(w.steps[s], topk, l, lr[l]);
+      reference::LayerIntermediates I;
+      const std::vector<bf16> reduced = ref.layer(w.steps[s], topk, l, lr[l], &I);
       double sn = 0, sd = 0;
       for (std::size_t r = 0; r * hidden < reduced.size(); ++r) {
         double rn = 0, rd = 0;
@@ -160,13 +186,19 @@ CheckStats check_layers(const RunResult& a, CpuBackend& ref, const Workload& w, 
         }
         sn += rn, sd += rd;
         ++c.rows;
-        if (rd > 0 ? std::sqrt(rn / rd) > 2e-2 : rn > 0) ++c.rows_over;
+        if (rd > 0 ? std::sqrt(rn / rd) > kRowTol : rn > 0) {
+          ++c.rows_over;
+          if (!near_tie(I, static_cast<int>(r), topk)) ++c.unexplained;
+        } else {
+          num += rn, den += rd;
+        }
       }
-      num += sn, den += sd;
+      num_all += sn, den_all += sd;
       c.worst = std::max(c.worst, sd > 0 ? std::sqrt(sn / sd) : std::sqrt(sn));
     }
   }
   c.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  c.rel_all = den_all > 0 ? std::sqrt(num_all / den_all) : std::sqrt(num_all);
   return c;
 }
 
@@ -264,7 +296,7 @@ int main(int argc, char** argv) {
         if (progress) std::fprintf(stderr, "[step5] --check: %s\n", check_what.c_str());
         stats = check_layers(res, *other, w, opt.topk, cfg.hidden_size);
         check_err = stats.rel;
-        check_ok = *check_err <= 1e-2;
+        check_ok = stats.rel <= 1e-2 && stats.unexplained == 0;
       } else {
         check_what = "nothing to compare (cpu backend at tp 1)";
       }
@@ -289,8 +321,9 @@ int main(int argc, char** argv) {
       j["bytes_read_per_rank"] = model.bytes_read_per_rank;
       j["checksum"] = res.checksum;
       j["check"] = {{"what", check_what}, {"rel_error", check_err ? nlohmann::json(*check_err) : nlohmann::json()},
-                    {"worst_layer_step_rel_error", stats.worst}, {"rows_over_2e-2", stats.rows_over},
-                    {"rows", stats.rows}, {"passed", check_ok}};
+                    {"rel_error_all_rows", stats.rel_all}, {"worst_layer_step_rel_error", stats.worst},
+                    {"rows", stats.rows}, {"rows_over_2e-2", stats.rows_over},
+                    {"rows_over_unexplained_by_near_tie", stats.unexplained}, {"passed", check_ok}};
       std::cout << j.dump(2) << std::endl;
     } else {
       std::printf("step5_driver summary\n");
@@ -304,10 +337,10 @@ int main(int argc, char** argv) {
       for (const auto& [k, v] : res.timings) std::printf("    %-28s %8.3f s\n", k.c_str(), v);
       std::printf("  checksum %.6e\n", res.checksum);
       if (opt.check && check_err)
-        std::printf("  check: %s, per layer on identical inputs: rel error %.3e (worst step/layer %.3e, %ld of %ld "
-                    "token rows > 2e-2) -> %s\n",
-                    check_what.c_str(), *check_err, stats.worst, stats.rows_over, stats.rows,
-                    check_ok ? "PASSED" : "FAILED (> 1e-2)");
+        std::printf("  check: %s, per layer on identical inputs: rel error %.3e over rows within 2e-2 (%.3e over all "
+                    "rows); %ld of %ld token rows > 2e-2, %ld of them not explained by a near-tie top-k selection -> %s\n",
+                    check_what.c_str(), *check_err, stats.rel_all, stats.rows_over, stats.rows, stats.unexplained,
+                    check_ok ? "PASSED" : "FAILED");
       else if (opt.check)
         std::printf("  check: %s\n", check_what.c_str());
     }
