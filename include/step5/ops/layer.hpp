@@ -130,8 +130,17 @@ inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const
   m->gemm_bytes = std::max(gemm_workspace_bytes(cap.max_tokens, r.padded_rows, hidden),
                            gemm_workspace_bytes(cap.max_tokens, hidden, static_cast<std::int64_t>(Hl * D)));
   m->gemm = take(std::max<std::size_t>(m->gemm_bytes, kGemmCounterBytes));
-  // Selection: tokens are processed in chunks that fit; size it for up to 64 tokens per chunk.
-  m->select_bytes = indexer_select_workspace_bytes(r, std::min(cap.max_tokens, 64), cap.max_seq_len, cap.max_requests);
+  // Selection: tokens are scored in chunks that fit the workspace (any size works). Large chunks
+  // keep prefill scoring on few, wide launches: up to kSelectWorkspaceTarget bytes, at least 64
+  // tokens per chunk (measured on an H200: 64-token chunks made a 32K-token prefill's
+  // selection 170x its floor, most of it per-chunk launches).
+  constexpr std::size_t kSelectWorkspaceTarget = std::size_t{256} << 20;
+  const std::size_t one = indexer_select_workspace_bytes(r, 1, cap.max_seq_len, cap.max_requests);
+  const std::size_t two = indexer_select_workspace_bytes(r, 2, cap.max_seq_len, cap.max_requests);
+  const std::size_t per_token = two > one ? two - one : 1;
+  const std::size_t fit = kSelectWorkspaceTarget > one ? (kSelectWorkspaceTarget - one) / per_token : 0;
+  const int chunk = static_cast<int>(std::clamp<std::size_t>(fit, std::min<std::size_t>(64, T), T));
+  m->select_bytes = indexer_select_workspace_bytes(r, chunk, cap.max_seq_len, cap.max_requests);
   m->select = take(m->select_bytes);
   // Split-KV merge space for decode-like steps (<= 4 rows per request); larger steps use fewer
   // splits when this does not suffice (see dsa_layer_forward).
