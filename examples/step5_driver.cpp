@@ -61,8 +61,8 @@ std::string default_cache_dir() {
   return (fs::temp_directory_path() / "step5-cache").string();
 }
 
-// Generates the default checkpoint into <cache>/step5_preview-default once; a marker file
-// written last makes an interrupted generation regenerate.
+// Generates the default checkpoint into <cache>/<geometry>-h<hidden>-L<layers>-v1 once; a
+// marker file written last makes an interrupted generation regenerate.
 std::string ensure_default_checkpoint(const std::string& cache_dir, const Options& opt) {
   const layout::GeometryEntry* entry = layout::find_geometry(opt.geometry);
   if (entry == nullptr)
@@ -249,6 +249,13 @@ int main(int argc, char** argv) {
   try {
     if (opt.block_size % 8 != 0)
       throw Error(StatusCode::kInvalidArgument, "--block-size " + std::to_string(opt.block_size) + " is not a multiple of 8");
+    // Positions index the RoPE tables and the block tables: keep them within 1M tokens (the
+    // longest context the library is tested for, SPEC §5 / issue contexts up to 131072 regions).
+    constexpr long long kMaxPositions = 1ll << 20;
+    if (static_cast<long long>(opt.tokens) + opt.decode_steps > kMaxPositions)
+      throw Error(StatusCode::kInvalidArgument, "--tokens " + std::to_string(opt.tokens) + " + --decode-steps " +
+                                                    std::to_string(opt.decode_steps) + " exceeds " +
+                                                    std::to_string(kMaxPositions) + " positions");
     const auto t_load = Clock::now();
     if (opt.checkpoint.empty())
       opt.checkpoint = ensure_default_checkpoint(opt.cache_dir.empty() ? default_cache_dir() : opt.cache_dir, opt);
@@ -261,16 +268,19 @@ int main(int argc, char** argv) {
     const double load_s = seconds_since(t_load);
 
     std::string backend_kind = opt.backend;
+    std::unique_ptr<Backend> backend;
+    const bool progress = !opt.quiet && !opt.json;
     if (backend_kind == "auto") {
       std::string why;
-      backend_kind = make_cuda_backend(model, w, opt.simulate_tp, &why) ? "cuda" : "cpu";
+      backend = make_cuda_backend(model, w, opt.simulate_tp, &why);
+      backend_kind = backend ? "cuda" : "cpu";
+      if (!backend && !opt.quiet) std::fprintf(stderr, "[step5] --backend auto: using the CPU (%s)\n", why.c_str());
     }
-    const bool progress = !opt.quiet && !opt.json;
     if (progress)
       std::fprintf(stderr, "[step5] %s, %s, tp %d, %zu DSA layers, %zu requests (%d prefill + %d decode tokens), topk %d\n",
                    cfg.geometry_name.c_str(), backend_kind.c_str(), opt.tp, model.layers.size(), w.prompt_lens.size(),
                    w.prefill_tokens, w.decode_tokens, opt.topk);
-    auto backend = make_backend(backend_kind, model, w, opt.simulate_tp);
+    if (!backend) backend = make_backend(backend_kind, model, w, opt.simulate_tp);
     RunResult res = run(*backend, model, w, opt, progress, opt.check);
 
     // --check: a second run to compare with.

@@ -32,8 +32,7 @@ inline constexpr bool kBuilt[] = {
 static_assert(sizeof(kBuilt) / sizeof(kBuilt[0]) == layout::kNumGeometries);
 
 std::string geometry_name(const layout::Geometry& g) {
-  for (const auto& e : layout::kGeometries)
-    if (e.geometry == g) return std::string(e.name);
+  if (const layout::GeometryEntry* e = layout::find_geometry(g)) return std::string(e->name);
   return "head_dim " + std::to_string(g.head_dim) + ", proxy_dim " + std::to_string(g.proxy_dim) + ", index heads " +
          std::to_string(g.index_num_heads) + ", kv heads " + std::to_string(g.num_kv_heads);
 }
@@ -72,12 +71,10 @@ Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream) {
 
 std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank, int max_tokens, int max_seq_len,
                                            int max_requests) {
-  const std::int64_t n = max_seq_len / 8 > 1 ? max_seq_len / 8 : 1;
-  const std::int64_t ld = (n + 3) / 4 * 4;
-  const std::size_t fixed = (static_cast<std::size_t>(max_requests > 0 ? max_requests : 0) + 1) * 4;
-  const std::size_t fixed_al = (fixed + 255) / 256 * 256;
+  // The launcher's own layout (indexer_launch.cuh): plan [B+1] int32, then fp32 scores.
   const std::size_t tokens = static_cast<std::size_t>(max_tokens > 1 ? max_tokens : 1);
-  return fixed_al + tokens * static_cast<std::size_t>(rank.local_kv_groups) * static_cast<std::size_t>(ld) * 4;
+  return detail::plan_bytes(max_requests > 0 ? max_requests : 0) +
+         tokens * static_cast<std::size_t>(rank.local_kv_groups) * static_cast<std::size_t>(detail::score_ld(max_seq_len)) * 4;
 }
 
 Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {

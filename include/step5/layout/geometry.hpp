@@ -82,6 +82,13 @@ constexpr const GeometryEntry* find_geometry(std::string_view name) {
   return nullptr;
 }
 
+/// The list row whose geometry equals `g`, or nullptr.
+constexpr const GeometryEntry* find_geometry(const Geometry& g) {
+  for (const auto& e : kGeometries)
+    if (e.geometry == g) return &e;
+  return nullptr;
+}
+
 /// True when `tp` is one of the tp values listed for `entry`.
 constexpr bool lists_tp(const GeometryEntry& entry, int tp) {
   for (int i = 0; i < entry.num_tp_values; ++i)

@@ -176,6 +176,9 @@ struct RankLayoutResult {
   constexpr bool ok() const { return error.ok(); }
 };
 
+/// The layout of rank `tp_rank` of geometry `g` at parallel layout `p` (SPEC §2 per-rank
+/// quantities, SPEC §3 shard map). `error` holds the first violated rule of SPEC §2 (`validate`)
+/// or kRankRange when tp_rank is outside [0, tp_size); `layout` is meaningful only when ok().
 constexpr RankLayoutResult make_rank_layout(const Geometry& g, const ParallelLayout& p, int tp_rank) {
   RankLayoutResult r;
   r.error = validate(g, p);

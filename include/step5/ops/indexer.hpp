@@ -110,6 +110,19 @@ struct IndexerSelectParams {
   std::size_t workspace_bytes = 0;
 };
 
+namespace detail {
+/// Layout of the `indexer_select` workspace (one definition, used by the launcher and by
+/// `indexer_select_workspace_bytes`): a 256-byte-aligned plan of [B+1] int32, then fp32 scores
+/// `[tokens * lg, score_ld]`, score_ld = max(1, max_seq_len/8) rounded up to 4 regions.
+inline std::int64_t score_ld(int max_seq_len) {
+  const std::int64_t n = max_seq_len / 8 > 1 ? max_seq_len / 8 : 1;
+  return (n + 3) / 4 * 4;
+}
+inline std::size_t plan_bytes(int num_requests) {
+  return (static_cast<std::size_t>(num_requests + 1) * 4 + 255) / 256 * 256;
+}
+}  // namespace detail
+
 /// Workspace bytes of `indexer_select` that process `max_tokens` tokens in one score chunk.
 /// The launcher processes the tokens in chunks of `floor((workspace_bytes - fixed) / per_token)`
 /// tokens, so any size >= `indexer_select_workspace_bytes(rank, 1, max_seq_len, max_requests)` works

@@ -57,12 +57,15 @@ struct DsaLayerCaches {
 struct DsaLayerStep {
   IndexerBatch batch{};                     ///< cu_seqlens_q, seq_lens (device), B, T (host)
   PagedTable table{};                       ///< block_table (device), sizes
-  const std::int32_t* tail_slot = nullptr;  ///< [B] device
-  int max_seq_len = 0;                      ///< upper bound of seq_lens this step (host)
-  int topk = 0;                             ///< 1..1024
+  const std::int32_t* tail_slot = nullptr;  ///< [B] device int32, each in [0, caches.num_slots)
+  /// Host upper bound of every seq_lens[b] of this step (> 0, <= capacity.max_seq_len): sizes the
+  /// score rows; a seq_len above it is a broken precondition (the device values are not checked).
+  int max_seq_len = 0;
+  int topk = 0;                             ///< 1..1024 (<= capacity.max_topk)
 };
 
-/// Capacity a workspace is sized for.
+/// Capacity a workspace is sized for. Every step must use the same block_size and at most
+/// max_blocks / num_blocks (the attention plan and its split-KV space depend on them).
 struct DsaLayerCapacity {
   int max_tokens = 0;    ///< T per step
   int max_requests = 0;  ///< B per step
@@ -154,12 +157,6 @@ inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const
   return Status::Ok();
 }
 
-/// The geometry row of `g` in the list (for the per-geometry attention instances).
-inline const layout::GeometryEntry* entry_of_geometry(const layout::Geometry& g) {
-  for (const auto& e : layout::kGeometries)
-    if (e.geometry == g) return &e;
-  return nullptr;
-}
 }  // namespace detail
 
 /// Bytes of the workspace of `dsa_layer_forward` for `rank` at `hidden` and capacity `cap`.
@@ -182,6 +179,16 @@ inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, cons
                                 cudaStream_t stream, DsaLayerHook* hook = nullptr) {
   const int T = step.batch.num_tokens;
   if (T == 0) return Status::Ok();
+  if (step.max_seq_len <= 0)
+    return invalid_argument("dsa_layer_forward: step.max_seq_len = " + std::to_string(step.max_seq_len) +
+                            ", expected > 0 (an upper bound of every seq_lens[b] of the step)");
+  if (step.table.block_size != cap.block_size || step.table.max_blocks > cap.max_blocks ||
+      step.table.num_blocks > cap.num_blocks)
+    return invalid_argument("dsa_layer_forward: step block table (block_size " + std::to_string(step.table.block_size) +
+                            ", max_blocks " + std::to_string(step.table.max_blocks) + ", num_blocks " +
+                            std::to_string(step.table.num_blocks) + ") differs from the capacity (" +
+                            std::to_string(cap.block_size) + ", " + std::to_string(cap.max_blocks) + ", " +
+                            std::to_string(cap.num_blocks) + ")");
   if (T > cap.max_tokens || step.batch.num_requests > cap.max_requests || step.max_seq_len > cap.max_seq_len ||
       step.topk > cap.max_topk)
     return invalid_argument("dsa_layer_forward: step (T = " + std::to_string(T) + ", B = " +
@@ -195,7 +202,7 @@ inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, cons
   if (workspace == nullptr || workspace_bytes < m.total)
     return invalid_argument("dsa_layer_forward: workspace of " + std::to_string(workspace_bytes) + " bytes, expected >= " +
                             std::to_string(m.total));
-  const layout::GeometryEntry* entry = detail::entry_of_geometry(rank.geometry);
+  const layout::GeometryEntry* entry = layout::find_geometry(rank.geometry);
   if (entry == nullptr) return unsupported("dsa_layer_forward: the rank's geometry is not in geometries.def");
   auto* base = static_cast<unsigned char*>(workspace);
   auto* c = reinterpret_cast<bf16*>(base + m.c);
@@ -243,7 +250,7 @@ inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, cons
   // 5–6. Scores + selection.
   IndexerSelectParams sel;
   sel.rank = rank, sel.batch = step.batch, sel.table = step.table, sel.index_q = index_q, sel.weights = weights;
-  sel.summary_cache = caches.summary_cache, sel.topk = step.topk, sel.max_seq_len = std::max(1, step.max_seq_len);
+  sel.summary_cache = caches.summary_cache, sel.topk = step.topk, sel.max_seq_len = step.max_seq_len;
   sel.topk_ids = ids, sel.counts = counts, sel.workspace = base + m.select, sel.workspace_bytes = m.select_bytes;
   STEP5_RETURN_IF_ERROR(indexer_select(sel, stream));
   mark("select");

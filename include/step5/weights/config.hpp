@@ -485,8 +485,7 @@ inline ModelConfig parse_model_config(const nlohmann::json& root, const std::str
                                 rot_main,
                                 c.sparse.sparse_indexer_rope_dim,
                                 c.sparse.region_block_size};
-  for (const auto& e : layout::kGeometries)
-    if (e.geometry == c.geometry) c.geometry_name = std::string(e.name);
+  if (const layout::GeometryEntry* e = layout::find_geometry(c.geometry)) c.geometry_name = std::string(e->name);
   if (c.geometry_name.empty() && require_listed_geometry) {
     auto row = [](const layout::Geometry& g) {
       return "H=" + std::to_string(g.num_heads) + " KV=" + std::to_string(g.num_kv_heads) + " D=" + std::to_string(g.head_dim) +

@@ -9,6 +9,7 @@
 /// of the memory-mapped tensors are read. Throws `step5::Error` naming the tensor, expected and
 /// got. Host only (g++).
 #include <cstddef>
+#include <cstring>
 #include <optional>
 #include <string>
 
@@ -31,8 +32,12 @@ struct LayerLoadStats {
 /// The checkpoint name prefix of layer `layer`: "model.layers.N.self_attn.".
 inline std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + ".self_attn."; }
 
-/// Loads layer `layer` for `rank` (a valid RankLayout of `cfg.geometry`); RoPE tables cover
-/// positions [0, max_position). Throws `Error` on a missing/misshaped tensor or an incomplete load.
+/// Loads DSA layer `layer` for `rank` (a valid RankLayout of `cfg.geometry`). RoPE tables cover
+/// positions [0, max_position) (every position the caller will run must be below it). Dtypes:
+/// projections and o_proj bf16 (fp32/fp16 accepted and rounded to bf16, quantized refused, as
+/// `FusedWeightLoader`), norm weights and bias fp32 `[D]`/`[P]`. Throws `Error` on a missing or
+/// misshaped tensor, or an incomplete load (e.g. a non-DSA layer without indexer tensors: the
+/// missing shard ids are named). SPEC §3 (shards), §4.2–4.3 (norms, RoPE), §7 (names).
 inline reference::LayerWeights load_layer_weights(const Checkpoint& ckpt, const ModelConfig& cfg, int layer,
                                                   const layout::RankLayout& rank, int max_position,
                                                   LayerLoadStats* stats = nullptr) {
@@ -66,15 +71,20 @@ inline reference::LayerWeights load_layer_weights(const Checkpoint& ckpt, const 
 
   // o_proj [hidden, H*D]: this rank's columns are those of its q heads (row-parallel, SPEC §4.8).
   const layout::ShardSpec& qs = rank.shard(layout::Shard::kQ);
+  // Dtype rules as the fused loader's: bf16 copied, fp32/fp16 rounded to bf16 (RNE), others refused.
   const TensorView o = ckpt.view(prefix + "o_proj.weight");
-  expect_tensor(o, DType::kBF16, {hidden, static_cast<std::int64_t>(g.num_heads) * g.head_dim});
+  const std::int64_t cols = static_cast<std::int64_t>(g.num_heads) * g.head_dim;
+  const DType odt = o.dtype == DType::kF32 || o.dtype == DType::kF16 ? o.dtype : DType::kBF16;
+  expect_tensor(o, odt, {hidden, cols});
   w.o_proj.resize(static_cast<std::size_t>(hidden) * qs.rows);
-  const auto* src = static_cast<const bf16*>(o.data);
   for (int i = 0; i < hidden; ++i)
-    for (int j = 0; j < qs.rows; ++j)
-      w.o_proj[static_cast<std::size_t>(i) * qs.rows + j] =
-          src[static_cast<std::size_t>(i) * g.num_heads * g.head_dim + qs.src_row + j];
-  st.bytes_read += w.o_proj.size() * sizeof(bf16);
+    for (int j = 0; j < qs.rows; ++j) {
+      const std::int64_t e = static_cast<std::int64_t>(i) * cols + qs.src_row + j;
+      bf16& dst = w.o_proj[static_cast<std::size_t>(i) * qs.rows + j];
+      if (odt == DType::kBF16) std::memcpy(&dst, static_cast<const unsigned char*>(o.data) + e * 2, 2);
+      else dst = to_bf16(element_as_float(o, e));
+    }
+  st.bytes_read += w.o_proj.size() * dtype_size(odt);
 
   auto vec = [&](const std::string& n, int len) {
     const TensorView v = ckpt.view(prefix + n);

@@ -66,14 +66,7 @@ inline Status check_geometry(const layout::RankLayout& r, const layout::Geometry
   return Status::Ok();
 }
 
-/// Score workspace row stride (regions) for max_seq_len.
-inline std::int64_t score_ld(int max_seq_len) {
-  const std::int64_t n = std::max<std::int64_t>(1, max_seq_len / 8);
-  return (n + 3) / 4 * 4;
-}
-inline std::size_t plan_bytes(int num_requests) {
-  return (static_cast<std::size_t>(num_requests + 1) * 4 + 255) / 256 * 256;
-}
+// score_ld / plan_bytes (the select workspace layout) live in step5/ops/indexer.hpp.
 
 template <layout::GeometryId Id>
 Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
