@@ -223,8 +223,12 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   cudaFree(counts);
 }
 
+/// Registers the benchmarks of one (list row, tp). The geometry comes from geometries.def via
+/// its id; the tp must be one the row lists (checked at compile time).
 template <step5::layout::GeometryId Id, int Tp>
 void register_layout() {
+  static_assert(step5::layout::lists_tp(step5::layout::entry_of(Id), Tp),
+                "bench_attention: this tp is not listed for the geometry in geometries.def");
   using Tag = step5::layout::LayoutTag<Id, Tp>;
   const std::string geo = std::string(Tag::kEntry.name) + "/tp:" + std::to_string(Tp);
   for (int batch : {1, 8, 32, 64, 128}) {
@@ -254,6 +258,8 @@ int main(int argc, char** argv) {
   CK(cudaStreamCreate(&g_stream));
   CK(cudaMalloc(&g_flush, kFlush));
   benchmark::RegisterBenchmark("copy/d2d", BM_copy)->UseManualTime()->Iterations(10)->Unit(benchmark::kMicrosecond);
+  // Benchmarked (list row, tp) pairs: the named Step-5 Preview row at tp 1/8/16 and the other
+  // row at tp 1; each tp is checked against the row's list in register_layout.
   using step5::layout::GeometryId;
   register_layout<GeometryId::step5_preview, 1>();
   register_layout<GeometryId::step5_preview, 8>();

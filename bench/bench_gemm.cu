@@ -331,17 +331,19 @@ int main(int argc, char** argv) {
   CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   CKB(cublasLtCreate(&g_lt));
   CK(cudaMalloc(&g_lt_ws, kLtWs));
+  // Benchmarked (list row, tp) pairs: rows named by their geometries.def id; each tp is checked
+  // at compile time against the row's tp list.
   std::vector<Shape> shapes;
-  auto add = [&](const char* geo, int tp) {
-    (void)step5::layout::dispatch_layout(geo, tp, [&](auto tag) -> step5::Status {
-      using Tag = decltype(tag);
-      shapes.push_back({geo, tp, Tag::Layout::kRank0, Tag::kEntry.hidden});
-      return step5::Status::Ok();
-    });
+  using step5::layout::GeometryId;
+  auto add = [&]<GeometryId Id, int Tp>() {
+    static_assert(step5::layout::lists_tp(step5::layout::entry_of(Id), Tp),
+                  "bench_gemm: this tp is not listed for the geometry in geometries.def");
+    using Tag = step5::layout::LayoutTag<Id, Tp>;
+    shapes.push_back({std::string(Tag::kEntry.name), Tp, Tag::Layout::kRank0, Tag::kEntry.hidden});
   };
-  add("step5_preview", 1);
-  add("step5_preview", 8);
-  add("dsa_h64_kv8_d128", 8);
+  add.template operator()<GeometryId::step5_preview, 1>();
+  add.template operator()<GeometryId::step5_preview, 8>();
+  add.template operator()<GeometryId::dsa_h64_kv8_d128, 8>();
   const int tokens[] = {1, 8, 32, 64, 128, 256, 1024, 4096, 16384};
   const double kMin = 0.02;  // keeps the whole run near one minute
   benchmark::RegisterBenchmark("copy/d2d", bm_copy)->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <iostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -145,6 +146,11 @@ inline std::size_t count_bits_diff(const std::vector<bf16>& a, const std::vector
 /// Golden file access (the folder may be absent in some checkouts: `available()`).
 inline std::string golden_dir() { return STEP5_GOLDEN_DIR; }
 inline bool golden_available(const char* file) { return std::filesystem::exists(golden_dir() + "/" + file); }
+/// Prints the marker line (tests/CMakeLists.txt: STEP5_GOLDEN_SKIP_MARKER) that makes CTest
+/// report the calling test case as Skipped; call it, then return, when golden data is absent.
+inline void report_golden_skipped(const std::string& what) {
+  std::cout << STEP5_GOLDEN_SKIP_MARKER << " (" << what << ")" << std::endl;
+}
 
 struct Golden {
   step5::SafetensorsFile file;

@@ -1,6 +1,7 @@
 // Golden parity of the CPU reference against StepFun's public Step-4 reference (one layer, tp=1,
 // Step-5 Preview head geometry, hidden 512; /work/shared/golden, see its README and manifest.json).
-// Every test skips with a MESSAGE when the golden folder is absent.
+// Every test prints the skip marker (CTest: Skipped) when the golden folder (CMake cache variable
+// STEP5_GOLDEN_DIR) is absent.
 //
 // Exact vs tolerance (measured on this data; the numbers are printed as MESSAGEs):
 // - bit-exact: rope cos/sin tables (inv_freq within 1 ulp: the reference ran powf on the GPU);
@@ -38,7 +39,7 @@ bool have_golden() {
   if (golden_available("manifest.json") && golden_available("weights.safetensors") &&
       golden_available("prefill.safetensors") && golden_available("rope.safetensors"))
     return true;
-  MESSAGE("golden data not found under " << golden_dir() << ": golden parity test skipped");
+  report_golden_skipped("no manifest.json/weights/prefill/rope safetensors under " + golden_dir());
   return false;
 }
 
@@ -345,7 +346,7 @@ TEST_CASE("golden prefill: attention LSE, gate and o_proj (q recomputed: main.q 
 TEST_CASE("golden decode: 4 steps continuing the prefill cache, every stage (saved projections fed)") {
   if (!have_golden()) return;
   if (!golden_available("decode.safetensors") || !golden_available("decode.bulk.safetensors")) {
-    MESSAGE("decode golden files absent: skipped");
+    report_golden_skipped("no decode.safetensors/decode.bulk.safetensors under " + golden_dir());
     return;
   }
   GoldenLayer L = load_layer(true);

@@ -298,10 +298,50 @@ TEST_CASE("indexer: q RMSNorm with bf16(w) + 1, k LayerNorm with E[x^2] - E[x]^2
   std::vector<float> w(P, 1.0f), b(P, 0.5f);
   ref::index_k_head(x.data(), out.data(), P, w.data(), b.data(), 0.0f, 0, nullptr, nullptr);
   for (int d = 0; d < P; ++d) CHECK(to_float(out[d]) == (d % 2 ? 1.5f : -0.5f));
-  std::vector<float> wq(P, 1.001f);  // bf16(1.001) = 1.0 -> scale 2
+  // q: x = 2 everywhere -> x * rsqrt(mean(x^2)) = 1 exactly, so out = bf16(bf16(w) + 1). Near w = -1
+  // the bf16 rounding of w dominates: bf16(-0.99) = -0.98828125 -> 0.01171875 (= 3/256), whereas
+  // the unrounded w + 1 gives ~0.01 and w alone (no + 1) gives -0.99.
+  const float wq_val = -0.99f;
+  REQUIRE(step5::round_bf16(wq_val) == -0.98828125f);
+  const float expected_q = 0.01171875f;
+  REQUIRE(step5::round_bf16(1.0f * (wq_val + 1.0f)) != expected_q);  // the unrounded formula differs
+  std::vector<float> wq(P, wq_val);
   for (int d = 0; d < P; ++d) x[d] = to_bf16(2.0f);
   ref::index_q_head(x.data(), out.data(), P, wq.data(), 0.0f, 0, nullptr, nullptr);
-  for (int d = 0; d < P; ++d) CHECK(to_float(out[d]) == 2.0f);
+  for (int d = 0; d < P; ++d) CHECK(to_float(out[d]) == expected_q);
+
+  // prepare_indexer: Il = 8 local heads, hpg_i = 2 (two groups), one token at position 0 (rope
+  // identity). Score weights are fp32 float(w_raw) * hpg_i^-0.5, not bf16-rounded, not Il^-0.5.
+  constexpr int Il = 8, hpg_i = 2;
+  std::vector<bf16> q_raw(static_cast<std::size_t>(Il) * P, to_bf16(2.0f)), k_raw(P), z_raw(P), w_raw(Il);
+  for (int d = 0; d < P; ++d) {
+    k_raw[d] = to_bf16(d % 2 ? 3.0f : 1.0f);
+    z_raw[d] = to_bf16(0.25f * static_cast<float>(d) - 1.0f);
+  }
+  for (int h = 0; h < Il; ++h) w_raw[h] = to_bf16(0.375f * static_cast<float>(h) - 1.3f);
+  const auto rope = ref::make_rope_table(1, 2, 10000.0);
+  const std::int32_t pos0 = 0;
+  std::vector<bf16> q_out(q_raw.size()), k_out(P), z_out(P);
+  std::vector<std::uint8_t> q_e4m3(q_raw.size());
+  std::vector<float> weights(Il, -1.0f);
+  ref::prepare_indexer(1, Il, hpg_i, P, q_raw.data(), Il * P, k_raw.data(), P, z_raw.data(), P, w_raw.data(), Il,
+                       wq.data(), w.data(), b.data(), 0.0f, rope, &pos0, q_out.data(), q_e4m3.data(), k_out.data(),
+                       z_out.data(), weights.data());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hpg_i));
+  for (int h = 0; h < Il; ++h) {
+    const float expected_w = to_float(w_raw[h]) * scale;
+    CHECK(weights[h] == expected_w);
+    CHECK(weights[h] != to_float(w_raw[h]) / std::sqrt(static_cast<float>(Il)));
+  }
+  CHECK(weights[0] != step5::round_bf16(weights[0]));  // fp32, not rounded to bf16
+  for (std::size_t i = 0; i < q_out.size(); ++i) {
+    CHECK(to_float(q_out[i]) == expected_q);
+    CHECK(q_e4m3[i] == step5::float_to_e4m3_bits(expected_q));
+  }
+  for (int d = 0; d < P; ++d) {
+    CHECK(to_float(k_out[d]) == (d % 2 ? 1.5f : -0.5f));
+    CHECK(z_out[d].bits == z_raw[d].bits);
+  }
 }
 
 TEST_CASE("batch metadata: positions, validation messages") {

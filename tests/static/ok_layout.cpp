@@ -11,8 +11,11 @@ constexpr bool all_listed_valid(std::index_sequence<I...>) {
   return (L::ValidLayout<L::geometry_of(Id), L::standard_layout(L::geometry_of(Id), L::entry_of(Id).tp_values[I])> &&
           ...);
 }
-static_assert(all_listed_valid<L::GeometryId::step5_preview>(std::make_index_sequence<5>{}));
-static_assert(all_listed_valid<L::GeometryId::dsa_h64_kv8_d128>(std::make_index_sequence<5>{}));
+#define STEP5_GEOMETRY(id, ...)                                        \
+  static_assert(all_listed_valid<L::GeometryId::id>(                   \
+      std::make_index_sequence<static_cast<std::size_t>(L::entry_of(L::GeometryId::id).num_tp_values)>{}));
+#include "step5/geometries.def"
+#undef STEP5_GEOMETRY
 
 using Tp1 = L::StaticLayout<L::geometry_of(L::GeometryId::step5_preview), L::ParallelLayout{1, 4}>;
 static_assert(Tp1::kFusedRows == 18496 && Tp1::kRowsWithW == 18512 && Tp1::kPaddedRows == 18512);

@@ -1,7 +1,8 @@
 #pragma once
 /// \file step5/core/numeric.hpp
 /// Bit-exact host conversions between fp32, bf16 and fp8 e4m3 (e4m3fn: no infinities, NaN =
-/// S.1111.111, max finite 448), all round-to-nearest-even as SPEC.md §4 requires. The device
+/// S.1111.111, max finite 448), all round-to-nearest-even as SPEC.md §4 requires, and the exact
+/// fp16 -> fp32 widening (checkpoint F16 tensors, SPEC §7). The device
 /// kernels use the CUDA intrinsics with the same rounding (cvt.rn.bf16.f32,
 /// cvt.rn.satfinite.e4m3x2.f32); tests hold them to these functions. Host-safe (g++).
 #include <bit>
@@ -27,6 +28,23 @@ constexpr std::uint16_t float_to_bf16_bits(float f) {
 /// bf16 bits -> fp32 (exact).
 constexpr float bf16_bits_to_float(std::uint16_t b) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(b) << 16);
+}
+
+/// IEEE binary16 (fp16) bits -> fp32 (exact: every fp16 value, subnormals, ±inf and NaN
+/// payloads included, is representable in fp32). Used to widen F16 checkpoint tensors
+/// (SPEC §7) before the bf16 rounding of SPEC §4.
+constexpr float f16_bits_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  const std::uint32_t exp = (h >> 10) & 0x1fu;
+  const std::uint32_t man = h & 0x3ffu;
+  if (exp == 0) {
+    if (man == 0) return std::bit_cast<float>(sign);
+    // subnormal: man * 2^-24 (exact: man < 2^10)
+    const float v = static_cast<float>(man) * std::bit_cast<float>(static_cast<std::uint32_t>(127 - 24) << 23);
+    return sign ? -v : v;
+  }
+  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));  // inf / NaN
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
 }
 
 constexpr bf16 to_bf16(float f) { return bf16{float_to_bf16_bits(f)}; }
@@ -96,5 +114,10 @@ static_assert(float_to_bf16_bits(1.0f) == 0x3f80);
 static_assert(float_to_e4m3_bits(448.0f) == 0x7e && float_to_e4m3_bits(1e9f) == 0x7e);
 static_assert(float_to_e4m3_bits(1.0f) == 0x38 && e4m3_bits_to_float(0x38) == 1.0f);
 static_assert(e4m3_bits_to_float(0x01) == 1.0f / 512.0f);
+static_assert(f16_bits_to_float(0x3c00) == 1.0f && f16_bits_to_float(0xc000) == -2.0f);
+static_assert(f16_bits_to_float(0x0001) == 1.0f / 16777216.0f && f16_bits_to_float(0x7bff) == 65504.0f);
+static_assert(f16_bits_to_float(0x83ff) == -1023.0f / 16777216.0f && f16_bits_to_float(0x0400) == 1.0f / 16384.0f);
+static_assert(std::bit_cast<std::uint32_t>(f16_bits_to_float(0xfc00)) == 0xff800000u);
+static_assert(std::bit_cast<std::uint32_t>(f16_bits_to_float(0x8000)) == 0x80000000u);
 
 }  // namespace step5

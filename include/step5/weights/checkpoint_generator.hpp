@@ -54,6 +54,7 @@
 #include "step5/core/status.hpp"
 #include "step5/core/tensor.hpp"
 #include "step5/layout/geometry.hpp"
+#include "step5/layout/static_layout.hpp"
 #include "step5/weights/safetensors.hpp"
 
 namespace step5 {
@@ -116,9 +117,8 @@ inline std::uint64_t splitmix_mix(std::uint64_t z) {
 
 inline const layout::GeometryEntry& geometry_entry_or_throw(const std::string& name) {
   if (const auto* e = layout::find_geometry(name)) return *e;
-  std::string list;
-  for (const auto& e : layout::kGeometries) list += (list.empty() ? "" : ", ") + std::string(e.name);
-  throw Error(StatusCode::kUnsupported, "unknown geometry '" + name + "' (supported: " + list + ")");
+  throw Error(StatusCode::kUnsupported,
+              "unknown geometry '" + name + "'; supported: " + layout::supported_layouts());
 }
 
 }  // namespace detail

@@ -28,7 +28,6 @@
 /// - Errors are `step5::Error` (host loading code, docs/ARCHITECTURE.md).
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -90,27 +89,6 @@ constexpr bool is_prefused_projection_name(std::string_view name) {
 }
 
 namespace detail::fused_weight {
-/// IEEE binary16 bits -> fp32 (exact).
-constexpr float fp16_bits_to_float(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t man = h & 0x3ffu;
-  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));  // inf / NaN
-  if (exp == 0) {
-    if (man == 0) return std::bit_cast<float>(sign);
-    int e = -1;  // normalise the subnormal
-    do {
-      man <<= 1;
-      ++e;
-    } while ((man & 0x400u) == 0);
-    man &= 0x3ffu;
-    return std::bit_cast<float>(sign | static_cast<std::uint32_t>(127 - 15 - e) << 23 | (man << 13));
-  }
-  return std::bit_cast<float>(sign | (exp + 112u) << 23 | (man << 13));
-}
-static_assert(fp16_bits_to_float(0x3c00) == 1.0f && fp16_bits_to_float(0xc000) == -2.0f);
-static_assert(fp16_bits_to_float(0x0001) == 1.0f / 16777216.0f && fp16_bits_to_float(0x7bff) == 65504.0f);
-
 constexpr bool is_quantized(DType t) {
   return t == DType::kF8E4M3 || t == DType::kF8E5M2 || t == DType::kI8 || t == DType::kU8;
 }
@@ -219,19 +197,29 @@ class FusedWeightLoader {
     for (int r = 0; r < s.rows; ++r) {
       const std::size_t src = static_cast<std::size_t>(s.src_row + r) * h;
       bf16* dst = matrix_.data() + static_cast<std::size_t>(s.dst_row + r) * h;
+      // Memory-mapped safetensors data has no per-element alignment guarantee: read it through
+      // memcpy from byte pointers, never through a typed pointer.
       switch (t.dtype) {
         case DType::kBF16:
-          std::memcpy(static_cast<void*>(dst), static_cast<const std::uint16_t*>(t.data) + src, h * sizeof(std::uint16_t));
+          std::memcpy(static_cast<void*>(dst), static_cast<const unsigned char*>(t.data) + src * sizeof(std::uint16_t),
+                      h * sizeof(std::uint16_t));
           break;
         case DType::kF32: {
-          const float* p = static_cast<const float*>(t.data) + src;
-          for (std::size_t c = 0; c < h; ++c) dst[c].bits = float_to_bf16_bits(p[c]);
+          const auto* p = static_cast<const unsigned char*>(t.data) + src * sizeof(float);
+          for (std::size_t c = 0; c < h; ++c) {
+            float x;
+            std::memcpy(&x, p + c * sizeof(float), sizeof x);
+            dst[c].bits = float_to_bf16_bits(x);
+          }
           break;
         }
         default: {  // F16
-          const std::uint16_t* p = static_cast<const std::uint16_t*>(t.data) + src;
-          for (std::size_t c = 0; c < h; ++c)
-            dst[c].bits = float_to_bf16_bits(detail::fused_weight::fp16_bits_to_float(p[c]));
+          const auto* p = static_cast<const unsigned char*>(t.data) + src * sizeof(std::uint16_t);
+          for (std::size_t c = 0; c < h; ++c) {
+            std::uint16_t x;
+            std::memcpy(&x, p + c * sizeof(std::uint16_t), sizeof x);
+            dst[c].bits = float_to_bf16_bits(f16_bits_to_float(x));
+          }
           break;
         }
       }

@@ -470,20 +470,7 @@ class Checkpoint {
 // Conversions
 // ---------------------------------------------------------------------------------------------
 
-/// IEEE fp16 bits -> fp32 (exact).
-constexpr float f16_bits_to_float(std::uint16_t h) {
-  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t man = h & 0x3ffu;
-  if (exp == 0) {
-    if (man == 0) return std::bit_cast<float>(sign);
-    // subnormal: man * 2^-24
-    float v = static_cast<float>(man) * std::bit_cast<float>(static_cast<std::uint32_t>(127 - 24) << 23);
-    return (sign ? -v : v);
-  }
-  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
-  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
-}
+// f16_bits_to_float (IEEE fp16 bits -> fp32, exact) lives in step5/core/numeric.hpp.
 
 /// Element `i` of a view as fp32 (any dtype; ints converted, BOOL as 0/1). No bounds check.
 inline float element_as_float(const TensorView& v, std::int64_t i) {
