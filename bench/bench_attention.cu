@@ -28,14 +28,7 @@
 
 namespace {
 
-#define CK(call)                                                                                  \
-  do {                                                                                            \
-    cudaError_t e_ = (call);                                                                      \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
+#define CK(call) STEP5_BENCH_CUDA(call)  // bench_common.hpp: prints the call and exits
 
 cudaStream_t g_stream;
 double g_copy_gbs = 0;

@@ -26,22 +26,8 @@
 
 namespace {
 
-#define CK(call)                                                                              \
-  do {                                                                                        \
-    cudaError_t e_ = (call);                                                                  \
-    if (e_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
-#define CKB(call)                                                                             \
-  do {                                                                                        \
-    cublasStatus_t e_ = (call);                                                               \
-    if (e_ != CUBLAS_STATUS_SUCCESS) {                                                        \
-      std::fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #call, (int)e_); \
-      std::exit(1);                                                                           \
-    }                                                                                         \
-  } while (0)
+#define CK(call) STEP5_BENCH_CUDA(call)  // bench_common.hpp: prints the call and exits
+#define CKB(call) STEP5_BENCH_CUBLAS(call)
 
 cudaStream_t g_stream;
 cublasLtHandle_t g_lt;
