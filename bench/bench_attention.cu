@@ -49,13 +49,6 @@ __device__ __forceinline__ unsigned hash32(unsigned x) {
   x ^= x >> 16;
   return x;
 }
-__global__ void fill_bf16(__nv_bfloat16* p, std::size_t n, unsigned seed, float amp) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
-    const unsigned h = hash32(static_cast<unsigned>(i) * 2654435761u ^ seed ^ static_cast<unsigned>(i >> 32));
-    p[i] = __float2bfloat16((static_cast<float>(h & 0xffff) / 32768.f - 1.f) * amp);
-  }
-}
 /// ids [lg, T, topk+1], counts [lg, T] for positions pos0 + (t - cu[b]) of B requests with q_len
 /// rows each (uniform batches: request b owns rows b*q_len .. ).
 __global__ void make_selection(int* ids, int* counts, int lg, int T, int topk, int q_len, int seq_len) {
@@ -115,10 +108,10 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   CK(cudaMalloc(&seq, B * 4));
   CK(cudaMalloc(&ids, static_cast<std::size_t>(lg) * T * (topk + 1) * 4));
   CK(cudaMalloc(&counts, static_cast<std::size_t>(lg) * T * 4));
-  fill_bf16<<<4096, 256, 0, g_stream>>>(k, per_block * num_blocks, 1, 1.f);
-  fill_bf16<<<4096, 256, 0, g_stream>>>(v, per_block * num_blocks, 2, 1.f);
-  fill_bf16<<<1024, 256, 0, g_stream>>>(q, static_cast<std::size_t>(T) * Hl * D, 3, 2.f);
-  fill_bf16<<<256, 256, 0, g_stream>>>(gate, static_cast<std::size_t>(T) * Hl, 4, 4.f);
+  step5::bench::fill_bf16(k, per_block * num_blocks, 1, -1.f, 1.f, g_stream);
+  step5::bench::fill_bf16(v, per_block * num_blocks, 2, -1.f, 1.f, g_stream);
+  step5::bench::fill_bf16(q, static_cast<std::size_t>(T) * Hl * D, 3, -2.f, 2.f, g_stream);
+  step5::bench::fill_bf16(gate, static_cast<std::size_t>(T) * Hl, 4, -4.f, 4.f, g_stream);
   iota_table<<<256, 256, 0, g_stream>>>(table, B, max_blocks, num_blocks);
   make_selection<<<lg * T, 128, 0, g_stream>>>(ids, counts, lg, T, topk, q_len, seq_len);
   std::vector<int> h_cu(B + 1), h_seq(B, seq_len);

@@ -110,7 +110,7 @@ RunResult run(Backend& backend, const Model& model, const Workload& w, const Opt
     for (std::size_t b = 0; b < step.requests.size(); ++b) {
       const int r = step.requests[b];
       const int q0 = step.batch.cu_seqlens_q[b], n = step.batch.cu_seqlens_q[b + 1] - q0;
-      const int pos0 = step.batch.seq_lens[b] - n;
+      const int pos0 = step.batch.view().past_len(static_cast<int>(b));
       for (int i = 0; i < n; ++i) token_embedding(opt.seed, r, pos0 + i, hidden, &residual[static_cast<std::size_t>(q0 + i) * hidden]);
     }
     std::vector<std::vector<float>> layer_res;

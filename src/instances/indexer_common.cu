@@ -11,12 +11,6 @@
 
 namespace step5::ops {
 namespace detail {
-template <layout::GeometryId Id>
-Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream);
-template <layout::GeometryId Id>
-Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream);
-template <layout::GeometryId Id>
-Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream);
 
 // STEP5_IS_SET(M): 1 when macro M is defined as 1, else 0 (usable inside an X-macro expansion).
 #define STEP5_IDX_PLACEHOLDER_1 0,

@@ -103,9 +103,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
   // selections
   const int W = sc.topk + 1;
   std::vector<std::int32_t> ids(static_cast<std::size_t>(lg) * T * W), counts(static_cast<std::size_t>(lg) * T);
-  std::vector<std::int32_t> pos(T);
-  for (int b = 0; b < B; ++b)
-    for (int t = cu[b]; t < cu[b + 1]; ++t) pos[t] = sc.seq_lens[b] - sc.q_lens[b] + (t - cu[b]);
+  const std::vector<std::int32_t> pos = ref::token_positions(ref::BatchView{B, cu.data(), sc.seq_lens.data()});
   for (int g = 0; g < lg; ++g)
     for (int b = 0; b < B; ++b) {
       std::vector<float> prio((sc.seq_lens[b] + 7) / 8 + 1);

@@ -163,6 +163,14 @@ namespace {
 ref::StepBatch golden_step(const GoldenLayer& L, const std::vector<int>& q_lens, const std::vector<int>& kv_lens) {
   return make_step(q_lens, kv_lens, L.blocks_per_req);
 }
+// The batch of the golden prefill step (its saved cu_seqlens_q and kv_lens).
+ref::StepBatch golden_prefill_step(const GoldenLayer& L, const Golden& pf) {
+  const auto cu = pf.i32("inputs.cu_seqlens_q"), kv = pf.i32("inputs.kv_lens");
+  const int B = static_cast<int>(kv.size());
+  std::vector<int> ql(B), kl(kv.begin(), kv.end());
+  for (int b = 0; b < B; ++b) ql[b] = cu[b + 1] - cu[b];
+  return golden_step(L, ql, kl);
+}
 void report_bf16(const std::string& what, const std::vector<bf16>& ours, const std::vector<bf16>& gold, double tol) {
   REQUIRE(ours.size() == gold.size());
   const double e = rel_err(ours, gold);
@@ -176,11 +184,9 @@ TEST_CASE("golden prefill: indexer, summaries, tails, scores, selection (saved p
   if (!have_golden()) return;
   GoldenLayer L = load_layer(true);
   Golden pf("prefill.safetensors");
-  const auto cu = pf.i32("inputs.cu_seqlens_q"), kv = pf.i32("inputs.kv_lens"), positions = pf.i32("inputs.positions");
-  const int B = static_cast<int>(kv.size()), T = cu[B];
-  std::vector<int> ql(B), kl(kv.begin(), kv.end());
-  for (int b = 0; b < B; ++b) ql[b] = cu[b + 1] - cu[b];
-  const ref::StepBatch step = golden_step(L, ql, kl);
+  const auto kv = pf.i32("inputs.kv_lens"), positions = pf.i32("inputs.positions");
+  const ref::StepBatch step = golden_prefill_step(L, pf);
+  const int B = step.num_requests(), T = step.view().num_tokens();
   REQUIRE(ref::token_positions(step.view()) == positions);
   const auto& r = L.w.rank;
   const int P = r.geometry.proxy_dim, Il = r.index_local_heads, lg = r.local_kv_groups;
@@ -292,11 +298,9 @@ TEST_CASE("golden prefill: attention LSE, gate and o_proj (q recomputed: main.q 
   if (!have_golden()) return;
   GoldenLayer L = load_layer(true);
   Golden pf("prefill.safetensors");
-  const auto cu = pf.i32("inputs.cu_seqlens_q"), kv = pf.i32("inputs.kv_lens"), positions = pf.i32("inputs.positions");
-  const int B = static_cast<int>(kv.size()), T = cu[B];
-  std::vector<int> ql(B), kl(kv.begin(), kv.end());
-  for (int b = 0; b < B; ++b) ql[b] = cu[b + 1] - cu[b];
-  const ref::StepBatch step = golden_step(L, ql, kl);
+  const auto positions = pf.i32("inputs.positions");
+  const ref::StepBatch step = golden_prefill_step(L, pf);
+  const int B = step.num_requests(), T = step.view().num_tokens();
   const auto& r = L.w.rank;
   const int D = r.geometry.head_dim, Hl = r.local_heads, KVl = r.local_kv_heads, lg = r.local_kv_groups, hidden = L.gw.hidden;
   const auto X = pf.bf("inputs.hidden");
@@ -354,11 +358,8 @@ TEST_CASE("golden decode: 4 steps continuing the prefill cache, every stage (sav
   const auto& r = L.w.rank;
   const int D = r.geometry.head_dim, P = r.geometry.proxy_dim, Hl = r.local_heads, KVl = r.local_kv_heads;
   const int lg = r.local_kv_groups, Il = r.index_local_heads;
-  const auto kv0 = pf.i32("inputs.kv_lens"), cu0 = pf.i32("inputs.cu_seqlens_q");
-  const int B = static_cast<int>(kv0.size());
-  std::vector<int> ql0(B), kl0(kv0.begin(), kv0.end());
-  for (int b = 0; b < B; ++b) ql0[b] = cu0[b + 1] - cu0[b];
-  const ref::StepBatch pstep = golden_step(L, ql0, kl0);
+  const ref::StepBatch pstep = golden_prefill_step(L, pf);
+  const int B = pstep.num_requests();
   // the state after the golden prefill: saved k/v, summaries (bytes) and tails
   ref::LayerCache base = ref::LayerCache::create(r, B * L.blocks_per_req, L.page_size, B);
   {

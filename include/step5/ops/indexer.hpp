@@ -111,6 +111,17 @@ struct IndexerSelectParams {
 };
 
 namespace detail {
+/// The per-geometry launchers behind the run-time ones (which dispatch on rank.geometry to the
+/// rows built into step5_kernels); defined in src/instances/indexer.cu.in.
+template <layout::GeometryId Id>
+Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream);
+template <layout::GeometryId Id>
+Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream);
+template <layout::GeometryId Id>
+Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream);
+}  // namespace detail
+
+namespace detail {
 /// Layout of the `indexer_select` workspace (one definition, used by the launcher and by
 /// `indexer_select_workspace_bytes`): a 256-byte-aligned plan of [B+1] int32, then fp32 scores
 /// `[tokens * lg, score_ld]`, score_ld = max(1, max_seq_len/8) rounded up to 4 regions.

@@ -20,12 +20,6 @@
 
 namespace step5::ops::detail {
 
-template <layout::GeometryId Id>
-Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream);
-template <layout::GeometryId Id>
-Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream);
-template <layout::GeometryId Id>
-Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream);
 
 inline std::string num(long long v) { return std::to_string(v); }
 
