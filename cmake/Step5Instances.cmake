@@ -27,11 +27,6 @@ if(NOT _step5_generated AND NOT _step5_instance_sources)
 endif()
 add_library(step5_kernels STATIC ${_step5_generated} ${_step5_instance_sources})
 add_library(step5::kernels ALIAS step5_kernels)
-set(_step5_geo_defs "")
-foreach(_id IN LISTS STEP5_GEOMETRY_IDS)
-  list(APPEND _step5_geo_defs "STEP5_BUILT_GEOMETRY_${_id}=1")
-endforeach()
-target_compile_definitions(step5_kernels PUBLIC ${_step5_geo_defs})
 target_link_libraries(step5_kernels PUBLIC step5 CUDA::cudart CUDA::cublasLt)
 set_target_properties(step5_kernels PROPERTIES
   CUDA_ARCHITECTURES 90a

@@ -1,5 +1,5 @@
 // Geometry-independent parts of step5/ops/indexer.hpp: the run-time dispatch over the geometry rows
-// built into step5_kernels (STEP5_BUILT_GEOMETRY_<id>), `topk_select` and the workspace query.
+// of the list, `topk_select` and the workspace query.
 #include <cstddef>
 #include <string>
 #include <type_traits>
@@ -11,19 +11,6 @@
 
 namespace step5::ops {
 namespace detail {
-
-// STEP5_IS_SET(M): 1 when macro M is defined as 1, else 0 (usable inside an X-macro expansion).
-#define STEP5_IDX_PLACEHOLDER_1 0,
-#define STEP5_IDX_IS_SET(x) STEP5_IDX_IS_SET1(x)
-#define STEP5_IDX_IS_SET1(v) STEP5_IDX_IS_SET2(STEP5_IDX_PLACEHOLDER_##v)
-#define STEP5_IDX_IS_SET2(junk) STEP5_IDX_IS_SET3(junk 1, 0, 0)
-#define STEP5_IDX_IS_SET3(a, v, ...) v
-inline constexpr bool kBuilt[] = {
-#define STEP5_GEOMETRY(id, ...) STEP5_IDX_IS_SET(STEP5_BUILT_GEOMETRY_##id) != 0,
-#include "step5/geometries.def"
-#undef STEP5_GEOMETRY
-};
-static_assert(sizeof(kBuilt) / sizeof(kBuilt[0]) == layout::kNumGeometries);
 
 std::string geometry_name(const layout::Geometry& g) {
   if (const layout::GeometryEntry* e = layout::find_geometry(g)) return std::string(e->name);
@@ -37,14 +24,10 @@ Status dispatch(const layout::Geometry& g, const char* op, F&& f) {
     return unsupported(std::string(op) + ": geometry (" + geometry_name(g) +
                        ") is not in step5/geometries.def; supported: " + layout::supported_layouts());
   } else {
-    if (layout::kGeometries[I].geometry == g) {
-      if constexpr (kBuilt[I]) {
-        return f(std::integral_constant<layout::GeometryId, static_cast<layout::GeometryId>(I)>{});
-      } else {
-        return unsupported(std::string(op) + ": geometry " + std::string(layout::kGeometries[I].name) +
-                           " was not built into step5_kernels (STEP5_GEOMETRIES)");
-      }
-    }
+    // Rows left out by STEP5_GEOMETRIES have stub launchers that return kUnsupported
+    // (src/instances/unbuilt_geometry.cu.stub).
+    if (layout::kGeometries[I].geometry == g)
+      return f(std::integral_constant<layout::GeometryId, static_cast<layout::GeometryId>(I)>{});
     return dispatch<I + 1>(g, op, f);
   }
 }
