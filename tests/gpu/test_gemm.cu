@@ -239,6 +239,79 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
   }
 }
 
+/// Competing work for the reproducibility case: streams through `buf` (n floats).
+__global__ void gemm_noise_kernel(float* buf, std::size_t n) {
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    buf[i] = buf[i] * 0.999f + 1.0f;
+}
+
+GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with other kernels running") {
+  // The last split to arrive sums every split's partial in split order, so the arrival order
+  // (which other work on the device changes) must not change a bit of C.
+  const int K = 4096, N = 4608;
+  for (int T : {1, 8}) {
+    std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
+    fill_random(hw, 0.125f);
+    fill_random(hx, 1.0f);
+    DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * N * 2);
+    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    GemmParams p;
+    p.x = dx.as<bf16>();
+    p.w = dw.as<bf16>();
+    p.c = dc.as<bf16>();
+    p.tokens = T; p.n = N; p.k = K; p.ldx = K; p.ldw = K; p.ldc = N;
+    p.path = GemmPath::kStream;
+    p.split_k = 8;
+    step5::ops::GemmPlan plan;
+    const step5::Status planned = step5::ops::gemm_plan(p, &plan);
+    EXPECT(planned.ok() && plan.split_k == 8 && plan.workspace_bytes > 0, "T=%d: plan %s, split_k %d", T,
+           planned.to_string().c_str(), plan.split_k);
+    const std::size_t ws = plan.workspace_bytes;
+    DevBuf dws(ws);
+    GPU_CHECK(cudaMemset(dws.p, 0, ws));
+    p.workspace = dws.p;
+    p.workspace_bytes = ws;
+    const std::size_t noise_n = std::size_t(1) << 26;
+    DevBuf noise(noise_n * 4);
+    GPU_CHECK(cudaMemset(noise.p, 0, noise_n * 4));
+    cudaStream_t s_gemm, s_noise;
+    GPU_CHECK(cudaStreamCreateWithFlags(&s_gemm, cudaStreamNonBlocking));
+    GPU_CHECK(cudaStreamCreateWithFlags(&s_noise, cudaStreamNonBlocking));
+    std::vector<std::uint16_t> first, cur(static_cast<std::size_t>(T) * N);
+    const int repeats = step5_test::quick() ? 5 : 50;
+    int changed = 0;
+    for (int it = 0; it < repeats; ++it) {
+      GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * N * 2));  // poison (NaN)
+      GPU_CHECK(cudaDeviceSynchronize());
+      gemm_noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(noise.as<float>(), noise_n);
+      const step5::Status st = step5::ops::gemm_bf16(p, s_gemm);
+      EXPECT(st.ok(), "T=%d split-K gemm: %s", T, st.to_string().c_str());
+      GPU_CHECK(cudaDeviceSynchronize());
+      GPU_CHECK(cudaMemcpy(cur.data(), dc.p, cur.size() * 2, cudaMemcpyDeviceToHost));
+      if (it == 0) first = cur;
+      else changed += cur != first;
+    }
+    EXPECT(changed == 0, "T=%d: split-K output changed in %d of %d repeated launches", T, changed, repeats - 1);
+    // and it is the right product: spot-check against fp64 on a few outputs
+    int bad = 0;
+    for (int t = 0; t < T; ++t)
+      for (int n = 0; n < N; n += 97) {
+        double ref = 0;
+        for (int k = 0; k < K; ++k)
+          ref += static_cast<double>(step5::to_float(hx[static_cast<std::size_t>(t) * K + k])) *
+                 step5::to_float(hw[static_cast<std::size_t>(n) * K + k]);
+        bf16 got;
+        std::memcpy(&got, &first[static_cast<std::size_t>(t) * N + n], 2);
+        if (std::abs(step5::to_float(got) - ref) > 1e-2 * (1.0 + std::abs(ref))) ++bad;
+      }
+    EXPECT(bad == 0, "T=%d: %d spot-checked outputs off the fp64 product", T, bad);
+    GPU_CHECK(cudaStreamDestroy(s_gemm));
+    GPU_CHECK(cudaStreamDestroy(s_noise));
+  }
+}
+
 GPU_CASE("gemm: preconditions return Status naming the values") {
   DevBuf buf(1 << 20);
   GemmParams good;

@@ -140,13 +140,18 @@ __global__ void __launch_bounds__(BM * 2) gemm_stream_kernel(StreamArgs a) {
     __syncthreads();
     if (!s_last) return;
     __threadfence();
+    // Sum every split's partial (this block's own included, re-read) in split order z = 0, 1, ...,
+    // so the result does not depend on which block arrived last: bit-reproducible across launches.
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[j][r] = 0.f;
     for (int z = 0; z < splits; ++z) {
-      if (z == static_cast<int>(blockIdx.z)) continue;
-      const float* other = a.partials + ((long long)tile * splits + z) * (BM * BN);
+      const float* part = a.partials + ((long long)tile * splits + z) * (BM * BN);
 #pragma unroll
       for (int j = 0; j < BN / 8; ++j)
 #pragma unroll
-        for (int r = 0; r < 4; ++r) acc[j][r] += __ldcg(other + (j * 4 + r) * kThreads + tid);
+        for (int r = 0; r < 4; ++r) acc[j][r] += __ldcg(part + (j * 4 + r) * kThreads + tid);
     }
     if (tid == 0) a.counters[tile] = 0u;  // leave the workspace ready for the next launch
   }
