@@ -1,12 +1,15 @@
 // GPU test of the deterministic top-k selection (SPEC.md §4.6): step5::ops::topk_select fed the
 // same fp32 scores as the CPU reference (step5/reference/select.hpp); rows and counts must be equal
-// exactly, on hard patterns (plateaus, ±inf, NaN, −0, near-equal values), both kernel variants
-// (shared-memory rows and 131072-region rows from global memory), and bit-identical over 100 runs.
+// exactly, on hard patterns (plateaus, ±inf, NaN, −0, near-equal values), every kernel variant
+// (one CTA per row and a cluster of kTopkCluster CTAs per row, each with keys staged in shared
+// memory or re-read from global memory; 131072-region rows), and bit-identical over 100 launches
+// while other kernels run on the device at the same time.
 // Quick (sanitizer) mode, step5_test::quick(): the edge cases unchanged; the shared-memory case
-// with one 16384-region row plus every pattern at 9999 and 513; the global-memory case on
-// 50000-region rows (above kTopkSmemKeys = 49152 of kernels/sm90/indexer_topk.cuh, so still the
-// global-memory variant) instead of 131072; 5 repeated launches instead of 100.
+// with one 16384-region row plus every pattern at 9999 and 513; the long-row case on 50000-region
+// rows (above kTopkSmemKeys = 49152 of kernels/sm90/indexer_topk.cuh, so still the global-memory
+// variant of one CTA per row) instead of 131072; 5 repeated launches instead of 100.
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "gpu/gpu_test.hpp"
+#include "step5/kernels/sm90/indexer_topk.cuh"
 #include "step5/ops/indexer.hpp"
 #include "step5/reference/select.hpp"
 
@@ -108,7 +112,18 @@ struct GpuResult {
   std::vector<std::int32_t> ids, counts;
 };
 
-GpuResult run_gpu(const Rows& R, int repeats = 1, bool* identical = nullptr) {
+/// Competing work for the repeat test: streams through `buf` (n floats) `passes` times.
+__global__ void noise_kernel(float* buf, std::size_t n, int passes) {
+  for (int p = 0; p < passes; ++p)
+    for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+      buf[i] = buf[i] * 0.999f + 1.0f;
+}
+
+/// The selection of every row. cluster: 0 = the public entry point (step5::ops::topk_select, its own
+/// choice of variant); 1 or kTopkCluster = that kernel variant forced. With `noise`, every launch
+/// runs on a non-blocking stream while noise_kernel (a different grid size each time) runs on another.
+GpuResult run_gpu(const Rows& R, int cluster = 0, int repeats = 1, bool* identical = nullptr, bool noise = false) {
   const int rows = R.rows(), w = R.topk + 1;
   float* d_s = nullptr;
   std::int32_t *d_h = nullptr, *d_ids = nullptr, *d_cnt = nullptr;
@@ -127,13 +142,42 @@ GpuResult run_gpu(const Rows& R, int repeats = 1, bool* identical = nullptr) {
   p.ids = d_ids;
   p.ld_ids = w;
   p.counts = d_cnt;
+  cudaStream_t s_sel = nullptr, s_noise = nullptr;
+  float* d_noise = nullptr;
+  const std::size_t noise_n = std::size_t(1) << 26;  // 256 MiB
+  if (noise) {
+    GPU_CHECK(cudaStreamCreateWithFlags(&s_sel, cudaStreamNonBlocking));
+    GPU_CHECK(cudaStreamCreateWithFlags(&s_noise, cudaStreamNonBlocking));
+    GPU_CHECK(cudaMalloc(&d_noise, noise_n * 4));
+    GPU_CHECK(cudaMemset(d_noise, 0, noise_n * 4));
+  }
   GpuResult first;
   if (identical) *identical = true;
   for (int it = 0; it < repeats; ++it) {
     GPU_CHECK(cudaMemset(d_ids, 0x7b, static_cast<std::size_t>(rows) * w * 4));  // poison
     GPU_CHECK(cudaMemset(d_cnt, 0x7b, rows * 4));
-    const step5::Status st = step5::ops::topk_select(p, nullptr);
-    EXPECT(st.ok(), "topk_select: %s", st.to_string().c_str());
+    GPU_CHECK(cudaDeviceSynchronize());
+    if (noise) noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(d_noise, noise_n, 2);
+    const auto launch = [&]() -> step5::Status {
+      if (cluster == 0) return step5::ops::topk_select(p, s_sel);
+      step5::kernels::sm90::TopkArgs a{};
+      a.scores = d_s;
+      a.ld = R.ld;
+      a.history = d_h;
+      a.topk = R.topk;
+      a.ids = d_ids;
+      a.ld_ids = w;
+      a.counts = d_cnt;
+      a.lg = 1;
+      return step5::kernels::sm90::launch_topk(a, rows, s_sel, cluster);
+    };
+    const step5::Status st = launch();
+    EXPECT(st.ok(), "topk_select (cluster %d): %s", cluster, st.to_string().c_str());
+    if (noise) {
+      GPU_CHECK(cudaGetLastError());
+      // the selection must still be running when the noise kernel is: it is queued after it
+      EXPECT(cudaStreamQuery(s_noise) == cudaErrorNotReady, "noise kernel finished before the selection was launched");
+    }
     GPU_CHECK(cudaDeviceSynchronize());
     GpuResult r;
     r.ids.resize(static_cast<std::size_t>(rows) * w);
@@ -143,6 +187,11 @@ GpuResult run_gpu(const Rows& R, int repeats = 1, bool* identical = nullptr) {
     if (it == 0) first = r;
     else if (identical && (r.ids != first.ids || r.counts != first.counts)) *identical = false;
   }
+  if (noise) {
+    GPU_CHECK(cudaStreamDestroy(s_sel));
+    GPU_CHECK(cudaStreamDestroy(s_noise));
+    GPU_CHECK(cudaFree(d_noise));
+  }
   GPU_CHECK(cudaFree(d_s));
   GPU_CHECK(cudaFree(d_h));
   GPU_CHECK(cudaFree(d_ids));
@@ -150,8 +199,12 @@ GpuResult run_gpu(const Rows& R, int repeats = 1, bool* identical = nullptr) {
   return first;
 }
 
-void check_against_reference(const Rows& R, const char* what) {
-  const GpuResult g = run_gpu(R);
+/// Every variant (public entry point, one CTA per row, a cluster per row) against the reference.
+void check_against_reference(const Rows& R, const char* what_base) {
+  for (int cluster : {0, 1, step5::kernels::sm90::kTopkCluster}) {
+  const std::string what_s = std::string(what_base) + " [cluster " + std::to_string(cluster) + "]";
+  const char* what = what_s.c_str();
+  const GpuResult g = run_gpu(R, cluster);
   const int w = R.topk + 1;
   int bad = 0;
   for (int r = 0; r < R.rows(); ++r) {
@@ -169,6 +222,7 @@ void check_against_reference(const Rows& R, const char* what) {
                    first_diff < w ? ref[first_diff] : 0);
     }
     EXPECT(same, "%s row %d (%s) differs from the reference", what, r, R.names[r].c_str());
+  }
   }
 }
 
@@ -219,15 +273,39 @@ GPU_CASE("topk: 131072-region rows (1M tokens, global-memory variant; quick: 500
   check_against_reference(R, step5_test::quick() ? "50000 rows" : "131072 rows");
 }
 
-GPU_CASE("topk: bit-identical over 100 launches (quick: 5) (plateau-heavy batch)") {
+GPU_CASE("topk: rows longer than kTopkCluster * kTopkSmemKeys (cluster variant from global memory)") {
+  std::mt19937 rng(5);
+  Rows R;
+  R.topk = 1024;
+  R.ld = step5::kernels::sm90::kTopkCluster * step5::kernels::sm90::kTopkSmemKeys + 1000;
+  R.add(R.ld, Pattern::kZeroPlateau, rng);
+  R.add(R.ld - 999, Pattern::kNearEqual, rng);
+  if (!step5_test::quick()) {
+    R.add(R.ld, Pattern::kRandom, rng);
+    R.add(1025, Pattern::kNaN, rng);
+  }
+  check_against_reference(R, "global-memory cluster rows");
+}
+
+GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels running, every variant") {
   std::mt19937 rng(4);
   Rows R;
   R.topk = 512;
   R.ld = 16384;
   for (Pattern p : kAll) R.add(16384, p, rng);
-  bool identical = false;
-  run_gpu(R, step5_test::quick() ? 5 : 100, &identical);
-  EXPECT(identical, "selection changed between repeated launches");
+  for (int cluster : {0, 1, step5::kernels::sm90::kTopkCluster}) {
+    bool identical = false;
+    const GpuResult g = run_gpu(R, cluster, step5_test::quick() ? 5 : 100, &identical, true);
+    EXPECT(identical, "selection (cluster %d) changed between repeated launches", cluster);
+    // and the repeated result is the reference's
+    for (int r = 0; r < R.rows(); ++r) {
+      std::vector<std::int32_t> ref(static_cast<std::size_t>(R.topk + 1));
+      const int cnt = step5::reference::select_row(R.scores.data() + static_cast<std::size_t>(r) * R.ld, R.history[r],
+                                                   R.topk, R.history[r], ref.data());
+      EXPECT(g.counts[r] == cnt && std::equal(ref.begin(), ref.end(), g.ids.begin() + static_cast<std::ptrdiff_t>(r) * (R.topk + 1)),
+             "repeat batch row %d (cluster %d) differs from the reference", r, cluster);
+    }
+  }
 }
 
 GPU_CASE("topk: invalid arguments are refused with a message") {

@@ -1,20 +1,26 @@
 #pragma once
 /// \file step5/kernels/sm90/indexer_topk.cuh
-/// Deterministic top-k selection of SPEC.md §4.6, one CTA per (token, group) row.
+/// Deterministic top-k selection of SPEC.md §4.6: one CTA per (token, group) row, or a thread-block
+/// cluster of kTopkCluster CTAs per row for rows too long for one CTA's shared memory.
 ///
 /// Order: scores are mapped to order-preserving uint32 keys (NaN → 0xffffffff above +inf, −0 → +0);
 /// the selection is the first k of (key descending, region id ascending), which is unique, so the
-/// result never depends on thread timing. A 4-pass 8-bit radix select (shared-memory histograms,
-/// warp-aggregated with __match_any_sync so plateaus of equal scores do not serialise) finds the
-/// k-th key K* and how many keys equal to K* are taken (`need`); a compaction pass in id order
+/// result never depends on thread timing. A 4-pass 8-bit radix select (shared-memory histograms; a
+/// warp whose 32 keys share one digit adds once, so plateaus of equal scores do not serialise) finds
+/// the k-th key K* and how many keys equal to K* are taken (`need`); a compaction pass in id order
 /// (cub::BlockScan) then writes ids with key > K*, and the first `need` ids with key == K*, ascending.
+/// In a cluster, CTA rank c owns an id-contiguous slice of the row: every rank sums the ranks'
+/// histograms in rank order through distributed shared memory (identical results everywhere), and
+/// the compaction offsets of a slice are the (gt, eq) totals of the lower ranks.
 /// Rows whose history fits (k == n) skip the radix passes. Keys are staged in dynamic shared memory
-/// when the row fits (kSmem), else re-read from global memory each pass (rows up to 131072 regions
-/// and beyond).
+/// when a CTA's slice fits (kSmem; loaded with several independent loads in flight per thread), else
+/// re-read from global memory each pass.
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
+#include <string>
 
 #include "step5/core/cuda_check.hpp"
 #include "step5/kernels/sm90/indexer_prepare.cuh"  // request_of_token
@@ -47,34 +53,61 @@ struct TopkArgs {
 
 inline constexpr int kTopkThreads = 512;
 inline constexpr int kTopkItems = 8;  // ids per thread per compaction tile
-/// Rows with at most this many regions stage their keys in shared memory.
+/// A CTA whose slice of a row has at most this many regions stages its keys in shared memory.
 inline constexpr int kTopkSmemKeys = 49152;
+/// CTAs per row of the cluster variant (a thread-block cluster; histograms and compaction offsets
+/// are exchanged through distributed shared memory).
+inline constexpr int kTopkCluster = 8;
 
-template <bool kSmem>
+/// Regions `n` and output row of selection row `r` (see TopkArgs).
+struct TopkRow {
+  int n;
+  std::int64_t orow;
+};
+__device__ __forceinline__ TopkRow topk_row(const TopkArgs& a, int r) {
+  if (a.history != nullptr) return {a.history[r], r};
+  const int t = a.t0 + r / a.lg, g = r % a.lg;
+  const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
+  const int cu0 = a.cu_seqlens_q[b], cu1 = a.cu_seqlens_q[b + 1];
+  return {(a.seq_lens[b] - (cu1 - cu0) + (t - cu0)) / 8, static_cast<std::int64_t>(g) * a.num_tokens + t};
+}
+
+/// Barrier over the CTAs that share a row: the cluster (kC > 1) or the CTA.
+template <int kC>
+__device__ __forceinline__ void row_sync() {
+  if constexpr (kC > 1) cooperative_groups::this_cluster().sync();
+  else __syncthreads();
+}
+
+/// `p` (a shared-memory address of this CTA) in the shared memory of cluster rank `q`.
+template <int kC, class T>
+__device__ __forceinline__ T* rank_smem(T* p, int q) {
+  if constexpr (kC > 1) return cooperative_groups::this_cluster().map_shared_rank(p, q);
+  else return p;
+}
+
+/// One selection row per kC CTAs (kC = 1: one CTA; kC = kTopkCluster: a cluster, CTA rank c owns the
+/// id-contiguous slice [c·S, (c+1)·S) of the row, S = ceil(n / kC)). kSmem: the slice's keys are
+/// staged in dynamic shared memory (ceil(ld / kC) ≤ kTopkSmemKeys), else re-read from global memory.
+template <int kC, bool kSmem>
 __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
   using Scan = cub::BlockScan<unsigned long long, kTopkThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ unsigned hist[256];
+  __shared__ unsigned hist[2][256];  // double-buffered: remote ranks may still read the previous pass
   __shared__ unsigned s_digit, s_above, s_count;
+  __shared__ unsigned long long s_total;  // (eq << 32) | gt of this CTA's slice
   extern __shared__ std::uint32_t skeys[];
 
-  const int r = blockIdx.x;
+  const int r = static_cast<int>(blockIdx.x) / kC;
+  const int crank = static_cast<int>(blockIdx.x) % kC;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  int n;
-  std::int64_t orow;
-  if (a.history != nullptr) {
-    n = a.history[r];
-    orow = r;
-  } else {
-    const int t = a.t0 + r / a.lg, g = r % a.lg;
-    const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
-    const int cu0 = a.cu_seqlens_q[b], cu1 = a.cu_seqlens_q[b + 1];
-    n = (a.seq_lens[b] - (cu1 - cu0) + (t - cu0)) / 8;
-    orow = static_cast<std::int64_t>(g) * a.num_tokens + t;
-  }
+  const TopkRow row = topk_row(a, r);
+  const int n = row.n;
   const int k = n < a.topk ? n : a.topk;
-  std::int32_t* out = a.ids + orow * a.ld_ids;
-  const float* src = a.scores + static_cast<std::int64_t>(r) * a.ld;
+  const int S = (n + kC - 1) / kC;
+  const int lo = min(n, crank * S), len = min(n, lo + S) - lo;
+  std::int32_t* out = a.ids + row.orow * a.ld_ids;
+  const float* src = a.scores + static_cast<std::int64_t>(r) * a.ld + lo;
 
   std::uint32_t prefix = 0, mask = 0;
   unsigned need = 0;  // keys equal to the final prefix that are taken (lowest ids first)
@@ -82,34 +115,55 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     need = static_cast<unsigned>(n);
   } else {
     unsigned krem = static_cast<unsigned>(k);
-    const int n_up = (n + kTopkThreads - 1) / kTopkThreads * kTopkThreads;
-#pragma unroll 1
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
-      __syncthreads();
-      for (int i = tid; i < n_up; i += kTopkThreads) {
-        std::uint32_t key = 0;
-        if (i < n) {
-          if (kSmem && shift != 24) {
-            key = skeys[i];
-          } else {
-            key = score_key(src[i]);
-            if (kSmem) skeys[i] = key;
-          }
+    hist[tid >> 8 & 1][tid & 255] = 0;  // kTopkThreads == 512 zeroes both buffers
+    if constexpr (kSmem) {
+      // stage the slice's keys: kStage independent loads in flight per thread
+      constexpr int kStage = 8;
+      for (int base = 0; base < len; base += kTopkThreads * kStage) {
+        float v[kStage];
+#pragma unroll
+        for (int j = 0; j < kStage; ++j) {
+          const int i = base + j * kTopkThreads + tid;
+          v[j] = i < len ? src[i] : 0.f;
         }
-        const bool match = i < n && (key & mask) == prefix;
-        const unsigned digit = match ? (key >> shift) & 0xffu : 256u;
-        const unsigned peers = __match_any_sync(0xffffffffu, digit);
-        if (match && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+#pragma unroll
+        for (int j = 0; j < kStage; ++j) {
+          const int i = base + j * kTopkThreads + tid;
+          if (i < len) skeys[i] = score_key(v[j]);
+        }
       }
-      __syncthreads();
+    }
+    __syncthreads();
+    const int len_up = (len + kTopkThreads - 1) / kTopkThreads * kTopkThreads;
+    int buf = 0;
+#pragma unroll 1
+    for (int shift = 24; shift >= 0; shift -= 8, buf ^= 1) {
+      unsigned* h = hist[buf];
+      for (int i = tid; i < len_up; i += kTopkThreads) {
+        std::uint32_t key = 0;
+        if (i < len) key = kSmem ? skeys[i] : score_key(src[i]);
+        const bool match = i < len && (key & mask) == prefix;
+        const unsigned digit = match ? (key >> shift) & 0xffu : 256u;
+        // a warp whose 32 keys share one digit (plateaus) adds once; otherwise per-key atomics
+        const unsigned d0 = __shfl_sync(0xffffffffu, digit, 0);
+        if (__all_sync(0xffffffffu, digit == d0)) {
+          if (lane == 0 && d0 < 256u) atomicAdd(&h[d0], 32u);
+        } else if (match) {
+          atomicAdd(&h[digit], 1u);
+        }
+      }
+      row_sync<kC>();  // every rank's histogram of this pass is complete
       if (warp == 0) {
         unsigned c[8], s = 0;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          c[j] = hist[255 - 8 * lane - j];
-          s += c[j];
+        for (int j = 0; j < 8; ++j) c[j] = 0;
+        for (int q = 0; q < kC; ++q) {  // same order in every rank: identical sums
+          const unsigned* hq = rank_smem<kC>(h, q);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) c[j] += hq[255 - 8 * lane - j];
         }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s += c[j];
         unsigned incl = s;
 #pragma unroll
         for (int off = 1; off < 32; off <<= 1) {
@@ -126,30 +180,48 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
           }
           above += c[j];
         }
+      } else if (tid >= 256) {
+        // the other buffer was last read (remotely too) in the previous pass, before this barrier
+        hist[buf ^ 1][tid - 256] = 0;
       }
       __syncthreads();
       const unsigned d = s_digit, above = s_above, cnt = s_count;
       krem -= above;
       prefix |= d << shift;
       mask |= 0xffu << shift;
-      __syncthreads();  // s_* and hist are rewritten by the next pass
-      if (cnt == krem) break;  // every key with this prefix is taken
+      if (cnt == krem) break;  // every key with this prefix is taken (uniform over the row)
     }
     need = krem;
   }
 
   // compaction in id order: selected = (key & mask) > prefix, or == prefix among the first `need`
-  unsigned long long carry = 0;  // (eq << 32) | gt over previous tiles
+  const bool staged = kSmem && k != n;
+  unsigned long long carry = 0;  // (eq << 32) | gt over lower ids
+  if constexpr (kC > 1) {
+    unsigned gt = 0, eq = 0;
+    for (int i = tid; i < len; i += kTopkThreads) {
+      const std::uint32_t km = (staged ? skeys[i] : score_key(src[i])) & mask;
+      gt += km > prefix;
+      eq += km == prefix;
+    }
+    unsigned long long before, total;
+    Scan(scan_tmp).ExclusiveSum((static_cast<unsigned long long>(eq) << 32) | gt, before, total);
+    if (tid == 0) s_total = total;
+    row_sync<kC>();
+    for (int q = 0; q < crank; ++q) carry += *rank_smem<kC>(&s_total, q);
+  }
   constexpr int kTile = kTopkThreads * kTopkItems;
-  for (int base = 0; base < n; base += kTile) {
+  for (int base = 0; base < len; base += kTile) {
+    const unsigned sel_before = static_cast<unsigned>(carry & 0xffffffffu) +
+                                (static_cast<unsigned>(carry >> 32) < need ? static_cast<unsigned>(carry >> 32) : need);
+    if (sel_before >= static_cast<unsigned>(k)) break;  // uniform: carry is the same in every thread
     const int first = base + tid * kTopkItems;
     unsigned gt_bits = 0, eq_bits = 0;
 #pragma unroll
     for (int j = 0; j < kTopkItems; ++j) {
       const int i = first + j;
-      if (i < n) {
-        const std::uint32_t key = (kSmem && k != n) ? skeys[i] : score_key(src[i]);
-        const std::uint32_t km = key & mask;
+      if (i < len) {
+        const std::uint32_t km = (staged ? skeys[i] : score_key(src[i])) & mask;
         if (km > prefix) gt_bits |= 1u << j;
         else if (km == prefix) eq_bits |= 1u << j;
       }
@@ -157,46 +229,66 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     const unsigned long long mine =
         (static_cast<unsigned long long>(__popc(eq_bits)) << 32) | static_cast<unsigned long long>(__popc(gt_bits));
     unsigned long long before, total;
+    __syncthreads();  // scan_tmp reuse
     Scan(scan_tmp).ExclusiveSum(mine, before, total);
     before += carry;
     unsigned gt_b = static_cast<unsigned>(before & 0xffffffffu), eq_b = static_cast<unsigned>(before >> 32);
 #pragma unroll
     for (int j = 0; j < kTopkItems; ++j) {
       if (gt_bits & (1u << j)) {
-        out[gt_b + (eq_b < need ? eq_b : need)] = first + j;
+        out[gt_b + (eq_b < need ? eq_b : need)] = lo + first + j;
         ++gt_b;
       } else if (eq_bits & (1u << j)) {
-        if (eq_b < need) out[gt_b + eq_b] = first + j;
+        if (eq_b < need) out[gt_b + eq_b] = lo + first + j;
         ++eq_b;
       }
     }
     carry += total;
-    __syncthreads();  // scan_tmp reuse
-    const unsigned sel = static_cast<unsigned>(carry & 0xffffffffu) +
-                         (static_cast<unsigned>(carry >> 32) < need ? static_cast<unsigned>(carry >> 32) : need);
-    if (sel >= static_cast<unsigned>(k)) break;  // uniform: carry is the same in every thread
   }
-  for (int j = k + tid; j <= a.topk; j += kTopkThreads) out[j] = j == k ? n : -1;
-  if (tid == 0) a.counts[orow] = k + 1;
+  if (crank == 0) {
+    for (int j = k + tid; j <= a.topk; j += kTopkThreads) out[j] = j == k ? n : -1;
+    if (tid == 0) a.counts[row.orow] = k + 1;
+  }
+  if constexpr (kC > 1) cooperative_groups::this_cluster().sync();  // s_total stays readable until all ranks are done
 }
 
-
-/// Launches the selection kernel over `rows` rows; the shared-memory variant when a row fits.
-inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream) {
+/// Launches the selection kernel over `rows` rows. cluster_size: 1 (one CTA per row),
+/// kTopkCluster (a cluster per row), or 0 to choose: one CTA when the row's keys fit its shared
+/// memory (ld <= kTopkSmemKeys), else a cluster, whose slices fit up to kTopkCluster ×
+/// kTopkSmemKeys regions. Measured on the H200 (bench/RESULTS.md): 16384-region rows, one CTA
+/// 22.7 µs for 64 rows against 69 µs for clusters (the cluster barriers of four radix passes and
+/// the compaction dominate 2048-key slices); 131072-region rows, clusters 110 µs against 335 µs.
+inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream, int cluster_size = 0) {
   if (rows <= 0) return ::step5::Status::Ok();
-  if (a.ld <= kTopkSmemKeys) {
-    const int smem = static_cast<int>(a.ld) * 4;
+  if (cluster_size == 0) cluster_size = a.ld > kTopkSmemKeys ? kTopkCluster : 1;
+  if (cluster_size != 1 && cluster_size != kTopkCluster)
+    return ::step5::invalid_argument("launch_topk: cluster_size = " + std::to_string(cluster_size) +
+                                     ", expected 0, 1 or " + std::to_string(kTopkCluster));
+  const std::int64_t slice = (a.ld + cluster_size - 1) / cluster_size;
+  const bool smem_keys = slice <= kTopkSmemKeys;
+  const int smem = smem_keys ? static_cast<int>(slice) * 4 : 0;
+  auto launch = [&](auto kernel, int kc) -> ::step5::Status {
     if (smem > 48 * 1024) {
-      const ::step5::Status s = ::step5::cuda_status(
-          cudaFuncSetAttribute(topk_select_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-          "cudaFuncSetAttribute(topk_select_kernel)");
-      if (!s.ok()) return s;
+      STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     }
-    topk_select_kernel<true><<<rows, kTopkThreads, smem, stream>>>(a);
-  } else {
-    topk_select_kernel<false><<<rows, kTopkThreads, 0, stream>>>(a);
-  }
-  return ::step5::cuda_status(cudaGetLastError(), "topk_select_kernel launch");
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(static_cast<unsigned>(rows) * static_cast<unsigned>(kc));
+    cfg.blockDim = dim3(kTopkThreads);
+    cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(kc);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = kc > 1 ? 1 : 0;
+    return ::step5::cuda_status(cudaLaunchKernelEx(&cfg, kernel, a), "topk_select_kernel launch");
+  };
+  if (cluster_size == kTopkCluster)
+    return smem_keys ? launch(topk_select_kernel<kTopkCluster, true>, kTopkCluster)
+                     : launch(topk_select_kernel<kTopkCluster, false>, kTopkCluster);
+  return smem_keys ? launch(topk_select_kernel<1, true>, 1) : launch(topk_select_kernel<1, false>, 1);
 }
 
 }  // namespace step5::kernels::sm90
