@@ -7,12 +7,19 @@
 //                                              per request; GB/s over summary bytes read
 //   indexer_prefill/<geo>/tp:N/tokens:T/ctx:H  indexer_select of a prefill chunk of T tokens after
 //                                              H tokens of history; TFLOP/s of the score GEMM
+//   cublaslt/e4m3_gemm/8192                    the e4m3 tensor-core rate: cuBLASLt FP8 (e4m3 x e4m3,
+//                                              fp32 accumulate, bf16 out) 8192^3, random data, median
 //   scores_prefill/...                         the score kernel alone (same shapes)
-//   topk/ours/rows:R/regions:N, topk/cub_segmented_sort/rows:R/regions:N
-//                                              selection alone vs CUB segmented radix sort (+ take-k)
-// Timing: CUDA events around `iters` back-to-back launches, median of repetitions; UseManualTime.
+//   scores_decode/tp:N/batch:B/ctx:C           the score kernel alone on decode rows
+//   topk/<v>/rows:R/regions:N                  selection alone: v = ours (the launcher's choice),
+//                                              ours_cta (one CTA per row), ours_cluster (a cluster of
+//                                              kTopkCluster CTAs per row), cub_segmented_sort (CUB
+//                                              segmented radix sort of (score, id) + take-k)
+// Timing: CUDA events around `iters` back-to-back launches queued behind a GPU spin (no host
+// launch overhead timed), median of 5 repetitions; UseManualTime.
 // A table with the ratios (to the copy bandwidth, to the tensor-core rate, to CUB) is printed last.
 #include <benchmark/benchmark.h>
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -45,7 +52,7 @@ namespace {
   } while (0)
 
 cudaStream_t g_stream;
-double g_copy_gbs = 0, g_tc_tflops = 0;
+double g_copy_gbs = 0, g_tc_tflops = 0, g_e4m3_tflops = 0;
 std::map<std::string, double> g_result;  // name -> main figure
 std::map<std::string, double> g_us;      // name -> microseconds
 std::vector<std::string> g_order;
@@ -59,6 +66,7 @@ double time_it(const std::function<void()>& fn, int iters) {
   CK(cudaEventCreate(&b));
   std::vector<float> ms;
   for (int rep = 0; rep < 5; ++rep) {
+    step5::bench::gpu_sleep(g_stream, 100.0 + 50.0 * iters);  // launches queue up: no host overhead timed
     CK(cudaEventRecord(a, g_stream));
     for (int i = 0; i < iters; ++i) fn();
     CK(cudaEventRecord(b, g_stream));
@@ -97,6 +105,71 @@ void bm_cublas(benchmark::State& st) {
 }
 
 /// A batch of requests with random summary caches, ready for indexer_select.
+/// cuBLASLt e4m3 GEMM (D[bf16] = A^T B, 8192^3, fp32 accumulation), median of 7: the FP8
+/// tensor-core ceiling the prefill score figure is compared with.
+void bm_cublaslt_e4m3(benchmark::State& st) {
+#define CKB(call)                                                                        \
+  do {                                                                                   \
+    const cublasStatus_t e_ = (call);                                                    \
+    if (e_ != CUBLAS_STATUS_SUCCESS) {                                                   \
+      std::fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #call, e_); \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+  const int n = 8192;
+  std::uint8_t *a, *b;
+  void *d, *ws;
+  const std::size_t ws_bytes = 64u << 20;
+  CK(cudaMalloc(&a, std::size_t(n) * n));
+  CK(cudaMalloc(&b, std::size_t(n) * n));
+  CK(cudaMalloc(&d, std::size_t(n) * n * 2));
+  CK(cudaMalloc(&ws, ws_bytes));
+  step5::bench::fill_e4m3(a, std::size_t(n) * n, 11, g_stream);
+  step5::bench::fill_e4m3(b, std::size_t(n) * n, 12, g_stream);
+  cublasLtHandle_t lt;
+  CKB(cublasLtCreate(&lt));
+  cublasLtMatmulDesc_t desc;
+  CKB(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;  // FP8 needs the "TN" layout
+  CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  cublasLtMatrixLayout_t la, lb, ld;
+  CKB(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, n, n, n));
+  CKB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, n, n, n));
+  CKB(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, n, n, n));
+  cublasLtMatmulPreference_t pref;
+  CKB(cublasLtMatmulPreferenceCreate(&pref));
+  CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+  cublasLtMatmulHeuristicResult_t res{};
+  int found = 0;
+  CKB(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &res, &found));
+  if (found == 0) {
+    std::fprintf(stderr, "cuBLASLt: no e4m3 algorithm\n");
+    std::exit(1);
+  }
+  const float one = 1.f, zero = 0.f;
+  std::vector<double> secs;
+  for (int rep = 0; rep < 7; ++rep)
+    secs.push_back(time_it(
+        [&] { CKB(cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &res.algo, ws, ws_bytes, g_stream)); },
+        3));
+  std::sort(secs.begin(), secs.end());
+  const double sec = secs[3];
+  g_e4m3_tflops = 2.0 * n * n * n / sec / 1e12;
+  record(st, "cublaslt/e4m3_gemm/8192", sec, g_e4m3_tflops, "TFLOP/s");
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(ld);
+  cublasLtMatmulDescDestroy(desc);
+  cublasLtDestroy(lt);
+  CK(cudaFree(a));
+  CK(cudaFree(b));
+  CK(cudaFree(d));
+  CK(cudaFree(ws));
+#undef CKB
+}
+
 struct SelectSetup {
   step5::layout::RankLayout rank{};
   step5::ops::IndexerSelectParams p{};
@@ -176,37 +249,51 @@ void bm_decode(benchmark::State& st, int tp, int batch, int ctx) {
   record(st, name, sec, s.summary_bytes / sec / 1e9, "GB/s");
 }
 
-/// Times the score kernel alone (no selection) for the setup's batch.
+/// Times the score kernel alone (no selection) for the setup's batch, launched as indexer_select
+/// launches it (ops::detail::score_plan / launch_scores).
 double time_scores_only(SelectSetup& s) {
   using namespace step5;
+  constexpr auto kId = layout::GeometryId::step5_preview;
   const auto& p = s.p;
-  constexpr auto G = layout::geometry_of(layout::GeometryId::step5_preview);
-  constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
   const int Il = p.rank.index_local_heads, lg = p.rank.local_kv_groups, T = p.batch.num_tokens, B = p.batch.num_requests;
-  const int tok_tile = std::max(1, kernels::sm90::kScoreCols / Il);
   const std::int64_t ld = ops::detail::score_ld(p.max_seq_len);
   const std::size_t fixed = ops::detail::plan_bytes(B);
   const int chunk = static_cast<int>(std::min<std::size_t>(T, (p.workspace_bytes - fixed) / (std::size_t(lg) * ld * 4)));
+  const ops::detail::ScorePlan sp = ops::detail::score_plan<kId>(Il, T, B, ld, p.table.block_size);
   auto* tile_start = static_cast<std::int32_t*>(p.workspace);
-  kernels::sm90::indexer_plan_kernel<><<<1, kernels::sm90::kPlanThreads, 0, g_stream>>>(p.batch.cu_seqlens_q, B, tok_tile,
-                                                                                      tile_start);
-  constexpr int kSmem = kernels::sm90::score_smem_bytes(G.proxy_dim);
-  auto kern = kernels::sm90::indexer_scores_kernel<G.proxy_dim, kHpg>;
-  CK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const std::int64_t tiles_upper = (T + tok_tile - 1) / tok_tile + B;
-  const int rpc = 4 * 16 * kernels::sm90::kScoreWarps;
+  kernels::sm90::indexer_plan_kernel<><<<1, kernels::sm90::kPlanThreads, 0, g_stream>>>(p.batch.cu_seqlens_q, B,
+                                                                                      sp.tok_tile, tile_start);
   return time_it(
       [&] {
         for (int t0 = 0; t0 < T; t0 += chunk) {
-          kernels::sm90::ScoreArgs a{p.batch.cu_seqlens_q, p.batch.seq_lens, tile_start, B, tok_tile,
-                                     p.table.block_table, p.table.max_blocks, p.table.block_size, p.index_q, p.weights,
-                                     p.summary_cache, lg, Il, t0, std::min(T, t0 + chunk),
-                                     reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed), ld, rpc};
-          kern<<<dim3(static_cast<unsigned>(tiles_upper), static_cast<unsigned>((ld + rpc - 1) / rpc)),
-                 kernels::sm90::kScoreWarps * 32, kSmem, g_stream>>>(a);
+          kernels::sm90::ScoreArgs a{};
+          a.cu_seqlens_q = p.batch.cu_seqlens_q;
+          a.seq_lens = p.batch.seq_lens;
+          a.tile_start = tile_start;
+          a.num_requests = B;
+          a.block_table = p.table.block_table;
+          a.max_blocks = p.table.max_blocks;
+          a.block_size = p.table.block_size;
+          a.index_q = p.index_q;
+          a.weights = p.weights;
+          a.summary_cache = p.summary_cache;
+          a.lg = lg;
+          a.Il = Il;
+          a.t0 = t0;
+          a.t1 = std::min(T, t0 + chunk);
+          a.scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
+          a.ld = ld;
+          CKS(ops::detail::launch_scores<kId>(sp, a, g_stream));
         }
       },
       3);
+}
+
+void bm_scores_decode(benchmark::State& st, int tp, int batch, int ctx) {
+  SelectSetup s(tp, std::vector<int>(batch, 1), std::vector<int>(batch, ctx), 512, ctx);
+  const double sec = time_scores_only(s);
+  record(st, "scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + "/ctx:" + std::to_string(ctx),
+         sec, s.summary_bytes / sec / 1e9, "GB/s");
 }
 
 void bm_prefill(benchmark::State& st, int tp, int tokens, int hist, bool scores_only) {
@@ -219,7 +306,10 @@ void bm_prefill(benchmark::State& st, int tp, int tokens, int hist, bool scores_
   record(st, name, sec, s.score_flops / sec / 1e12, "TFLOP/s");
 }
 
-void bm_topk(benchmark::State& st, int rows, int regions, bool cub_baseline) {
+/// variant: -1 = CUB segmented sort + take-k, 0 = step5::ops::topk_select (its own choice),
+/// 1 = one CTA per row, kTopkCluster = a cluster per row (kernels::sm90::launch_topk forced).
+void bm_topk(benchmark::State& st, int rows, int regions, int variant) {
+  const bool cub_baseline = variant < 0;
   const std::size_t n = static_cast<std::size_t>(rows) * regions;
   float* d_s;
   CK(cudaMalloc(&d_s, n * 4));
@@ -246,7 +336,17 @@ void bm_topk(benchmark::State& st, int rows, int regions, bool cub_baseline) {
     p.ids = d_ids;
     p.ld_ids = topk + 1;
     p.counts = d_cnt;
-    sec = time_it([&] { CKS(step5::ops::topk_select(p, g_stream)); }, 20);
+    step5::kernels::sm90::TopkArgs a{};
+    a.scores = d_s;
+    a.ld = regions;
+    a.history = d_hist;
+    a.topk = topk;
+    a.ids = d_ids;
+    a.ld_ids = topk + 1;
+    a.counts = d_cnt;
+    a.lg = 1;
+    if (variant == 0) sec = time_it([&] { CKS(step5::ops::topk_select(p, g_stream)); }, 20);
+    else sec = time_it([&] { CKS(step5::kernels::sm90::launch_topk(a, rows, g_stream, variant)); }, 20);
   } else {
     // CUB segmented radix sort (descending) of (score, id) pairs per row, then take the first k
     float* d_ks;
@@ -279,7 +379,10 @@ void bm_topk(benchmark::State& st, int rows, int regions, bool cub_baseline) {
     CK(cudaFree(d_off));
     CK(cudaFree(d_tmp));
   }
-  const std::string name = std::string(cub_baseline ? "topk/cub_segmented_sort" : "topk/ours") +
+  const std::string name = std::string(cub_baseline ? "topk/cub_segmented_sort"
+                                       : variant == 0 ? "topk/ours"
+                                       : variant == 1 ? "topk/ours_cta"
+                                                      : "topk/ours_cluster") +
                            "/rows:" + std::to_string(rows) + "/regions:" + std::to_string(regions);
   record(st, name, sec, n * 4.0 / sec / 1e9, "GB/s");
   CK(cudaFree(d_s));
@@ -296,11 +399,15 @@ void print_table() {
     if (n.rfind("indexer_decode", 0) == 0) {
       std::snprintf(buf, sizeof buf, "%.1f%% of copy BW", 100.0 * g_result[n] / g_copy_gbs);
       ratio = buf;
+    } else if (n.rfind("scores_decode", 0) == 0) {
+      std::snprintf(buf, sizeof buf, "%.1f%% of copy BW", 100.0 * g_result[n] / g_copy_gbs);
+      ratio = buf;
     } else if (n.rfind("indexer_prefill", 0) == 0 || n.rfind("scores_prefill", 0) == 0) {
-      std::snprintf(buf, sizeof buf, "%.1f%% of cuBLAS bf16 TC rate", 100.0 * g_result[n] / g_tc_tflops);
+      std::snprintf(buf, sizeof buf, "%.1f%% of cuBLASLt e4m3 rate, %.1f%% of cuBLAS bf16 rate",
+                    100.0 * g_result[n] / g_e4m3_tflops, 100.0 * g_result[n] / g_tc_tflops);
       ratio = buf;
     } else if (n.rfind("topk/ours", 0) == 0) {
-      const std::string base = "topk/cub_segmented_sort" + n.substr(std::string("topk/ours").size());
+      const std::string base = "topk/cub_segmented_sort" + n.substr(n.find("/rows:"));
       if (g_us.count(base)) {
         std::snprintf(buf, sizeof buf, "%.1fx faster than CUB sort", g_us[base] / g_us[n]);
         ratio = buf;
@@ -327,6 +434,7 @@ int main(int argc, char** argv) {
   };
   reg("copy/d2d", bm_copy);
   reg("cublas/bf16_gemm/8192", bm_cublas);
+  reg("cublaslt/e4m3_gemm/8192", bm_cublaslt_e4m3);
   for (int tp : {1, 8})
     for (int batch : {1, 16, 64, 128})
       for (int ctx : {8192, 32768, 131072, 1 << 20}) {
@@ -341,13 +449,20 @@ int main(int argc, char** argv) {
       reg("scores_prefill/tokens:" + std::to_string(tokens) + "/ctx:" + std::to_string(hist),
           [=](benchmark::State& st) { bm_prefill(st, 1, tokens, hist, true); });
     }
-  for (int rows : {64, 512})
-    for (int regions : {16384}) {
-      reg("topk/cub/rows:" + std::to_string(rows), [=](benchmark::State& st) { bm_topk(st, rows, regions, true); });
-      reg("topk/ours/rows:" + std::to_string(rows), [=](benchmark::State& st) { bm_topk(st, rows, regions, false); });
-    }
-  reg("topk/cub/rows:64/131072", [](benchmark::State& st) { bm_topk(st, 64, 131072, true); });
-  reg("topk/ours/rows:64/131072", [](benchmark::State& st) { bm_topk(st, 64, 131072, false); });
+  for (int tp : {1, 8})
+    for (int batch : {16, 64})
+      reg("scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + "/ctx:131072",
+          [=](benchmark::State& st) { bm_scores_decode(st, tp, batch, 131072); });
+  const int kC = step5::kernels::sm90::kTopkCluster;
+  for (int rows : {16, 64, 512}) {
+    reg("topk/cub/rows:" + std::to_string(rows), [=](benchmark::State& st) { bm_topk(st, rows, 16384, -1); });
+    for (int v : {0, 1, kC})
+      reg("topk/" + std::to_string(v) + "/rows:" + std::to_string(rows),
+          [=](benchmark::State& st) { bm_topk(st, rows, 16384, v); });
+  }
+  reg("topk/cub/rows:64/131072", [](benchmark::State& st) { bm_topk(st, 64, 131072, -1); });
+  for (int v : {0, 1, kC})
+    reg("topk/" + std::to_string(v) + "/rows:64/131072", [=](benchmark::State& st) { bm_topk(st, 64, 131072, v); });
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -62,6 +62,51 @@ inline Status check_geometry(const layout::RankLayout& r, const layout::Geometry
 
 // score_ld / plan_bytes (the select workspace layout) live in step5/ops/indexer.hpp.
 
+/// Launch shape of the score kernel for T tokens of B requests (shared with bench/bench_indexer.cu).
+/// tok_tile (tokens per tile, one pass over a request's summaries serves them all) follows the mean
+/// query length, so decode tiles stage only their own columns; region chunks shrink until the grid
+/// covers two waves of CTAs (2 × 132 SMs).
+struct ScorePlan {
+  int tok_tile = 1, cols_cap = 8, regions_per_cta = 0, bt_cap = 0, smem_bytes = 0;
+  std::int64_t tiles_upper = 0, region_chunks = 0;
+};
+template <layout::GeometryId Id>
+ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size) {
+  constexpr layout::Geometry G = layout::geometry_of(Id);
+  ScorePlan s;
+  const int Il = index_local_heads;
+  const int mean_q = B > 0 ? (T + B - 1) / B : 1;
+  s.tok_tile = std::max(1, std::min(kernels::sm90::kScoreCols / Il, mean_q));
+  s.cols_cap = (s.tok_tile * Il + 7) / 8 * 8;
+  s.tiles_upper = (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile + B;
+  constexpr int kStep = 16 * kernels::sm90::kScoreWarps;
+  int rpc = 4 * kStep;
+  while (rpc > kStep && s.tiles_upper * ((ld + rpc - 1) / rpc) < 264) rpc /= 2;
+  s.regions_per_cta = rpc;
+  s.region_chunks = (ld + rpc - 1) / rpc;
+  s.bt_cap = rpc * 8 / block_size + 2;
+  s.smem_bytes = kernels::sm90::score_smem_bytes(G.proxy_dim, s.cols_cap, s.bt_cap);
+  return s;
+}
+
+/// Launches the score kernel of plan `sp` for the token chunk [a.t0, a.t1) (the plan fields of `a`
+/// are filled here).
+template <layout::GeometryId Id>
+Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream_t stream) {
+  constexpr layout::Geometry G = layout::geometry_of(Id);
+  constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
+  auto kern = kernels::sm90::indexer_scores_kernel<G.proxy_dim, kHpg>;
+  if (sp.smem_bytes > 48 * 1024)
+    STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, sp.smem_bytes));
+  a.tok_tile = sp.tok_tile;
+  a.regions_per_cta = sp.regions_per_cta;
+  a.cols_cap = sp.cols_cap;
+  a.bt_cap = sp.bt_cap;
+  kern<<<dim3(static_cast<unsigned>(sp.tiles_upper), static_cast<unsigned>(sp.region_chunks)),
+         kernels::sm90::kScoreWarps * 32, sp.smem_bytes, stream>>>(a);
+  return cuda_status(cudaGetLastError(), "indexer_scores_kernel launch");
+}
+
 template <layout::GeometryId Id>
 Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   constexpr layout::Geometry G = layout::geometry_of(Id);
@@ -187,22 +232,13 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   const int chunk = static_cast<int>(std::min<std::size_t>(T, (p.workspace_bytes - fixed) / per_token));
   auto* tile_start = static_cast<std::int32_t*>(p.workspace);
   float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
-  const int tok_tile = std::max(1, kernels::sm90::kScoreCols / Il);
-  kernels::sm90::indexer_plan_kernel<><<<1, kernels::sm90::kPlanThreads, 0, stream>>>(p.batch.cu_seqlens_q, B, tok_tile,
-                                                                                     tile_start);
-  STEP5_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "indexer_plan_kernel launch"));
-
-  constexpr int kSmem = kernels::sm90::score_smem_bytes(G.proxy_dim);
-  auto kern = kernels::sm90::indexer_scores_kernel<G.proxy_dim, kHpg>;
-  STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-  const std::int64_t tiles_upper = (static_cast<std::int64_t>(T) + tok_tile - 1) / tok_tile + B;
-  constexpr int kStep = 16 * kernels::sm90::kScoreWarps;
-  int rpc = 4 * kStep;
-  while (rpc > kStep && tiles_upper * ((ld + rpc - 1) / rpc) < 264) rpc /= 2;
-  const std::int64_t region_chunks = (ld + rpc - 1) / rpc;
-  if (region_chunks > 65535 || tiles_upper > 0x7fffffff)
+  const ScorePlan sp = score_plan<Id>(Il, T, B, ld, p.table.block_size);
+  if (sp.region_chunks > 65535 || sp.tiles_upper > 0x7fffffff)
     return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " or num_tokens = " + num(T) +
                             " exceeds the launch grid");
+  kernels::sm90::indexer_plan_kernel<><<<1, kernels::sm90::kPlanThreads, 0, stream>>>(p.batch.cu_seqlens_q, B,
+                                                                                     sp.tok_tile, tile_start);
+  STEP5_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "indexer_plan_kernel launch"));
 
   for (int t0 = 0; t0 < T; t0 += chunk) {
     const int t1 = std::min(T, t0 + chunk);
@@ -211,7 +247,6 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
     s.seq_lens = p.batch.seq_lens;
     s.tile_start = tile_start;
     s.num_requests = B;
-    s.tok_tile = tok_tile;
     s.block_table = p.table.block_table;
     s.max_blocks = p.table.max_blocks;
     s.block_size = p.table.block_size;
@@ -224,10 +259,7 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
     s.t1 = t1;
     s.scores = scores;
     s.ld = ld;
-    s.regions_per_cta = rpc;
-    kern<<<dim3(static_cast<unsigned>(tiles_upper), static_cast<unsigned>(region_chunks)),
-           kernels::sm90::kScoreWarps * 32, kSmem, stream>>>(s);
-    STEP5_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "indexer_scores_kernel launch"));
+    STEP5_RETURN_IF_ERROR(launch_scores<Id>(sp, s, stream));
     kernels::sm90::TopkArgs t{};
     t.scores = scores;
     t.ld = ld;

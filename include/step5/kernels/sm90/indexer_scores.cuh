@@ -8,8 +8,9 @@
 /// Work split: a *tile* is up to `tok_tile` consecutive tokens of one request (tok_tile · Il ≤ 128
 /// mma columns, column = token · Il + head, so one pass over a request's summaries serves all its
 /// local groups and all its MTP/prefill rows); grid (tiles, region chunks). A CTA stages its tile's
-/// q (e4m3) and weights in shared memory; each warp streams 16-region m-tiles of summaries straight
-/// from the paged cache into registers (A fragments) and multiplies them with every n-tile of q.
+/// q (e4m3), weights and the block-table entries of its regions in shared memory (decode tiles stage
+/// only their own columns); each warp streams 16-region m-tiles of summaries straight from the paged
+/// cache into registers (A fragments) and multiplies them with every n-tile of q.
 /// The K order inside a 256-byte row is permuted identically for A and B (thread quad lane c reads
 /// bytes [64i + 16c, +16)), which keeps loads 16-byte vectors and is exact for a dot product.
 /// Scores land in the fp32 workspace, row (t - t0)·lg + g, column r (row stride ld).
@@ -37,13 +38,16 @@ struct ScoreArgs {
   float* scores;   // [(t1 - t0) * lg, ld]
   std::int64_t ld;
   int regions_per_cta;  // multiple of 16 * kScoreWarps
+  int cols_cap;         // tok_tile * Il rounded up to 8 (<= kScoreCols): staged q columns
+  int bt_cap;           // block-table entries staged per CTA: >= regions_per_cta * 8 / block_size + 2
 };
 
 inline constexpr int kScoreWarps = 8;
 inline constexpr int kScoreCols = 128;  // max mma columns (token x head) per CTA
 
-/// Dynamic shared memory bytes of the score kernel for proxy dim P.
-constexpr int score_smem_bytes(int P) { return kScoreCols * (P + 64) + kScoreCols * 4; }
+/// Dynamic shared memory bytes of the score kernel for proxy dim P, `cols_cap` staged q columns
+/// and `bt_cap` staged block-table entries.
+constexpr int score_smem_bytes(int P, int cols_cap, int bt_cap) { return cols_cap * (P + 64 + 4) + bt_cap * 4; }
 
 __device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
                                                std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
@@ -57,14 +61,15 @@ __device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], std::uint32_t a0, 
 __device__ __forceinline__ float relu_keep_nan(float x) { return x < 0.f ? 0.f : x; }
 
 template <int P, int HPG>
-__global__ void __launch_bounds__(kScoreWarps * 32) indexer_scores_kernel(ScoreArgs a) {
+__global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(ScoreArgs a) {
   static_assert(P % 64 == 0 && P <= 512, "indexer_scores_kernel: proxy_dim must be a multiple of 64 (<= 512)");
   static_assert(HPG >= 1 && 8 % HPG == 0, "indexer_scores_kernel: hpg_i must divide 8 (1, 2, 4 or 8)");
   constexpr int kRow = P + 64;  // padded smem row (bank-conflict free fragment loads)
   constexpr int kChunks = P / 64;
   extern __shared__ __align__(16) std::uint8_t smem[];
   std::uint8_t* sq = smem;
-  float* sw = reinterpret_cast<float*>(smem + kScoreCols * kRow);
+  float* sw = reinterpret_cast<float*>(smem + a.cols_cap * kRow);
+  std::int32_t* sbt = reinterpret_cast<std::int32_t*>(sw + a.cols_cap);
 
   const int tile = blockIdx.x;
   const int B = a.num_requests;
@@ -90,22 +95,25 @@ __global__ void __launch_bounds__(kScoreWarps * 32) indexer_scores_kernel(ScoreA
   const int Il = a.Il;
   const int cols = ntok * Il;
 
-  // stage q (e4m3) and weights of the tile
-  for (int idx = threadIdx.x; idx < kScoreCols * (P / 16); idx += kScoreWarps * 32) {
+  // stage q (e4m3) and weights of the tile, and the block-table entries of [r_begin, r_end)
+  for (int idx = threadIdx.x; idx < a.cols_cap * (P / 16); idx += kScoreWarps * 32) {
     const int col = idx / (P / 16), ch = idx % (P / 16);
     uint4 v = make_uint4(0, 0, 0, 0);
     if (col < cols)
       v = __ldg(reinterpret_cast<const uint4*>(a.index_q + (static_cast<std::int64_t>(tb) * Il + col) * P) + ch);
     *reinterpret_cast<uint4*>(sq + col * kRow + ch * 16) = v;
   }
-  for (int col = threadIdx.x; col < kScoreCols; col += kScoreWarps * 32)
+  for (int col = threadIdx.x; col < a.cols_cap; col += kScoreWarps * 32)
     sw[col] = col < cols ? __ldg(a.weights + static_cast<std::int64_t>(tb) * Il + col) : 0.f;
+  const std::int32_t* bt = a.block_table + static_cast<std::int64_t>(b) * a.max_blocks;
+  const int page0 = 8 * r_begin / a.block_size;
+  const int pages = (8 * r_end - 1) / a.block_size - page0 + 1;  // <= bt_cap (launcher)
+  for (int i = threadIdx.x; i < pages; i += kScoreWarps * 32) sbt[i] = __ldg(bt + page0 + i);
   __syncthreads();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
   const int n_tiles = (cols + 7) / 8;
-  const std::int32_t* bt = a.block_table + static_cast<std::int64_t>(b) * a.max_blocks;
   const int slots = a.block_size / 8;
 
   for (int rb = r_begin + warp * 16; rb < r_end; rb += kScoreWarps * 16) {
@@ -115,7 +123,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32) indexer_scores_kernel(ScoreA
       const int r = rb + g + 8 * half;
       uint4* dst = half ? rc : ra;
       if (r < r_end) {
-        const std::int64_t blk = __ldg(bt + (8 * r) / a.block_size);
+        const std::int64_t blk = sbt[(8 * r) / a.block_size - page0];
         const uint4* src = reinterpret_cast<const uint4*>(
             a.summary_cache + (blk * slots + (8 * r % a.block_size) / 8) * P + c * 16);
 #pragma unroll
