@@ -51,7 +51,8 @@ struct TopkArgs {
   std::int32_t* counts;
 };
 
-inline constexpr int kTopkThreads = 512;
+inline constexpr int kTopkThreads = 512;  // 1024 measured slower for both variants
+static_assert(kTopkThreads >= 512 && kTopkThreads % 256 == 0, "the histogram code assumes >= 512 threads");
 inline constexpr int kTopkItems = 8;  // ids per thread per compaction tile
 /// A CTA whose slice of a row has at most this many regions stages its keys in shared memory.
 inline constexpr int kTopkSmemKeys = 49152;
@@ -94,6 +95,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
   using Scan = cub::BlockScan<unsigned long long, kTopkThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ unsigned hist[2][256];  // double-buffered: remote ranks may still read the previous pass
+  __shared__ unsigned hsum[kC > 1 ? 256 : 1];  // cluster: the row's histogram (sum over ranks)
   __shared__ unsigned s_digit, s_above, s_count;
   __shared__ unsigned long long s_total;  // (eq << 32) | gt of this CTA's slice
   extern __shared__ std::uint32_t skeys[];
@@ -115,7 +117,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     need = static_cast<unsigned>(n);
   } else {
     unsigned krem = static_cast<unsigned>(k);
-    hist[tid >> 8 & 1][tid & 255] = 0;  // kTopkThreads == 512 zeroes both buffers
+    if (tid < 512) hist[tid >> 8][tid & 255] = 0;  // both buffers
     if constexpr (kSmem) {
       // stage the slice's keys: kStage independent loads in flight per thread
       constexpr int kStage = 8;
@@ -153,15 +155,29 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
         }
       }
       row_sync<kC>();  // every rank's histogram of this pass is complete
+      const unsigned* hs = h;
+      if constexpr (kC > 1) {
+        // 256 threads each sum one bin over the ranks (kC independent DSMEM loads in flight), in rank
+        // order: every rank gets identical sums; the other 256 clear the other buffer, last read
+        // (remotely too) in the previous pass, before this barrier
+        if (tid < 256) {
+          unsigned v[kC];
+#pragma unroll
+          for (int q = 0; q < kC; ++q) v[q] = rank_smem<kC>(h, q)[tid];
+          unsigned sum = 0;
+#pragma unroll
+          for (int q = 0; q < kC; ++q) sum += v[q];
+          hsum[tid] = sum;
+        } else if (tid < 512) {
+          hist[buf ^ 1][tid - 256] = 0;
+        }
+        __syncthreads();
+        hs = hsum;
+      }
       if (warp == 0) {
         unsigned c[8], s = 0;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) c[j] = 0;
-        for (int q = 0; q < kC; ++q) {  // same order in every rank: identical sums
-          const unsigned* hq = rank_smem<kC>(h, q);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) c[j] += hq[255 - 8 * lane - j];
-        }
+        for (int j = 0; j < 8; ++j) c[j] = hs[255 - 8 * lane - j];
 #pragma unroll
         for (int j = 0; j < 8; ++j) s += c[j];
         unsigned incl = s;
@@ -180,9 +196,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
           }
           above += c[j];
         }
-      } else if (tid >= 256) {
-        // the other buffer was last read (remotely too) in the previous pass, before this barrier
-        hist[buf ^ 1][tid - 256] = 0;
+      } else if (kC == 1 && tid >= 256 && tid < 512) {
+        hist[buf ^ 1][tid - 256] = 0;  // the other buffer was last read in the previous pass
       }
       __syncthreads();
       const unsigned d = s_digit, above = s_above, cnt = s_count;
@@ -208,7 +223,11 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     Scan(scan_tmp).ExclusiveSum((static_cast<unsigned long long>(eq) << 32) | gt, before, total);
     if (tid == 0) s_total = total;
     row_sync<kC>();
-    for (int q = 0; q < crank; ++q) carry += *rank_smem<kC>(&s_total, q);
+    unsigned long long lower[kC];
+#pragma unroll
+    for (int q = 0; q < kC; ++q) lower[q] = q < crank ? *rank_smem<kC>(&s_total, q) : 0ull;
+#pragma unroll
+    for (int q = 0; q < kC; ++q) carry += lower[q];
   }
   constexpr int kTile = kTopkThreads * kTopkItems;
   for (int base = 0; base < len; base += kTile) {
@@ -253,14 +272,20 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
 }
 
 /// Launches the selection kernel over `rows` rows. cluster_size: 1 (one CTA per row),
-/// kTopkCluster (a cluster per row), or 0 to choose: one CTA when the row's keys fit its shared
-/// memory (ld <= kTopkSmemKeys), else a cluster, whose slices fit up to kTopkCluster ×
-/// kTopkSmemKeys regions. Measured on the H200 (bench/RESULTS.md): 16384-region rows, one CTA
-/// 22.7 µs for 64 rows against 69 µs for clusters (the cluster barriers of four radix passes and
-/// the compaction dominate 2048-key slices); 131072-region rows, clusters 110 µs against 335 µs.
+/// kTopkCluster (a cluster per row), or 0 to choose: a cluster when the row's keys do not fit one
+/// CTA's shared memory (ld > kTopkSmemKeys), or when the rows are few and long (ld >= 4096 and
+/// rows · kTopkCluster <= 2 · SMs, e.g. decode); else one CTA per row. Measured on the H200
+/// (bench_indexer, 16384-region rows): 16 rows, cluster 12.2 µs against 22.5 µs for one CTA per row;
+/// 64 rows, 30.2 µs against 22.8 µs; 131072-region rows (64), cluster 84 µs against 335 µs.
 inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream, int cluster_size = 0) {
   if (rows <= 0) return ::step5::Status::Ok();
-  if (cluster_size == 0) cluster_size = a.ld > kTopkSmemKeys ? kTopkCluster : 1;
+  if (cluster_size == 0) {
+    int dev = 0, sms = 0;
+    STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+    STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const bool few_long_rows = a.ld >= 4096 && static_cast<long long>(rows) * kTopkCluster <= 2LL * sms;
+    cluster_size = (a.ld > kTopkSmemKeys || few_long_rows) ? kTopkCluster : 1;
+  }
   if (cluster_size != 1 && cluster_size != kTopkCluster)
     return ::step5::invalid_argument("launch_topk: cluster_size = " + std::to_string(cluster_size) +
                                      ", expected 0, 1 or " + std::to_string(kTopkCluster));
