@@ -7,10 +7,10 @@
 // regions complete and summaries are written at different steps per request) and the input rows
 // change between replays. Each replay is compared with the same step launched eagerly on an
 // identical copy of the caches: after every step the caches written so far (k, v, summaries,
-// pending tail rows) must be identical bit for bit — hidden = 256 keeps the fused GEMM off
-// split-K, so everything upstream of attention is deterministic — and the o_proj partial must
-// agree to within the last bits (the o_proj GEMM's split-K partial sums are added in arrival
-// order, so its bf16 output can differ by an ulp between launches). The launch sequence of the
+// pending tail rows) must be identical bit for bit, and the o_proj partial must agree within a
+// relative error of 1e-3 (a tolerance rather than bit equality: this test checks that the replay
+// computes the same step, while the bit-reproducibility of the GEMM's split-K reduction has its
+// own test in test_gemm.cu). The launch sequence of the
 // layer depends only on host sizes (T, B, topk, the capacity), which stay fixed: that is what
 // makes the step capturable (SPEC §5: "CUDA-graph safe").
 #include <cuda_runtime.h>
