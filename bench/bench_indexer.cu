@@ -266,24 +266,9 @@ double time_scores_only(SelectSetup& s) {
   return time_it(
       [&] {
         for (int t0 = 0; t0 < T; t0 += chunk) {
-          kernels::sm90::ScoreArgs a{};
-          a.cu_seqlens_q = p.batch.cu_seqlens_q;
-          a.seq_lens = p.batch.seq_lens;
-          a.tile_start = tile_start;
-          a.num_requests = B;
-          a.block_table = p.table.block_table;
-          a.max_blocks = p.table.max_blocks;
-          a.block_size = p.table.block_size;
-          a.index_q = p.index_q;
-          a.weights = p.weights;
-          a.summary_cache = p.summary_cache;
-          a.lg = lg;
-          a.Il = Il;
-          a.t0 = t0;
-          a.t1 = std::min(T, t0 + chunk);
-          a.scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
-          a.ld = ld;
-          CKS(ops::detail::launch_scores<kId>(sp, a, g_stream));
+          float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
+          CKS(ops::detail::launch_scores<kId>(
+              sp, ops::detail::score_args(p, tile_start, scores, ld, t0, std::min(T, t0 + chunk)), g_stream));
         }
       },
       3);
@@ -336,17 +321,10 @@ void bm_topk(benchmark::State& st, int rows, int regions, int variant) {
     p.ids = d_ids;
     p.ld_ids = topk + 1;
     p.counts = d_cnt;
-    step5::kernels::sm90::TopkArgs a{};
-    a.scores = d_s;
-    a.ld = regions;
-    a.history = d_hist;
-    a.topk = topk;
-    a.ids = d_ids;
-    a.ld_ids = topk + 1;
-    a.counts = d_cnt;
-    a.lg = 1;
     if (variant == 0) sec = time_it([&] { CKS(step5::ops::topk_select(p, g_stream)); }, 20);
-    else sec = time_it([&] { CKS(step5::kernels::sm90::launch_topk(a, rows, g_stream, variant)); }, 20);
+    else
+      sec = time_it(
+          [&] { CKS(step5::kernels::sm90::launch_topk(step5::ops::detail::topk_args(p), rows, g_stream, variant)); }, 20);
   } else {
     // CUB segmented radix sort (descending) of (score, id) pairs per row, then take the first k
     float* d_ks;

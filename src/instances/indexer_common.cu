@@ -4,7 +4,7 @@
 #include <string>
 #include <type_traits>
 
-#include "step5/kernels/sm90/indexer_topk.cuh"
+#include "step5/kernels/sm90/indexer_args.cuh"
 #include "step5/layout/geometry.hpp"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/indexer.hpp"
@@ -65,16 +65,7 @@ Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
   if (p.ld_ids < p.topk + 1)
     return invalid_argument("topk_select: ld_ids = " + std::to_string(p.ld_ids) + ", expected >= topk + 1 = " +
                             std::to_string(p.topk + 1));
-  kernels::sm90::TopkArgs a{};
-  a.scores = p.scores;
-  a.ld = p.ld;
-  a.history = p.history;
-  a.topk = p.topk;
-  a.ids = p.ids;
-  a.ld_ids = p.ld_ids;
-  a.counts = p.counts;
-  a.lg = 1;
-  return kernels::sm90::launch_topk(a, p.rows, stream);
+  return kernels::sm90::launch_topk(detail::topk_args(p), p.rows, stream);
 }
 
 }  // namespace step5::ops

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "gpu/gpu_test.hpp"
-#include "step5/kernels/sm90/indexer_topk.cuh"
+#include "step5/kernels/sm90/indexer_args.cuh"
 #include "step5/ops/indexer.hpp"
 #include "step5/reference/select.hpp"
 
@@ -160,16 +160,7 @@ GpuResult run_gpu(const Rows& R, int cluster = 0, int repeats = 1, bool* identic
     if (noise) noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(d_noise, noise_n, 2);
     const auto launch = [&]() -> step5::Status {
       if (cluster == 0) return step5::ops::topk_select(p, s_sel);
-      step5::kernels::sm90::TopkArgs a{};
-      a.scores = d_s;
-      a.ld = R.ld;
-      a.history = d_h;
-      a.topk = R.topk;
-      a.ids = d_ids;
-      a.ld_ids = w;
-      a.counts = d_cnt;
-      a.lg = 1;
-      return step5::kernels::sm90::launch_topk(a, rows, s_sel, cluster);
+      return step5::kernels::sm90::launch_topk(step5::ops::detail::topk_args(p), rows, s_sel, cluster);
     };
     const step5::Status st = launch();
     EXPECT(st.ok(), "topk_select (cluster %d): %s", cluster, st.to_string().c_str());

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "step5/core/cuda_check.hpp"
+#include "step5/kernels/sm90/indexer_args.cuh"
 #include "step5/kernels/sm90/indexer_prepare.cuh"
 #include "step5/kernels/sm90/indexer_scores.cuh"
 #include "step5/kernels/sm90/indexer_summaries.cuh"
@@ -242,24 +243,7 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
 
   for (int t0 = 0; t0 < T; t0 += chunk) {
     const int t1 = std::min(T, t0 + chunk);
-    kernels::sm90::ScoreArgs s{};
-    s.cu_seqlens_q = p.batch.cu_seqlens_q;
-    s.seq_lens = p.batch.seq_lens;
-    s.tile_start = tile_start;
-    s.num_requests = B;
-    s.block_table = p.table.block_table;
-    s.max_blocks = p.table.max_blocks;
-    s.block_size = p.table.block_size;
-    s.index_q = p.index_q;
-    s.weights = p.weights;
-    s.summary_cache = p.summary_cache;
-    s.lg = lg;
-    s.Il = Il;
-    s.t0 = t0;
-    s.t1 = t1;
-    s.scores = scores;
-    s.ld = ld;
-    STEP5_RETURN_IF_ERROR(launch_scores<Id>(sp, s, stream));
+    STEP5_RETURN_IF_ERROR(launch_scores<Id>(sp, score_args(p, tile_start, scores, ld, t0, t1), stream));
     kernels::sm90::TopkArgs t{};
     t.scores = scores;
     t.ld = ld;

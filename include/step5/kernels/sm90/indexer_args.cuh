@@ -1,0 +1,53 @@
+#pragma once
+/// \file step5/kernels/sm90/indexer_args.cuh
+/// Kernel argument blocks of the indexer's score and selection kernels built from the public
+/// parameter structs of step5/ops/indexer.hpp — one place for the launchers (indexer_launch.cuh,
+/// src/instances/indexer_common.cu), the benchmark and the tests that launch a kernel variant
+/// directly. No launcher templates here, so including it instantiates nothing per geometry.
+#include <cstdint>
+
+#include "step5/kernels/sm90/indexer_scores.cuh"
+#include "step5/kernels/sm90/indexer_topk.cuh"
+#include "step5/ops/indexer.hpp"
+
+namespace step5::ops::detail {
+
+/// Score-kernel arguments of `indexer_select` for the token chunk [t0, t1): scores land at `scores`
+/// (row stride ld), tile starts at `tile_start`; the plan fields are filled by launch_scores.
+inline kernels::sm90::ScoreArgs score_args(const IndexerSelectParams& p, const std::int32_t* tile_start, float* scores,
+                                           std::int64_t ld, int t0, int t1) {
+  kernels::sm90::ScoreArgs s{};
+  s.cu_seqlens_q = p.batch.cu_seqlens_q;
+  s.seq_lens = p.batch.seq_lens;
+  s.tile_start = tile_start;
+  s.num_requests = p.batch.num_requests;
+  s.block_table = p.table.block_table;
+  s.max_blocks = p.table.max_blocks;
+  s.block_size = p.table.block_size;
+  s.index_q = p.index_q;
+  s.weights = p.weights;
+  s.summary_cache = p.summary_cache;
+  s.lg = p.rank.local_kv_groups;
+  s.Il = p.rank.index_local_heads;
+  s.t0 = t0;
+  s.t1 = t1;
+  s.scores = scores;
+  s.ld = ld;
+  return s;
+}
+
+/// Selection-kernel arguments of `topk_select` (raw mode: row r has history[r] regions).
+inline kernels::sm90::TopkArgs topk_args(const TopkSelectParams& p) {
+  kernels::sm90::TopkArgs a{};
+  a.scores = p.scores;
+  a.ld = p.ld;
+  a.history = p.history;
+  a.topk = p.topk;
+  a.ids = p.ids;
+  a.ld_ids = p.ld_ids;
+  a.counts = p.counts;
+  a.lg = 1;
+  return a;
+}
+
+}  // namespace step5::ops::detail
