@@ -104,7 +104,6 @@ void bm_cublas(benchmark::State& st) {
   record(st, "cublas/bf16_gemm/8192", c.seconds, g_tc_tflops, "TFLOP/s");
 }
 
-/// A batch of requests with random summary caches, ready for indexer_select.
 /// cuBLASLt e4m3 GEMM (D[bf16] = A^T B, 8192^3, fp32 accumulation), median of 7: the FP8
 /// tensor-core ceiling the prefill score figure is compared with.
 void bm_cublaslt_e4m3(benchmark::State& st) {
@@ -170,6 +169,7 @@ void bm_cublaslt_e4m3(benchmark::State& st) {
 #undef CKB
 }
 
+/// A batch of requests with random summary caches, ready for indexer_select.
 struct SelectSetup {
   step5::layout::RankLayout rank{};
   step5::ops::IndexerSelectParams p{};

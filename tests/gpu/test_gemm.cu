@@ -18,6 +18,7 @@
 
 #include "gpu/gpu_test.hpp"
 #include "step5/core/numeric.hpp"
+#include "step5/kernels/sm90/gemm_stream.cuh"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/gemm.hpp"
 #include "step5/reference/gemm.hpp"
@@ -248,7 +249,10 @@ __global__ void gemm_noise_kernel(float* buf, std::size_t n) {
 
 GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with other kernels running") {
   // The last split to arrive sums every split's partial in split order, so the arrival order
-  // (which other work on the device changes) must not change a bit of C.
+  // (which other work on the device changes) must not change a bit of C. Checked two ways: C equals,
+  // bit for bit, the fp32 sum of the partials left in the workspace taken in split order 0, 1, ...
+  // (fails whenever a reduction depends on which split arrived last), and C is the same over
+  // repeated launches while another kernel streams memory on a second stream.
   const int K = 4096, N = 4608;
   for (int T : {1, 8}) {
     std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
@@ -264,6 +268,7 @@ GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with ot
     p.tokens = T; p.n = N; p.k = K; p.ldx = K; p.ldw = K; p.ldc = N;
     p.path = GemmPath::kStream;
     p.split_k = 8;
+    p.config = 1;  // 64 W rows x 16 tokens per tile (the partials' layout below)
     step5::ops::GemmPlan plan;
     const step5::Status planned = step5::ops::gemm_plan(p, &plan);
     EXPECT(planned.ok() && plan.split_k == 8 && plan.workspace_bytes > 0, "T=%d: plan %s, split_k %d", T,
@@ -294,7 +299,34 @@ GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with ot
       else changed += cur != first;
     }
     EXPECT(changed == 0, "T=%d: split-K output changed in %d of %d repeated launches", T, changed, repeats - 1);
-    // and it is the right product: spot-check against fp64 on a few outputs
+    {  // C == bf16(fp32 sum of the 8 partials in split order), from the last launch's workspace
+      constexpr int BM = 64, BN = 16, kSplits = 8;
+      constexpr int kThreads = step5::kernels::sm90::StreamConfig<BM, BN>::kThreads;
+      const int gx = (N + BM - 1) / BM, gy = (T + BN - 1) / BN;
+      std::vector<float> part(static_cast<std::size_t>(gx) * gy * kSplits * BM * BN);
+      EXPECT(step5::ops::kGemmCounterBytes + part.size() * 4 <= ws, "T=%d: workspace smaller than the partials", T);
+      GPU_CHECK(cudaMemcpy(part.data(), static_cast<char*>(dws.p) + step5::ops::kGemmCounterBytes, part.size() * 4,
+                           cudaMemcpyDeviceToHost));
+      int mismatched = 0, checked = 0;
+      for (int by = 0; by < gy; ++by)
+        for (int bx = 0; bx < gx; ++bx)
+          for (int tid = 0; tid < kThreads; ++tid)
+            for (int j = 0; j < BN / 8; ++j)
+              for (int r = 0; r < 4; ++r) {
+                const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+                const int n = bx * BM + warp * 16 + g + ((r >> 1) << 3), t = by * BN + j * 8 + 2 * q + (r & 1);
+                if (n >= N || t >= T) continue;
+                float sum = 0.f;
+                for (int z = 0; z < kSplits; ++z)
+                  sum += part[((static_cast<std::size_t>(by) * gx + bx) * kSplits + z) * (BM * BN) +
+                              static_cast<std::size_t>(j * 4 + r) * kThreads + tid];
+                mismatched += step5::float_to_bf16_bits(sum) != cur[static_cast<std::size_t>(t) * N + n];
+                ++checked;
+              }
+      EXPECT(checked == T * N, "T=%d: reconstructed %d of %d outputs", T, checked, T * N);
+      EXPECT(mismatched == 0, "T=%d: %d outputs differ from the in-order sum of the split-K partials", T, mismatched);
+    }
+    // and it is the right product: spot-check against fp64 on a few outputs (NaN counts as wrong)
     int bad = 0;
     for (int t = 0; t < T; ++t)
       for (int n = 0; n < N; n += 97) {
@@ -304,7 +336,8 @@ GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with ot
                  step5::to_float(hw[static_cast<std::size_t>(n) * K + k]);
         bf16 got;
         std::memcpy(&got, &first[static_cast<std::size_t>(t) * N + n], 2);
-        if (std::abs(step5::to_float(got) - ref) > 1e-2 * (1.0 + std::abs(ref))) ++bad;
+        const float v = step5::to_float(got);
+        if (!std::isfinite(v) || !(std::abs(v - ref) <= 1e-2 * (1.0 + std::abs(ref)))) ++bad;
       }
     EXPECT(bad == 0, "T=%d: %d spot-checked outputs off the fp64 product", T, bad);
     GPU_CHECK(cudaStreamDestroy(s_gemm));

@@ -88,8 +88,9 @@ struct World {
   bf16 *d_kc = nullptr, *d_vc = nullptr, *d_tail = nullptr;
   std::uint8_t* d_sum = nullptr;
 
-  World(const step5::layout::GeometryEntry& e, int tp, int tp_rank, int nr, int max_seq, std::uint32_t s)
-      : seed(s) {
+  World(const step5::layout::GeometryEntry& e, int tp, int tp_rank, int nr, int max_seq, std::uint32_t s,
+        int bs = 16)
+      : block_size(bs), seed(s) {
     const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), tp_rank);
     EXPECT(rl.ok(), "layout %s tp %d", std::string(e.name).c_str(), tp);
     rank = rl.layout;
@@ -450,7 +451,8 @@ StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& op
 GPU_CASE("indexer: full path vs reference, mixed prefill/decode/MTP steps, every geometry") {
   for (const auto& e : step5::layout::kGeometries) {
     for (int tp : {1, 8}) {
-      World w(e, tp, tp - 1, 6, sz(2048, 256), 11);
+      // tp 8 uses block_size 24: pages of 3 regions, so score CTAs and chunks start mid-page
+      World w(e, tp, tp - 1, 6, sz(2048, 256), 11, tp == 8 ? 24 : 16);
       StepOptions o;
       o.topk = sz(16, 4);  // quick: smaller topk, so that the short histories still need a selection
       run_step(w, {sz(300, 100), 45, sz(1003, 97), sz(203, 23), 7, 0}, o);  // prefill (request 5 idle)

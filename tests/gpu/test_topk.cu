@@ -6,8 +6,9 @@
 // while other kernels run on the device at the same time.
 // Quick (sanitizer) mode, step5_test::quick(): the edge cases unchanged; the shared-memory case
 // with one 16384-region row plus every pattern at 9999 and 513; the long-row case on 50000-region
-// rows (above kTopkSmemKeys = 49152 of kernels/sm90/indexer_topk.cuh, so still the global-memory
-// variant of one CTA per row) instead of 131072; 5 repeated launches instead of 100.
+// rows instead of 131072 (above kTopkSmemKeys = 49152 of kernels/sm90/indexer_topk.cuh, so the
+// forced one-CTA run still re-reads keys from global memory, and the launcher's own choice is a
+// cluster); 5 repeated launches instead of 100.
 #include <cstdint>
 #include <algorithm>
 #include <cstring>
@@ -166,7 +167,7 @@ GpuResult run_gpu(const Rows& R, int cluster = 0, int repeats = 1, bool* identic
     EXPECT(st.ok(), "topk_select (cluster %d): %s", cluster, st.to_string().c_str());
     if (noise) {
       GPU_CHECK(cudaGetLastError());
-      // the selection must still be running when the noise kernel is: it is queued after it
+      // the noise kernel (other stream) must still be running when the selection has been launched
       EXPECT(cudaStreamQuery(s_noise) == cudaErrorNotReady, "noise kernel finished before the selection was launched");
     }
     GPU_CHECK(cudaDeviceSynchronize());
@@ -251,7 +252,7 @@ GPU_CASE("topk: 16384-region rows (shared-memory variant), every pattern") {
   check_against_reference(R, "16K rows");
 }
 
-GPU_CASE("topk: 131072-region rows (1M tokens, global-memory variant; quick: 50000) mixed with short rows") {
+GPU_CASE("topk: 131072-region rows (1M tokens; one CTA from global memory, or a cluster; quick: 50000) mixed with short rows") {
   std::mt19937 rng(3);
   Rows R;
   R.topk = 1024;

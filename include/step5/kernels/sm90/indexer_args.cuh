@@ -1,9 +1,12 @@
 #pragma once
 /// \file step5/kernels/sm90/indexer_args.cuh
-/// Kernel argument blocks of the indexer's score and selection kernels built from the public
-/// parameter structs of step5/ops/indexer.hpp — one place for the launchers (indexer_launch.cuh,
+/// Kernel argument blocks built from the public parameter structs of step5/ops/indexer.hpp: the
+/// score kernel's (from IndexerSelectParams) and the raw-mode selection kernel's (from
+/// TopkSelectParams) — one place for the launchers (indexer_launch.cuh,
 /// src/instances/indexer_common.cu), the benchmark and the tests that launch a kernel variant
-/// directly. No launcher templates here, so including it instantiates nothing per geometry.
+/// directly. (The indexer-mode selection arguments, which take the batch metadata instead of a
+/// history array, are built in indexer_select_for.) No launcher templates here, so including it
+/// instantiates nothing per geometry.
 #include <cstdint>
 
 #include "step5/kernels/sm90/indexer_scores.cuh"

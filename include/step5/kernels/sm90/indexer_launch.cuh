@@ -97,12 +97,16 @@ Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream
   constexpr layout::Geometry G = layout::geometry_of(Id);
   constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
   auto kern = kernels::sm90::indexer_scores_kernel<G.proxy_dim, kHpg>;
-  if (sp.smem_bytes > 48 * 1024)
-    STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, sp.smem_bytes));
+  // the largest plan (kScoreCols columns, 512 regions per CTA, block_size 8): one fixed limit, so
+  // launches from several host threads never lower each other's
+  constexpr int kMaxSmem = kernels::sm90::score_smem_bytes(G.proxy_dim, kernels::sm90::kScoreCols,
+                                                           4 * 16 * kernels::sm90::kScoreWarps + 2);
+  if (sp.smem_bytes > kMaxSmem) return Status(StatusCode::kInternal, "launch_scores: plan exceeds the smem bound");
+  if constexpr (kMaxSmem > 48 * 1024)
+    STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   a.tok_tile = sp.tok_tile;
   a.regions_per_cta = sp.regions_per_cta;
   a.cols_cap = sp.cols_cap;
-  a.bt_cap = sp.bt_cap;
   kern<<<dim3(static_cast<unsigned>(sp.tiles_upper), static_cast<unsigned>(sp.region_chunks)),
          kernels::sm90::kScoreWarps * 32, sp.smem_bytes, stream>>>(a);
   return cuda_status(cudaGetLastError(), "indexer_scores_kernel launch");

@@ -38,8 +38,9 @@ struct ScoreArgs {
   float* scores;   // [(t1 - t0) * lg, ld]
   std::int64_t ld;
   int regions_per_cta;  // multiple of 16 * kScoreWarps
-  int cols_cap;         // tok_tile * Il rounded up to 8 (<= kScoreCols): staged q columns
-  int bt_cap;           // block-table entries staged per CTA: >= regions_per_cta * 8 / block_size + 2
+  int cols_cap;         // tok_tile * Il rounded up to 8 (<= kScoreCols): staged q columns; the
+                        // block-table entries of a CTA's regions (<= regions_per_cta * 8 /
+                        // block_size + 2, sized by the launcher) follow the weights in shared memory
 };
 
 inline constexpr int kScoreWarps = 8;

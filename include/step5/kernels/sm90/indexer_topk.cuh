@@ -1,7 +1,8 @@
 #pragma once
 /// \file step5/kernels/sm90/indexer_topk.cuh
 /// Deterministic top-k selection of SPEC.md §4.6: one CTA per (token, group) row, or a thread-block
-/// cluster of kTopkCluster CTAs per row for rows too long for one CTA's shared memory.
+/// cluster of kTopkCluster CTAs per row (few long rows, as in decode, and rows too long for one
+/// CTA's shared memory; see launch_topk).
 ///
 /// Order: scores are mapped to order-preserving uint32 keys (NaN → 0xffffffff above +inf, −0 → +0);
 /// the selection is the first k of (key descending, region id ascending), which is unique, so the
@@ -17,6 +18,7 @@
 /// re-read from global memory each pass.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
@@ -271,43 +273,91 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
   if constexpr (kC > 1) cooperative_groups::this_cluster().sync();  // s_total stays readable until all ranks are done
 }
 
+/// Launch configuration of the selection kernel: `rows` rows of kc CTAs, `smem` dynamic bytes.
+inline cudaLaunchConfig_t topk_launch_config(int rows, int kc, int smem, cudaStream_t stream,
+                                             cudaLaunchAttribute (&attr)[1]) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(rows) * static_cast<unsigned>(kc));
+  cfg.blockDim = dim3(kTopkThreads);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = static_cast<unsigned>(kc);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = kc > 1 ? 1 : 0;
+  return cfg;
+}
+
+/// Lets `kernel` use up to kTopkSmemKeys keys of dynamic shared memory. Always the same value, so
+/// launches from several host threads never lower each other's limit.
+template <class Kernel>
+inline ::step5::Status topk_allow_smem(Kernel kernel) {
+  return ::step5::cuda_status(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTopkSmemKeys * 4),
+      "cudaFuncSetAttribute(topk_select_kernel, MaxDynamicSharedMemorySize)");
+}
+
+/// Whether clusters of kTopkCluster selection CTAs can be resident on device `dev`
+/// (cudaOccupancyMaxActiveClusters > 0; partitions with fewer SMs per GPC, e.g. some MIG or green
+/// contexts, cannot). Cached per device.
+inline ::step5::Status topk_clusters_available(int dev, bool* available) {
+  static std::atomic<int> cache[64];  // 0 unknown, 1 yes, 2 no
+  if (dev >= 0 && dev < 64) {
+    const int c = cache[dev].load(std::memory_order_relaxed);
+    if (c != 0) {
+      *available = c == 1;
+      return ::step5::Status::Ok();
+    }
+  }
+  auto kernel = topk_select_kernel<kTopkCluster, true>;
+  STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg = topk_launch_config(1, kTopkCluster, kTopkSmemKeys * 4, nullptr, attr);
+  int clusters = 0;
+  STEP5_CUDA_RETURN(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  *available = clusters > 0;
+  if (dev >= 0 && dev < 64) cache[dev].store(clusters > 0 ? 1 : 2, std::memory_order_relaxed);
+  return ::step5::Status::Ok();
+}
+
 /// Launches the selection kernel over `rows` rows. cluster_size: 1 (one CTA per row),
 /// kTopkCluster (a cluster per row), or 0 to choose: a cluster when the row's keys do not fit one
 /// CTA's shared memory (ld > kTopkSmemKeys), or when the rows are few and long (ld >= 4096 and
 /// rows · kTopkCluster <= 2 · SMs, e.g. decode); else one CTA per row. Measured on the H200
 /// (bench_indexer, 16384-region rows): 16 rows, cluster 12.2 µs against 22.5 µs for one CTA per row;
 /// 64 rows, 30.2 µs against 22.8 µs; 131072-region rows (64), cluster 84 µs against 335 µs.
+/// Where clusters cannot be resident (topk_clusters_available) the choice is one CTA per row, and a
+/// forced cluster_size = kTopkCluster returns kUnsupported. Errors: kInvalidArgument (cluster_size),
+/// kCudaError (a failed query or launch).
 inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream, int cluster_size = 0) {
   if (rows <= 0) return ::step5::Status::Ok();
-  if (cluster_size == 0) {
-    int dev = 0, sms = 0;
-    STEP5_CUDA_RETURN(cudaGetDevice(&dev));
-    STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    const bool few_long_rows = a.ld >= 4096 && static_cast<long long>(rows) * kTopkCluster <= 2LL * sms;
-    cluster_size = (a.ld > kTopkSmemKeys || few_long_rows) ? kTopkCluster : 1;
-  }
-  if (cluster_size != 1 && cluster_size != kTopkCluster)
+  if (cluster_size != 0 && cluster_size != 1 && cluster_size != kTopkCluster)
     return ::step5::invalid_argument("launch_topk: cluster_size = " + std::to_string(cluster_size) +
                                      ", expected 0, 1 or " + std::to_string(kTopkCluster));
+  if (cluster_size != 1) {
+    int dev = 0, sms = 0;
+    bool clusters = false;
+    STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+    STEP5_RETURN_IF_ERROR(topk_clusters_available(dev, &clusters));
+    if (!clusters && cluster_size == kTopkCluster)
+      return ::step5::unsupported("launch_topk: cluster_size = " + std::to_string(kTopkCluster) +
+                                  " requested, but clusters of " + std::to_string(kTopkCluster) +
+                                  " CTAs cannot be resident on device " + std::to_string(dev));
+    if (cluster_size == 0) {
+      STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      const bool few_long_rows = a.ld >= 4096 && static_cast<long long>(rows) * kTopkCluster <= 2LL * sms;
+      cluster_size = clusters && (a.ld > kTopkSmemKeys || few_long_rows) ? kTopkCluster : 1;
+    }
+  }
   const std::int64_t slice = (a.ld + cluster_size - 1) / cluster_size;
   const bool smem_keys = slice <= kTopkSmemKeys;
   const int smem = smem_keys ? static_cast<int>(slice) * 4 : 0;
   auto launch = [&](auto kernel, int kc) -> ::step5::Status {
-    if (smem > 48 * 1024) {
-      STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    }
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(rows) * static_cast<unsigned>(kc));
-    cfg.blockDim = dim3(kTopkThreads);
-    cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
-    cfg.stream = stream;
+    if (smem > 48 * 1024) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = static_cast<unsigned>(kc);
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = kc > 1 ? 1 : 0;
+    const cudaLaunchConfig_t cfg = topk_launch_config(rows, kc, smem, stream, attr);
     return ::step5::cuda_status(cudaLaunchKernelEx(&cfg, kernel, a), "topk_select_kernel launch");
   };
   if (cluster_size == kTopkCluster)
