@@ -26,6 +26,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "step5/kernels/sm90/ptx.cuh"
+
 namespace step5::kernels::sm90 {
 
 /// Device-side arguments (POD), filled by the launcher from `ops::SparseAttentionParams`.
@@ -68,36 +70,8 @@ constexpr int kWarps = 4;
 constexpr int kTileTok = 64;
 constexpr int kMaxQ = 16;  // max queries per tile (64 rows / hpg 4)
 
-__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(std::uint32_t dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-__device__ __forceinline__ void ldsm_x4(std::uint32_t addr, std::uint32_t& r0, std::uint32_t& r1, std::uint32_t& r2,
-                                        std::uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-__device__ __forceinline__ void ldsm_x4_t(std::uint32_t addr, std::uint32_t& r0, std::uint32_t& r1, std::uint32_t& r2,
-                                          std::uint32_t& r3) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-               : "r"(addr));
-}
-__device__ __forceinline__ void mma16816(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+using namespace ::step5::kernels::sm90::ptx;  // cp.async, ldmatrix, mma.sync (ptx.cuh)
+
 __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<std::uint32_t*>(&v);
@@ -134,6 +108,27 @@ __device__ __forceinline__ int select_region(const std::uint32_t* ubits, const i
 }  // namespace attn_detail
 
 /// See the file comment. Grid (max_tiles, lg, num_splits), 128 threads, dynamic smem from the plan.
+/// Output of token t, local head h, columns [d4, d4 + 4) (SPEC §4 step 8, as the reference):
+/// out = bf16(bf16(o) · bf16(sigmoid(gate[t, h]))) (gate 1 without a gate tensor), and the LSE in
+/// natural log from its log2-domain value `lse2` (column 0 writes it, when requested).
+template <int D>
+__device__ __forceinline__ void store_gated_output(const SparseAttentionArgs& a, int t, int h, int d4, float4 o,
+                                                   float lse2) {
+  float gv = 1.f;
+  if (a.gate != nullptr) {
+    const float x = __bfloat162float(a.gate[t * a.gate_stride + h]);
+    gv = __bfloat162float(__float2bfloat16_rn(1.f / (1.f + expf(-x))));
+  }
+  __nv_bfloat16 ob[4];
+  const float ov[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) ob[e] = __float2bfloat16_rn(__bfloat162float(__float2bfloat16_rn(ov[e])) * gv);
+  *reinterpret_cast<uint2*>(a.out + t * a.out_stride + static_cast<long long>(h) * D + d4) =
+      *reinterpret_cast<const uint2*>(ob);
+  if (d4 == 0 && a.lse != nullptr)
+    a.lse[static_cast<long long>(t) * a.num_local_heads + h] = lse2 * 0.69314718055994531f;
+}
+
 template <int D, int HPG>
 __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAttentionArgs a) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
@@ -339,9 +334,9 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
       for (int np = 0; np < NB / 2; ++np) {
         const int tok = c0 + np * 16 + (mi >> 1) * 8 + (lane & 7);
         std::uint32_t b0, b1, b2, b3;
-        ldsm_x4(smem_u32(k_st + swz<D>(tok, ks * 2 + (mi & 1))), b0, b1, b2, b3);
-        mma16816(s[2 * np], qf[ks], b0, b1);
-        mma16816(s[2 * np + 1], qf[ks], b2, b3);
+        ldmatrix_x4(smem_u32(k_st + swz<D>(tok, ks * 2 + (mi & 1))), b0, b1, b2, b3);
+        mma_bf16_16816(s[2 * np], qf[ks], b0, b1);
+        mma_bf16_16816(s[2 * np + 1], qf[ks], b2, b3);
       }
     }
     // mask + scale, row max
@@ -400,9 +395,9 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
 #pragma unroll
       for (int dp = 0; dp < D / 16; ++dp) {
         std::uint32_t b0, b1, b2, b3;
-        ldsm_x4_t(smem_u32(v_st + swz<D>(tok, dp * 2 + (mi >> 1))), b0, b1, b2, b3);
-        mma16816(acc[2 * dp], pa, b0, b1);
-        mma16816(acc[2 * dp + 1], pa, b2, b3);
+        ldmatrix_x4_trans(smem_u32(v_st + swz<D>(tok, dp * 2 + (mi >> 1))), b0, b1, b2, b3);
+        mma_bf16_16816(acc[2 * dp], pa, b0, b1);
+        mma_bf16_16816(acc[2 * dp + 1], pa, b2, b3);
       }
     }
   };
@@ -412,15 +407,15 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
       prep(0, 0);
       __syncthreads();
       issue(0);
-      cp_commit();
+      cp_async_commit();
     }
     for (int it = 0; it < ntiles; ++it) {
       const int st = it & 1;
       if (it + 1 < ntiles) prep(it + 1, st ^ 1);
       __syncthreads();
       if (it + 1 < ntiles) issue(st ^ 1);
-      cp_commit();
-      cp_wait<1>();
+      cp_async_commit();
+      cp_async_wait<1>();
       __syncthreads();
       compute(nw_tag, st);
       __syncthreads();
@@ -429,7 +424,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   if (TG == 1) main_loop(std::integral_constant<int, 64>{});
   else if (TG == 2) main_loop(std::integral_constant<int, 32>{});
   else main_loop(std::integral_constant<int, 16>{});
-  cp_wait<0>();
+  cp_async_wait<0>();
   __syncthreads();
 
   // ---- 5. epilogue ------------------------------------------------------------------------------
@@ -483,22 +478,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
     const float lse2 = L > 0.f ? mu + log2f(L) : -INFINITY;
     const int i = r / HPG, h = g * HPG + r % HPG, t = t0 + i;
     if (S == 1) {
-      float gv = 1.f;
-      if (a.gate != nullptr) {
-        const float x = __bfloat162float(a.gate[t * a.gate_stride + h]);
-        gv = __bfloat162float(__float2bfloat16_rn(1.f / (1.f + expf(-x))));
-      }
-      __nv_bfloat16 ob[4];
-      const float ov[4] = {o.x, o.y, o.z, o.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float v = __bfloat162float(__float2bfloat16_rn(ov[e]));
-        ob[e] = __float2bfloat16_rn(v * gv);
-      }
-      *reinterpret_cast<uint2*>(a.out + t * a.out_stride + static_cast<long long>(h) * D + d4) =
-          *reinterpret_cast<const uint2*>(ob);
-      if (d4 == 0 && a.lse != nullptr)
-        a.lse[static_cast<long long>(t) * a.num_local_heads + h] = lse2 * 0.69314718055994531f;
+      store_gated_output<D>(a, t, h, d4, o, lse2);
     } else {
       *reinterpret_cast<float4*>(a.ws_o + (part_base + r) * D + d4) = o;
       if (d4 == 0) a.ws_lse[part_base + r] = lse2;
@@ -557,19 +537,7 @@ __global__ void __launch_bounds__(128) sparse_attention_merge_kernel(const Spars
     o.w += v.w * w;
   }
   const int i = r / HPG, h = g * HPG + r % HPG, t = t0 + i;
-  float gv = 1.f;
-  if (a.gate != nullptr) {
-    const float x = __bfloat162float(a.gate[t * a.gate_stride + h]);
-    gv = __bfloat162float(__float2bfloat16_rn(1.f / (1.f + expf(-x))));
-  }
-  __nv_bfloat16 ob[4];
-  const float ov[4] = {o.x, o.y, o.z, o.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) ob[e] = __float2bfloat16_rn(__bfloat162float(__float2bfloat16_rn(ov[e])) * gv);
-  *reinterpret_cast<uint2*>(a.out + t * a.out_stride + static_cast<long long>(h) * D + d4) =
-      *reinterpret_cast<const uint2*>(ob);
-  if (d4 == 0 && a.lse != nullptr)
-    a.lse[static_cast<long long>(t) * a.num_local_heads + h] = s_lse[k] * 0.69314718055994531f;
+  store_gated_output<D>(a, t, h, d4, o, s_lse[k]);
 #endif
 }
 
