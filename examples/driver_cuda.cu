@@ -124,7 +124,7 @@ class CudaBackend : public Backend {
         d.x = ranks_[0].x, d.residual = ranks_[0].residual, d.cu = ranks_[0].cu, d.seq = ranks_[0].seq;
         d.table = ranks_[0].table, d.slots = ranks_[0].slots;
       }
-      const int topk_cap = 1024;
+      const int topk_cap = step5::layout::kMaxTopk;
       cap_.max_topk = topk_cap;
       ok(ops::dsa_layer_workspace_bytes(d.layers[0].rank, hidden, cap_, &d.ws_bytes));
       if (r == 0 || !simulate) {

@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
   app.add_option("--tokens", opt.tokens, "prompt length of the longest request")->check(CLI::PositiveNumber);
   app.add_option("--chunk", opt.chunk, "prefill chunk (tokens per request per step)")->check(CLI::PositiveNumber);
   app.add_option("--decode-steps", opt.decode_steps, "decode steps after the prefill")->check(CLI::NonNegativeNumber);
-  app.add_option("--topk", opt.topk, "regions selected per (token, KV group), 1..1024 (SPEC §1)")->check(CLI::Range(1, 1024));
+  app.add_option("--topk", opt.topk, "regions selected per (token, KV group), 1..1024 (SPEC §1)")->check(CLI::Range(1, step5::layout::kMaxTopk));
   app.add_option("--requests", opt.requests, "requests batched together (lengths tokens, tokens*(R-1)/R, ...)")->check(CLI::PositiveNumber);
   app.add_option("--block-size", opt.block_size, "paged-cache block size (a multiple of 8)")->check(CLI::PositiveNumber);
   app.add_option("--backend", opt.backend, "cpu, cuda, or auto (cuda when a GPU backend is built and a GPU is present)")

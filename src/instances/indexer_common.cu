@@ -12,16 +12,10 @@
 namespace step5::ops {
 namespace detail {
 
-std::string geometry_name(const layout::Geometry& g) {
-  if (const layout::GeometryEntry* e = layout::find_geometry(g)) return std::string(e->name);
-  return "head_dim " + std::to_string(g.head_dim) + ", proxy_dim " + std::to_string(g.proxy_dim) + ", index heads " +
-         std::to_string(g.index_num_heads) + ", kv heads " + std::to_string(g.num_kv_heads);
-}
-
 template <std::size_t I = 0, class F>
 Status dispatch(const layout::Geometry& g, const char* op, F&& f) {
   if constexpr (I == layout::kNumGeometries) {
-    return unsupported(std::string(op) + ": geometry (" + geometry_name(g) +
+    return unsupported(std::string(op) + ": geometry (" + layout::describe(g) +
                        ") is not in step5/geometries.def; supported: " + layout::supported_layouts());
   } else {
     // Rows left out by STEP5_GEOMETRIES have stub launchers that return kUnsupported
@@ -55,8 +49,9 @@ std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank, int m
 }
 
 Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
-  if (p.topk < 1 || p.topk > 1024)
-    return invalid_argument("topk_select: topk = " + std::to_string(p.topk) + ", expected 1 <= topk <= 1024 (SPEC §1)");
+  if (p.topk < 1 || p.topk > layout::kMaxTopk)
+    return invalid_argument("topk_select: topk = " + std::to_string(p.topk) + ", expected 1 <= topk <= " +
+                            std::to_string(layout::kMaxTopk) + " (SPEC §1)");
   if (p.rows < 0) return invalid_argument("topk_select: rows = " + std::to_string(p.rows) + ", expected >= 0");
   if (p.rows == 0) return Status::Ok();
   if (!p.scores || !p.history || !p.ids || !p.counts)

@@ -5,6 +5,7 @@
 /// Host-safe (g++), constexpr throughout.
 #include <array>
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace step5::layout {
@@ -87,6 +88,25 @@ constexpr const GeometryEntry* find_geometry(const Geometry& g) {
   for (const auto& e : kGeometries)
     if (e.geometry == g) return &e;
   return nullptr;
+}
+
+/// SPEC §1: the run-time topk is in [1, kMaxTopk].
+inline constexpr int kMaxTopk = 1024;
+
+/// SPEC §2 rule 6: the DSA kernels support 4, 8 or 16 q heads per KV group (hpg_q).
+constexpr bool supported_hpg_q(int hpg_q) { return hpg_q == 4 || hpg_q == 8 || hpg_q == 16; }
+
+/// A geometry's values for messages: "H=64 KV=4 D=192 Ni=16 P=256 Nk=1 gate=64 rot_main=64
+/// rot_idx=32 R=8", prefixed by its row name when it is listed in geometries.def.
+inline std::string describe(const Geometry& g) {
+  const std::string values =
+      "H=" + std::to_string(g.num_heads) + " KV=" + std::to_string(g.num_kv_heads) + " D=" + std::to_string(g.head_dim) +
+      " Ni=" + std::to_string(g.index_num_heads) + " P=" + std::to_string(g.proxy_dim) +
+      " Nk=" + std::to_string(g.index_num_kv_heads) + " gate=" + std::to_string(g.gate_size) +
+      " rot_main=" + std::to_string(g.rot_main) + " rot_idx=" + std::to_string(g.rot_idx) +
+      " R=" + std::to_string(g.region_size);
+  const GeometryEntry* e = find_geometry(g);
+  return e ? std::string(e->name) + " (" + values + ")" : values;
 }
 
 /// True when `tp` is one of the tp values listed for `entry`.

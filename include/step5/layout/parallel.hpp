@@ -75,7 +75,7 @@ constexpr LayoutError validate(const Geometry& g, const ParallelLayout& p) {
   if (g.num_heads % tp != 0) return {R::kHeadsDivisibleByTp, g.num_heads, tp};
   const int hl = g.num_heads / tp;
   const int hpg = hl % lg == 0 ? hl / lg : 0;
-  if (hl % lg != 0 || !(hpg == 4 || hpg == 8 || hpg == 16)) return {R::kHeadsPerGroup, hpg, hl, lg, tp};
+  if (hl % lg != 0 || !supported_hpg_q(hpg)) return {R::kHeadsPerGroup, hpg, hl, lg, tp};
   const int nk = g.index_num_kv_heads;
   if (nk <= 0 || (nk > tp ? nk % tp != 0 : tp % nk != 0)) return {R::kIndexKvHeads, nk, tp};
   if (g.proxy_dim <= 0 || g.gate_size < 0 || g.gate_size % tp != 0)

@@ -47,7 +47,7 @@ struct num_heads_must_divide_by_tp_size {
 };
 template <int hpg_q, int local_heads, int local_kv_groups, int tp_size>
 struct hpg_q_must_be_4_8_or_16 {
-  static_assert(hpg_q == 4 || hpg_q == 8 || hpg_q == 16,
+  static_assert(supported_hpg_q(hpg_q),
                 "step5 layout (SPEC §2 rule 6): q heads per KV group (hpg_q) must be 4, 8 or 16, the DSA "
                 "kernels' sizes");
 };

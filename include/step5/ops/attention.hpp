@@ -113,11 +113,10 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     return invalid_argument(attn_msg("num_local_heads", p.num_local_heads,
                                      "a positive multiple of num_kv_groups = " + std::to_string(p.num_kv_groups)));
   const int hpg = p.num_local_heads / p.num_kv_groups;
-  if (hpg != 4 && hpg != 8 && hpg != 16)
+  if (!layout::supported_hpg_q(hpg))
     return unsupported(attn_msg("hpg_q (num_local_heads / num_kv_groups)", hpg, "4, 8 or 16 (SPEC §2 rule 6)"));
-  if (p.head_dim != 128 && p.head_dim != 192)
-    return unsupported(attn_msg("head_dim", p.head_dim, "128 or 192 (the listed geometries)"));
-  if (p.topk < 1 || p.topk > 1024) return invalid_argument(attn_msg("topk", p.topk, "in [1, 1024] (SPEC §1)"));
+  if (p.topk < 1 || p.topk > layout::kMaxTopk)
+    return invalid_argument(attn_msg("topk", p.topk, "in [1, " + std::to_string(layout::kMaxTopk) + "] (SPEC §1)"));
   if (p.block_size <= 0 || p.block_size % 8 != 0)
     return invalid_argument(attn_msg("block_size", p.block_size, "a positive multiple of 8 (SPEC §5)"));
   if (p.max_blocks <= 0) return invalid_argument(attn_msg("max_blocks", p.max_blocks, "> 0"));
@@ -150,7 +149,9 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   plan->bitmap_words = static_cast<int>(words);
   plan->smem_bytes = smem_for(qt);
   const long long tiles = (static_cast<long long>(p.num_tokens) + qt - 1) / qt + p.num_requests;
-  if (tiles > (1ll << 30)) return invalid_argument(attn_msg("num_tokens", p.num_tokens, "fewer tokens"));
+  if (tiles > (1ll << 30))
+    return invalid_argument(attn_msg("num_tokens", p.num_tokens,
+                                     "at most 2^30 query tiles of " + std::to_string(qt) + " tokens (plus one per request)"));
   plan->max_tiles = static_cast<int>(tiles);
   int splits = p.num_splits;
   if (splits == 0) {

@@ -107,11 +107,12 @@ inline SparseAttentionParams attention_sizes(const layout::RankLayout& r, int to
 inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const DsaLayerCapacity& cap,
                                   LayerWorkspaceMap* m) {
   if (hidden <= 0 || cap.max_tokens <= 0 || cap.max_requests <= 0 || cap.max_seq_len <= 0 || cap.max_topk < 1 ||
-      cap.max_topk > 1024)
+      cap.max_topk > layout::kMaxTopk)
     return invalid_argument("dsa_layer: capacity hidden = " + std::to_string(hidden) + ", max_tokens = " +
                             std::to_string(cap.max_tokens) + ", max_requests = " + std::to_string(cap.max_requests) +
                             ", max_seq_len = " + std::to_string(cap.max_seq_len) + ", max_topk = " +
-                            std::to_string(cap.max_topk) + "; expected positive values and topk <= 1024");
+                            std::to_string(cap.max_topk) + "; expected positive values and topk <= " +
+                            std::to_string(layout::kMaxTopk));
   const std::size_t T = static_cast<std::size_t>(cap.max_tokens);
   const std::size_t D = r.geometry.head_dim, P = r.geometry.proxy_dim, Hl = r.local_heads, Il = r.index_local_heads,
                     lg = r.local_kv_groups;
@@ -203,7 +204,9 @@ inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, cons
     return invalid_argument("dsa_layer_forward: workspace of " + std::to_string(workspace_bytes) + " bytes, expected >= " +
                             std::to_string(m.total));
   const layout::GeometryEntry* entry = layout::find_geometry(rank.geometry);
-  if (entry == nullptr) return unsupported("dsa_layer_forward: the rank's geometry is not in geometries.def");
+  if (entry == nullptr)
+    return unsupported("dsa_layer_forward: the rank's geometry " + layout::describe(rank.geometry) +
+                       " is not in geometries.def; supported: " + layout::supported_layouts());
   auto* base = static_cast<unsigned char*>(workspace);
   auto* c = reinterpret_cast<bf16*>(base + m.c);
   auto* q = reinterpret_cast<bf16*>(base + m.q);

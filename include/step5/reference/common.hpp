@@ -13,6 +13,7 @@
 
 #include "step5/core/numeric.hpp"
 #include "step5/core/status.hpp"
+#include "step5/layout/geometry.hpp"
 
 namespace step5::reference {
 

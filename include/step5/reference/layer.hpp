@@ -61,7 +61,9 @@ inline void validate_weights(const LayerWeights& w) {
               std::to_string(g.head_dim));
   const std::size_t P = static_cast<std::size_t>(g.proxy_dim);
   require(w.index_q_norm.size() == P && w.index_k_norm_weight.size() == P && w.index_k_norm_bias.size() == P,
-          "LayerWeights", "indexer norm vectors must have proxy_dim = " + sz(P) + " elements");
+          "LayerWeights", "indexer norm vectors (index_q_norm, index_k_norm weight, bias) have " +
+                              sz(w.index_q_norm.size()) + "/" + sz(w.index_k_norm_weight.size()) + "/" +
+                              sz(w.index_k_norm_bias.size()) + " elements, expected proxy_dim = " + sz(P));
   require(w.rope_main.rot == g.rot_main && w.rope_idx.rot == g.rot_idx, "LayerWeights",
           "rope tables rot " + std::to_string(w.rope_main.rot) + "/" + std::to_string(w.rope_idx.rot) +
               ", expected rot_main " + std::to_string(g.rot_main) + " / rot_idx " + std::to_string(g.rot_idx));
@@ -149,8 +151,10 @@ inline std::vector<bf16> forward_from_projection(const LayerWeights& w, LayerCac
                          std::to_string(step.tail_slot.size()) + ", block_table " + std::to_string(step.block_table.size()) +
                          " for " + std::to_string(batch.num_requests) + " requests x max_blocks " + std::to_string(step.max_blocks));
   require(cache.kv_heads == r.local_kv_heads && cache.head_dim == g.head_dim && cache.proxy_dim == g.proxy_dim, "forward",
-          "cache was created for another layout");
-  require(topk >= 1 && topk <= kMaxTopk, "forward", "topk = " + std::to_string(topk) + ", expected in [1, 1024]");
+          "cache was created for kv_heads " + std::to_string(cache.kv_heads) + ", head_dim " +
+              std::to_string(cache.head_dim) + ", proxy_dim " + std::to_string(cache.proxy_dim) + "; expected " +
+              std::to_string(r.local_kv_heads) + ", " + std::to_string(g.head_dim) + ", " + std::to_string(g.proxy_dim));
+  require(topk >= 1 && topk <= kMaxTopk, "forward", "topk = " + std::to_string(topk) + ", expected in [1, " + std::to_string(kMaxTopk) + "]");
   require(ldc >= r.rows_with_w, "forward", "ldc = " + std::to_string(ldc) + " < rows_with_w " + std::to_string(r.rows_with_w));
   const BlockTableView bt = step.blocks(cache);
   validate_block_table(bt, "forward");

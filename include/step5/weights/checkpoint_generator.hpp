@@ -305,8 +305,9 @@ inline GeneratedCheckpoint generate_checkpoint(const std::string& dir, const Che
     throw Error(StatusCode::kInvalidArgument, "checkpoint generator: num_layers = " + std::to_string(o.num_layers) + " must be >= 1");
   if (o.hidden < 0)
     throw Error(StatusCode::kInvalidArgument, "checkpoint generator: hidden = " + std::to_string(o.hidden) + " must be >= 0");
-  if (o.topk < 1 || o.topk > 1024)
-    throw Error(StatusCode::kInvalidArgument, "checkpoint generator: topk = " + std::to_string(o.topk) + " outside [1, 1024]");
+  if (o.topk < 1 || o.topk > layout::kMaxTopk)
+    throw Error(StatusCode::kInvalidArgument, "checkpoint generator: topk = " + std::to_string(o.topk) + " outside [1, " +
+                                                  std::to_string(layout::kMaxTopk) + "]");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec))

@@ -304,7 +304,7 @@ inline ModelConfig parse_model_config(const nlohmann::json& root, const std::str
   };
   c.sparse.num_provider_groups = sint("num_provider_groups", 1, kMaxDim);
   c.sparse.proxy_dim = sint("proxy_dim", 1, kMaxDim);
-  c.sparse.topk = sint("topk", 1, 1024);
+  c.sparse.topk = sint("topk", 1, layout::kMaxTopk);
   c.sparse.sparse_indexer_rope_dim = sint("sparse_indexer_rope_dim", 0, kMaxDim);
   c.sparse.region_block_size = sint("region_block_size", 1, kMaxDim);
   c.sparse.sparse_indexer_num_heads = sint("sparse_indexer_num_heads", 1, kMaxDim);
@@ -487,16 +487,9 @@ inline ModelConfig parse_model_config(const nlohmann::json& root, const std::str
                                 c.sparse.region_block_size};
   if (const layout::GeometryEntry* e = layout::find_geometry(c.geometry)) c.geometry_name = std::string(e->name);
   if (c.geometry_name.empty() && require_listed_geometry) {
-    auto row = [](const layout::Geometry& g) {
-      return "H=" + std::to_string(g.num_heads) + " KV=" + std::to_string(g.num_kv_heads) + " D=" + std::to_string(g.head_dim) +
-             " Ni=" + std::to_string(g.index_num_heads) + " P=" + std::to_string(g.proxy_dim) +
-             " Nk=" + std::to_string(g.index_num_kv_heads) + " gate=" + std::to_string(g.gate_size) +
-             " rot_main=" + std::to_string(g.rot_main) + " rot_idx=" + std::to_string(g.rot_idx) +
-             " R=" + std::to_string(g.region_size);
-    };
     std::string list;
-    for (const auto& e : layout::kGeometries) list += "\n  " + std::string(e.name) + ": " + row(e.geometry);
-    r.fail(StatusCode::kUnsupported, "geometry " + row(c.geometry) + " matches no supported geometry (SPEC §8):" + list);
+    for (const auto& e : layout::kGeometries) list += "\n  " + layout::describe(e.geometry);
+    r.fail(StatusCode::kUnsupported, "geometry " + layout::describe(c.geometry) + " matches no supported geometry (SPEC §8):" + list);
   }
   return c;
 }

@@ -44,8 +44,9 @@ inline reference::LayerWeights load_layer_weights(const Checkpoint& ckpt, const 
   const std::string prefix = layer_prefix(layer);
   const layout::Geometry& g = rank.geometry;
   if (!(g == cfg.geometry))
-    throw Error(StatusCode::kInvalidArgument, "load_layer_weights: the rank layout's geometry differs from the config's (" +
-                                                  cfg.source + ")");
+    throw Error(StatusCode::kInvalidArgument, "load_layer_weights: the rank layout's geometry " + layout::describe(g) +
+                                                  " differs from the config's (" + cfg.source + "): " +
+                                                  layout::describe(cfg.geometry));
   const int hidden = cfg.hidden_size;
   LayerLoadStats st;
   // Fused projection (SPEC §3). A pre-fused tensor is refused by the loader (load_named).

@@ -209,7 +209,8 @@ inline SafetensorsHeader parse_safetensors_header(const std::uint8_t* data, std:
                               : detail::json_type_name(*o)));
     std::uint64_t b = 0, en = 0;
     if (!detail::json_nonneg_int((*o)[0], &b) || !detail::json_nonneg_int((*o)[1], &en))
-      throw_io(tw + ": data_offsets must be non-negative integers");
+      throw_io(tw + ": data_offsets must be non-negative integers, got [" + (*o)[0].dump() + ", " + (*o)[1].dump() +
+               "]");
     if (b > en)
       throw_io(tw + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(en) +
                "] has begin > end");

@@ -214,8 +214,9 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   constexpr const char* op = "indexer_select";
   STEP5_RETURN_IF_ERROR(check_geometry(p.rank, G, op));
   STEP5_RETURN_IF_ERROR(check_batch(p.batch, op));
-  if (p.topk < 1 || p.topk > 1024)
-    return invalid_argument("indexer_select: topk = " + num(p.topk) + ", expected 1 <= topk <= 1024 (SPEC §1)");
+  if (p.topk < 1 || p.topk > layout::kMaxTopk)
+    return invalid_argument("indexer_select: topk = " + num(p.topk) + ", expected 1 <= topk <= " + num(layout::kMaxTopk) +
+                            " (SPEC §1)");
   if (p.batch.num_tokens == 0) return Status::Ok();
   STEP5_RETURN_IF_ERROR(check_table(p.table, op));
   if (!p.index_q || !p.weights || !p.summary_cache || !p.topk_ids || !p.counts || !p.workspace)
