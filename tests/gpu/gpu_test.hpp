@@ -7,6 +7,8 @@
 //   DevBuf<T>             — RAII device array of `n` T (cudaMalloc / cudaFree), up() / down()
 //                           copies from / to a host vector; dalloc / upload / download are the
 //                           same copies on raw device pointers.
+//   sz(full, quick), same_bits(a, b), noise_kernel — quick-mode sizes, byte equality of two host
+//                           vectors, a memory-streaming kernel to run concurrently with a test.
 //   quick()               — sanitizer mode: true when the environment variable
 //                           STEP5_GPU_TEST_QUICK is set to a non-empty value other than "0". The
 //                           tests then run the same cases (every kernel variant / path, the edge
@@ -70,6 +72,24 @@ inline bool quick() {
     return v != nullptr && v[0] != '\0' && std::strcmp(v, "0") != 0;
   }();
   return q;
+}
+
+/// Full size, or the quick-mode (sanitizer) value.
+inline int sz(int full, int quick_value) { return quick() ? quick_value : full; }
+
+/// Same size and the same bytes.
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+/// Competing work for the repeat-with-other-work tests: streams through `buf` (n floats) `passes`
+/// times; launch it on another stream with varying grid sizes.
+__global__ void noise_kernel(float* buf, std::size_t n, int passes) {
+  for (int p = 0; p < passes; ++p)
+    for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+      buf[i] = buf[i] * 0.999f + 1.0f;
 }
 
 /// cudaMalloc of `n` T (at least one element, so that n == 0 gives a valid pointer).

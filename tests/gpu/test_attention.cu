@@ -235,8 +235,7 @@ void each_layout(F&& f) {
   });
 }
 
-/// Full size, or the quick-mode (sanitizer) value.
-int sz(int full, int quick) { return step5_test::quick() ? quick : full; }
+using step5_test::sz;
 
 std::uint32_t g_seed = 1234;
 

@@ -240,13 +240,6 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
   }
 }
 
-/// Competing work for the reproducibility case: streams through `buf` (n floats).
-__global__ void gemm_noise_kernel(float* buf, std::size_t n) {
-  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-    buf[i] = buf[i] * 0.999f + 1.0f;
-}
-
 GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with other kernels running") {
   // The last split to arrive sums every split's partial in split order, so the arrival order
   // (which other work on the device changes) must not change a bit of C. Checked two ways: C equals,
@@ -290,7 +283,7 @@ GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with ot
     for (int it = 0; it < repeats; ++it) {
       GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * N * 2));  // poison (NaN)
       GPU_CHECK(cudaDeviceSynchronize());
-      gemm_noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(noise.as<float>(), noise_n);
+      step5_test::noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(noise.as<float>(), noise_n, 1);
       const step5::Status st = step5::ops::gemm_bf16(p, s_gemm);
       EXPECT(st.ok(), "T=%d split-K gemm: %s", T, st.to_string().c_str());
       GPU_CHECK(cudaDeviceSynchronize());

@@ -46,10 +46,7 @@ std::vector<float> random_f32(std::size_t n, std::mt19937& rng, float scale) {
   for (auto& x : v) x = u(rng);
   return v;
 }
-template <class T>
-bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
+using step5_test::same_bits;
 
 // The caches and metadata one path (eager or graph) runs on.
 struct Path {

@@ -49,12 +49,8 @@ std::vector<T> down(const T* d, std::size_t n) {
   return step5_test::download(d, n);
 }
 
-/// Full size, or the quick-mode (sanitizer) value.
-int sz(int full, int quick) { return step5_test::quick() ? quick : full; }
-
-bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(bf16)) == 0;
-}
+using step5_test::same_bits;
+using step5_test::sz;
 
 /// Deterministic pseudo-random bf16 row of the fused GEMM output for (request, position).
 void fill_c_row(bf16* row, int n, int request, int pos, std::uint32_t seed) {
@@ -352,8 +348,9 @@ StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& op
   const auto g_vc = down(w.d_vc, w.v_cache.size());
   const auto g_tail = down(w.d_tail, w.tail.size());
   const auto g_sum = down(w.d_sum, w.summary.size());
-  const std::int64_t ld = (std::max<std::int64_t>(1, w.max_seq_len / 8) + 3) / 4 * 4;  // as the launcher
-  const std::size_t ws_fixed = (static_cast<std::size_t>(B + 1) * 4 + 255) / 256 * 256;
+  // the launcher's workspace layout (step5/ops/indexer.hpp): plan, then scores of row stride ld
+  const std::int64_t ld = step5::ops::detail::score_ld(w.max_seq_len);
+  const std::size_t ws_fixed = step5::ops::detail::plan_bytes(B);
   std::vector<float> g_scores;
   const bool one_chunk = ws_tokens >= T;
   if (one_chunk && T > 0)

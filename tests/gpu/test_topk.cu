@@ -113,14 +113,6 @@ struct GpuResult {
   std::vector<std::int32_t> ids, counts;
 };
 
-/// Competing work for the repeat test: streams through `buf` (n floats) `passes` times.
-__global__ void noise_kernel(float* buf, std::size_t n, int passes) {
-  for (int p = 0; p < passes; ++p)
-    for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
-      buf[i] = buf[i] * 0.999f + 1.0f;
-}
-
 /// The selection of every row. cluster: 0 = the public entry point (step5::ops::topk_select, its own
 /// choice of variant); 1 or kTopkCluster = that kernel variant forced. With `noise`, every launch
 /// runs on a non-blocking stream while noise_kernel (a different grid size each time) runs on another.
@@ -158,7 +150,7 @@ GpuResult run_gpu(const Rows& R, int cluster = 0, int repeats = 1, bool* identic
     GPU_CHECK(cudaMemset(d_ids, 0x7b, static_cast<std::size_t>(rows) * w * 4));  // poison
     GPU_CHECK(cudaMemset(d_cnt, 0x7b, rows * 4));
     GPU_CHECK(cudaDeviceSynchronize());
-    if (noise) noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(d_noise, noise_n, 2);
+    if (noise) step5_test::noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(d_noise, noise_n, 2);
     const auto launch = [&]() -> step5::Status {
       if (cluster == 0) return step5::ops::topk_select(p, s_sel);
       return step5::kernels::sm90::launch_topk(step5::ops::detail::topk_args(p), rows, s_sel, cluster);
