@@ -118,12 +118,9 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   for (int b = 0; b <= B; ++b) h_cu[b] = b * q_len;
   CK(cudaMemcpy(cu, h_cu.data(), (B + 1) * 4, cudaMemcpyHostToDevice));
   CK(cudaMemcpy(seq, h_seq.data(), B * 4, cudaMemcpyHostToDevice));
-  // tokens attended (host copy of the selection rule)
+  // tokens attended
   double tokens = 0;
-  for (int t = 0; t < T; ++t) {
-    const int p = seq_len - q_len + t % q_len, cur = p / 8;
-    tokens += 8.0 * std::min(topk, cur) + (p % 8 + 1);
-  }
+  for (int t = 0; t < T; ++t) tokens += step5::bench::attended_tokens(seq_len - q_len + t % q_len, topk);
   tokens *= lg;
   const double flops = 4.0 * hpg * D * tokens;
   const double bytes = tokens * D * 2 * 2;  // gathered K and V (decode: each (query, group) its own)
@@ -236,11 +233,7 @@ void register_layout() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    std::printf("no CUDA device\n");
-    return 0;
-  }
+  if (!step5::bench::sm90_device_present()) return 0;
   CK(cudaStreamCreate(&g_stream));
   CK(cudaMalloc(&g_flush, kFlush));
   benchmark::RegisterBenchmark("copy/d2d", BM_copy)->UseManualTime()->Iterations(10)->Unit(benchmark::kMicrosecond);

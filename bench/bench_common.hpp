@@ -26,6 +26,8 @@
 #include <cstdlib>
 #include <vector>
 
+#include "step5/reference/summaries.hpp"
+
 namespace step5::bench {
 
 inline void check_cuda(cudaError_t e, const char* what, const char* file, int line) {
@@ -251,6 +253,33 @@ inline const GemmCeiling& gemm_ceiling(cudaStream_t stream) {
     return r;
   }();
   return c;
+}
+
+/// True when device 0 is an sm_90 GPU; otherwise prints why the benchmark is skipped (the
+/// binaries then exit 0 without running anything).
+inline bool sm90_device_present() {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return false;
+  }
+  cudaDeviceProp prop{};
+  STEP5_BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) {
+    std::printf("device %s is sm_%d%d, the kernels need sm_90: skipped\n", prop.name, prop.major, prop.minor);
+    return false;
+  }
+  return true;
+}
+
+/// SPEC §4.6: complete history regions before a token at position p (what its selection ranks).
+inline long long history_regions(long long p) { return p / ::step5::reference::kRegionSize; }
+
+/// Tokens a query at position p attends: min(topk, p / R) selected regions of R tokens plus the
+/// current region's p % R + 1 tokens (SPEC §4.6–4.7).
+inline double attended_tokens(long long p, int topk) {
+  const long long R = ::step5::reference::kRegionSize;
+  return static_cast<double>(R * std::min<long long>(topk, p / R) + (p % R + 1));
 }
 
 /// The SPEC §9 floor of a kernel: max(bytes / copy bandwidth, flops / GEMM rate), seconds.

@@ -314,6 +314,7 @@ void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, in
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (!step5::bench::sm90_device_present()) return 0;
   CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   CKB(cublasLtCreate(&g_lt));
   CK(cudaMalloc(&g_lt_ws, kLtWs));

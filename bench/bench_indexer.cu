@@ -107,14 +107,6 @@ void bm_cublas(benchmark::State& st) {
 /// cuBLASLt e4m3 GEMM (D[bf16] = A^T B, 8192^3, fp32 accumulation), median of 7: the FP8
 /// tensor-core ceiling the prefill score figure is compared with.
 void bm_cublaslt_e4m3(benchmark::State& st) {
-#define CKB(call)                                                                        \
-  do {                                                                                   \
-    const cublasStatus_t e_ = (call);                                                    \
-    if (e_ != CUBLAS_STATUS_SUCCESS) {                                                   \
-      std::fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #call, e_); \
-      std::exit(1);                                                                      \
-    }                                                                                    \
-  } while (0)
   const int n = 8192;
   std::uint8_t *a, *b;
   void *d, *ws;
@@ -126,22 +118,22 @@ void bm_cublaslt_e4m3(benchmark::State& st) {
   step5::bench::fill_e4m3(a, std::size_t(n) * n, 11, g_stream);
   step5::bench::fill_e4m3(b, std::size_t(n) * n, 12, g_stream);
   cublasLtHandle_t lt;
-  CKB(cublasLtCreate(&lt));
+  STEP5_BENCH_CUBLAS(cublasLtCreate(&lt));
   cublasLtMatmulDesc_t desc;
-  CKB(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  STEP5_BENCH_CUBLAS(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;  // FP8 needs the "TN" layout
-  CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  CKB(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  STEP5_BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  STEP5_BENCH_CUBLAS(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
   cublasLtMatrixLayout_t la, lb, ld;
-  CKB(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, n, n, n));
-  CKB(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, n, n, n));
-  CKB(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, n, n, n));
+  STEP5_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, n, n, n));
+  STEP5_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, n, n, n));
+  STEP5_BENCH_CUBLAS(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, n, n, n));
   cublasLtMatmulPreference_t pref;
-  CKB(cublasLtMatmulPreferenceCreate(&pref));
-  CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
+  STEP5_BENCH_CUBLAS(cublasLtMatmulPreferenceCreate(&pref));
+  STEP5_BENCH_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes)));
   cublasLtMatmulHeuristicResult_t res{};
   int found = 0;
-  CKB(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &res, &found));
+  STEP5_BENCH_CUBLAS(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, pref, 1, &res, &found));
   if (found == 0) {
     std::fprintf(stderr, "cuBLASLt: no e4m3 algorithm\n");
     std::exit(1);
@@ -150,7 +142,7 @@ void bm_cublaslt_e4m3(benchmark::State& st) {
   std::vector<double> secs;
   for (int rep = 0; rep < 7; ++rep)
     secs.push_back(time_it(
-        [&] { CKB(cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &res.algo, ws, ws_bytes, g_stream)); },
+        [&] { STEP5_BENCH_CUBLAS(cublasLtMatmul(lt, desc, &one, a, la, b, lb, &zero, d, ld, d, ld, &res.algo, ws, ws_bytes, g_stream)); },
         3));
   std::sort(secs.begin(), secs.end());
   const double sec = secs[3];
@@ -166,7 +158,6 @@ void bm_cublaslt_e4m3(benchmark::State& st) {
   CK(cudaFree(b));
   CK(cudaFree(d));
   CK(cudaFree(ws));
-#undef CKB
 }
 
 /// A batch of requests with random summary caches, ready for indexer_select.
@@ -231,7 +222,7 @@ struct SelectSetup {
     p.workspace = alloc<char>(p.workspace_bytes);
     for (int b = 0; b < B; ++b)
       for (int i = 0; i < q_lens[b]; ++i) {
-        const double n = (seq_lens[b] - q_lens[b] + i) / 8;
+        const double n = static_cast<double>(step5::bench::history_regions(seq_lens[b] - q_lens[b] + i));
         score_flops += 2.0 * n * Il * P;
         if (i == q_lens[b] - 1) summary_bytes += n * P;
       }
@@ -374,10 +365,7 @@ void print_table() {
   for (const auto& n : g_order) {
     std::string ratio;
     char buf[128];
-    if (n.rfind("indexer_decode", 0) == 0) {
-      std::snprintf(buf, sizeof buf, "%.1f%% of copy BW", 100.0 * g_result[n] / g_copy_gbs);
-      ratio = buf;
-    } else if (n.rfind("scores_decode", 0) == 0) {
+    if (n.rfind("indexer_decode", 0) == 0 || n.rfind("scores_decode", 0) == 0) {
       std::snprintf(buf, sizeof buf, "%.1f%% of copy BW", 100.0 * g_result[n] / g_copy_gbs);
       ratio = buf;
     } else if (n.rfind("indexer_prefill", 0) == 0 || n.rfind("scores_prefill", 0) == 0) {
@@ -398,11 +386,7 @@ void print_table() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-    std::printf("no CUDA device: skipped\n");
-    return 0;
-  }
+  if (!step5::bench::sm90_device_present()) return 0;
   CK(cudaStreamCreate(&g_stream));
   auto reg = [](const std::string& name, std::function<void(benchmark::State&)> f) {
     benchmark::RegisterBenchmark(name.c_str(), [f](benchmark::State& st) { f(st); })

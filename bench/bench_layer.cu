@@ -107,8 +107,8 @@ std::array<StageCost, kStages> layer_costs(const layout::RankLayout& r, int hidd
   double hist_sum = 0, attended_sum = 0;
   for (int i = 0; i < c.q_len; ++i) {
     const long long p = static_cast<long long>(c.ctx) + i;
-    hist_sum += static_cast<double>(p / 8);
-    attended_sum += 8.0 * static_cast<double>(std::min<long long>(kTopk, p / 8)) + static_cast<double>(p % 8 + 1);
+    hist_sum += static_cast<double>(step5::bench::history_regions(p));
+    attended_sum += step5::bench::attended_tokens(p, kTopk);
   }
   const long long seq = c.seq_len(), prev = c.ctx;
   // 4. summaries: index_k + index_z of the new rows, completed regions (e4m3), tail rows
@@ -491,17 +491,7 @@ int main(int argc, char** argv) {
   }
   benchmark::Initialize(&argc, argv);
   if (!list_only) {
-    int ndev = 0;
-    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-      std::printf("no CUDA device: skipped\n");
-      return 0;
-    }
-    cudaDeviceProp prop{};
-    STEP5_BENCH_CUDA(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major != 9) {
-      std::printf("device %s is sm_%d%d, the kernels need sm_90: skipped\n", prop.name, prop.major, prop.minor);
-      return 0;
-    }
+    if (!step5::bench::sm90_device_present()) return 0;
     STEP5_BENCH_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
   }
   benchmark::RunSpecifiedBenchmarks();
