@@ -67,6 +67,18 @@ struct GraphTimer {
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
   }
+  /// Runs every benchmark iteration (manual time = one launch) and returns the mean µs.
+  double measure(benchmark::State& st) {
+    double sum = 0;
+    long n = 0;
+    for (auto _ : st) {
+      const double t = run();
+      sum += t;
+      ++n;
+      st.SetIterationTime(t);
+    }
+    return n > 0 ? sum / n * 1e6 : 0.0;
+  }
   double run() {
     CK(cudaEventRecord(e0, g_stream));
     CK(cudaGraphLaunch(exec, g_stream));
@@ -190,15 +202,8 @@ void bm_lt(benchmark::State& st, Shape s, int T) {
   ShapeBuffers& b = buffers(s, kMaxT);
   LtGemm g(T, b.N, b.K, b.K, b.K, b.N);
   GraphTimer gt(batch_for(T), [&](int i) { g.run(b.x, b.w[i % b.copies], b.c); });
-  double sum = 0;
-  long n = 0;
-  for (auto _ : st) {
-    const double t = gt.run();
-    sum += t; ++n;
-    st.SetIterationTime(t);
-  }
   Row& r = g_rows[row_key(s, T)];
-  r.lt_us = sum / n * 1e6;
+  r.lt_us = gt.measure(st);
   r.weight_bytes = 2.0 * b.N * b.K;
   r.flops = 2.0 * T * b.N * b.K;
   st.counters["TFLOP/s"] = r.flops / (r.lt_us * 1e-6) / 1e12;
@@ -229,15 +234,8 @@ void bm_unfused(benchmark::State& st, Shape s, int T) {
     for (int p = 0; p < 4; ++p)
       gs[p]->run(b.x, w + static_cast<std::size_t>(parts[p].row0) * b.K, static_cast<std::uint16_t*>(b.c) + coff[p]);
   });
-  double sum = 0;
-  long n = 0;
-  for (auto _ : st) {
-    const double t = gt.run();
-    sum += t; ++n;
-    st.SetIterationTime(t);
-  }
   Row& r = g_rows[row_key(s, T)];
-  r.unf_us = sum / n * 1e6;
+  r.unf_us = gt.measure(st);
   st.counters["TFLOP/s"] = 2.0 * T * b.N * b.K / (r.unf_us * 1e-6) / 1e12;
 }
 
@@ -287,14 +285,7 @@ void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, in
     st.SkipWithError(err.c_str());
     return;
   }
-  double sum = 0;
-  long n = 0;
-  for (auto _ : st) {
-    const double t = gt.run();
-    sum += t; ++n;
-    st.SetIterationTime(t);
-  }
-  const double us = sum / n * 1e6;
+  const double us = gt.measure(st);
   const std::string key = row_key(s, T);
   Row& r = g_rows[key];
   if (path == step5::ops::GemmPath::kAuto && config == 0) {
