@@ -59,23 +59,25 @@ constexpr std::optional<int> loader_shard_index(std::string_view shard_id) {
   return std::nullopt;
 }
 
+/// The separate projection tensors of a layer (SPEC §7 name suffix, loader shard id), in load order.
+inline constexpr std::array<std::pair<std::string_view, std::string_view>, 8> kProjectionTensors = {{
+    {"q_proj.weight", "q"},
+    {"k_proj.weight", "k"},
+    {"v_proj.weight", "v"},
+    {"g_proj.weight", "index_g"},
+    {"sparse_indexer_q.weight", "index_q"},
+    {"sparse_indexer_k.weight", "index_k"},
+    {"sparse_indexer_z.weight", "index_z"},
+    {"sparse_indexer_w.weight", "index_w"},
+}};
+
 /// Maps a checkpoint tensor name (SPEC §7) to its loader shard id:
 /// `*.q_proj.weight` -> q, `*.k_proj.weight` -> k, `*.v_proj.weight` -> v, `*.g_proj.weight` ->
 /// index_g, `*.sparse_indexer_{q,k,z,w}.weight` -> index_{q,k,z,w}. The name may carry any prefix
 /// (`model.layers.N.self_attn.`) or none. Other names (o_proj, norms, ssmax_s, ...) -> nullopt.
 /// A pre-fused `qkv_indexer_proj` is not mapped (see `FusedWeightLoader::load_named`).
 constexpr std::optional<std::string_view> checkpoint_shard_id(std::string_view name) {
-  constexpr std::array<std::pair<std::string_view, std::string_view>, 8> kMap = {{
-      {"q_proj.weight", "q"},
-      {"k_proj.weight", "k"},
-      {"v_proj.weight", "v"},
-      {"g_proj.weight", "index_g"},
-      {"sparse_indexer_q.weight", "index_q"},
-      {"sparse_indexer_k.weight", "index_k"},
-      {"sparse_indexer_z.weight", "index_z"},
-      {"sparse_indexer_w.weight", "index_w"},
-  }};
-  for (const auto& [suffix, id] : kMap) {
+  for (const auto& [suffix, id] : kProjectionTensors) {
     if (name == suffix) return id;
     if (name.size() > suffix.size() && name.ends_with(suffix) && name[name.size() - suffix.size() - 1] == '.')
       return id;

@@ -51,17 +51,15 @@ inline reference::LayerWeights load_layer_weights(const Checkpoint& ckpt, const 
   LayerLoadStats st;
   // Fused projection (SPEC §3). A pre-fused tensor is refused by the loader (load_named).
   FusedWeightLoader loader(rank, hidden);
-  for (const char* n : {"qkv_indexer_proj.weight", "q_proj.weight", "k_proj.weight", "v_proj.weight", "g_proj.weight",
-                        "sparse_indexer_q.weight", "sparse_indexer_k.weight", "sparse_indexer_z.weight",
-                        "sparse_indexer_w.weight"}) {
-    const std::string name = prefix + n;
+  if (const std::string fused = prefix + "qkv_indexer_proj.weight"; ckpt.contains(fused))
+    loader.load_named(ckpt.view(fused));  // refused with a message (a pre-fused tensor)
+  for (const auto& [suffix, id] : kProjectionTensors) {
+    const std::string name = prefix + std::string(suffix);
     if (!ckpt.contains(name)) continue;
     const TensorView v = ckpt.view(name);
-    if (loader.load_named(v)) {
-      const auto id = checkpoint_shard_id(n);
-      const int shard = id ? loader_shard_index(*id).value_or(0) : 0;
-      st.bytes_read += static_cast<std::size_t>(loader.spec(shard).rows) * hidden * dtype_size(v.dtype);
-    }
+    if (loader.load_named(v))
+      st.bytes_read += static_cast<std::size_t>(loader.spec(loader_shard_index(id).value_or(0)).rows) * hidden *
+                       dtype_size(v.dtype);
   }
   loader.assert_fully_loaded(prefix.substr(0, prefix.size() - 1));
   reference::LayerWeights w;
