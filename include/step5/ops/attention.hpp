@@ -70,6 +70,9 @@ struct SparseAttentionParams {
   float softmax_scale = 0.0f;  ///< 0 = D^-0.5 (SPEC §4.7)
   int query_tile = 0;          ///< queries per CTA tile; 0 = auto (64 / hpg_q, less when smem is short)
   int num_splits = 0;          ///< split-KV factor; 0 = auto (fill the GPU); at most kMaxSplits
+  /// With num_splits = 0: the auto split factor is lowered until the split-KV workspace fits in
+  /// this many bytes (1 split needs none); 0 = no limit.
+  std::size_t max_workspace_bytes = 0;
   int device = -1;             ///< CUDA device of the pointers; -1 = the current device
 };
 
@@ -164,12 +167,16 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     s = std::min<long long>(s, kAttentionMaxSplits);
     splits = static_cast<int>(std::max<long long>(1, s));
   }
-  plan->num_splits = splits;
-  plan->workspace_bytes =
-      splits > 1 ? static_cast<std::size_t>(tiles) * static_cast<std::size_t>(p.num_kv_groups) * splits *
+  auto workspace_for = [&](int s) -> std::size_t {
+    return s > 1 ? static_cast<std::size_t>(tiles) * static_cast<std::size_t>(p.num_kv_groups) * s *
                            kAttentionTileRows * (static_cast<std::size_t>(p.head_dim) + 1) * 4u +
                        static_cast<std::size_t>(tiles) * 16u + 256u
                  : 0;
+  };
+  if (p.num_splits == 0 && p.max_workspace_bytes > 0)
+    while (splits > 1 && workspace_for(splits) > p.max_workspace_bytes) --splits;
+  plan->num_splits = splits;
+  plan->workspace_bytes = workspace_for(splits);
   return Status::Ok();
 }
 

@@ -147,7 +147,7 @@ inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const
   m->select_bytes = indexer_select_workspace_bytes(r, chunk, cap.max_seq_len, cap.max_requests);
   m->select = take(m->select_bytes);
   // Split-KV merge space for decode-like steps (<= 4 rows per request); larger steps use fewer
-  // splits when this does not suffice (see dsa_layer_forward).
+  // splits when this does not suffice (SparseAttentionParams::max_workspace_bytes).
   std::size_t attn_bytes = 0;
   const SparseAttentionParams a = attention_sizes(r, std::min(cap.max_tokens, 4 * cap.max_requests), cap.max_requests,
                                                   cap.max_topk, cap.block_size, cap.max_blocks, cap.num_blocks);
@@ -268,20 +268,7 @@ inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, cons
     a.gate_row_stride = ldc;
   }
   a.out = attn, a.lse = lse;
-  std::size_t need = 0;
-  STEP5_RETURN_IF_ERROR(sparse_attention_workspace_size(a, &need));
-  if (need > m.attn_ws_bytes) {
-    int dev = 0, sms = 0;
-    STEP5_CUDA_RETURN(cudaGetDevice(&dev));
-    STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    SparseAttentionPlan plan;
-    STEP5_RETURN_IF_ERROR(sparse_attention_plan(a, sms, &plan));
-    for (int s = plan.num_splits - 1; s >= 1; --s) {
-      a.num_splits = s;
-      STEP5_RETURN_IF_ERROR(sparse_attention_plan(a, sms, &plan));
-      if (plan.workspace_bytes <= m.attn_ws_bytes) break;
-    }
-  }
+  a.max_workspace_bytes = m.attn_ws_bytes;  // the planner lowers the auto split factor to fit
   const Status st = layout::dispatch_layout(entry->name, rank.parallel.tp_size, [&](auto tag) {
     return sparse_attention<decltype(tag)::kId>(a, base + m.attn_ws, m.attn_ws_bytes, stream);
   });
