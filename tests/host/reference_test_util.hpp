@@ -1,6 +1,6 @@
 #pragma once
 // Helpers shared by tests/host/test_reference_*.cpp: random data, per-rank weight assembly from
-// global (checkpoint-shaped) tensors, golden-file access and error metrics. Test-only.
+// global (checkpoint-shaped) tensors, golden-file access (golden_data.hpp) and error metrics. Test-only.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "golden_data.hpp"
 #include "step5/core/numeric.hpp"
 #include "step5/layout/parallel.hpp"
 #include "step5/reference/layer.hpp"
@@ -143,18 +144,10 @@ inline std::size_t count_bits_diff(const std::vector<bf16>& a, const std::vector
   return n;
 }
 
-/// Golden file access (the folder may be absent in some checkouts: `available()`).
-inline std::string golden_dir() { return STEP5_GOLDEN_DIR; }
-inline bool golden_available(const char* file) { return std::filesystem::exists(golden_dir() + "/" + file); }
-/// Prints the marker line (tests/CMakeLists.txt: STEP5_GOLDEN_SKIP_MARKER) that makes CTest
-/// report the calling test case as Skipped; call it, then return, when golden data is absent.
-inline void report_golden_skipped(const std::string& what) {
-  std::cout << STEP5_GOLDEN_SKIP_MARKER << " (" << what << ")" << std::endl;
-}
-
+/// One golden file (golden_data.hpp: `golden_file`), typed access to its tensors.
 struct Golden {
   step5::SafetensorsFile file;
-  explicit Golden(const std::string& name) : file(golden_dir() + "/" + name) {}
+  explicit Golden(const std::string& name) : file(golden_file(name)) {}
   template <class T>
   std::vector<T> get(const std::string& name, step5::DType dtype, std::vector<std::int64_t> shape = {}) const {
     step5::TensorView v = file.view(name);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "golden_data.hpp"
 #include "step5/weights/checkpoint_generator.hpp"
 #include "step5/weights/config.hpp"
 #include "step5/weights/safetensors.hpp"
@@ -493,54 +494,79 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
   CHECK(parse_model_config(j, "x", false).geometry_name.empty());
 }
 
-TEST_CASE("golden weights.safetensors: shapes, dtypes, and bit-exact regeneration") {
-  const fs::path golden = fs::path(STEP5_GOLDEN_DIR);
-  if (!fs::exists(golden / "weights.safetensors") || !fs::exists(golden / "manifest.json")) {
-    // CTest reports the case as Skipped on this line (tests/CMakeLists.txt: SKIP_REGULAR_EXPRESSION)
-    std::cout << STEP5_GOLDEN_SKIP_MARKER << " (no weights.safetensors/manifest.json under " << golden.string() << ")"
-              << std::endl;
-    return;
-  }
-  std::ifstream mf(golden / "manifest.json");
-  const nlohmann::json manifest = nlohmann::json::parse(mf);
+TEST_CASE("sha256: FIPS 180-2 example vectors (one block, two-block padding, a million bytes)") {
+  auto h = [](const std::string& s) { return reftest::sha256_hex(s.data(), s.size()); };
+  CHECK(h("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(h("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(h("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  CHECK(h(std::string(1000000, 'a')) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST_CASE("golden weights: regenerated bit for bit from the manifest's generator (sha256 per tensor)") {
+  // The golden layer's weights are not in the repository: the generator in golden-exact mode
+  // (manifest "generator") must reproduce every tensor's sha256 of manifest "weights".
+  const nlohmann::json manifest = reftest::golden_manifest();
+  const std::string dir = tmp_path("gen_golden");
+  generate_checkpoint(dir, reftest::golden_checkpoint_options(manifest));
+  const std::string file = (fs::path(dir) / "model.safetensors").string();
+  reftest::verify_golden_weights(file, manifest);  // throws naming the tensor on any difference
   const auto& weights = manifest.at("weights");
-  Checkpoint g((golden / "weights.safetensors").string());
+  SafetensorsFile g(file);
   CHECK(g.names().size() == weights.size());
-  for (auto it = weights.begin(); it != weights.end(); ++it) {
-    const TensorView v = g.view(it.key());
-    CHECK(v.shape == it.value().at("shape").get<std::vector<std::int64_t>>());
-    const std::string dt = it.value().at("dtype").get<std::string>();
-    CHECK_MESSAGE(v.dtype == (dt == "bf16" ? DType::kBF16 : DType::kF32), it.key());
+  for (const auto& n : g.names()) {
     // norms, bias, sparse_indexer_w and ssmax_s are fp32; projections bf16 (SPEC §7)
-    const bool is_fp32 = it.key().find("norm") != std::string::npos || it.key().find("sparse_indexer_w") != std::string::npos ||
-                         it.key().find("ssmax_s") != std::string::npos;
-    CHECK_MESSAGE(v.dtype == (is_fp32 ? DType::kF32 : DType::kBF16), it.key());
+    const bool is_fp32 = n.find("norm") != std::string::npos || n.find("sparse_indexer_w") != std::string::npos ||
+                         n.find("ssmax_s") != std::string::npos;
+    CHECK_MESSAGE(g.view(n).dtype == (is_fp32 ? DType::kF32 : DType::kBF16), n);
   }
   CHECK(stddev(to_float_vector(g.view("model.layers.0.self_attn.q_proj.weight"))) == doctest::Approx(0.02).epsilon(0.02));
   // the config of the manifest matches the generator's geometry
   const auto& mc = manifest.at("config");
   const auto geo = layout::geometry_of(layout::GeometryId::step5_preview);
   CHECK(mc.at("num_attention_heads").get<int>() == geo.num_heads);
+  CHECK(mc.at("num_attention_groups").get<int>() == geo.num_kv_heads);
+  CHECK(mc.at("head_dim").get<int>() == geo.head_dim);
   CHECK(mc.at("sparse_indexer_num_heads").get<int>() == geo.index_num_heads);
+  CHECK(mc.at("proxy_dim").get<int>() == geo.proxy_dim);
   CHECK(mc.at("rot_main").get<int>() == geo.rot_main);
-
-  // The generator in golden-exact mode reproduces every tensor bit for bit (manifest "generator").
-  CheckpointOptions o;
-  o.num_layers = 1;
-  o.hidden = mc.at("hidden_size").get<int>();
-  o.seed = manifest.at("generator").at("seed").get<std::uint64_t>();
-  o.prng = WeightPrng::kGoldenExact;
-  o.layer_types = {"full_attention"};
-  const std::string dir = tmp_path("gen_golden");
-  generate_checkpoint(dir, o);
-  Checkpoint m(dir);
-  CHECK(m.names() == g.names());
-  for (const auto& n : g.names()) {
-    const auto a = g.view(n), b = m.view(n);
-    REQUIRE(a.nbytes() == b.nbytes());
-    CHECK_MESSAGE(std::memcmp(a.data, b.data, a.nbytes()) == 0, n);
-  }
   const ModelConfig c = load_model_config(dir);
   CHECK(c.hidden_size == 512);
   CHECK(c.geometry_name == "step5_preview");
+  // the test-time copy the golden tests read is the same and verified too
+  reftest::verify_golden_weights(reftest::golden_weights_file(), manifest);
+}
+
+TEST_CASE("golden weights: one changed byte is reported with the tensor's name") {
+  const nlohmann::json manifest = reftest::golden_manifest();
+  const std::string src = reftest::golden_weights_file();
+  const std::string bad = tmp_path("golden_weights_one_byte.safetensors");
+  fs::copy_file(src, bad, fs::copy_options::overwrite_existing);
+  std::uint64_t offset = 0;
+  {
+    SafetensorsFile f(bad);
+    const SafetensorsEntry* e = f.find("model.layers.0.self_attn.k_norm.weight");
+    REQUIRE(e != nullptr);
+    offset = e->begin + 5;
+  }
+  {
+    std::fstream f(bad, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekg(static_cast<std::streamoff>(offset));
+    char b = 0;
+    f.read(&b, 1);
+    b = static_cast<char>(b ^ 0x01);
+    f.seekp(static_cast<std::streamoff>(offset));
+    f.write(&b, 1);
+    REQUIRE(f.good());
+  }
+  try {
+    reftest::verify_golden_weights(bad, manifest);
+    FAIL("verify_golden_weights accepted a changed byte");
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    CHECK_MESSAGE(m.find("'model.layers.0.self_attn.k_norm.weight'") != std::string::npos, m);
+    CHECK_MESSAGE(m.find("sha256") != std::string::npos, m);
+    CHECK_MESSAGE(m.find(manifest["weights"]["model.layers.0.self_attn.k_norm.weight"]["sha256"].get<std::string>()) !=
+                      std::string::npos, m);
+  }
 }

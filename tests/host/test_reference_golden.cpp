@@ -1,7 +1,8 @@
 // Golden parity of the CPU reference against StepFun's public Step-4 reference (one layer, tp=1,
-// Step-5 Preview head geometry, hidden 512; /work/shared/golden, see its README and manifest.json).
-// Every test prints the skip marker (CTest: Skipped) when the golden folder (CMake cache variable
-// STEP5_GOLDEN_DIR) is absent.
+// Step-5 Preview head geometry, hidden 512; tests/data/golden, see its README and manifest.json).
+// The data is part of the repository (CMake cache variable STEP5_GOLDEN_DIR points elsewhere if
+// needed); a missing file fails the test naming its path. The layer's weights are regenerated
+// from the manifest's generator and checked against its sha256s first (golden_data.hpp).
 //
 // Exact vs tolerance (measured on this data; the numbers are printed as MESSAGEs):
 // - bit-exact: rope cos/sin tables (inv_freq within 1 ulp: the reference ran powf on the GPU);
@@ -35,18 +36,7 @@ namespace {
 
 const char* kPrefix = "model.layers.0.self_attn.";
 
-bool have_golden() {
-  if (golden_available("manifest.json") && golden_available("weights.safetensors") &&
-      golden_available("prefill.safetensors") && golden_available("rope.safetensors"))
-    return true;
-  report_golden_skipped("no manifest.json/weights/prefill/rope safetensors under " + golden_dir());
-  return false;
-}
-
-nlohmann::json manifest() {
-  std::ifstream f(golden_dir() + "/manifest.json");
-  return nlohmann::json::parse(f);
-}
+nlohmann::json manifest() { return golden_manifest(); }
 
 ref::Llama3Scaling scaling_of(const nlohmann::json& cfg) {
   const auto& s = cfg["rope_scaling"];
@@ -131,7 +121,6 @@ double rel_err_f(const std::vector<float>& a, const std::vector<float>& b) {
 }  // namespace
 
 TEST_CASE("golden: rope tables bit-exact (scaled and unscaled, main and indexer)") {
-  if (!have_golden()) return;
   const auto cfg = manifest()["config"];
   Golden rf("rope.safetensors");
   const double theta = cfg["rope_theta"].get<double>();
@@ -181,7 +170,6 @@ void report_bf16(const std::string& what, const std::vector<bf16>& ours, const s
 }  // namespace
 
 TEST_CASE("golden prefill: indexer, summaries, tails, scores, selection (saved projections fed)") {
-  if (!have_golden()) return;
   GoldenLayer L = load_layer(true);
   Golden pf("prefill.safetensors");
   const auto kv = pf.i32("inputs.kv_lens"), positions = pf.i32("inputs.positions");
@@ -295,7 +283,6 @@ TEST_CASE("golden prefill: indexer, summaries, tails, scores, selection (saved p
 }
 
 TEST_CASE("golden prefill: attention LSE, gate and o_proj (q recomputed: main.q lives only in the absent bulk file)") {
-  if (!have_golden()) return;
   GoldenLayer L = load_layer(true);
   Golden pf("prefill.safetensors");
   const auto positions = pf.i32("inputs.positions");
@@ -348,11 +335,6 @@ TEST_CASE("golden prefill: attention LSE, gate and o_proj (q recomputed: main.q 
 }
 
 TEST_CASE("golden decode: 4 steps continuing the prefill cache, every stage (saved projections fed)") {
-  if (!have_golden()) return;
-  if (!golden_available("decode.safetensors") || !golden_available("decode.bulk.safetensors")) {
-    report_golden_skipped("no decode.safetensors/decode.bulk.safetensors under " + golden_dir());
-    return;
-  }
   GoldenLayer L = load_layer(true);
   Golden pf("prefill.safetensors"), df("decode.safetensors"), db("decode.bulk.safetensors");
   const auto& r = L.w.rank;

@@ -14,7 +14,7 @@
 ///   sparse_indexer_z `[Nk*P]` — bf16, std hidden^-0.5; sparse_indexer_w `[Ni]` — fp32, std 0.02;
 ///   sparse_indexer_q_norm.weight, sparse_indexer_k_norm.weight, sparse_indexer_k_norm.bias `[P]`
 ///   — fp32, std 0.1; ssmax_s `[H]` — fp32 zeros (unused, SPEC §4.7).
-/// These are the shapes, dtypes and scales of the golden data (../shared/golden/manifest.json
+/// These are the shapes, dtypes and scales of the golden data (tests/data/golden/manifest.json
 /// "weights"). Layer types follow Step-5 Preview: `full_attention` on layers 4k+3 (the DSA
 /// layers), `sliding_attention` otherwise. Decision: by default NON-DSA layers get the same
 /// full set of tensors, indexer included (so a driver may run any layer through the DSA path);
@@ -28,7 +28,8 @@
 ///   - `WeightPrng::kGoldenExact`: the golden generator exactly (manifest "generator": 12
 ///     uniforms per element, Irwin-Hall, value = n*std in float64, rounded to fp32 then bf16),
 ///     so layer 0 of a step5_preview checkpoint with hidden 512 and seed 20250601 reproduces
-///     golden/weights.safetensors tensor for tensor, bit for bit. ~12x slower.
+///     the golden layer's weights tensor for tensor, bit for bit (the manifest's sha256 per
+///     tensor; the golden tests regenerate them this way: tests/host/golden_data.hpp). ~12x slower.
 ///   - `WeightPrng::kFast` (default): one splitmix64 draw per element, the sum of its four
 ///     16-bit uniforms rescaled to unit variance (Irwin-Hall n=4, |n| < 3.47), times std
 ///     (bf16 tensors compute it in fp32 with one folded scale: a few ns per element).
