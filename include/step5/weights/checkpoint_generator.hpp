@@ -56,7 +56,7 @@
 #include "step5/core/tensor.hpp"
 #include "step5/layout/geometry.hpp"
 #include "step5/layout/static_layout.hpp"
-#include "step5/weights/safetensors.hpp"
+#include "step5/weights/safetensors_writer.hpp"
 
 namespace step5 {
 
