@@ -26,7 +26,9 @@
 ///    `sparse_indexer_rope_dim`, `region_block_size`, `sparse_indexer_num_heads`,
 ///    `sparse_indexer_num_k_heads`, `apply_to_layer_types` (array of strings).
 /// Per-layer lists must have `num_hidden_layers` or `num_hidden_layers +
-/// num_nextn_predict_layers` entries.
+/// num_nextn_predict_layers` entries. `parse_model_config` reads them in this order, one function
+/// per step (`detail::config_read_*`, then `config_check_consistency`, `config_derive_rot_main`,
+/// `config_derive_geometry`); the first problem found is the one reported.
 ///
 /// Derived geometry (SPEC §1): H, KV, D, Ni, P, Nk, gate as above; `rot_main` =
 /// `partial_rotary_factor × head_dim` of the DSA layers (layers whose type is in
@@ -249,45 +251,56 @@ class ConfigReader {
   std::string source_;
 };
 
-}  // namespace detail
+// ---------------------------------------------------------------------------------------------
+// The steps of parse_model_config, in the order it runs them (the file comment lists the fields).
+// Each reads or checks one part of the config into `c` and throws like parse_model_config.
+// ---------------------------------------------------------------------------------------------
 
-/// Parses a config already read into JSON. `source` names it in messages. With
-/// `require_listed_geometry` (default) the derived geometry must be a row of geometries.def.
-/// Throws `step5::Error` (see the file comment).
-inline ModelConfig parse_model_config(const nlohmann::json& root, const std::string& source = "config.json",
-                                      bool require_listed_geometry = true) {
-  using detail::ConfigReader;
-  ConfigReader r(root, source);
-  constexpr std::int64_t kMaxDim = 1 << 24, kMaxLayers = 100000;
-  ModelConfig c;
-  c.source = source;
-  c.hidden_size = r.get_int("hidden_size", 1, kMaxDim);
-  c.num_hidden_layers = r.get_int("num_hidden_layers", 1, kMaxLayers);
+inline constexpr std::int64_t kConfigMaxDim = 1 << 24;      ///< bound of any size field
+inline constexpr std::int64_t kConfigMaxLayers = 100000;    ///< bound of num_hidden_layers
+
+/// Step 1: the text-section scalars (text_config nested or flat, `ConfigReader`): hidden_size,
+/// num_hidden_layers, num_nextn_predict_layers (optional), num_attention_heads,
+/// num_attention_groups, head_dim, rms_norm_eps (> 0).
+inline void config_read_text_fields(const ConfigReader& r, ModelConfig& c) {
+  c.hidden_size = r.get_int("hidden_size", 1, kConfigMaxDim);
+  c.num_hidden_layers = r.get_int("num_hidden_layers", 1, kConfigMaxLayers);
   {
     std::string p;
     const nlohmann::json* j = r.find("num_nextn_predict_layers", &p);
     c.num_nextn_predict_layers = j ? r.as_int(*j, p, 0, 1024) : 0;
   }
-  c.num_attention_heads = r.get_int("num_attention_heads", 1, kMaxDim);
-  c.num_attention_groups = r.get_int("num_attention_groups", 1, kMaxDim);
-  c.head_dim = r.get_int("head_dim", 1, kMaxDim);
+  c.num_attention_heads = r.get_int("num_attention_heads", 1, kConfigMaxDim);
+  c.num_attention_groups = r.get_int("num_attention_groups", 1, kConfigMaxDim);
+  c.head_dim = r.get_int("head_dim", 1, kConfigMaxDim);
   {
     std::string p;
     c.rms_norm_eps = r.as_number(r.require("rms_norm_eps", &p), p);
     if (!(c.rms_norm_eps > 0.0))
       r.fail(StatusCode::kInvalidArgument, "field '" + p + "' = " + ConfigReader::num_text(c.rms_norm_eps) + " must be > 0");
   }
-  const int total = c.total_layers();
-  auto check_len = [&](std::size_t n, const std::string& path) {
-    if (n != static_cast<std::size_t>(c.num_hidden_layers) && n != static_cast<std::size_t>(total))
-      r.fail(StatusCode::kInvalidArgument,
-             "field '" + path + "' has " + std::to_string(n) + " entries, expected one per layer: num_hidden_layers = " +
-                 std::to_string(c.num_hidden_layers) +
-                 (c.num_nextn_predict_layers ? " or num_hidden_layers + num_nextn_predict_layers = " + std::to_string(total)
-                                             : std::string()));
-  };
+}
 
-  // --- sparse_config --------------------------------------------------------------------------
+/// A per-layer list at `path` with `n` entries must have num_hidden_layers or
+/// num_hidden_layers + num_nextn_predict_layers entries (needs step 1).
+inline void config_check_layer_count(const ConfigReader& r, const ModelConfig& c, std::size_t n, const std::string& path) {
+  const int total = c.total_layers();
+  if (n != static_cast<std::size_t>(c.num_hidden_layers) && n != static_cast<std::size_t>(total))
+    r.fail(StatusCode::kInvalidArgument,
+           "field '" + path + "' has " + std::to_string(n) + " entries, expected one per layer: num_hidden_layers = " +
+               std::to_string(c.num_hidden_layers) +
+               (c.num_nextn_predict_layers ? " or num_hidden_layers + num_nextn_predict_layers = " + std::to_string(total)
+                                           : std::string()));
+}
+
+/// The `sparse_config` object and its dotted path (for fields looked up in it).
+struct SparseSection {
+  const nlohmann::json* json = nullptr;
+  std::string path;
+};
+
+/// Step 2: `sparse_config` (under text_config or at the top level) into `c.sparse`.
+inline SparseSection config_read_sparse(const ConfigReader& r, ModelConfig& c) {
   std::string sp;
   const nlohmann::json& s = r.require("sparse_config", &sp);
   if (!s.is_object()) r.fail(StatusCode::kInvalidArgument, "field '" + sp + "' must be an object, got " + ConfigReader::describe(s));
@@ -302,136 +315,149 @@ inline ModelConfig parse_model_config(const nlohmann::json& root, const std::str
     auto [j, p] = sfield(name);
     return r.as_int(*j, p, lo, hi);
   };
-  c.sparse.num_provider_groups = sint("num_provider_groups", 1, kMaxDim);
-  c.sparse.proxy_dim = sint("proxy_dim", 1, kMaxDim);
+  c.sparse.num_provider_groups = sint("num_provider_groups", 1, kConfigMaxDim);
+  c.sparse.proxy_dim = sint("proxy_dim", 1, kConfigMaxDim);
   c.sparse.topk = sint("topk", 1, layout::kMaxTopk);
-  c.sparse.sparse_indexer_rope_dim = sint("sparse_indexer_rope_dim", 0, kMaxDim);
-  c.sparse.region_block_size = sint("region_block_size", 1, kMaxDim);
-  c.sparse.sparse_indexer_num_heads = sint("sparse_indexer_num_heads", 1, kMaxDim);
-  c.sparse.sparse_indexer_num_k_heads = sint("sparse_indexer_num_k_heads", 1, kMaxDim);
+  c.sparse.sparse_indexer_rope_dim = sint("sparse_indexer_rope_dim", 0, kConfigMaxDim);
+  c.sparse.region_block_size = sint("region_block_size", 1, kConfigMaxDim);
+  c.sparse.sparse_indexer_num_heads = sint("sparse_indexer_num_heads", 1, kConfigMaxDim);
+  c.sparse.sparse_indexer_num_k_heads = sint("sparse_indexer_num_k_heads", 1, kConfigMaxDim);
   {
     auto [j, p] = sfield("apply_to_layer_types");
     c.sparse.apply_to_layer_types = r.as_strings(*j, p);
   }
+  return {&s, sp};
+}
 
-  // --- gate -----------------------------------------------------------------------------------
-  {
-    std::string p;
-    const nlohmann::json* g = r.find("gate_output_size", &p);
-    if (!g) {
-      auto it = s.find("gate_output_size");
-      if (it != s.end() && !it->is_null()) {
-        g = &*it;
-        p = sp + ".gate_output_size";
-      }
-    }
-    if (g) {
-      c.gate_output_size = r.as_int(*g, p, 0, kMaxDim);
-    } else if (const nlohmann::json* u = r.find("use_head_wise_attn_gate", &p)) {
-      if (!u->is_boolean())
-        r.fail(StatusCode::kInvalidArgument, "field '" + p + "' must be a boolean, got " + ConfigReader::describe(*u));
-      c.gate_output_size = u->get<bool>() ? c.num_attention_heads : 0;
-    } else {
-      r.fail(StatusCode::kNotFound, "missing field 'gate_output_size' (looked " + r.where() + " and in '" + sp +
-                                        "') and no 'use_head_wise_attn_gate' to derive it from");
+/// Step 3: the gate width: `gate_output_size` (text section, then `sparse_config`), else
+/// `use_head_wise_attn_gate` (true → num_attention_heads, false → 0).
+inline void config_read_gate(const ConfigReader& r, ModelConfig& c, const SparseSection& sparse) {
+  const nlohmann::json& s = *sparse.json;
+  const std::string& sp = sparse.path;
+  std::string p;
+  const nlohmann::json* g = r.find("gate_output_size", &p);
+  if (!g) {
+    auto it = s.find("gate_output_size");
+    if (it != s.end() && !it->is_null()) {
+      g = &*it;
+      p = sp + ".gate_output_size";
     }
   }
+  if (g) {
+    c.gate_output_size = r.as_int(*g, p, 0, kConfigMaxDim);
+  } else if (const nlohmann::json* u = r.find("use_head_wise_attn_gate", &p)) {
+    if (!u->is_boolean())
+      r.fail(StatusCode::kInvalidArgument, "field '" + p + "' must be a boolean, got " + ConfigReader::describe(*u));
+    c.gate_output_size = u->get<bool>() ? c.num_attention_heads : 0;
+  } else {
+    r.fail(StatusCode::kNotFound, "missing field 'gate_output_size' (looked " + r.where() + " and in '" + sp +
+                                      "') and no 'use_head_wise_attn_gate' to derive it from");
+  }
+}
 
-  // --- layer types ----------------------------------------------------------------------------
-  {
-    std::string p;
-    if (const nlohmann::json* j = r.find("layer_types", &p)) {
-      c.layer_types = r.as_strings(*j, p);
-      if (!c.layer_types.empty()) check_len(c.layer_types.size(), p);
-    }
-    if (const nlohmann::json* j = r.find("layer_types_with_mtp", &p)) {
-      c.layer_types_with_mtp = r.as_strings(*j, p);
-      if (!c.layer_types_with_mtp.empty() && c.layer_types_with_mtp.size() != static_cast<std::size_t>(total))
-        r.fail(StatusCode::kInvalidArgument, "field '" + p + "' has " + std::to_string(c.layer_types_with_mtp.size()) +
-                                                 " entries, expected num_hidden_layers + num_nextn_predict_layers = " +
-                                                 std::to_string(total));
-    }
-    if (c.attention_layer_types().empty())
-      r.fail(StatusCode::kNotFound, "missing field 'layer_types_with_mtp' or 'layer_types' (looked " + r.where() +
-                                        "): needed to tell which layers run DSA");
+/// Step 4: the per-layer attention types (`layer_types`, `layer_types_with_mtp`; SPEC §6): at
+/// least one non-empty, each of a valid length.
+inline void config_read_layer_types(const ConfigReader& r, ModelConfig& c) {
+  const int total = c.total_layers();
+  std::string p;
+  if (const nlohmann::json* j = r.find("layer_types", &p)) {
+    c.layer_types = r.as_strings(*j, p);
+    if (!c.layer_types.empty()) config_check_layer_count(r, c, c.layer_types.size(), p);
   }
+  if (const nlohmann::json* j = r.find("layer_types_with_mtp", &p)) {
+    c.layer_types_with_mtp = r.as_strings(*j, p);
+    if (!c.layer_types_with_mtp.empty() && c.layer_types_with_mtp.size() != static_cast<std::size_t>(total))
+      r.fail(StatusCode::kInvalidArgument, "field '" + p + "' has " + std::to_string(c.layer_types_with_mtp.size()) +
+                                               " entries, expected num_hidden_layers + num_nextn_predict_layers = " +
+                                               std::to_string(total));
+  }
+  if (c.attention_layer_types().empty())
+    r.fail(StatusCode::kNotFound, "missing field 'layer_types_with_mtp' or 'layer_types' (looked " + r.where() +
+                                      "): needed to tell which layers run DSA");
+}
 
-  // --- rope -----------------------------------------------------------------------------------
-  {
-    std::string p;
-    const nlohmann::json& t = r.require("rope_theta", &p);
-    if (t.is_array()) {
-      check_len(t.size(), p);
-      for (std::size_t i = 0; i < t.size(); ++i) {
-        const double v = r.as_number(t[i], p + "[" + std::to_string(i) + "]");
-        if (!(v > 0.0))
-          r.fail(StatusCode::kInvalidArgument, "field '" + p + "[" + std::to_string(i) + "]' = " + ConfigReader::num_text(v) + " must be > 0");
-        c.rope_theta.push_back(v);
-      }
-    } else {
-      const double v = r.as_number(t, p);
-      if (!(v > 0.0)) r.fail(StatusCode::kInvalidArgument, "field '" + p + "' = " + ConfigReader::num_text(v) + " must be > 0");
-      c.rope_theta.assign(static_cast<std::size_t>(total), v);
+/// Step 5: `rope_theta`, per layer (array) or one number for every layer; each > 0.
+inline void config_read_rope_theta(const ConfigReader& r, ModelConfig& c) {
+  std::string p;
+  const nlohmann::json& t = r.require("rope_theta", &p);
+  if (t.is_array()) {
+    config_check_layer_count(r, c, t.size(), p);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      const double v = r.as_number(t[i], p + "[" + std::to_string(i) + "]");
+      if (!(v > 0.0))
+        r.fail(StatusCode::kInvalidArgument, "field '" + p + "[" + std::to_string(i) + "]' = " + ConfigReader::num_text(v) + " must be > 0");
+      c.rope_theta.push_back(v);
     }
+  } else {
+    const double v = r.as_number(t, p);
+    if (!(v > 0.0)) r.fail(StatusCode::kInvalidArgument, "field '" + p + "' = " + ConfigReader::num_text(v) + " must be > 0");
+    c.rope_theta.assign(static_cast<std::size_t>(c.total_layers()), v);
   }
-  {
-    std::string p;
-    auto read_factor = [&](const nlohmann::json& j, const std::string& path) {
-      const double v = r.as_number(j, path);
-      if (!(v >= 0.0 && v <= 1.0))
-        r.fail(StatusCode::kInvalidArgument, "field '" + path + "' = " + ConfigReader::num_text(v) + " is outside [0, 1]");
-      return v;
-    };
-    if (const nlohmann::json* f = r.find("partial_rotary_factors", &p)) {
-      if (!f->is_array()) r.fail(StatusCode::kInvalidArgument, "field '" + p + "' must be an array of numbers, got " + ConfigReader::describe(*f));
-      check_len(f->size(), p);
-      for (std::size_t i = 0; i < f->size(); ++i) c.partial_rotary_factors.push_back(read_factor((*f)[i], p + "[" + std::to_string(i) + "]"));
-    } else if (const nlohmann::json* f1 = r.find("partial_rotary_factor", &p)) {
-      c.partial_rotary_factors.assign(static_cast<std::size_t>(total), read_factor(*f1, p));
-    } else {
-      r.fail(StatusCode::kNotFound, "missing field 'partial_rotary_factors' or 'partial_rotary_factor' (looked " + r.where() + ")");
-    }
-  }
-  {
-    std::string p;
-    if (const nlohmann::json* rs = r.find("rope_scaling", &p)) {
-      if (!rs->is_object()) r.fail(StatusCode::kInvalidArgument, "field '" + p + "' must be an object or null, got " + ConfigReader::describe(*rs));
-      auto it = rs->find("rope_type");
-      std::string tp = p + ".rope_type";
-      if (it == rs->end()) {
-        it = rs->find("type");
-        tp = p + ".type";
-      }
-      if (it == rs->end()) r.fail(StatusCode::kNotFound, "missing field 'rope_type' in '" + p + "'");
-      if (!it->is_string()) r.fail(StatusCode::kInvalidArgument, "field '" + tp + "' must be a string, got " + ConfigReader::describe(*it));
-      const std::string type = it->get<std::string>();
-      if (type == "llama3") {
-        RopeScaling sc;
-        auto num = [&](const char* name) {
-          auto f = rs->find(name);
-          if (f == rs->end()) r.fail(StatusCode::kNotFound, "missing field '" + std::string(name) + "' in '" + p + "' (rope_type llama3)");
-          const double v = r.as_number(*f, p + "." + name);
-          if (!(v > 0.0)) r.fail(StatusCode::kInvalidArgument, "field '" + p + "." + name + "' = " + ConfigReader::num_text(v) + " must be > 0");
-          return v;
-        };
-        sc.factor = num("factor");
-        sc.low_freq_factor = num("low_freq_factor");
-        sc.high_freq_factor = num("high_freq_factor");
-        if (!(sc.high_freq_factor > sc.low_freq_factor))
-          r.fail(StatusCode::kInvalidArgument, "'" + p + "': high_freq_factor " + ConfigReader::num_text(sc.high_freq_factor) +
-                                                   " must be > low_freq_factor " + ConfigReader::num_text(sc.low_freq_factor));
-        auto o = rs->find("original_max_position_embeddings");
-        if (o == rs->end()) r.fail(StatusCode::kNotFound, "missing field 'original_max_position_embeddings' in '" + p + "' (rope_type llama3)");
-        sc.original_max_position_embeddings = r.as_int(*o, p + ".original_max_position_embeddings", 1, INT32_MAX);
-        c.rope_scaling = sc;
-      } else if (type != "default") {
-        r.fail(StatusCode::kUnsupported, "field '" + tp + "' = '" + type + "' is not supported (expected 'llama3' or 'default')");
-      }
-    }
-    if (const nlohmann::json* y = r.find("yarn_only_types", &p)) c.yarn_only_types = r.as_strings(*y, p);
-  }
+}
 
-  // --- consistency and geometry ---------------------------------------------------------------
+/// Step 6: `partial_rotary_factors` (per layer), else `partial_rotary_factor`; each in [0, 1].
+inline void config_read_partial_rotary_factors(const ConfigReader& r, ModelConfig& c) {
+  std::string p;
+  auto read_factor = [&](const nlohmann::json& j, const std::string& path) {
+    const double v = r.as_number(j, path);
+    if (!(v >= 0.0 && v <= 1.0))
+      r.fail(StatusCode::kInvalidArgument, "field '" + path + "' = " + ConfigReader::num_text(v) + " is outside [0, 1]");
+    return v;
+  };
+  if (const nlohmann::json* f = r.find("partial_rotary_factors", &p)) {
+    if (!f->is_array()) r.fail(StatusCode::kInvalidArgument, "field '" + p + "' must be an array of numbers, got " + ConfigReader::describe(*f));
+    config_check_layer_count(r, c, f->size(), p);
+    for (std::size_t i = 0; i < f->size(); ++i) c.partial_rotary_factors.push_back(read_factor((*f)[i], p + "[" + std::to_string(i) + "]"));
+  } else if (const nlohmann::json* f1 = r.find("partial_rotary_factor", &p)) {
+    c.partial_rotary_factors.assign(static_cast<std::size_t>(c.total_layers()), read_factor(*f1, p));
+  } else {
+    r.fail(StatusCode::kNotFound, "missing field 'partial_rotary_factors' or 'partial_rotary_factor' (looked " + r.where() + ")");
+  }
+}
+
+/// Step 7: `rope_scaling` (optional; llama3 or default) and `yarn_only_types` (optional).
+inline void config_read_rope_scaling(const ConfigReader& r, ModelConfig& c) {
+  std::string p;
+  if (const nlohmann::json* rs = r.find("rope_scaling", &p)) {
+    if (!rs->is_object()) r.fail(StatusCode::kInvalidArgument, "field '" + p + "' must be an object or null, got " + ConfigReader::describe(*rs));
+    auto it = rs->find("rope_type");
+    std::string tp = p + ".rope_type";
+    if (it == rs->end()) {
+      it = rs->find("type");
+      tp = p + ".type";
+    }
+    if (it == rs->end()) r.fail(StatusCode::kNotFound, "missing field 'rope_type' in '" + p + "'");
+    if (!it->is_string()) r.fail(StatusCode::kInvalidArgument, "field '" + tp + "' must be a string, got " + ConfigReader::describe(*it));
+    const std::string type = it->get<std::string>();
+    if (type == "llama3") {
+      RopeScaling sc;
+      auto num = [&](const char* name) {
+        auto f = rs->find(name);
+        if (f == rs->end()) r.fail(StatusCode::kNotFound, "missing field '" + std::string(name) + "' in '" + p + "' (rope_type llama3)");
+        const double v = r.as_number(*f, p + "." + name);
+        if (!(v > 0.0)) r.fail(StatusCode::kInvalidArgument, "field '" + p + "." + name + "' = " + ConfigReader::num_text(v) + " must be > 0");
+        return v;
+      };
+      sc.factor = num("factor");
+      sc.low_freq_factor = num("low_freq_factor");
+      sc.high_freq_factor = num("high_freq_factor");
+      if (!(sc.high_freq_factor > sc.low_freq_factor))
+        r.fail(StatusCode::kInvalidArgument, "'" + p + "': high_freq_factor " + ConfigReader::num_text(sc.high_freq_factor) +
+                                                 " must be > low_freq_factor " + ConfigReader::num_text(sc.low_freq_factor));
+      auto o = rs->find("original_max_position_embeddings");
+      if (o == rs->end()) r.fail(StatusCode::kNotFound, "missing field 'original_max_position_embeddings' in '" + p + "' (rope_type llama3)");
+      sc.original_max_position_embeddings = r.as_int(*o, p + ".original_max_position_embeddings", 1, INT32_MAX);
+      c.rope_scaling = sc;
+    } else if (type != "default") {
+      r.fail(StatusCode::kUnsupported, "field '" + tp + "' = '" + type + "' is not supported (expected 'llama3' or 'default')");
+    }
+  }
+  if (const nlohmann::json* y = r.find("yarn_only_types", &p)) c.yarn_only_types = r.as_strings(*y, p);
+}
+
+/// Step 8: fields that must agree (SPEC §2): num_provider_groups = num_attention_groups,
+/// sparse_indexer_num_heads a multiple of it, sparse_indexer_rope_dim even and <= proxy_dim.
+inline void config_check_consistency(const ConfigReader& r, const ModelConfig& c) {
   if (c.sparse.num_provider_groups != c.num_attention_groups)
     r.fail(StatusCode::kInvalidArgument,
            "sparse_config.num_provider_groups = " + std::to_string(c.sparse.num_provider_groups) +
@@ -446,6 +472,11 @@ inline ModelConfig parse_model_config(const nlohmann::json& root, const std::str
     r.fail(StatusCode::kInvalidArgument, "sparse_config.sparse_indexer_rope_dim = " +
                                              std::to_string(c.sparse.sparse_indexer_rope_dim) +
                                              " must be even and <= proxy_dim = " + std::to_string(c.sparse.proxy_dim));
+}
+
+/// Step 9: rot_main (SPEC §1) = partial_rotary_factor × head_dim of the DSA layers: at least one
+/// DSA layer, every one covered by the per-layer lists, an even integer, the same on all.
+inline int config_derive_rot_main(const ConfigReader& r, const ModelConfig& c) {
   const std::vector<int> dsa = c.dsa_layers();
   if (dsa.empty())
     r.fail(StatusCode::kInvalidArgument, "no layer has a type listed in sparse_config.apply_to_layer_types (" +
@@ -475,6 +506,12 @@ inline ModelConfig parse_model_config(const nlohmann::json& root, const std::str
       first = l;
     }
   }
+  return rot_main;
+}
+
+/// Step 10: the geometry (SPEC §1) and its row of geometries.def; with
+/// `require_listed_geometry` a geometry outside the list is refused (kUnsupported, lists the rows).
+inline void config_derive_geometry(const ConfigReader& r, ModelConfig& c, int rot_main, bool require_listed_geometry) {
   c.geometry = layout::Geometry{c.num_attention_heads,
                                 c.num_attention_groups,
                                 c.head_dim,
@@ -491,6 +528,30 @@ inline ModelConfig parse_model_config(const nlohmann::json& root, const std::str
     for (const auto& e : layout::kGeometries) list += "\n  " + layout::describe(e.geometry);
     r.fail(StatusCode::kUnsupported, "geometry " + layout::describe(c.geometry) + " matches no supported geometry (SPEC §8):" + list);
   }
+}
+
+}  // namespace detail
+
+/// Parses a config already read into JSON. `source` names it in messages. With
+/// `require_listed_geometry` (default) the derived geometry must be a row of geometries.def.
+/// Throws `step5::Error` (see the file comment). Runs the steps of `detail::config_*` in order:
+/// text fields, sparse_config, gate, layer types, rope_theta, partial rotary factors, rope
+/// scaling, consistency, rot_main, geometry.
+inline ModelConfig parse_model_config(const nlohmann::json& root, const std::string& source = "config.json",
+                                      bool require_listed_geometry = true) {
+  const detail::ConfigReader r(root, source);
+  ModelConfig c;
+  c.source = source;
+  detail::config_read_text_fields(r, c);
+  const detail::SparseSection sparse = detail::config_read_sparse(r, c);
+  detail::config_read_gate(r, c, sparse);
+  detail::config_read_layer_types(r, c);
+  detail::config_read_rope_theta(r, c);
+  detail::config_read_partial_rotary_factors(r, c);
+  detail::config_read_rope_scaling(r, c);
+  detail::config_check_consistency(r, c);
+  const int rot_main = detail::config_derive_rot_main(r, c);
+  detail::config_derive_geometry(r, c, rot_main, require_listed_geometry);
   return c;
 }
 
