@@ -244,7 +244,7 @@ TEST_CASE("CPU reference layer: prefill 128 + 10, then the decode at position 12
     CHECK(err.code() == StatusCode::kInvalidArgument);
     what = err.what();
   }
-  // the same message the GPU launchers return (tests/gpu/test_batch_check.cu compares them)
+  // the same message the GPU launchers return (tests/gpu/test_step_bounds.cu compares them)
   StepCheck c;
   c.op = "dsa_layer_forward";
   c.num_requests = 2;

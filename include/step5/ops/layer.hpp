@@ -65,6 +65,7 @@ struct DsaLayerStep {
   const std::int32_t* tail_slot = nullptr;  ///< [B] device int32, each in [0, caches.num_slots)
   /// Host upper bound of every seq_lens[b] of this step (> 0, <= capacity.max_seq_len): sizes the
   /// score rows; checked against the host mirror of seq_lens.
+  int max_seq_len = 0;
   int topk = 0;                             ///< 1..1024 (<= capacity.max_topk)
 };
 
