@@ -140,6 +140,8 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   p.max_blocks = max_blocks;
   p.cu_seqlens_q = cu;
   p.seq_lens = seq;
+  p.cu_seqlens_q_host = h_cu.data();
+  p.seq_lens_host = h_seq.data();
   p.topk_ids = ids;
   p.counts = counts;
   p.gate = reinterpret_cast<const step5::bf16*>(gate);

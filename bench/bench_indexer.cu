@@ -165,6 +165,7 @@ struct SelectSetup {
   step5::layout::RankLayout rank{};
   step5::ops::IndexerSelectParams p{};
   std::vector<void*> allocs;
+  std::vector<int> h_cu, h_seq;  // host mirrors of the batch metadata (validated by the launcher)
   double summary_bytes = 0, score_flops = 0;
   template <class T>
   T* alloc(std::size_t n) {
@@ -205,7 +206,9 @@ struct SelectSetup {
     CK(cudaMemcpy(d_seq, seq_lens.data(), B * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d_bt, bt.data(), bt.size() * 4, cudaMemcpyHostToDevice));
     p.rank = rank;
-    p.batch = {d_cu, d_seq, B, T};
+    h_cu = cu;
+    h_seq = seq_lens;
+    p.batch = {d_cu, d_seq, B, T, h_cu.data(), h_seq.data()};
     p.table = {d_bt, max_blocks, bs, static_cast<int>(bt.size())};
     p.index_q = d_iq;
     p.weights = d_w;

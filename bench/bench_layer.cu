@@ -315,6 +315,7 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
   STEP5_BENCH_CUDA(cudaMemcpy(d_table.p, h_table.data(), d_table.bytes(), cudaMemcpyHostToDevice));
   ops::DsaLayerStep step;
   step.batch.cu_seqlens_q = d_cu.p, step.batch.seq_lens = d_seq.p, step.batch.num_requests = B, step.batch.num_tokens = T;
+  step.batch.cu_seqlens_q_host = h_cu.data(), step.batch.seq_lens_host = h_seq.data();
   step.table.block_table = d_table.p, step.table.max_blocks = max_blocks, step.table.block_size = kBlockSize;
   step.table.num_blocks = num_blocks;
   step.tail_slot = d_slot.p, step.max_seq_len = seq, step.topk = kTopk;

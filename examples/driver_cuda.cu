@@ -188,6 +188,8 @@ class CudaBackend : public Backend {
     ops::DsaLayerStep ls;
     ls.batch.num_requests = static_cast<int>(step.batch.seq_lens.size());
     ls.batch.num_tokens = T;
+    ls.batch.cu_seqlens_q_host = step.batch.cu_seqlens_q.data();  // host mirrors (validated on the host)
+    ls.batch.seq_lens_host = step.batch.seq_lens.data();
     ls.table.max_blocks = w_.max_blocks;
     ls.table.block_size = w_.block_size;
     ls.table.num_blocks = w_.num_blocks;

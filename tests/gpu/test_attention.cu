@@ -168,6 +168,8 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
   p.max_blocks = max_blocks;
   p.cu_seqlens_q = d_cu.p;
   p.seq_lens = d_seq.p;
+  p.cu_seqlens_q_host = cu.data();
+  p.seq_lens_host = sc.seq_lens.data();
   p.topk_ids = d_ids.p;
   p.counts = d_counts.p;
   p.gate = sc.gate ? d_gate.p + 3 : nullptr;
@@ -317,6 +319,10 @@ GPU_CASE("launcher preconditions return Status with the value") {
   p.block_size = 16;
   p.max_blocks = 8;
   p.num_blocks = 8;
+  const std::int32_t h_cu[2] = {0, 4}, h_seq[1] = {4}, h_table[8] = {};
+  p.block_table = h_table;  // never read: every case below is refused before a launch
+  p.cu_seqlens_q_host = h_cu;
+  p.seq_lens_host = h_seq;
   auto expect_err = [&](step5::ops::SparseAttentionParams q, const char* needle, const char* what) {
     const step5::Status s = step5::ops::sparse_attention<Tag::kId>(q, nullptr, 0, nullptr);
     EXPECT(!s.ok() && s.message().find(needle) != std::string::npos, "%s: got '%s'", what, s.to_string().c_str());
@@ -342,6 +348,16 @@ GPU_CASE("launcher preconditions return Status with the value") {
   q.head_dim = 128;
   expect_err(q, "head_dim = 128", "wrong head_dim");
   expect_err(p, "q is null", "null q");
+  q = p;
+  q.cu_seqlens_q_host = nullptr;
+  expect_err(q, "cu_seqlens_q_host is null", "no host mirror of cu_seqlens_q");
+  q = p;
+  q.seq_lens_host = nullptr;
+  expect_err(q, "seq_lens_host is null", "no host mirror of seq_lens");
+  q = p;
+  const std::int32_t long_seq[1] = {129};  // capacity 8 x 16 = 128 positions
+  q.seq_lens_host = long_seq;
+  expect_err(q, "request 0: position 128", "position past the block-table row");
 }
 
 STEP5_GPU_TEST_MAIN()

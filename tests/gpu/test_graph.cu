@@ -117,9 +117,13 @@ void graph_replay_case(const char* label) {
     GPU_CHECK(cudaMemset(p->ws.p, 0, ws_bytes));
   }
 
+  // host mirrors of the metadata (validated at each eager launch and at capture; a replay reads
+  // the device arrays, re-uploaded before each launch)
+  std::vector<std::int32_t> seq(B);
   auto make_step = [&](Path& p) {
     step5::ops::DsaLayerStep st;
     st.batch.cu_seqlens_q = p.cu.p, st.batch.seq_lens = p.seq.p, st.batch.num_requests = B, st.batch.num_tokens = B;
+    st.batch.cu_seqlens_q_host = cu.data(), st.batch.seq_lens_host = seq.data();
     st.table.block_table = p.table.p, st.table.max_blocks = max_blocks, st.table.block_size = block_size;
     st.table.num_blocks = num_blocks;
     st.tail_slot = p.slots.p, st.max_seq_len = max_seq_len, st.topk = topk;
@@ -134,7 +138,6 @@ void graph_replay_case(const char* label) {
   cudaStream_t stream;
   GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   // Capture once (lengths of step 0 uploaded before each replay, so the captured values do not matter).
-  std::vector<std::int32_t> seq(B);
   for (int b = 0; b < B; ++b) seq[b] = start[b] + 1;
   graph.seq.up(seq);
   cudaGraph_t cg = nullptr;

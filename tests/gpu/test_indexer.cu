@@ -269,7 +269,7 @@ StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& op
   const int ws_tokens = opt.ws_tokens > 0 ? opt.ws_tokens : std::max(T, 1);
   const std::size_t ws_bytes = step5::ops::indexer_select_workspace_bytes(w.rank, ws_tokens, w.max_seq_len, B);
   auto* d_ws = dalloc<char>(ws_bytes);
-  const step5::ops::IndexerBatch batch{d_cu, d_seq, B, T};
+  const step5::ops::IndexerBatch batch{d_cu, d_seq, B, T, cu.data(), seq.data()};
 
   step5::ops::IndexerPrepareParams pp;
   pp.rank = w.rank;
@@ -547,7 +547,7 @@ GPU_CASE("indexer: scores + selection at 1M tokens of context (131072 regions; q
   auto* d_ws = dalloc<char>(ws_bytes);
   step5::ops::IndexerSelectParams se;
   se.rank = rl;
-  se.batch = {d_cu, d_seq, B, T};
+  se.batch = {d_cu, d_seq, B, T, cu.data(), seq.data()};
   se.table = {d_bt, max_blocks, block_size, num_blocks};
   se.index_q = d_iq;
   se.weights = d_w;

@@ -209,7 +209,8 @@ TEST_CASE("forward refuses bad inputs with the value in the message") {
   ref::LayerCache cache = ref::LayerCache::create(s.w.rank, 4, kBlock, 1);
   const auto X = random_bf16(4 * kHidden, 1.0f, 1);
   CHECK_THROWS_WITH_AS(ref::forward(s.w, cache, make_step({4}, {4}, 4), X.data(), 0), doctest::Contains("topk = 0"), step5::Error);
-  CHECK_THROWS_WITH_AS(ref::forward(s.w, cache, make_step({4}, {80}, 4), X.data(), 4), doctest::Contains("max_blocks = 4"),
+  CHECK_THROWS_WITH_AS(ref::forward(s.w, cache, make_step({4}, {80}, 4), X.data(), 4),
+                       doctest::Contains("request 0: position 79 (seq_lens[0] = 80), expected positions < capacity 64"),
                        step5::Error);
   ref::LayerWeights bad = s.w;
   bad.q_norm.pop_back();

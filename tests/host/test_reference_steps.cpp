@@ -351,5 +351,8 @@ TEST_CASE("batch metadata: positions, validation messages") {
   CHECK(ref::token_requests(b) == std::vector<std::int32_t>{0, 0, 0, 1});
   const std::vector<std::int32_t> bad = {2, 10, 5};
   ref::BatchView bb{3, cu.data(), bad.data()};
-  CHECK_THROWS_WITH_AS(ref::validate_batch(bb), doctest::Contains("seq_lens[0] = 2"), step5::Error);
+  const std::vector<std::int32_t> table(3 * 2, 0);
+  const ref::BlockTableView bt{table.data(), 2, 8, 1};
+  CHECK_NOTHROW(ref::validate_step(b, bt, "steps"));
+  CHECK_THROWS_WITH_AS(ref::validate_step(bb, bt, "steps"), doctest::Contains("seq_lens[0] = 2"), step5::Error);
 }

@@ -33,6 +33,7 @@
 #include "step5/core/numeric.hpp"
 #include "step5/core/status.hpp"
 #include "step5/layout/geometry.hpp"
+#include "step5/ops/batch_check.hpp"
 
 namespace step5::ops {
 
@@ -55,8 +56,16 @@ struct SparseAttentionParams {
   int block_size = 0;              ///< tokens per block, a positive multiple of 8
   const std::int32_t* block_table = nullptr;  ///< `[B, max_blocks]`
   int max_blocks = 0;              ///< row stride of block_table; max_blocks*block_size bounds positions
-  const std::int32_t* cu_seqlens_q = nullptr; ///< `[B+1]`, cu[0] = 0, non-decreasing, cu[B] = T
-  const std::int32_t* seq_lens = nullptr;     ///< `[B]`, KV length after this step (>= q_len)
+  const std::int32_t* cu_seqlens_q = nullptr; ///< device `[B+1]`, cu[0] = 0, non-decreasing, cu[B] = T
+  const std::int32_t* seq_lens = nullptr;     ///< device `[B]`, KV length after this step (>= q_len)
+  /// HOST mirrors of cu_seqlens_q `[B+1]` and seq_lens `[B]` (same values), validated by
+  /// `validate_step` (ops/batch_check.hpp); required when T > 0. See `sparse_attention` for
+  /// CUDA-graph replay.
+  const std::int32_t* cu_seqlens_q_host = nullptr;
+  const std::int32_t* seq_lens_host = nullptr;
+  /// Checked mode: device record of kBoundsFaultWords int32 (zero-filled before the step); the
+  /// kernel records the first block-table fault there (ops/bounds_fault.hpp). nullptr = skipped silently.
+  std::int32_t* bounds_fault = nullptr;
   const std::int32_t* topk_ids = nullptr;     ///< `[lg, T, topk+1]` region ids (entries >= count unread)
   const std::int32_t* counts = nullptr;       ///< `[lg, T]` valid entries per row, in [0, topk+1]
   /// Gate logits (SPEC §4.8): row t holds Hl bf16 values at `gate + t*gate_row_stride` (the
@@ -104,13 +113,31 @@ inline std::string attn_msg(const char* what, long long v, const std::string& ex
 }
 }  // namespace detail
 
-/// Checks the size arguments (not the pointers) and computes the plan for `num_sms` SMs.
+/// The `validate_step` arguments of `p` (batch with host mirrors, table, topk); the launcher adds
+/// the workspace. `per_request = false` checks the sizes only (planning).
+inline StepCheck attention_step_check(const SparseAttentionParams& p, bool per_request) {
+  StepCheck c;
+  c.op = "sparse_attention";
+  c.num_requests = p.num_requests;
+  c.num_tokens = p.num_tokens;
+  c.cu_seqlens_q = p.cu_seqlens_q_host;
+  c.seq_lens = p.seq_lens_host;
+  c.per_request = per_request;
+  c.block_table = p.block_table;
+  c.block_size = p.block_size;
+  c.max_blocks = p.max_blocks;
+  c.num_blocks = p.num_blocks;
+  c.topk = p.topk;
+  return c;
+}
+
+/// Checks the size arguments (not the pointers, not the per-request metadata: `validate_step`
+/// with per_request = false) and computes the plan for `num_sms` SMs.
 /// Errors name the value and what was expected (kInvalidArgument / kUnsupported).
 inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms, SparseAttentionPlan* plan) {
   using detail::attn_msg;
   if (plan == nullptr) return invalid_argument("sparse_attention_plan: plan is null");
-  if (p.num_tokens < 0) return invalid_argument(attn_msg("num_tokens", p.num_tokens, ">= 0"));
-  if (p.num_requests < 0) return invalid_argument(attn_msg("num_requests", p.num_requests, ">= 0"));
+  STEP5_RETURN_IF_ERROR(validate_step(attention_step_check(p, false)));
   if (p.num_kv_groups <= 0) return invalid_argument(attn_msg("num_kv_groups", p.num_kv_groups, "> 0"));
   if (p.num_local_heads <= 0 || p.num_local_heads % p.num_kv_groups != 0)
     return invalid_argument(attn_msg("num_local_heads", p.num_local_heads,
@@ -118,12 +145,6 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   const int hpg = p.num_local_heads / p.num_kv_groups;
   if (!layout::supported_hpg_q(hpg))
     return unsupported(attn_msg("hpg_q (num_local_heads / num_kv_groups)", hpg, "4, 8 or 16 (SPEC §2 rule 6)"));
-  if (p.topk < 1 || p.topk > layout::kMaxTopk)
-    return invalid_argument(attn_msg("topk", p.topk, "in [1, " + std::to_string(layout::kMaxTopk) + "] (SPEC §1)"));
-  if (p.block_size <= 0 || p.block_size % 8 != 0)
-    return invalid_argument(attn_msg("block_size", p.block_size, "a positive multiple of 8 (SPEC §5)"));
-  if (p.max_blocks <= 0) return invalid_argument(attn_msg("max_blocks", p.max_blocks, "> 0"));
-  if (p.num_blocks <= 0) return invalid_argument(attn_msg("num_blocks", p.num_blocks, "> 0"));
   if (p.num_splits < 0 || p.num_splits > kAttentionMaxSplits)
     return invalid_argument(attn_msg("num_splits", p.num_splits, "0 (auto) .. " + std::to_string(kAttentionMaxSplits)));
   const int max_qt = kAttentionTileRows / hpg;
@@ -198,12 +219,21 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
 /// `p.num_local_heads` / `p.num_kv_groups` / `p.head_dim` must be the local layout of one tp
 /// value listed for `Id` in geometries.def. `workspace` holds at least
 /// `sparse_attention_workspace_size(p)` bytes (may be null when that is 0); no zero-fill needed.
-/// Errors (nothing launched): kInvalidArgument for null pointers (when T > 0), bad sizes,
-/// strides or alignment, a too small workspace; kUnsupported for a layout not listed for `Id`,
+/// Errors (nothing launched): kInvalidArgument for every rule of `validate_step` (ops/batch_check.hpp:
+/// cu_seqlens_q / seq_lens host mirrors null or inconsistent, a position >= max_blocks *
+/// block_size, topk, a too small workspace), null pointers (when T > 0), bad strides or
+/// alignment; kUnsupported for a layout not listed for `Id`,
 /// a device that is not sm_90 or a context too long for the shared-memory bitmaps; kCudaError
-/// for a failed launch. T == 0 or B == 0 returns Ok without launching. Defined for every built
+/// for a failed launch. T == 0 returns Ok without launching (after the size checks). Defined for every built
 /// geometry (src/instances/attention.cu.in); runtime selection by name goes through
 /// `layout::dispatch_layout(name, tp, [&](auto tag) { return sparse_attention<decltype(tag)::kId>(...); })`.
+///
+/// Device values: the kernels read the device cu_seqlens_q / seq_lens / block_table / topk_ids.
+/// Under CUDA-graph capture the host mirrors' values at capture are validated; a replay uses the
+/// device values unchecked by the host. A gathered token whose block-table slot lies outside
+/// the request's row or whose block id lies outside [0, num_blocks) is never read (it counts as
+/// masked); query positions outside the row contribute no current region. With `bounds_fault`
+/// set (checked mode) the first such fault is recorded (`read_bounds_fault`, ops/bounds_fault.hpp).
 template <layout::GeometryId Id>
 Status sparse_attention(const SparseAttentionParams& p, void* workspace, std::size_t workspace_bytes,
                         cudaStream_t stream);

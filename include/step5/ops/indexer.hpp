@@ -13,12 +13,27 @@
 ///
 /// Data layouts: docs/ARCHITECTURE.md "Shared data conventions". All pointers are device pointers;
 /// bf16 is `step5::bf16` (bit pattern, layout-compatible with __nv_bfloat16); e4m3 data are uint8 bit
-/// patterns. Launchers check every host-visible precondition first and return a Status naming the
-/// offending value (nothing is launched then); they never allocate, never synchronise, and are
-/// CUDA-graph safe (the number and shape of launches depend only on host-side sizes). Values that
-/// live on the device (cu_seqlens_q, seq_lens, block ids, tail slots) are preconditions the caller
-/// guarantees: block ids in [0, num_blocks), positions < max_position (rope tables) and
-/// seq_lens <= max_seq_len (indexer_select).
+/// patterns. Launchers check every host-visible precondition first with the one shared
+/// `ops::validate_step` (ops/batch_check.hpp; the CPU reference calls the same function) and
+/// return a Status naming the offending value (nothing is launched then); they never allocate,
+/// never synchronise, and are CUDA-graph safe (the number and shape of launches depend only on
+/// host-side sizes).
+///
+/// Host mirrors and device values. The per-request metadata are validated on their HOST mirrors
+/// (`IndexerBatch::cu_seqlens_q_host` / `seq_lens_host`, required whenever num_tokens > 0: a null
+/// mirror is kInvalidArgument naming the field); the kernels read the DEVICE copies, which must
+/// hold the same values. Under CUDA-graph capture the mirrors' values at capture are validated;
+/// a replay uses whatever the device arrays then hold, unchecked by the host. Block ids live only
+/// on the device. For both, the kernels never access memory outside the caches: a block-table
+/// slot outside the request's row (position >= max_blocks * block_size, or < 0) or a block id
+/// outside [0, num_blocks) skips that cache access (indexer_prepare: no KV write for the token;
+/// indexer_summaries: the region's summary is not written; indexer_select: the region is scored
+/// from a zero summary), and a position outside [0, max_position) skips the token in
+/// indexer_prepare. The results of such a step are then meaningless; with
+/// `PagedTable::bounds_fault` set (checked mode) the first fault is recorded on the device and
+/// `ops::read_bounds_fault` (ops/bounds_fault.hpp) turns it into kInvalidArgument naming the
+/// request, position and bound. The tail slots are bounds-checked likewise (an out-of-range slot
+/// is neither read nor written).
 ///
 /// Geometry: each geometry row of `step5/geometries.def` is instantiated in
 /// src/instances/indexer.cu.in (library step5_kernels); the launchers dispatch on
@@ -33,16 +48,22 @@
 #include "step5/core/status.hpp"
 #include "step5/layout/geometry.hpp"
 #include "step5/layout/parallel.hpp"
+#include "step5/ops/batch_check.hpp"
 
 namespace step5::ops {
 
 /// Packed batch of one step (SPEC §5): token i of request b sits at position
 /// `seq_lens[b] - q_len_b + i`, q_len_b = cu_seqlens_q[b+1] - cu_seqlens_q[b] (0 allowed).
+/// Validated by `validate_step` (ops/batch_check.hpp) on the host mirrors.
 struct IndexerBatch {
-  const std::int32_t* cu_seqlens_q = nullptr;  ///< [num_requests + 1] int32, cu[0] = 0, non-decreasing
-  const std::int32_t* seq_lens = nullptr;      ///< [num_requests] int32, KV length after this step
+  const std::int32_t* cu_seqlens_q = nullptr;  ///< device [num_requests + 1] int32, cu[0] = 0, non-decreasing
+  const std::int32_t* seq_lens = nullptr;      ///< device [num_requests] int32, KV length after this step
   int num_requests = 0;                        ///< B
   int num_tokens = 0;                          ///< T = cu_seqlens_q[B] (host copy; sizes the grids)
+  /// HOST mirror of cu_seqlens_q [B+1] (same values; vLLM's query_start_loc_cpu). Required when T > 0.
+  const std::int32_t* cu_seqlens_q_host = nullptr;
+  /// HOST mirror of seq_lens [B] (same values; vLLM's seq_lens_cpu). Required when T > 0.
+  const std::int32_t* seq_lens_host = nullptr;
 };
 
 /// The block table shared by the paged KV cache and the summary cache (SPEC §5).
@@ -51,7 +72,29 @@ struct PagedTable {
   int max_blocks = 0;                         ///< row stride of block_table
   int block_size = 0;                         ///< tokens per block, a positive multiple of 8
   int num_blocks = 0;                         ///< blocks in the caches
+  /// Checked mode: device record of kBoundsFaultWords int32 (zero-filled before the step) where the
+  /// kernels record the first block-table fault (ops/batch_check.hpp, ops/bounds_fault.hpp);
+  /// nullptr = faults are skipped silently.
+  std::int32_t* bounds_fault = nullptr;
 };
+
+/// The `validate_step` arguments of a step's batch and block table (host mirrors included);
+/// launchers add their own limits (topk, max_seq_len, max_position, workspace, row widths).
+inline StepCheck step_check(const char* op, const IndexerBatch& b, const PagedTable& t) {
+  StepCheck c;
+  c.op = op;
+  c.num_requests = b.num_requests;
+  c.num_tokens = b.num_tokens;
+  c.cu_seqlens_q = b.cu_seqlens_q_host;
+  c.seq_lens = b.seq_lens_host;
+  c.cu_seqlens_q_name = "batch.cu_seqlens_q_host";
+  c.seq_lens_name = "batch.seq_lens_host";
+  c.block_table = t.block_table;
+  c.block_size = t.block_size;
+  c.max_blocks = t.max_blocks;
+  c.num_blocks = t.num_blocks;
+  return c;
+}
 
 /// Arguments of `indexer_prepare` (SPEC §4.2–4.3).
 struct IndexerPrepareParams {
@@ -158,16 +201,20 @@ struct TopkSelectParams {
 };
 
 /// Launches SPEC §4.2–4.3 for every packed token (asynchronous). Errors: kInvalidArgument
-/// (null pointer, ldc < rank.rows_with_w, block_size not a multiple of 8, max_position <= 0, ...),
-/// kUnsupported (geometry not built, > 1 local indexer k head), kCudaError (launch).
+/// (every rule of `validate_step` with max_position and ldc, e.g. a position >= max_blocks *
+/// block_size or >= max_position; a null pointer or host mirror), kUnsupported (geometry not
+/// built, > 1 local indexer k head), kCudaError (launch). Device values: see the file comment.
 Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
 
 /// Launches SPEC §4.4: summaries of every region completed by this step into the summary cache,
 /// then the leftover rows of each request into its tail slot. Must run after `indexer_prepare`
-/// of the same step and before `indexer_select` (stream order).
+/// of the same step and before `indexer_select` (stream order). Errors: `validate_step` (batch,
+/// table, ldc), null pointers, num_slots <= 0 (kInvalidArgument); kCudaError (launch).
 Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 
-/// Launches SPEC §4.5–4.6 for every (token, local group).
+/// Launches SPEC §4.5–4.6 for every (token, local group). Errors: `validate_step` (batch, table,
+/// topk in [1, kMaxTopk], seq_lens <= max_seq_len, workspace_bytes), null pointers
+/// (kInvalidArgument); kUnsupported; kCudaError (launch).
 Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream);
 
 /// Launches step 6 alone (see TopkSelectParams).

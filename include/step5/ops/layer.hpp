@@ -55,11 +55,16 @@ struct DsaLayerCaches {
 
 /// One step's batch (SPEC §5): device metadata plus the host-side sizes that shape the launches.
 struct DsaLayerStep {
-  IndexerBatch batch{};                     ///< cu_seqlens_q, seq_lens (device), B, T (host)
-  PagedTable table{};                       ///< block_table (device), sizes
+  /// cu_seqlens_q, seq_lens (device), B, T, and the HOST mirrors cu_seqlens_q_host /
+  /// seq_lens_host (required when T > 0; validated by `validate_step`, see ops/indexer.hpp for
+  /// CUDA-graph replay).
+  IndexerBatch batch{};
+  /// block_table (device), sizes, and the optional checked-mode record `bounds_fault` (used by
+  /// every kernel of the step that indexes a cache through the block table).
+  PagedTable table{};
   const std::int32_t* tail_slot = nullptr;  ///< [B] device int32, each in [0, caches.num_slots)
   /// Host upper bound of every seq_lens[b] of this step (> 0, <= capacity.max_seq_len): sizes the
-  /// score rows; a seq_len above it is a broken precondition (the device values are not checked).
+  /// score rows; checked against the host mirror of seq_lens.
   int max_seq_len = 0;
   int topk = 0;                             ///< 1..1024 (<= capacity.max_topk)
 };
@@ -173,16 +178,22 @@ inline Status dsa_layer_workspace_bytes(const layout::RankLayout& rank, int hidd
 /// Enqueues SPEC §4 steps 1–8 of one rank for `x [T, hidden]` bf16 (row stride hidden) and writes
 /// the rank's bf16 o_proj partial `[T, hidden]` (before the TP all-reduce). `workspace` holds
 /// `dsa_layer_workspace_bytes(rank, hidden, cap)` bytes, zero-filled once before first use.
-/// Errors: sizes beyond `cap`, and every launcher's own checks (kInvalidArgument/kUnsupported).
+/// Errors: every rule of `validate_step` (ops/batch_check.hpp) for the step — host mirrors,
+/// cu_seqlens_q, seq_lens >= q_len, positions < max_blocks * block_size and < w.max_position,
+/// seq_lens <= step.max_seq_len, topk — then sizes beyond `cap` and every launcher's own checks
+/// (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.
 inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, const DsaLayerWeights& w,
                                 const DsaLayerCaches& caches, const DsaLayerStep& step, const bf16* x, bf16* partial,
                                 void* workspace, std::size_t workspace_bytes, const DsaLayerCapacity& cap,
                                 cudaStream_t stream, DsaLayerHook* hook = nullptr) {
   const int T = step.batch.num_tokens;
   if (T == 0) return Status::Ok();
-  if (step.max_seq_len <= 0)
-    return invalid_argument("dsa_layer_forward: step.max_seq_len = " + std::to_string(step.max_seq_len) +
-                            ", expected > 0 (an upper bound of every seq_lens[b] of the step)");
+  // every host-visible precondition of the step at once (the launchers below re-check their part)
+  StepCheck check = step_check("dsa_layer_forward", step.batch, step.table);
+  check.topk = step.topk;
+  check.max_seq_len = step.max_seq_len;
+  check.max_position = w.max_position;
+  STEP5_RETURN_IF_ERROR(validate_step(check));
   if (step.table.block_size != cap.block_size || step.table.max_blocks > cap.max_blocks ||
       step.table.num_blocks > cap.num_blocks)
     return invalid_argument("dsa_layer_forward: step block table (block_size " + std::to_string(step.table.block_size) +
@@ -263,6 +274,8 @@ inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, cons
                                                     step.table.max_blocks, step.table.num_blocks);
   a.q = q, a.k_cache = caches.k_cache, a.v_cache = caches.v_cache, a.block_table = step.table.block_table;
   a.cu_seqlens_q = step.batch.cu_seqlens_q, a.seq_lens = step.batch.seq_lens, a.topk_ids = ids, a.counts = counts;
+  a.cu_seqlens_q_host = step.batch.cu_seqlens_q_host, a.seq_lens_host = step.batch.seq_lens_host;
+  a.bounds_fault = step.table.bounds_fault;
   if (rank.local_gate > 0) {
     a.gate = c + rank.shard(layout::Shard::kIndexG).dst_row;
     a.gate_row_stride = ldc;

@@ -43,8 +43,7 @@ inline int default_regions_per_tile(int topk) {
 inline void sparse_attention(const BatchView& batch, const BlockTableView& bt, int lg, int hpg_q, int D, int topk,
                              const bf16* q, const bf16* k_cache, const bf16* v_cache, const std::int32_t* topk_ids,
                              const std::int32_t* counts, bf16* out, float* lse, int regions_per_tile = 0) {
-  validate_batch(batch, "sparse_attention");
-  validate_block_table(bt, "sparse_attention");
+  validate_step(batch, bt, "sparse_attention");
   require(lg > 0 && hpg_q > 0 && D > 0, "sparse_attention",
           "lg = " + std::to_string(lg) + ", hpg_q = " + std::to_string(hpg_q) + ", D = " + std::to_string(D) +
               ", expected all > 0");

@@ -14,6 +14,7 @@
 #include "step5/core/numeric.hpp"
 #include "step5/core/status.hpp"
 #include "step5/layout/geometry.hpp"
+#include "step5/ops/batch_check.hpp"
 
 namespace step5::reference {
 
@@ -37,22 +38,6 @@ struct BatchView {
   /// Tokens of request b already in the caches before this step.
   int past_len(int b) const { return seq_lens[b] - q_len(b); }
 };
-
-/// Checks cu_seqlens_q (starts at 0, non-decreasing) and seq_lens (>= q_len) of `batch`.
-inline void validate_batch(const BatchView& batch, const char* where = "batch") {
-  require(batch.num_requests >= 0, where, "num_requests = " + std::to_string(batch.num_requests) + ", expected >= 0");
-  if (batch.num_requests == 0) return;
-  require(batch.cu_seqlens_q != nullptr && batch.seq_lens != nullptr, where, "cu_seqlens_q / seq_lens is null");
-  require(batch.cu_seqlens_q[0] == 0, where, "cu_seqlens_q[0] = " + std::to_string(batch.cu_seqlens_q[0]) + ", expected 0");
-  for (int b = 0; b < batch.num_requests; ++b) {
-    require(batch.q_len(b) >= 0, where,
-            "cu_seqlens_q must be non-decreasing; q_len of request " + std::to_string(b) + " = " +
-                std::to_string(batch.q_len(b)));
-    require(batch.seq_lens[b] >= batch.q_len(b), where,
-            "seq_lens[" + std::to_string(b) + "] = " + std::to_string(batch.seq_lens[b]) +
-                " is smaller than its q_len " + std::to_string(batch.q_len(b)));
-  }
-}
 
 /// Position of every packed token `[T]` (SPEC §5).
 inline std::vector<std::int32_t> token_positions(const BatchView& batch) {
@@ -95,14 +80,38 @@ struct BlockTableView {
   }
 };
 
-/// Checks the block table geometry (block_size a positive multiple of 8 etc.).
-inline void validate_block_table(const BlockTableView& bt, const char* where = "block_table") {
-  require(bt.block_table != nullptr, where, "block_table is null");
-  require(bt.block_size > 0 && bt.block_size % 8 == 0, where,
-          "block_size = " + std::to_string(bt.block_size) + ", expected a positive multiple of 8 (SPEC §5)");
-  require(bt.max_blocks > 0 && bt.num_blocks > 0, where,
-          "max_blocks = " + std::to_string(bt.max_blocks) + ", num_blocks = " + std::to_string(bt.num_blocks) +
-              ", expected both > 0");
+/// The shared step validation (ops::validate_step, ops/batch_check.hpp — the same function every
+/// GPU launcher calls) for `batch` with block table `bt`: cu_seqlens_q starts at 0, is
+/// non-decreasing and ends at T; seq_lens[b] >= q_len; every position of the step <
+/// max_blocks * block_size; block_size a positive multiple of 8; max_blocks, num_blocks > 0.
+/// Callers add their limits (topk, max_position, row widths) and pass it to `require_valid`.
+inline ops::StepCheck step_check(const char* where, const BatchView& batch, const BlockTableView& bt) {
+  ops::StepCheck c;
+  c.op = where;
+  c.num_requests = batch.num_requests;
+  // T is cu_seqlens_q[B]; with a null array the per-request rules must still run (and name it)
+  c.num_tokens = batch.num_requests <= 0 ? 0 : (batch.cu_seqlens_q ? batch.cu_seqlens_q[batch.num_requests] : 1);
+  c.cu_seqlens_q = batch.cu_seqlens_q;
+  c.seq_lens = batch.seq_lens;
+  c.cu_seqlens_q_name = "cu_seqlens_q";
+  c.seq_lens_name = "seq_lens";
+  c.block_table = bt.block_table;
+  c.block_size = bt.block_size;
+  c.max_blocks = bt.max_blocks;
+  c.num_blocks = bt.num_blocks;
+  return c;
+}
+
+/// Throws `Error(kInvalidArgument, message)` with the message of `ops::validate_step(c)` when the
+/// step is refused (the GPU launchers return the same message as a Status).
+inline void require_valid(const ops::StepCheck& c) {
+  const Status s = ops::validate_step(c);
+  if (!s.ok()) throw Error(s);
+}
+
+/// `require_valid(step_check(where, batch, bt))`.
+inline void validate_step(const BatchView& batch, const BlockTableView& bt, const char* where) {
+  require_valid(step_check(where, batch, bt));
 }
 
 /// Runs `fn(i)` for i in [0, n) on up to min(8, hardware_concurrency) threads (static contiguous

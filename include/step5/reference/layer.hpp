@@ -143,7 +143,6 @@ inline std::vector<bf16> forward_from_projection(const LayerWeights& w, LayerCac
   const auto& g = r.geometry;
   using layout::Shard;
   const BatchView batch = step.view();
-  validate_batch(batch, "forward");
   require(static_cast<int>(step.cu_seqlens_q.size()) == batch.num_requests + 1 &&
               static_cast<int>(step.tail_slot.size()) == batch.num_requests &&
               step.block_table.size() == static_cast<std::size_t>(batch.num_requests) * step.max_blocks,
@@ -154,10 +153,13 @@ inline std::vector<bf16> forward_from_projection(const LayerWeights& w, LayerCac
           "cache was created for kv_heads " + std::to_string(cache.kv_heads) + ", head_dim " +
               std::to_string(cache.head_dim) + ", proxy_dim " + std::to_string(cache.proxy_dim) + "; expected " +
               std::to_string(r.local_kv_heads) + ", " + std::to_string(g.head_dim) + ", " + std::to_string(g.proxy_dim));
-  require(topk >= 1 && topk <= kMaxTopk, "forward", "topk = " + std::to_string(topk) + ", expected in [1, " + std::to_string(kMaxTopk) + "]");
-  require(ldc >= r.rows_with_w, "forward", "ldc = " + std::to_string(ldc) + " < rows_with_w " + std::to_string(r.rows_with_w));
   const BlockTableView bt = step.blocks(cache);
-  validate_block_table(bt, "forward");
+  // the shared step validation (the GPU's dsa_layer_forward / launchers call the same function)
+  ops::StepCheck check = step_check("forward", batch, bt);
+  check.topk = topk;
+  check.max_position = std::min(w.rope_main.max_position, w.rope_idx.max_position);
+  check.widths[0] = {"ldc", ldc, r.rows_with_w, "rows_with_w", 1};
+  require_valid(check);
   const int T = batch.num_tokens(), D = g.head_dim, P = g.proxy_dim, Hl = r.local_heads, KVl = r.local_kv_heads;
   const int lg = r.local_kv_groups, Il = r.index_local_heads;
   LayerIntermediates local;

@@ -94,8 +94,7 @@ inline void prepare_main_qk(int T, int num_q_heads, int num_k_heads, int D, cons
 /// position p goes to block `bt.block_of(b, p)`, row `p % block_size`.
 inline void write_kv_cache(const BatchView& batch, const BlockTableView& bt, int KVl, int D, const bf16* k, int ld_k,
                            const bf16* v, int ld_v, bf16* k_cache, bf16* v_cache) {
-  validate_batch(batch, "write_kv_cache");
-  validate_block_table(bt, "write_kv_cache");
+  validate_step(batch, bt, "write_kv_cache");
   const std::size_t row = static_cast<std::size_t>(KVl) * D;
   for (int b = 0; b < batch.num_requests; ++b)
     for (int t = batch.cu_seqlens_q[b]; t < batch.cu_seqlens_q[b + 1]; ++t) {

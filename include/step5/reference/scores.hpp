@@ -51,8 +51,7 @@ inline float region_score(const std::uint8_t* q_e4m3, const float* weights, int 
 inline void compute_scores(const BatchView& batch, const BlockTableView& bt, int lg, int hpg_i, int P,
                            const std::uint8_t* index_q_e4m3, const float* weights, const std::uint8_t* summary_cache,
                            float* scores, int ld_scores) {
-  validate_batch(batch, "compute_scores");
-  validate_block_table(bt, "compute_scores");
+  validate_step(batch, bt, "compute_scores");
   const int T = batch.num_tokens();
   const std::vector<std::int32_t> pos = token_positions(batch);
   const std::vector<std::int32_t> req = token_requests(batch);

@@ -68,8 +68,7 @@ inline std::size_t summary_offset(const BlockTableView& bt, int b, int r, int P)
 inline void update_summaries(const BatchView& batch, const BlockTableView& bt, int P, const bf16* index_k, int ld_k,
                              const bf16* index_z, int ld_z, bf16* tail, int num_slots, const std::int32_t* tail_slot,
                              std::uint8_t* summary_cache, std::vector<CompletedRegion>* completed = nullptr) {
-  validate_batch(batch, "update_summaries");
-  validate_block_table(bt, "update_summaries");
+  validate_step(batch, bt, "update_summaries");
   require(P > 0, "update_summaries", "proxy_dim = " + std::to_string(P) + ", expected > 0");
   constexpr int R = kRegionSize;
   auto tail_row = [&](int slot, int i, int which) -> bf16* {

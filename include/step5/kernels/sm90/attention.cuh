@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "step5/kernels/sm90/bounds_fault.cuh"
 #include "step5/kernels/sm90/ptx.cuh"
 
 namespace step5::kernels::sm90 {
@@ -41,6 +42,7 @@ struct SparseAttentionArgs {
   int block_size;
   const int* block_table;
   int max_blocks;
+  std::int32_t* bounds_fault;  ///< checked-mode record (bounds_fault.cuh) or null
   const int* cu_seqlens;
   const int* seq_lens;
   int num_requests;
@@ -190,6 +192,11 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   }
   const int b = ss.tile_b, t0 = ss.tile_t0, nq = ss.tile_nq, pos0 = ss.tile_pos0;
   const int pos_last = pos0 + nq - 1;
+  // positions outside the block-table row (device seq_lens past the host-checked capacity, e.g. on
+  // graph replay): their regions never enter the bitmaps; checked mode reports the tile
+  if (a.bounds_fault != nullptr && g == 0 && split == 0 && tid == 0 &&
+      (pos0 < 0 || static_cast<long long>(pos_last) >= static_cast<long long>(a.max_blocks) * a.block_size))
+    report_bounds_fault(a.bounds_fault, ops::BoundsFault::kPositionBeyondRow, b, pos0 < 0 ? pos0 : pos_last, -1);
   if (a.ws_tiles != nullptr && g == 0 && split == 0 && tid == 0) a.ws_tiles[tile] = make_int4(1, t0, nq, 0);
 
   // ---- 2. region bitmaps --------------------------------------------------------------------
@@ -276,10 +283,10 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
       if (ord < u1) {
         const int id = select_region(ubits, prefix, words, ord);
         const int pos = id * 8 + (c & 7);
-        if (pos <= pos_last && pos / a.block_size < a.max_blocks) {
-          const int blk = a.block_table[static_cast<long long>(b) * a.max_blocks + pos / a.block_size];
-          if (blk >= 0 && blk < a.num_blocks)
-            off = ((static_cast<long long>(blk) * a.block_size + pos % a.block_size) * a.kv_heads + g) * D;
+        if (pos <= pos_last) {  // a slot outside the row or a block id outside [0, num_blocks) is not read
+          const long long blk =
+              checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b, pos, a.bounds_fault);
+          if (blk >= 0) off = ((blk * a.block_size + pos % a.block_size) * a.kv_heads + g) * D;
         }
       }
       ss.tok_off[st][c] = off;

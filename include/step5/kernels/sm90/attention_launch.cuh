@@ -32,6 +32,7 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
   a.block_size = p.block_size;
   a.block_table = p.block_table;
   a.max_blocks = p.max_blocks;
+  a.bounds_fault = p.bounds_fault;
   a.cu_seqlens = p.cu_seqlens_q;
   a.seq_lens = p.seq_lens;
   a.num_requests = p.num_requests;
@@ -110,6 +111,15 @@ Status sparse_attention_entry(const ops::SparseAttentionParams& p, void* workspa
     return unsupported("sparse_attention: num_local_heads = " + std::to_string(p.num_local_heads) +
                        ", num_kv_groups = " + std::to_string(p.num_kv_groups) + " is no listed layout of geometry " +
                        std::string(kEntry.name) + " (" + layouts + ")");
+  {
+    ops::StepCheck check = ops::attention_step_check(p, true);
+    if (plan.workspace_bytes > 0) {
+      check.workspace_required = plan.workspace_bytes;
+      check.workspace_bytes = workspace == nullptr ? 0 : workspace_bytes;
+      check.workspace_hint = "sparse_attention_workspace_size";
+    }
+    STEP5_RETURN_IF_ERROR(ops::validate_step(check));
+  }
   if (p.num_tokens == 0 || p.num_requests == 0) return Status::Ok();
   const long long row = static_cast<long long>(p.num_local_heads) * D;
   if (p.q == nullptr) return invalid_argument("sparse_attention: q is null");
@@ -132,9 +142,6 @@ Status sparse_attention_entry(const ops::SparseAttentionParams& p, void* workspa
   if (!attn_detail::aligned(p.k_cache, 16) || !attn_detail::aligned(p.v_cache, 16))
     return invalid_argument("sparse_attention: k_cache and v_cache must be 16-byte aligned (cp.async)");
   if (p.lse != nullptr && !attn_detail::aligned(p.lse, 4)) return invalid_argument("sparse_attention: lse must be 4-byte aligned");
-  if (plan.workspace_bytes > 0 && (workspace == nullptr || workspace_bytes < plan.workspace_bytes))
-    return invalid_argument(attn_msg("workspace_bytes", workspace == nullptr ? 0 : static_cast<long long>(workspace_bytes),
-                                     ">= " + std::to_string(plan.workspace_bytes) + " (sparse_attention_workspace_size)"));
   if (plan.workspace_bytes > 0 && !attn_detail::aligned(workspace, 16))
     return invalid_argument("sparse_attention: workspace must be 16-byte aligned");
   // dispatch on hpg_q over the listed tp values of this row (each hpg value instantiated once)

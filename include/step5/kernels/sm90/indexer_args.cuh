@@ -27,6 +27,8 @@ inline kernels::sm90::ScoreArgs score_args(const IndexerSelectParams& p, const s
   s.block_table = p.table.block_table;
   s.max_blocks = p.table.max_blocks;
   s.block_size = p.table.block_size;
+  s.num_blocks = p.table.num_blocks;
+  s.bounds_fault = p.table.bounds_fault;
   s.index_q = p.index_q;
   s.weights = p.weights;
   s.summary_cache = p.summary_cache;

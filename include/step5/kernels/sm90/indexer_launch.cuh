@@ -3,7 +3,8 @@
 /// Host launchers behind step5/ops/indexer.hpp, templated on the geometry row (instantiated in
 /// src/instances/indexer.cu.in; the run-time dispatch and the geometry-independent `topk_select`
 /// live in src/instances/indexer_common.cu). Every precondition visible on the host is checked
-/// before anything is launched.
+/// before anything is launched: the step's batch, table, limits, workspace and row widths by the
+/// one shared `ops::validate_step` (ops/batch_check.hpp), pointers and the geometry here.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,27 +27,6 @@ inline std::string num(long long v) { return std::to_string(v); }
 
 inline Status internal_mismatch(const char* op) {
   return Status(StatusCode::kInternal, std::string(op) + ": geometry dispatch mismatch");
-}
-
-inline Status check_batch(const IndexerBatch& b, const char* op) {
-  if (b.num_requests < 0 || b.num_tokens < 0)
-    return invalid_argument(std::string(op) + ": num_requests = " + num(b.num_requests) + ", num_tokens = " +
-                            num(b.num_tokens) + ", expected both >= 0");
-  if (b.num_tokens > 0 && (b.num_requests == 0 || !b.cu_seqlens_q || !b.seq_lens))
-    return invalid_argument(std::string(op) + ": " + num(b.num_tokens) +
-                            " tokens need num_requests > 0 and non-null cu_seqlens_q / seq_lens");
-  return Status::Ok();
-}
-
-inline Status check_table(const PagedTable& t, const char* op) {
-  if (!t.block_table) return invalid_argument(std::string(op) + ": block_table is null");
-  if (t.block_size <= 0 || t.block_size % 8 != 0)
-    return invalid_argument(std::string(op) + ": block_size = " + num(t.block_size) +
-                            ", expected a positive multiple of 8 (SPEC §5)");
-  if (t.max_blocks <= 0 || t.num_blocks <= 0)
-    return invalid_argument(std::string(op) + ": max_blocks = " + num(t.max_blocks) + ", num_blocks = " +
-                            num(t.num_blocks) + ", expected both > 0");
-  return Status::Ok();
 }
 
 inline Status check_geometry(const layout::RankLayout& r, const layout::Geometry& g, const char* op) {
@@ -117,17 +97,15 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   constexpr layout::Geometry G = layout::geometry_of(Id);
   constexpr const char* op = "indexer_prepare";
   STEP5_RETURN_IF_ERROR(check_geometry(p.rank, G, op));
-  STEP5_RETURN_IF_ERROR(check_batch(p.batch, op));
+  StepCheck check = step_check(op, p.batch, p.table);
+  check.max_position = p.max_position;
+  check.widths[0] = {"ldc", p.ldc, p.rank.rows_with_w, "rows_with_w", 2};
+  STEP5_RETURN_IF_ERROR(validate_step(check));
   if (p.batch.num_tokens == 0) return Status::Ok();
-  STEP5_RETURN_IF_ERROR(check_table(p.table, op));
   if (!p.c || !p.q_norm || !p.k_norm || !p.index_q_norm || !p.index_k_norm_w || !p.index_k_norm_b ||
       !p.cos_main || !p.sin_main || !p.cos_idx || !p.sin_idx || !p.q_out || !p.k_cache || !p.v_cache ||
       !p.index_q || !p.weights || !p.index_k)
     return invalid_argument("indexer_prepare: a required pointer (c, norm weights, rope tables or an output) is null");
-  if (p.ldc < p.rank.rows_with_w || p.ldc % 2 != 0)
-    return invalid_argument("indexer_prepare: ldc = " + num(p.ldc) + ", expected an even value >= rows_with_w = " +
-                            num(p.rank.rows_with_w));
-  if (p.max_position <= 0) return invalid_argument("indexer_prepare: max_position = " + num(p.max_position) + ", expected > 0");
   if (!(p.eps >= 0.f)) return invalid_argument("indexer_prepare: eps must be >= 0");
   kernels::sm90::PrepareArgs a{};
   a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
@@ -145,6 +123,9 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   a.block_table = p.table.block_table;
   a.max_blocks = p.table.max_blocks;
   a.block_size = p.table.block_size;
+  a.num_blocks = p.table.num_blocks;
+  a.max_position = p.max_position;
+  a.bounds_fault = p.table.bounds_fault;
   a.local_heads = p.rank.local_heads;
   a.local_kv_heads = p.rank.local_kv_heads;
   a.index_local_heads = p.rank.index_local_heads;
@@ -175,14 +156,12 @@ Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream)
   constexpr layout::Geometry G = layout::geometry_of(Id);
   constexpr const char* op = "indexer_summaries";
   STEP5_RETURN_IF_ERROR(check_geometry(p.rank, G, op));
-  STEP5_RETURN_IF_ERROR(check_batch(p.batch, op));
+  StepCheck check = step_check(op, p.batch, p.table);
+  check.widths[0] = {"ldc", p.ldc, p.rank.rows_with_w, "rows_with_w", 1};
+  STEP5_RETURN_IF_ERROR(validate_step(check));
   if (p.batch.num_tokens == 0) return Status::Ok();
-  STEP5_RETURN_IF_ERROR(check_table(p.table, op));
   if (!p.index_k || !p.c || !p.summary_cache || !p.tail || !p.tail_slot)
     return invalid_argument("indexer_summaries: index_k, c, summary_cache, tail and tail_slot must be non-null");
-  if (p.ldc < p.rank.rows_with_w)
-    return invalid_argument("indexer_summaries: ldc = " + num(p.ldc) + ", expected >= rows_with_w = " +
-                            num(p.rank.rows_with_w));
   if (p.num_slots <= 0) return invalid_argument("indexer_summaries: num_slots = " + num(p.num_slots) + ", expected > 0");
   if (p.batch.num_requests > 65535)
     return invalid_argument("indexer_summaries: num_requests = " + num(p.batch.num_requests) + ", expected <= 65535");
@@ -192,6 +171,8 @@ Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream)
   a.block_table = p.table.block_table;
   a.max_blocks = p.table.max_blocks;
   a.block_size = p.table.block_size;
+  a.num_blocks = p.table.num_blocks;
+  a.bounds_fault = p.table.bounds_fault;
   a.index_k = reinterpret_cast<const __nv_bfloat16*>(p.index_k);
   a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
   a.ldc = p.ldc;
@@ -213,28 +194,24 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
   constexpr const char* op = "indexer_select";
   STEP5_RETURN_IF_ERROR(check_geometry(p.rank, G, op));
-  STEP5_RETURN_IF_ERROR(check_batch(p.batch, op));
-  if (p.topk < 1 || p.topk > layout::kMaxTopk)
-    return invalid_argument("indexer_select: topk = " + num(p.topk) + ", expected 1 <= topk <= " + num(layout::kMaxTopk) +
-                            " (SPEC §1)");
-  if (p.batch.num_tokens == 0) return Status::Ok();
-  STEP5_RETURN_IF_ERROR(check_table(p.table, op));
-  if (!p.index_q || !p.weights || !p.summary_cache || !p.topk_ids || !p.counts || !p.workspace)
-    return invalid_argument("indexer_select: index_q, weights, summary_cache, topk_ids, counts and workspace must be non-null");
-  if (p.max_seq_len <= 0) return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + ", expected > 0");
   if (p.rank.hpg_i != kHpg) return internal_mismatch(op);
   const int lg = p.rank.local_kv_groups, Il = p.rank.index_local_heads;
-  if (Il > kernels::sm90::kScoreCols)
-    return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
   const int B = p.batch.num_requests, T = p.batch.num_tokens;
   const std::int64_t ld = score_ld(p.max_seq_len);
-  const std::size_t fixed = plan_bytes(B);
+  const std::size_t fixed = plan_bytes(B < 0 ? 0 : B);
   const std::size_t per_token = static_cast<std::size_t>(lg) * static_cast<std::size_t>(ld) * 4;
-  if (p.workspace_bytes < fixed + per_token)
-    return invalid_argument("indexer_select: workspace_bytes = " + num(static_cast<long long>(p.workspace_bytes)) +
-                            ", expected >= " + num(static_cast<long long>(fixed + per_token)) +
-                            " (indexer_select_workspace_bytes(rank, 1, max_seq_len = " + num(p.max_seq_len) +
-                            ", num_requests = " + num(B) + "))");
+  StepCheck check = step_check(op, p.batch, p.table);
+  check.topk = p.topk;
+  check.max_seq_len = p.max_seq_len;
+  check.workspace_required = fixed + per_token;
+  check.workspace_bytes = p.workspace ? p.workspace_bytes : 0;
+  check.workspace_hint = "indexer_select_workspace_bytes(rank, 1, max_seq_len, num_requests)";
+  STEP5_RETURN_IF_ERROR(validate_step(check));
+  if (T == 0) return Status::Ok();
+  if (!p.index_q || !p.weights || !p.summary_cache || !p.topk_ids || !p.counts || !p.workspace)
+    return invalid_argument("indexer_select: index_q, weights, summary_cache, topk_ids, counts and workspace must be non-null");
+  if (Il > kernels::sm90::kScoreCols)
+    return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
   const int chunk = static_cast<int>(std::min<std::size_t>(T, (p.workspace_bytes - fixed) / per_token));
   auto* tile_start = static_cast<std::int32_t*>(p.workspace);
   float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);

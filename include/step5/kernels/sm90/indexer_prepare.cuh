@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "step5/kernels/sm90/bounds_fault.cuh"
+
 namespace step5::kernels::sm90 {
 
 /// Per-launch arguments of `indexer_prepare_kernel` (resolved column offsets, sizes).
@@ -25,7 +27,9 @@ struct PrepareArgs {
   const std::int32_t* cu_seqlens_q;
   const std::int32_t* seq_lens;
   const std::int32_t* block_table;
-  int max_blocks, block_size;
+  int max_blocks, block_size, num_blocks;
+  int max_position;             // rows of the RoPE tables
+  std::int32_t* bounds_fault;   // checked-mode record (bounds_fault.cuh) or null
   int local_heads, local_kv_heads, index_local_heads;
   float eps, weight_scale;
   const float* q_norm;
@@ -153,7 +157,15 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
   const int cu0 = __ldg(a.cu_seqlens_q + b), cu1 = __ldg(a.cu_seqlens_q + b + 1);
   const int pos = __ldg(a.seq_lens + b) - (cu1 - cu0) + (t - cu0);
   const __nv_bfloat16* row = a.c + static_cast<std::int64_t>(t) * a.ldc;
-  const std::int64_t blk = __ldg(a.block_table + static_cast<std::int64_t>(b) * a.max_blocks + pos / a.block_size);
+  // Device-resident values (graph replay, block ids): a position outside the RoPE tables skips
+  // the token; one outside the block-table row or a block id outside [0, num_blocks) skips its
+  // KV-cache write (reported in checked mode).
+  if (pos < 0 || pos >= a.max_position) {
+    if (threadIdx.x == 0) report_bounds_fault(a.bounds_fault, ops::BoundsFault::kPositionBeyondRope, b, pos, -1);
+    return;
+  }
+  const std::int64_t blk = checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b, pos,
+                                         threadIdx.x == 0 ? a.bounds_fault : nullptr);
   const std::int64_t kv_row = (blk * a.block_size + pos % a.block_size) * a.local_kv_heads;
   const __nv_bfloat16* cm = a.cos_main + static_cast<std::int64_t>(pos) * (ROT_MAIN / 2);
   const __nv_bfloat16* sm = a.sin_main + static_cast<std::int64_t>(pos) * (ROT_MAIN / 2);
@@ -177,8 +189,9 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
       detail::rope_head<D, ROT_MAIN>(x, buf, cm, sm, lane);
       __nv_bfloat16* dst = is_q ? a.q_out + (static_cast<std::int64_t>(t) * Hl + h) * D
                                 : a.k_cache + (kv_row + h) * D;
-      detail::store_head_bf16<D>(dst, x, lane);
+      if (is_q || blk >= 0) detail::store_head_bf16<D>(dst, x, lane);
     } else if (it < Hl + 2 * KVl) {  // v head: copy
+      if (blk < 0) continue;
       const int h = it - Hl - KVl;
       const __nv_bfloat162* src = reinterpret_cast<const __nv_bfloat162*>(row + a.col_v + h * D);
       __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(a.v_cache + (kv_row + h) * D);

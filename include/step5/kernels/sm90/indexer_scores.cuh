@@ -29,7 +29,8 @@ struct ScoreArgs {
   const std::int32_t* tile_start;  // [B+1] prefix of ceil(q_len / tok_tile)
   int num_requests, tok_tile;
   const std::int32_t* block_table;
-  int max_blocks, block_size;
+  int max_blocks, block_size, num_blocks;
+  std::int32_t* bounds_fault;   // checked-mode record (bounds_fault.cuh) or null
   const std::uint8_t* index_q;  // [T, Il, P]
   const float* weights;         // [T, Il]
   const std::uint8_t* summary_cache;
@@ -106,10 +107,13 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
   }
   for (int col = threadIdx.x; col < a.cols_cap; col += kScoreWarps * 32)
     sw[col] = col < cols ? __ldg(a.weights + static_cast<std::int64_t>(tb) * Il + col) : 0.f;
-  const std::int32_t* bt = a.block_table + static_cast<std::int64_t>(b) * a.max_blocks;
+  // block ids of the regions [r_begin, r_end); a slot outside the row or an id outside
+  // [0, num_blocks) stages -1 and its regions read no summary (they score as zero summaries)
   const int page0 = 8 * r_begin / a.block_size;
   const int pages = (8 * r_end - 1) / a.block_size - page0 + 1;  // <= bt_cap (launcher)
-  for (int i = threadIdx.x; i < pages; i += kScoreWarps * 32) sbt[i] = __ldg(bt + page0 + i);
+  for (int i = threadIdx.x; i < pages; i += kScoreWarps * 32)
+    sbt[i] = static_cast<std::int32_t>(checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b,
+                                                     (page0 + i) * a.block_size, a.bounds_fault));
   __syncthreads();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -123,8 +127,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
     for (int half = 0; half < 2; ++half) {
       const int r = rb + g + 8 * half;
       uint4* dst = half ? rc : ra;
-      if (r < r_end) {
-        const std::int64_t blk = sbt[(8 * r) / a.block_size - page0];
+      const std::int64_t blk = r < r_end ? sbt[(8 * r) / a.block_size - page0] : -1;
+      if (blk >= 0) {
         const uint4* src = reinterpret_cast<const uint4*>(
             a.summary_cache + (blk * slots + (8 * r % a.block_size) / 8) * P + c * 16);
 #pragma unroll

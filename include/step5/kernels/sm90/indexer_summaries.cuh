@@ -14,13 +14,16 @@
 
 #include <cstdint>
 
+#include "step5/kernels/sm90/bounds_fault.cuh"
+
 namespace step5::kernels::sm90 {
 
 struct SummaryArgs {
   const std::int32_t* cu_seqlens_q;
   const std::int32_t* seq_lens;
   const std::int32_t* block_table;
-  int max_blocks, block_size;
+  int max_blocks, block_size, num_blocks;
+  std::int32_t* bounds_fault;    // checked-mode record (bounds_fault.cuh) or null
   const __nv_bfloat16* index_k;  // [T, P]
   const __nv_bfloat16* c;        // raw z at column col_z
   std::int64_t ldc;
@@ -80,10 +83,13 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
     }
     const float s = den > 0.f ? num / fmaxf(den, 1e-20f) : 0.f;
     const float sb = __bfloat162float(__float2bfloat16_rn(s));
-    const std::int64_t blk = __ldg(a.block_table + static_cast<std::int64_t>(b) * a.max_blocks + (8 * r) / a.block_size);
+    // a region outside the block-table row or in a block outside [0, num_blocks) is not written
+    const std::int64_t blk = checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b, 8 * r,
+                                           d == 0 ? a.bounds_fault : nullptr);
     const int sl = (8 * r % a.block_size) / 8;
-    a.summary_cache[(blk * (a.block_size / 8) + sl) * P + d] =
-        static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(sb, __NV_SATFINITE, __NV_E4M3));
+    if (blk >= 0)
+      a.summary_cache[(blk * (a.block_size / 8) + sl) * P + d] =
+          static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(sb, __NV_SATFINITE, __NV_E4M3));
   }
   if (blockIdx.x != 0 || !slot_ok) return;
   __syncthreads();  // every read of the tail by this CTA precedes the writes below

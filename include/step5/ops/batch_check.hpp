@@ -1,0 +1,179 @@
+#pragma once
+/// \file step5/ops/batch_check.hpp
+/// The ONE validation of the host-visible preconditions of a step (SPEC.md §5 batch and cache
+/// layout, §1 topk range), shared by every GPU launcher (ops/indexer.hpp, ops/attention.hpp,
+/// ops/layer.hpp) and by the CPU reference (reference/common.hpp throws its message as
+/// `step5::Error`), so the two can never disagree. Also the host side of the kernels' checked
+/// mode: the layout of the device fault record and its translation into a Status
+/// (`bounds_fault_status`; reading it from the device: ops/bounds_fault.hpp).
+///
+/// Host-safe: g++-compilable, no CUDA headers.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "step5/core/status.hpp"
+#include "step5/layout/geometry.hpp"
+
+namespace step5::ops {
+
+/// A row width (leading dimension) to check: `value >= min` and `value % multiple == 0`.
+struct RowWidthCheck {
+  const char* name = nullptr;      ///< the field, e.g. "ldc"
+  long long value = 0;
+  long long min = 0;
+  const char* min_name = "";       ///< what `min` is, e.g. "rows_with_w"
+  long long multiple = 1;
+};
+
+/// Everything the host can see about one step (SPEC §5). Sizes are host values; the per-request
+/// metadata are HOST arrays (the host mirrors of the device `cu_seqlens_q` / `seq_lens`).
+/// Optional limits are checked only when set (an op that has no RoPE table sets no max_position).
+struct StepCheck {
+  const char* op = "step";                      ///< prefix of every message ("indexer_prepare", ...)
+  int num_requests = 0;                         ///< B
+  int num_tokens = 0;                           ///< T
+  const std::int32_t* cu_seqlens_q = nullptr;   ///< host [B+1]
+  const std::int32_t* seq_lens = nullptr;       ///< host [B]
+  const char* cu_seqlens_q_name = "cu_seqlens_q_host";  ///< field named when cu_seqlens_q is null
+  const char* seq_lens_name = "seq_lens_host";          ///< field named when seq_lens is null
+  /// false: sizes only (workspace planning before a batch exists); the per-request rules are skipped.
+  bool per_request = true;
+  // the paged block table (SPEC §5)
+  const std::int32_t* block_table = nullptr;  ///< [B, max_blocks] (device or host): must be non-null
+  int block_size = 0;  ///< tokens per block: a positive multiple of 8
+  int max_blocks = 0;  ///< block-table row width: > 0; capacity = max_blocks * block_size positions
+  int num_blocks = 0;  ///< blocks in the caches: > 0
+  std::optional<int> topk;          ///< checked in [1, layout::kMaxTopk] when set
+  std::optional<int> max_seq_len;   ///< when set: > 0 and every seq_len (of a request with rows) <= it
+  std::optional<int> max_position;  ///< when set: > 0 and every position < it (RoPE table rows)
+  /// When set: `workspace_bytes >= *workspace_required` (`workspace_hint` names the size query).
+  std::optional<std::size_t> workspace_required;
+  std::size_t workspace_bytes = 0;
+  const char* workspace_hint = "";
+  std::array<RowWidthCheck, 4> widths{};  ///< row widths; entries with name == nullptr are unused
+};
+
+/// Checks `c` and returns Ok or kInvalidArgument with "<op>: <what> = <value>, expected <rule>".
+/// Rules, in order:
+///  1. num_requests >= 0, num_tokens >= 0; topk in [1, kMaxTopk]; block_size a positive multiple
+///     of 8; max_blocks > 0; num_blocks > 0; max_seq_len > 0; max_position > 0; row widths.
+///  2. When num_tokens > 0 (and per_request): num_requests > 0; block_table and the host arrays
+///     are non-null;
+///     cu_seqlens_q[0] = 0, non-decreasing, cu_seqlens_q[B] = num_tokens; seq_lens[b] >= q_len_b;
+///     for every request with rows (q_len_b > 0) its last position seq_lens[b] - 1 is
+///     < capacity = max_blocks * block_size, seq_lens[b] <= max_seq_len and < max_position + 1.
+///     (A request without rows this step touches no cache and is not held to the limits.)
+///  3. When num_tokens > 0: workspace_bytes >= workspace_required.
+/// A step with num_tokens == 0 launches nothing: only rule 1 applies.
+inline Status validate_step(const StepCheck& c) {
+  const std::string op = std::string(c.op ? c.op : "step") + ": ";
+  auto s = [](long long v) { return std::to_string(v); };
+  auto bad = [&](const std::string& m) { return invalid_argument(op + m); };
+  if (c.num_requests < 0) return bad("num_requests = " + s(c.num_requests) + ", expected >= 0");
+  if (c.num_tokens < 0) return bad("num_tokens = " + s(c.num_tokens) + ", expected >= 0");
+  if (c.topk && (*c.topk < 1 || *c.topk > layout::kMaxTopk))
+    return bad("topk = " + s(*c.topk) + ", expected in [1, " + s(layout::kMaxTopk) + "] (SPEC §1)");
+  if (c.block_size <= 0 || c.block_size % 8 != 0)
+    return bad("block_size = " + s(c.block_size) + ", expected a positive multiple of 8 (SPEC §5)");
+  if (c.max_blocks <= 0) return bad("max_blocks = " + s(c.max_blocks) + ", expected > 0 (block-table row width)");
+  if (c.num_blocks <= 0) return bad("num_blocks = " + s(c.num_blocks) + ", expected > 0");
+  if (c.max_seq_len && *c.max_seq_len <= 0) return bad("max_seq_len = " + s(*c.max_seq_len) + ", expected > 0");
+  if (c.max_position && *c.max_position <= 0)
+    return bad("max_position = " + s(*c.max_position) + ", expected > 0 (RoPE table rows)");
+  for (const RowWidthCheck& w : c.widths) {
+    if (w.name == nullptr) continue;
+    if (w.value < w.min || (w.multiple > 1 && w.value % w.multiple != 0))
+      return bad(std::string(w.name) + " = " + s(w.value) + ", expected " +
+                 (w.multiple > 1 ? "a multiple of " + s(w.multiple) + " " : std::string()) + ">= " +
+                 (*w.min_name ? std::string(w.min_name) + " = " : std::string()) + s(w.min));
+  }
+  if (c.num_tokens > 0 && c.per_request) {
+    const int B = c.num_requests, T = c.num_tokens;
+    if (B == 0) return bad("num_tokens = " + s(T) + " with num_requests = 0, expected num_requests > 0");
+    if (c.block_table == nullptr) return bad("block_table is null");
+    if (c.cu_seqlens_q == nullptr)
+      return bad(std::string(c.cu_seqlens_q_name) + " is null, expected the host copy of cu_seqlens_q [B+1]");
+    if (c.seq_lens == nullptr)
+      return bad(std::string(c.seq_lens_name) + " is null, expected the host copy of seq_lens [B]");
+    const std::int32_t* cu = c.cu_seqlens_q;
+    if (cu[0] != 0) return bad("cu_seqlens_q[0] = " + s(cu[0]) + ", expected 0");
+    const long long capacity = static_cast<long long>(c.max_blocks) * c.block_size;
+    for (int b = 0; b < B; ++b) {
+      const long long q_len = static_cast<long long>(cu[b + 1]) - cu[b];
+      const std::string req = "request " + s(b) + ": ";
+      if (q_len < 0)
+        return bad(req + "cu_seqlens_q[" + s(b + 1) + "] = " + s(cu[b + 1]) + " < cu_seqlens_q[" + s(b) + "] = " +
+                   s(cu[b]) + ", expected non-decreasing");
+      const long long len = c.seq_lens[b];
+      if (len < q_len)
+        return bad(req + "seq_lens[" + s(b) + "] = " + s(len) + ", expected >= its query length " + s(q_len) +
+                   " (cu_seqlens_q[" + s(b + 1) + "] - cu_seqlens_q[" + s(b) + "])");
+      if (q_len == 0) continue;
+      if (len > capacity)
+        return bad(req + "position " + s(len - 1) + " (seq_lens[" + s(b) + "] = " + s(len) +
+                   "), expected positions < capacity " + s(capacity) + " = max_blocks " + s(c.max_blocks) +
+                   " x block_size " + s(c.block_size) + " (its block-table row)");
+      if (c.max_seq_len && len > *c.max_seq_len)
+        return bad(req + "seq_lens[" + s(b) + "] = " + s(len) + ", expected <= max_seq_len = " + s(*c.max_seq_len));
+      if (c.max_position && len > *c.max_position)
+        return bad(req + "position " + s(len - 1) + " (seq_lens[" + s(b) + "] = " + s(len) +
+                   "), expected positions < max_position = " + s(*c.max_position) + " (RoPE table rows)");
+    }
+    if (cu[B] != T)
+      return bad("cu_seqlens_q[" + s(B) + "] = " + s(cu[B]) + ", expected num_tokens = " + s(T));
+  }
+  if (c.num_tokens > 0 && c.workspace_required && c.workspace_bytes < *c.workspace_required)
+    return bad("workspace_bytes = " + s(static_cast<long long>(c.workspace_bytes)) + ", expected >= " +
+               s(static_cast<long long>(*c.workspace_required)) +
+               (*c.workspace_hint ? " (" + std::string(c.workspace_hint) + ")" : std::string()));
+  return Status::Ok();
+}
+
+// ---- checked mode: device-resident values (block ids, graph-replayed seq_lens) --------------------
+
+/// Fault kinds of the checked-mode record.
+enum class BoundsFault : std::int32_t {
+  kNone = 0,
+  kPositionBeyondRow = 1,   ///< a position outside [0, max_blocks * block_size): past the block-table row
+  kBlockIdOutOfRange = 2,   ///< a block-table entry outside [0, num_blocks)
+  kPositionBeyondRope = 3,  ///< a position outside [0, max_position) (indexer_prepare's RoPE tables)
+};
+
+/// The checked-mode record: 4 int32 in device memory, zero-filled by the caller before the step.
+/// The first fault of any kernel wins (atomic compare-and-swap on word 0):
+/// `{kind (BoundsFault), request, position, value}` where value is the block id (kBlockIdOutOfRange),
+/// else -1.
+inline constexpr int kBoundsFaultWords = 4;
+
+/// The geometry a fault record is interpreted against (the step's table and RoPE size).
+struct BoundsFaultContext {
+  int block_size = 0, max_blocks = 0, num_blocks = 0;
+  int max_position = 0;  ///< 0: unknown
+};
+
+/// Ok for an all-zero record, else kInvalidArgument naming the request, the position and the
+/// bound (the record's host copy `rec[kBoundsFaultWords]`).
+inline Status bounds_fault_status(const std::int32_t* rec, const BoundsFaultContext& t) {
+  auto s = [](long long v) { return std::to_string(v); };
+  const std::string where = "checked mode: request " + s(rec[1]) + ", position " + s(rec[2]) + ": ";
+  switch (static_cast<BoundsFault>(rec[0])) {
+    case BoundsFault::kNone: return Status::Ok();
+    case BoundsFault::kPositionBeyondRow:
+      return invalid_argument(where + "outside its block-table row, expected positions in [0, capacity " +
+                              s(static_cast<long long>(t.max_blocks) * t.block_size) + " = max_blocks " +
+                              s(t.max_blocks) + " x block_size " + s(t.block_size) +
+                              ") (device seq_lens differ from the host mirror?)");
+    case BoundsFault::kBlockIdOutOfRange:
+      return invalid_argument(where + "block_table entry " + s(rec[2] >= 0 && t.block_size > 0 ? rec[2] / t.block_size : -1) +
+                              " = " + s(rec[3]) + ", expected a block id in [0, num_blocks = " + s(t.num_blocks) + ")");
+    case BoundsFault::kPositionBeyondRope:
+      return invalid_argument(where + "outside the RoPE tables, expected positions in [0, max_position = " +
+                              s(t.max_position) + ")");
+  }
+  return Status(StatusCode::kInternal, "checked mode: unknown fault kind " + s(rec[0]));
+}
+
+}  // namespace step5::ops

@@ -1,0 +1,272 @@
+// The one validation of a step's host-visible preconditions (ops::validate_step, issue 12 §1):
+// each rule with its message, the issue's example (a decode at position 128 with room for 128
+// positions), and the CPU reference refusing with the same message (it calls the same function).
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "reference_test_util.hpp"
+#include "step5/ops/batch_check.hpp"
+
+using namespace reftest;
+namespace ref = step5::reference;
+using step5::StatusCode;
+using step5::ops::StepCheck;
+using step5::ops::validate_step;
+
+namespace {
+
+// The message without its "<op>: " prefix (the part the reference and the launchers share).
+std::string body(const std::string& m) {
+  const auto i = m.find(": ");
+  return i == std::string::npos ? m : m.substr(i + 2);
+}
+
+// The issue's step: block_size 64, max_blocks 2 (capacity 128), request 0 decoding at position
+// 128 (seq_len 129), request 1 at position 10.
+struct Example {
+  std::vector<std::int32_t> cu = {0, 1, 2}, seq = {129, 11}, table = {0, 1, 2, 3};
+  StepCheck check() const {
+    StepCheck c;
+    c.op = "op";
+    c.num_requests = 2;
+    c.num_tokens = 2;  // the tests that change cu keep num_tokens at 2 unless they set it
+    c.cu_seqlens_q = cu.data();
+    c.seq_lens = seq.data();
+    c.block_table = table.data();
+    c.block_size = 64;
+    c.max_blocks = 2;
+    c.num_blocks = 4;
+    return c;
+  }
+};
+
+void expect_refused(const StepCheck& c, std::initializer_list<const char*> needles) {
+  const step5::Status s = validate_step(c);
+  REQUIRE_MESSAGE(!s.ok(), "expected a refusal");
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().rfind(std::string(c.op) + ": ", 0) == 0);
+  for (const char* n : needles) CHECK_MESSAGE(s.message().find(n) != std::string::npos, s.message(), " lacks '", n, "'");
+}
+
+}  // namespace
+
+TEST_CASE("validate_step: the issue's example (position 128, capacity 128, request 0) is refused") {
+  Example e;
+  expect_refused(e.check(), {"request 0", "position 128", "capacity 128", "max_blocks 2", "block_size 64"});
+  // one position less fits exactly
+  e.seq[0] = 128;
+  CHECK(validate_step(e.check()).ok());
+  // request 1 past its row is named as request 1
+  e.seq = {10, 129};
+  expect_refused(e.check(), {"request 1", "position 128", "capacity 128"});
+  // a request without rows this step touches no cache: not held to the capacity
+  e.cu = {0, 0, 2};
+  e.seq = {500, 11};
+  CHECK(validate_step(e.check()).ok());
+}
+
+TEST_CASE("validate_step: cu_seqlens_q rules") {
+  Example e;
+  e.seq = {10, 11};
+  e.cu = {1, 1, 2};
+  expect_refused(e.check(), {"cu_seqlens_q[0] = 1", "expected 0"});
+  e.cu = {0, 2, 1};
+  expect_refused(e.check(), {"request 1", "cu_seqlens_q[2] = 1", "cu_seqlens_q[1] = 2", "non-decreasing"});
+  e.cu = {0, 1, 3};
+  expect_refused(e.check(), {"cu_seqlens_q[2] = 3", "expected num_tokens = 2"});
+  e.cu = {0, 1, 1};
+  expect_refused(e.check(), {"cu_seqlens_q[2] = 1", "expected num_tokens = 2"});
+  StepCheck c = e.check();
+  c.num_requests = 0;
+  expect_refused(c, {"num_requests = 0"});
+  c = e.check();
+  c.num_tokens = -1;
+  expect_refused(c, {"num_tokens = -1"});
+}
+
+TEST_CASE("validate_step: seq_len against q_len, max_seq_len and max_position") {
+  Example e;
+  e.cu = {0, 1, 2};
+  e.seq = {0, 11};
+  expect_refused(e.check(), {"request 0", "seq_lens[0] = 0", "query length 1"});
+  e.cu = {0, 3, 4};
+  e.seq = {2, 11};
+  StepCheck q = e.check();
+  q.num_tokens = 4;
+  expect_refused(q, {"request 0", "seq_lens[0] = 2", "query length 3"});
+  e.cu = {0, 1, 2};
+  e.seq = {20, 11};
+  StepCheck c = e.check();
+  c.max_seq_len = 16;
+  expect_refused(c, {"request 0", "seq_lens[0] = 20", "max_seq_len = 16"});
+  c.max_seq_len = 20;
+  CHECK(validate_step(c).ok());
+  c.max_position = 19;
+  expect_refused(c, {"request 0", "position 19", "max_position = 19"});
+  c.max_position = 20;
+  CHECK(validate_step(c).ok());
+  c.max_seq_len = 0;
+  expect_refused(c, {"max_seq_len = 0"});
+  c.max_seq_len.reset();
+  c.max_position = 0;
+  expect_refused(c, {"max_position = 0"});
+}
+
+TEST_CASE("validate_step: topk, workspace, table sizes, row widths, null arrays") {
+  Example e;
+  e.seq = {10, 11};
+  StepCheck c = e.check();
+  for (int bad : {0, 1025, -3}) {
+    c.topk = bad;
+    expect_refused(c, {("topk = " + std::to_string(bad)).c_str(), "[1, 1024]"});
+  }
+  c.topk = 1;
+  CHECK(validate_step(c).ok());
+  c.topk = step5::layout::kMaxTopk;
+  CHECK(validate_step(c).ok());
+  c.workspace_required = 4096;
+  c.workspace_bytes = 4095;
+  c.workspace_hint = "size_query()";
+  expect_refused(c, {"workspace_bytes = 4095", ">= 4096", "size_query()"});
+  c.workspace_bytes = 4096;
+  CHECK(validate_step(c).ok());
+  c.num_tokens = 0;  // nothing launched: the workspace is not needed
+  c.cu_seqlens_q = nullptr;
+  c.workspace_bytes = 0;
+  CHECK(validate_step(c).ok());
+
+  for (int bs : {0, 12, -8}) {
+    c = e.check();
+    c.block_size = bs;
+    expect_refused(c, {("block_size = " + std::to_string(bs)).c_str(), "multiple of 8"});
+  }
+  c = e.check();
+  c.max_blocks = 0;
+  expect_refused(c, {"max_blocks = 0"});
+  c = e.check();
+  c.num_blocks = 0;
+  expect_refused(c, {"num_blocks = 0"});
+  c = e.check();
+  c.widths[0] = {"ldc", 101, 100, "rows_with_w", 2};
+  expect_refused(c, {"ldc = 101", "multiple of 2", "rows_with_w = 100"});
+  c.widths[0].value = 98;
+  expect_refused(c, {"ldc = 98", ">= rows_with_w = 100"});
+  c.widths[0].value = 102;
+  CHECK(validate_step(c).ok());
+  c = e.check();
+  c.cu_seqlens_q = nullptr;
+  c.cu_seqlens_q_name = "batch.cu_seqlens_q_host";
+  expect_refused(c, {"batch.cu_seqlens_q_host is null"});
+  c = e.check();
+  c.seq_lens = nullptr;
+  expect_refused(c, {"seq_lens_host is null"});
+  c = e.check();
+  c.block_table = nullptr;
+  expect_refused(c, {"block_table is null"});
+  c.per_request = false;  // planning: sizes only
+  CHECK(validate_step(c).ok());
+}
+
+TEST_CASE("checked mode: fault records become Status naming request, position and bound") {
+  const step5::ops::BoundsFaultContext ctx{64, 2, 4, 4096};
+  const std::int32_t none[4] = {0, 0, 0, 0};
+  CHECK(step5::ops::bounds_fault_status(none, ctx).ok());
+  const std::int32_t row[4] = {1, 0, 128, -1};
+  const step5::Status s1 = step5::ops::bounds_fault_status(row, ctx);
+  CHECK(s1.code() == StatusCode::kInvalidArgument);
+  for (const char* n : {"request 0", "position 128", "capacity 128"}) CHECK(s1.message().find(n) != std::string::npos);
+  const std::int32_t blk[4] = {2, 1, 70, 99};
+  const step5::Status s2 = step5::ops::bounds_fault_status(blk, ctx);
+  for (const char* n : {"request 1", "position 70", "entry 1 = 99", "num_blocks = 4"})
+    CHECK_MESSAGE(s2.message().find(n) != std::string::npos, s2.message());
+  const std::int32_t rope[4] = {3, 0, 5000, -1};
+  CHECK(step5::ops::bounds_fault_status(rope, ctx).message().find("max_position = 4096") != std::string::npos);
+}
+
+TEST_CASE("CPU reference step functions refuse the example with the validate_step message") {
+  Example e;
+  const StepCheck c = e.check();
+  const std::string expected = body(validate_step(c).message());
+  REQUIRE(!expected.empty());
+  const ref::BatchView batch{2, e.cu.data(), e.seq.data()};
+  const ref::BlockTableView bt{e.table.data(), 2, 64, 4};
+  const int KVl = 1, D = 64, P = 64;
+  std::vector<bf16> k(2 * D), kc(4 * 64 * D), vc(kc.size());
+  auto msg_of = [](auto&& fn) -> std::string {
+    try {
+      fn();
+    } catch (const step5::Error& err) {
+      CHECK(err.code() == StatusCode::kInvalidArgument);
+      return err.what();
+    }
+    return "(no exception)";
+  };
+  CHECK(body(msg_of([&] { ref::write_kv_cache(batch, bt, KVl, D, k.data(), D, k.data(), D, kc.data(), vc.data()); })) ==
+        expected);
+  std::vector<bf16> tail(2 * 8 * 2 * P), ik(2 * P);
+  std::vector<std::uint8_t> sum(4 * 8 * P);
+  const std::vector<std::int32_t> slots = {0, 1};
+  CHECK(body(msg_of([&] {
+          ref::update_summaries(batch, bt, P, ik.data(), P, ik.data(), P, tail.data(), 2, slots.data(), sum.data());
+        })) == expected);
+  std::vector<std::uint8_t> iq(2 * 1 * P);
+  std::vector<float> w(2), scores(2 * 64);
+  CHECK(body(msg_of([&] {
+          ref::compute_scores(batch, bt, 1, 1, P, iq.data(), w.data(), sum.data(), scores.data(), 64);
+        })) == expected);
+}
+
+TEST_CASE("CPU reference layer: prefill 128 + 10, then the decode at position 128 is refused; caches unchanged") {
+  const step5::layout::GeometryEntry* entry = nullptr;
+  for (const auto& g : step5::layout::kGeometries)
+    if (std::string(g.name) == "step5_preview") entry = &g;
+  REQUIRE(entry != nullptr);
+  const auto& g = entry->geometry;
+  const GlobalWeights gw = random_global_weights(g, 64, 1201);
+  const auto rm = ref::make_rope_table(1024, g.rot_main, 10000.0);
+  const auto ri = ref::make_rope_table(1024, g.rot_idx, 10000.0);
+  const ref::LayerWeights w = rank_weights(gw, 1, 0, rm, ri);
+  ref::LayerCache cache = ref::LayerCache::create(w.rank, 4, 64, 2);
+  const auto x = random_bf16(138 * 64, 1.0f, 1202);
+  const ref::StepBatch prefill = make_step({128, 10}, {128, 10}, 2);
+  (void)ref::forward(w, cache, prefill, x.data(), 64);
+
+  const ref::StepBatch decode = make_step({1, 1}, {129, 11}, 2);
+  const ref::LayerCache before = cache;
+  std::string what;
+  try {
+    (void)ref::forward(w, cache, decode, x.data(), 64);
+  } catch (const step5::Error& err) {
+    CHECK(err.code() == StatusCode::kInvalidArgument);
+    what = err.what();
+  }
+  // the same message the GPU launchers return (tests/gpu/test_step_bounds.cu compares them)
+  StepCheck c;
+  c.op = "dsa_layer_forward";
+  c.num_requests = 2;
+  c.num_tokens = 2;
+  c.cu_seqlens_q = decode.cu_seqlens_q.data();
+  c.seq_lens = decode.seq_lens.data();
+  c.block_table = decode.block_table.data();
+  c.block_size = 64;
+  c.max_blocks = 2;
+  c.num_blocks = 4;
+  c.topk = 64;
+  c.max_position = 1024;
+  const step5::Status s = validate_step(c);
+  REQUIRE(!s.ok());
+  CHECK(what.rfind("forward: ", 0) == 0);
+  CHECK(body(what) == body(s.message()));
+  for (const char* n : {"request 0", "position 128", "capacity 128"}) CHECK(what.find(n) != std::string::npos);
+  auto same = [](const auto& a, const auto& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(a[0])) == 0;
+  };
+  CHECK(same(cache.k_cache, before.k_cache));
+  CHECK(same(cache.v_cache, before.v_cache));
+  CHECK(same(cache.summary_cache, before.summary_cache));
+  CHECK(same(cache.tail, before.tail));
+}
