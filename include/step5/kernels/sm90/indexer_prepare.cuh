@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "step5/kernels/sm90/arch.cuh"
+
 namespace step5::kernels::sm90 {
 
 /// Per-launch arguments of `indexer_prepare_kernel` (resolved column offsets, sizes).
@@ -144,6 +146,7 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
   static_assert(D % 64 == 0 && P % 64 == 0, "indexer_prepare_kernel: head_dim and proxy_dim must be multiples of 64");
   static_assert(ROT_MAIN % 2 == 0 && ROT_MAIN <= D && ROT_IDX % 2 == 0 && ROT_IDX <= P,
                 "indexer_prepare_kernel: rotary dims must be even and fit the head");
+#if STEP5_SM90A_DEVICE
   constexpr int kWarps = kPrepareThreads / 32;
   constexpr int kBuf = D > P ? D : P;
   __shared__ float sbuf[kWarps][kBuf];
@@ -225,6 +228,7 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
       detail::store_head_bf16<P>(a.index_k + static_cast<std::int64_t>(t) * P, x, lane);
     }
   }
+#endif
 }
 
 }  // namespace step5::kernels::sm90
