@@ -242,7 +242,7 @@ void bm_unfused(benchmark::State& st, Shape s, int T) {
 const char* path_name(step5::ops::GemmPath p) {
   switch (p) {
     case step5::ops::GemmPath::kGeneric: return "generic";
-    case step5::ops::GemmPath::kStream: return "stream";
+    case step5::ops::GemmPath::kSplitK: return "stream";
     case step5::ops::GemmPath::kWgmma: return "wgmma";
     default: return "auto";
   }
@@ -336,7 +336,7 @@ int main(int argc, char** argv) {
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       // the other path / tile choices around the launcher's crossovers
       if (T >= 32 && T <= 128)
-        benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kStream, 0)
+        benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kSplitK, 0)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       if (T == 32)
         benchmark::RegisterBenchmark(("gemm_wgmma128/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kWgmma, 1)

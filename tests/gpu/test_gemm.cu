@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <iterator>
 #include <string>
 #include <utility>
 #include <vector>
@@ -52,7 +53,7 @@ const char* path_name(GemmPath p) {
   switch (p) {
     case GemmPath::kAuto: return "auto";
     case GemmPath::kGeneric: return "generic";
-    case GemmPath::kStream: return "stream";
+    case GemmPath::kSplitK: return "split_k";
     case GemmPath::kWgmma: return "wgmma";
   }
   return "?";
@@ -157,15 +158,16 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
   }
 }
 
-const std::vector<Variant> kAllPaths = {{GemmPath::kAuto}, {GemmPath::kGeneric}, {GemmPath::kStream}, {GemmPath::kWgmma}};
+const std::vector<Variant> kAllPaths = {{GemmPath::kAuto}, {GemmPath::kGeneric}, {GemmPath::kSplitK}, {GemmPath::kWgmma}};
 
 /// kAllPaths plus every stream tile configuration, forced split-K factors and both wgmma tiles.
 std::vector<Variant> all_variants() {
   std::vector<Variant> v = kAllPaths;
-  for (int c = 1; c <= 6; ++c) v.push_back({GemmPath::kStream, c, 0});
-  v.push_back({GemmPath::kStream, 0, 1});
-  v.push_back({GemmPath::kStream, 0, 3});
-  v.push_back({GemmPath::kStream, 2, 16});
+  // every row of the one split-K tile table (config = row + 1)
+  for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmSplitKTiles)); ++c) v.push_back({GemmPath::kSplitK, c, 0});
+  v.push_back({GemmPath::kSplitK, 0, 1});
+  v.push_back({GemmPath::kSplitK, 0, 3});
+  v.push_back({GemmPath::kSplitK, 2, 16});
   v.push_back({GemmPath::kWgmma, 1, 0});
   v.push_back({GemmPath::kWgmma, 2, 0});
   return v;
@@ -259,9 +261,10 @@ GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with ot
     p.w = dw.as<bf16>();
     p.c = dc.as<bf16>();
     p.tokens = T; p.n = N; p.k = K; p.ldx = K; p.ldw = K; p.ldc = N;
-    p.path = GemmPath::kStream;
+    p.path = GemmPath::kSplitK;
     p.split_k = 8;
-    p.config = 1;  // 64 W rows x 16 tokens per tile (the partials' layout below)
+    p.config = 1;  // row 0 of kGemmSplitKTiles: 64 W rows x 16 tokens per tile (the partials' layout below)
+    static_assert(step5::ops::kGemmSplitKTiles[0].w_rows == 64 && step5::ops::kGemmSplitKTiles[0].tokens == 16);
     step5::ops::GemmPlan plan;
     const step5::Status planned = step5::ops::gemm_plan(p, &plan);
     EXPECT(planned.ok() && plan.split_k == 8 && plan.workspace_bytes > 0, "T=%d: plan %s, split_k %d", T,
@@ -363,11 +366,11 @@ GPU_CASE("gemm: preconditions return Status naming the values") {
     expect_err(p, step5::StatusCode::kInvalidArgument, "x is not 16-byte aligned", "misaligned x forced wgmma");
   }
   {
-    GemmParams p = good; p.k = 60; p.ldx = 60; p.ldw = 60; p.path = GemmPath::kStream;
+    GemmParams p = good; p.k = 60; p.ldx = 60; p.ldw = 60; p.path = GemmPath::kSplitK;
     expect_err(p, step5::StatusCode::kInvalidArgument, "k = 60", "k % 8 forced stream");
   }
   {
-    GemmParams p = good; p.path = GemmPath::kStream; p.n = 4096; p.ldc = 4096; p.k = 4096; p.ldx = 4096; p.ldw = 4096;
+    GemmParams p = good; p.path = GemmPath::kSplitK; p.n = 4096; p.ldc = 4096; p.k = 4096; p.ldx = 4096; p.ldw = 4096;
     p.tokens = 1; p.c = good.c; p.w = good.w;  // sizes only matter for the plan (nothing launched)
     step5::ops::GemmPlan plan;
     const step5::Status s = step5::ops::gemm_plan(p, &plan);
@@ -375,7 +378,9 @@ GPU_CASE("gemm: preconditions return Status naming the values") {
            s.to_string().c_str(), plan.split_k);
     expect_err(p, step5::StatusCode::kInvalidArgument, "workspace", "missing workspace");
   }
-  { GemmParams p = good; p.path = GemmPath::kStream; p.config = 7; expect_err(p, step5::StatusCode::kInvalidArgument, "config = 7", "bad config"); }
+  { GemmParams p = good; p.path = GemmPath::kSplitK; p.config = static_cast<int>(std::size(step5::ops::kGemmSplitKTiles)) + 1;
+    const std::string needle = "config = " + std::to_string(p.config);
+    expect_err(p, step5::StatusCode::kInvalidArgument, needle.c_str(), "bad config"); }
   { GemmParams p = good; p.split_k = -2; expect_err(p, step5::StatusCode::kInvalidArgument, "split_k = -2", "bad split_k"); }
   {  // T == 0 is a no-op even with null pointers
     GemmParams p = good; p.tokens = 0; p.x = nullptr; p.c = nullptr;

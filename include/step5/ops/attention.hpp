@@ -19,8 +19,9 @@
 /// cp.async and masks per (query, token). Decode rows (1–4 per request) form one small tile whose
 /// token range is split over CTAs (split-KV) and merged by a second kernel (log-sum-exp merge).
 ///
-/// Declarations compile with g++; the launchers are instantiated per geometry row in
-/// src/instances/attention.cu.in (library step5_kernels). CUDA-graph safe: no allocation and no
+/// Declarations compile with g++; the launchers (kernels/sm90/attention_launch.cuh) are
+/// instantiated per geometry row by step5/instantiate.cuh (library step5::kernels, or one .cu of
+/// the engine). CUDA-graph safe: no allocation and no
 /// host synchronisation inside `sparse_attention`; the workspace size is queryable up front.
 #include <cuda_runtime_api.h>
 
@@ -34,6 +35,7 @@
 #include "step5/core/status.hpp"
 #include "step5/layout/geometry.hpp"
 #include "step5/ops/batch_check.hpp"
+#include "step5/layout/parallel.hpp"
 
 namespace step5::ops {
 
@@ -225,8 +227,8 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
 /// alignment; kUnsupported for a layout not listed for `Id`,
 /// a device that is not sm_90 or a context too long for the shared-memory bitmaps; kCudaError
 /// for a failed launch. T == 0 returns Ok without launching (after the size checks). Defined for every built
-/// geometry (src/instances/attention.cu.in); runtime selection by name goes through
-/// `layout::dispatch_layout(name, tp, [&](auto tag) { return sparse_attention<decltype(tag)::kId>(...); })`.
+/// geometry (step5/instantiate.cuh; kernels/sm90/attention_launch.cuh); run-time selection by the
+/// rank's layout goes through `sparse_attention(rank, ...)` (ops/dispatch.hpp).
 ///
 /// Device values: the kernels read the device cu_seqlens_q / seq_lens / block_table / topk_ids.
 /// Under CUDA-graph capture the host mirrors' values at capture are validated; a replay uses the
@@ -237,5 +239,11 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
 template <layout::GeometryId Id>
 Status sparse_attention(const SparseAttentionParams& p, void* workspace, std::size_t workspace_bytes,
                         cudaStream_t stream);
+
+/// The run-time entry: `sparse_attention<Id>` of the row of geometries.def whose geometry is
+/// `rank.geometry` (ops/dispatch.hpp); kUnsupported for a geometry that is not listed or not built.
+/// Same arguments, preconditions and errors as `sparse_attention<Id>`.
+Status sparse_attention(const layout::RankLayout& rank, const SparseAttentionParams& p, void* workspace,
+                        std::size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace step5::ops

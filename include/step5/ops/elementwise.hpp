@@ -3,7 +3,8 @@
 /// The small element-wise steps around a DSA layer (SPEC.md §4.8): the bf16 layer input from the
 /// fp32 residual stream, and the residual add of the (all-reduced) bf16 o_proj partials. Device
 /// pointers; asynchronous on `stream`; errors as Status (nothing launched). Declarations only
-/// (g++-compilable); definitions in src/instances/elementwise.cu.
+/// (g++-compilable); launchers in step5/kernels/sm90/elementwise.cuh, defined by
+/// step5/instantiate.cuh (step5::kernels or one .cu of the engine).
 #include <cuda_runtime_api.h>
 
 #include <cstddef>

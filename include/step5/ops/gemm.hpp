@@ -9,15 +9,16 @@
 /// [hidden, Hl*D]`, N = hidden, K = Hl*D.
 ///
 /// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: unaligned shapes -> kGeneric,
-/// T <= 32 -> kStream, T > 32 -> kWgmma):
+/// T <= 32 -> kSplitK, T > 32 -> kWgmma):
 ///  * `kWgmma`  — sm_90a TMA + wgmma, warp-specialised, persistent (large T);
-///  * `kStream` — tensor-core (mma.sync) kernel with a cp.async pipeline and split-K that
-///                streams W at memory speed for small T (decode);
+///  * `kSplitK` — tensor-core (mma.sync) kernel with a cp.async pipeline and split-K that
+///                streams W at memory speed for small T (decode); tiles: `kGemmSplitKTiles`;
 ///  * `kGeneric`— a simple tiled kernel for any shape/stride/alignment (slow, always correct).
 /// The fast paths need 16-byte aligned X, W, C, ldx/ldw/ldc multiples of 8 and K a multiple of 8.
 ///
-/// Declarations only (compiles with g++); the definitions live in src/instances/gemm.cu
-/// (library step5_kernels, sm_90a).
+/// Declarations (compiles with g++); the launcher is step5/kernels/sm90/gemm_launch.cuh and the
+/// definitions are emitted by step5/instantiate.cuh (library step5::kernels, or one .cu of the
+/// engine that includes it), for sm_90a.
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -35,9 +36,18 @@ inline constexpr std::size_t kGemmCounterBytes = 16384;
 enum class GemmPath : int {
   kAuto = 0,     ///< let the launcher choose (the default)
   kGeneric = 1,  ///< simple tiled kernel, any shape and alignment
-  kStream = 2,   ///< mma.sync + cp.async + split-K (needs the fast-path alignment)
+  kSplitK = 2,   ///< mma.sync + cp.async + split-K (needs the fast-path alignment)
   kWgmma = 3,    ///< TMA + wgmma (needs the fast-path alignment)
 };
+
+/// One tile configuration of the split-K path: W rows × tokens per CTA tile, cp.async stages.
+struct GemmTile {
+  int w_rows, tokens, stages;
+};
+/// THE table of split-K tile configurations: the launcher instantiates one kernel per row and
+/// plans over them; `GemmParams::config` = i + 1 forces row i (tests, benchmarks).
+inline constexpr GemmTile kGemmSplitKTiles[] = {{64, 16, 6},  {64, 32, 6},  {64, 64, 5},
+                                                {128, 64, 4}, {64, 128, 4}, {128, 128, 4}};
 
 /// Arguments of `gemm_bf16`. All pointers are device pointers to bf16 (`step5::bf16`, the
 /// bit pattern, layout-compatible with __nv_bfloat16).
@@ -59,8 +69,8 @@ struct GemmParams {
   std::size_t workspace_bytes = 0;
   GemmPath path = GemmPath::kAuto;  ///< force a path (tests/benchmarks); kAuto in production
   /// Tuning overrides for tests/benchmarks (0 = the launcher's choice, use 0 in production).
-  /// config: stream path 1..6 = tiles (W rows × tokens) 64×16, 64×32, 64×64, 128×64, 64×128,
-  /// 128×128; wgmma path 1 = 128×128, 2 = 128×256 tiles. split_k: the stream path's K splits.
+  /// config: split-K path 1..size(kGemmSplitKTiles) = row config-1 of kGemmSplitKTiles;
+  /// wgmma path 1 = 128×128, 2 = 128×256 tiles. split_k: the split-K path's K splits.
   int config = 0;
   int split_k = 0;
   int device = -1;                  ///< CUDA device of the pointers; -1 = the current device
@@ -70,13 +80,13 @@ struct GemmParams {
 /// launching. Returns an error Status for invalid parameters (same checks as `gemm_bf16`).
 struct GemmPlan {
   GemmPath path = GemmPath::kGeneric;
-  int split_k = 1;                 ///< >1: the stream path reduces partials through the workspace
+  int split_k = 1;                 ///< >1: the split-K path reduces partials through the workspace
   std::size_t workspace_bytes = 0; ///< bytes of workspace this launch needs
 };
 Status gemm_plan(const GemmParams& p, GemmPlan* plan);
 
 /// Workspace bytes needed by any launch with at most `max_tokens` tokens and these n, k
-/// (path kAuto or kStream, no overrides). Allocate once with this size and zero-fill it.
+/// (path kAuto or kSplitK, no overrides). Allocate once with this size and zero-fill it.
 /// Returns 0 when no split-K launch is possible or the device cannot be queried.
 std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int device = -1);
 

@@ -35,10 +35,10 @@
 /// request, position and bound. The tail slots are bounds-checked likewise (an out-of-range slot
 /// is neither read nor written).
 ///
-/// Geometry: each geometry row of `step5/geometries.def` is instantiated in
-/// src/instances/indexer.cu.in (library step5_kernels); the launchers dispatch on
-/// `rank.geometry` at run time and return kUnsupported for a geometry that is not built.
-/// Declarations only (g++-compilable).
+/// Geometry: the launchers (kernels/sm90/indexer_launch.cuh) are instantiated per geometry row
+/// by step5/instantiate.cuh (library step5::kernels, or one .cu of the engine); the run-time
+/// launchers reach them through the one switch of ops/dispatch.hpp on `rank.geometry` and return
+/// kUnsupported for a geometry that is not listed or not built. Declarations (g++-compilable).
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
@@ -154,8 +154,8 @@ struct IndexerSelectParams {
 };
 
 namespace detail {
-/// The per-geometry launchers behind the run-time ones (which dispatch on rank.geometry to the
-/// rows built into step5_kernels); defined in src/instances/indexer.cu.in.
+/// The per-geometry launchers behind the run-time ones (which dispatch on rank.geometry through
+/// ops/dispatch.hpp); defined in kernels/sm90/indexer_launch.cuh.
 template <layout::GeometryId Id>
 Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream);
 template <layout::GeometryId Id>
@@ -182,8 +182,13 @@ inline std::size_t plan_bytes(int num_requests) {
 /// tokens, so any size >= `indexer_select_workspace_bytes(rank, 1, max_seq_len, max_requests)` works
 /// (bounded memory whatever the context); more tokens per chunk means fewer launches.
 /// per_token = lg * round_up(max_seq_len/8, 4) * 4 bytes (fp32 scores).
-std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank, int max_tokens, int max_seq_len,
-                                           int max_requests);
+inline std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank, int max_tokens, int max_seq_len,
+                                                  int max_requests) {
+  // The launcher's own layout (indexer_launch.cuh): plan [B+1] int32, then fp32 scores.
+  const std::size_t tokens = static_cast<std::size_t>(max_tokens > 1 ? max_tokens : 1);
+  return detail::plan_bytes(max_requests > 0 ? max_requests : 0) +
+         tokens * static_cast<std::size_t>(rank.local_kv_groups) * static_cast<std::size_t>(detail::score_ld(max_seq_len)) * 4;
+}
 
 /// Step 6 alone on given fp32 scores (SPEC §4.6). Row r: `history[r]` = p/8 regions with scores at
 /// `scores[r*ld + 0 .. history[r])`; writes `ids[r*ld_ids + 0 .. topk]` (the top min(topk, p/8)

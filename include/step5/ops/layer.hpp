@@ -10,7 +10,8 @@
 /// `dsa_layer_workspace_bytes` sizes one workspace up front (zero-fill it once, before its first
 /// use: the GEMM split-K counters live in it). The sequence of launches depends only on host
 /// sizes, so a step can be captured in a CUDA graph. Errors as Status (the first failing
-/// launcher's message). Host code (g++-compilable); links step5_kernels.
+/// launcher's message). Host code (g++-compilable); links step5::kernels (or one .cu of the
+/// engine includes step5/instantiate.cuh).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -282,10 +283,7 @@ inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, cons
   }
   a.out = attn, a.lse = lse;
   a.max_workspace_bytes = m.attn_ws_bytes;  // the planner lowers the auto split factor to fit
-  const Status st = layout::dispatch_layout(entry->name, rank.parallel.tp_size, [&](auto tag) {
-    return sparse_attention<decltype(tag)::kId>(a, base + m.attn_ws, m.attn_ws_bytes, stream);
-  });
-  STEP5_RETURN_IF_ERROR(st);
+  STEP5_RETURN_IF_ERROR(sparse_attention(rank, a, base + m.attn_ws, m.attn_ws_bytes, stream));
   mark("attention");
 
   // 8. Row-parallel o_proj: partial [T, hidden] = gated [T, Hl*D] @ o_proj_local[hidden, Hl*D]^T.

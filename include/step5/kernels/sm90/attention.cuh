@@ -133,7 +133,7 @@ __device__ __forceinline__ void store_gated_output(const SparseAttentionArgs& a,
 
 template <int D, int HPG>
 __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAttentionArgs a) {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#if STEP5_SM90A_DEVICE
   using namespace attn_detail;
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
   static_assert(HPG == 4 || HPG == 8 || HPG == 16, "hpg_q must be 4, 8 or 16 (SPEC §2 rule 6)");
@@ -503,7 +503,7 @@ constexpr int merge_chunks() {
 }
 template <int D, int HPG>
 __global__ void __launch_bounds__(128) sparse_attention_merge_kernel(const SparseAttentionArgs a) {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#if STEP5_SM90A_DEVICE
   constexpr int kRowsPerBlock = 128 / (D / 4) + 2;
   __shared__ float s_w[kRowsPerBlock][32];
   __shared__ float s_lse[kRowsPerBlock];

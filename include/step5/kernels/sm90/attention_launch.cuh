@@ -2,8 +2,8 @@
 /// \file step5/kernels/sm90/attention_launch.cuh
 /// Host launcher of the sparse attention kernels (SPEC.md §4 steps 7–8) for one geometry row:
 /// checks every precondition of `ops::sparse_attention` (returning a Status that names the value),
-/// plans the launch and starts `sparse_attention_kernel` (+ the split merge). Included by
-/// src/instances/attention.cu.in only.
+/// plans the launch and starts `sparse_attention_kernel` (+ the split merge). Instantiated by
+/// step5/instantiate.cuh.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -91,7 +91,7 @@ Status sparse_attention_entry(const ops::SparseAttentionParams& p, void* workspa
     return unsupported(attn_msg("head_dim", p.head_dim, std::to_string(D) + " (geometry " + std::string(kEntry.name) + ")"));
   int dev = p.device;
   if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
-  STEP5_RETURN_IF_ERROR(require_sm90(dev));
+  STEP5_RETURN_IF_ERROR(require_sm90a_build(dev, "sparse_attention"));
   int sms = 0;
   STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   ops::SparseAttentionPlan plan;

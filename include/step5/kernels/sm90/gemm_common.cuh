@@ -9,11 +9,6 @@
 
 #include "step5/kernels/sm90/ptx.cuh"
 
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define STEP5_GEMM_SM90A 1
-#else
-#define STEP5_GEMM_SM90A 0
-#endif
 
 namespace step5::kernels::sm90::gemm_detail {
 

@@ -16,7 +16,11 @@ struct GenericArgs {
   long long ldx, ldw, ldc;
 };
 
+/// A template (with one instance) so that every translation unit including this header may
+/// define it (one-definition rule).
+template <int = 0>
 __global__ void __launch_bounds__(256) gemm_generic_kernel(GenericArgs a) {
+#if STEP5_SM90A_DEVICE
   constexpr int TM = 64, TN = 64, TK = 32;
   __shared__ float sx[TK][TM + 1];
   __shared__ float sw[TK][TN + 1];
@@ -53,6 +57,7 @@ __global__ void __launch_bounds__(256) gemm_generic_kernel(GenericArgs a) {
       const long long t = t0 + ty + 16 * i, n = n0 + tx + 16 * j;
       if (t < a.T && n < a.N) a.c[t * a.ldc + n] = __float2bfloat16_rn(acc[i][j]);
     }
+#endif
 }
 
 }  // namespace step5::kernels::sm90

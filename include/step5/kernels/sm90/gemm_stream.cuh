@@ -39,7 +39,7 @@ struct StreamConfig {
 
 template <int BM, int BN, int STAGES>
 __global__ void __launch_bounds__(BM * 2) gemm_stream_kernel(StreamArgs a) {
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+#if STEP5_SM90A_DEVICE
   using namespace gemm_detail;
   using Cfg = StreamConfig<BM, BN>;
   constexpr int BK = Cfg::kBK;

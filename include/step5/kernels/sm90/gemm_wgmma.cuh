@@ -22,7 +22,7 @@ namespace step5::kernels::sm90 {
 namespace gemm_detail {
 /// wgmma m64n128k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
 __device__ __forceinline__ void wgmma_m64n128k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-#if STEP5_GEMM_SM90A
+#if STEP5_SM90A_DEVICE
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -48,7 +48,7 @@ __device__ __forceinline__ void wgmma_m64n128k16(float* d, std::uint64_t desc_a,
 
 /// wgmma m64n256k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
 __device__ __forceinline__ void wgmma_m64n256k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
-#if STEP5_GEMM_SM90A
+#if STEP5_SM90A_DEVICE
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
@@ -85,18 +85,18 @@ __device__ __forceinline__ void wgmma_m64n256k16(float* d, std::uint64_t desc_a,
 }
 
 __device__ __forceinline__ void wgmma_fence() {
-#if STEP5_GEMM_SM90A
+#if STEP5_SM90A_DEVICE
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void wgmma_commit() {
-#if STEP5_GEMM_SM90A
+#if STEP5_SM90A_DEVICE
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 #endif
 }
 template <int N>
 __device__ __forceinline__ void wgmma_wait() {
-#if STEP5_GEMM_SM90A
+#if STEP5_SM90A_DEVICE
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
@@ -119,7 +119,7 @@ __device__ __forceinline__ std::uint64_t make_desc_sw128(std::uint32_t saddr) {
 
 __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, std::uint64_t* bar, int c0,
                                             int c1) {
-#if STEP5_GEMM_SM90A
+#if STEP5_SM90A_DEVICE
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
           dst),
@@ -154,7 +154,7 @@ template <int BN, int kInFlight>
 __global__ void __launch_bounds__(384, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
                       WgmmaArgs a) {
-#if STEP5_GEMM_SM90A
+#if STEP5_SM90A_DEVICE
   using namespace gemm_detail;
   using Cfg = WgmmaConfig<BN>;
   constexpr int STAGES = Cfg::kStages;

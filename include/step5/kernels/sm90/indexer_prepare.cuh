@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "step5/kernels/sm90/bounds_fault.cuh"
+#include "step5/kernels/sm90/arch.cuh"
 
 namespace step5::kernels::sm90 {
 
@@ -148,6 +149,7 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
   static_assert(D % 64 == 0 && P % 64 == 0, "indexer_prepare_kernel: head_dim and proxy_dim must be multiples of 64");
   static_assert(ROT_MAIN % 2 == 0 && ROT_MAIN <= D && ROT_IDX % 2 == 0 && ROT_IDX <= P,
                 "indexer_prepare_kernel: rotary dims must be even and fit the head");
+#if STEP5_SM90A_DEVICE
   constexpr int kWarps = kPrepareThreads / 32;
   constexpr int kBuf = D > P ? D : P;
   __shared__ float sbuf[kWarps][kBuf];
@@ -238,6 +240,7 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
       detail::store_head_bf16<P>(a.index_k + static_cast<std::int64_t>(t) * P, x, lane);
     }
   }
+#endif
 }
 
 }  // namespace step5::kernels::sm90

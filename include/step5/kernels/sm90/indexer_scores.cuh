@@ -17,6 +17,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "step5/kernels/sm90/arch.cuh"
 #include <cub/block/block_scan.cuh>
 
 #include "step5/kernels/sm90/indexer_prepare.cuh"
@@ -66,6 +68,7 @@ template <int P, int HPG>
 __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(ScoreArgs a) {
   static_assert(P % 64 == 0 && P <= 512, "indexer_scores_kernel: proxy_dim must be a multiple of 64 (<= 512)");
   static_assert(HPG >= 1 && 8 % HPG == 0, "indexer_scores_kernel: hpg_i must divide 8 (1, 2, 4 or 8)");
+#if STEP5_SM90A_DEVICE
   constexpr int kRow = P + 64;  // padded smem row (bank-conflict free fragment loads)
   constexpr int kChunks = P / 64;
   extern __shared__ __align__(16) std::uint8_t smem[];
@@ -181,6 +184,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
       }
     }
   }
+#endif
 }
 
 /// tile_start[b] = Σ_{b' < b} ceil(q_len_b' / tok_tile), b in [0, B]; one CTA.
@@ -188,6 +192,7 @@ inline constexpr int kPlanThreads = 256;
 template <int kThreads = kPlanThreads>  // a template: defined in every instance TU without clashing
 __global__ void __launch_bounds__(kThreads) indexer_plan_kernel(const std::int32_t* cu, int B, int tok_tile,
                                                                 std::int32_t* tile_start) {
+#if STEP5_SM90A_DEVICE
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage tmp;
   int carry = 0;
@@ -201,6 +206,7 @@ __global__ void __launch_bounds__(kThreads) indexer_plan_kernel(const std::int32
     __syncthreads();
   }
   if (threadIdx.x == 0) tile_start[B] = carry;
+#endif
 }
 
 }  // namespace step5::kernels::sm90

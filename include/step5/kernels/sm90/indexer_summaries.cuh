@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "step5/kernels/sm90/bounds_fault.cuh"
+#include "step5/kernels/sm90/arch.cuh"
 
 namespace step5::kernels::sm90 {
 
@@ -37,6 +38,7 @@ struct SummaryArgs {
 template <int P>
 __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
   static_assert(P % 32 == 0 && P <= 1024, "indexer_summaries_kernel: proxy_dim must be a multiple of 32, <= 1024");
+#if STEP5_SM90A_DEVICE
   __shared__ float red[P / 32];
   const int b = blockIdx.y;
   const int d = threadIdx.x;
@@ -101,6 +103,7 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
     tail_w[(j * 2 + 0) * P + d] = a.index_k[t * P + d];
     tail_w[(j * 2 + 1) * P + d] = a.c[t * a.ldc + a.col_z + d];
   }
+#endif
 }
 
 }  // namespace step5::kernels::sm90

@@ -20,6 +20,8 @@
 
 #include <atomic>
 #include <cstdint>
+
+#include "step5/kernels/sm90/arch.cuh"
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 #include <string>
@@ -94,6 +96,7 @@ __device__ __forceinline__ T* rank_smem(T* p, int q) {
 /// staged in dynamic shared memory (ceil(ld / kC) ≤ kTopkSmemKeys), else re-read from global memory.
 template <int kC, bool kSmem>
 __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
+#if STEP5_SM90A_DEVICE
   using Scan = cub::BlockScan<unsigned long long, kTopkThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ unsigned hist[2][256];  // double-buffered: remote ranks may still read the previous pass
@@ -271,6 +274,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     if (tid == 0) a.counts[row.orow] = k + 1;
   }
   if constexpr (kC > 1) cooperative_groups::this_cluster().sync();  // s_total stays readable until all ranks are done
+#endif
 }
 
 /// Launch configuration of the selection kernel: `rows` rows of kc CTAs, `smem` dynamic bytes.

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "step5/kernels/sm90/arch.cuh"
+
 namespace step5::kernels::sm90::ptx {
 
 __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {

@@ -1,25 +1,30 @@
-/// \file src/instances/gemm.cu
+#pragma once
+/// \file step5/kernels/sm90/gemm_launch.cuh
 /// Host launcher of the projection GEMM (step5/ops/gemm.hpp): precondition checks, path choice
-/// (wgmma / stream / generic), split-K planning, TMA descriptor encoding, launches.
+/// (wgmma / split-K / generic), split-K planning, TMA descriptor encoding, launches. Inline
+/// functions and templates only (any number of translation units may include it); the public
+/// entry points `gemm_bf16`, `gemm_plan`, `gemm_workspace_bytes` are defined from these by
+/// step5/instantiate.cuh (in step5::kernels, or in the one .cu of an engine that includes it).
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <type_traits>
 
 #include "step5/core/cuda_check.hpp"
+#include "step5/kernels/sm90/arch.cuh"
 #include "step5/kernels/sm90/gemm_generic.cuh"
 #include "step5/kernels/sm90/gemm_stream.cuh"
 #include "step5/kernels/sm90/gemm_wgmma.cuh"
 #include "step5/ops/gemm.hpp"
 
-namespace step5::ops {
-namespace {
+namespace step5::ops::gemm_detail {
 
 namespace k90 = ::step5::kernels::sm90;
 
@@ -27,43 +32,37 @@ namespace k90 = ::step5::kernels::sm90;
 /// an H200 (K = 4096): the stream kernel's mma.sync main loop tops out near 170 TFLOP/s, so it
 /// only wins while the GEMM is weight-bound (T <= 32); the wgmma path was faster from T = 64
 /// (e.g. N = 3472, T = 256: 23.6 us wgmma vs 60 us stream).
-constexpr std::int64_t kWgmmaMinT = 32;
+inline constexpr std::int64_t kWgmmaMinT = 32;
 /// Whether the wgmma kernel keeps one k-tile of wgmmas in flight (1) or drains each (0).
-constexpr int kWgmmaInFlight = 1;
+inline constexpr int kWgmmaInFlight = 1;
 /// Minimum BK-tiles (64 K elements each) per split of the stream path.
-constexpr int kMinKTilesPerSplit = 4;
+inline constexpr int kMinKTilesPerSplit = 4;
 
-std::string s(std::int64_t v) { return std::to_string(v); }
+inline std::string s(std::int64_t v) { return std::to_string(v); }
 
-bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
+inline bool aligned16(const void* p) { return (reinterpret_cast<std::uintptr_t>(p) & 15u) == 0; }
 
 struct DeviceInfo {
   int sms = 0;
 };
 
-Status device_info(int device, DeviceInfo* info) {
-  STEP5_RETURN_IF_ERROR(require_sm90(device));
+inline Status device_info(int device, DeviceInfo* info) {
+  STEP5_RETURN_IF_ERROR(k90::require_sm90a_build(device, "gemm_bf16"));
   STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&info->sms, cudaDevAttrMultiProcessorCount, device));
   return Status::Ok();
 }
 
-// ---- stream path configurations ---------------------------------------------------------------
-struct StreamKind {
-  int bm, bn, stages;
-};
-/// Stream-path tile configurations (GemmParams::config 1..6 selects index config-1).
-constexpr StreamKind kStreamKinds[] = {{64, 16, 6},  {64, 32, 6},  {64, 64, 5},
-                                       {128, 64, 4}, {64, 128, 4}, {128, 128, 4}};
-constexpr int kNumStreamKinds = 6;
+// ---- split-K path configurations: the one table kGemmSplitKTiles (step5/ops/gemm.hpp) ------------
+inline constexpr int kNumStreamKinds = static_cast<int>(sizeof(kGemmSplitKTiles) / sizeof(kGemmSplitKTiles[0]));
 
 template <int BM, int BN, int ST>
-constexpr int stream_smem() {
+inline constexpr int stream_smem() {
   return k90::StreamConfig<BM, BN>::kStageBytes * ST;
 }
 
 /// Marks `(instance, device)` prepared (dynamic smem attribute set) once.
 template <class Fn>
-Status prepare_once(std::atomic<std::uint64_t>& mask, int device, Fn&& fn) {
+inline Status prepare_once(std::atomic<std::uint64_t>& mask, int device, Fn&& fn) {
   const std::uint64_t bit = device < 64 ? (std::uint64_t{1} << device) : 0;
   if (bit && (mask.load(std::memory_order_acquire) & bit)) return Status::Ok();
   STEP5_RETURN_IF_ERROR(fn());
@@ -72,7 +71,7 @@ Status prepare_once(std::atomic<std::uint64_t>& mask, int device, Fn&& fn) {
 }
 
 template <int BM, int BN, int ST>
-Status stream_blocks_per_sm(int device, int* bps) {
+inline Status stream_blocks_per_sm(int device, int* bps) {
   static std::atomic<std::uint64_t> prepared{0};
   static std::atomic<int> cached{0};
   const auto kernel = &k90::gemm_stream_kernel<BM, BN, ST>;
@@ -88,16 +87,23 @@ Status stream_blocks_per_sm(int device, int* bps) {
   return Status::Ok();
 }
 
-#define STEP5_GEMM_STREAM_KINDS(X) X(0, 64, 16, 6) X(1, 64, 32, 6) X(2, 64, 64, 5) X(3, 128, 64, 4) X(4, 64, 128, 4) X(5, 128, 128, 4)
-
-Status stream_bps(int kind, int device, int* bps) {
-  switch (kind) {
-#define STEP5_X(i, bm, bn, st) \
-  case i: return stream_blocks_per_sm<bm, bn, st>(device, bps);
-    STEP5_GEMM_STREAM_KINDS(STEP5_X)
-#undef STEP5_X
+/// Calls `f(std::integral_constant<int, i>{})` for the split-K tile kind `kind` (one switch over
+/// the table, instantiated once per row of kGemmSplitKTiles).
+template <int I = 0, class F>
+inline Status with_stream_kind(int kind, F&& f) {
+  if constexpr (I == kNumStreamKinds) {
+    return Status(StatusCode::kInternal, "gemm: bad split-K tile kind " + std::to_string(kind));
+  } else {
+    if (kind == I) return f(std::integral_constant<int, I>{});
+    return with_stream_kind<I + 1>(kind, f);
   }
-  return Status(StatusCode::kInternal, "gemm: bad stream kind " + std::to_string(kind));
+}
+
+inline Status stream_bps(int kind, int device, int* bps) {
+  return with_stream_kind(kind, [&](auto i) {
+    constexpr GemmTile t = kGemmSplitKTiles[decltype(i)::value];
+    return stream_blocks_per_sm<t.w_rows, t.tokens, t.stages>(device, bps);
+  });
 }
 
 struct StreamPlan {
@@ -109,24 +115,24 @@ struct StreamPlan {
 
 /// Relative cost (in "bytes per SM" units) of a stream-path launch: the per-SM weight and
 /// L2 X bytes (or the mma work when larger) of the busiest SM plus the split-K partial traffic.
-double stream_cost(std::int64_t T, std::int64_t N, std::int64_t K, int sms, const StreamKind& sk, int splits) {
-  const double tiles = static_cast<double>((N + sk.bm - 1) / sk.bm) * static_cast<double>((T + sk.bn - 1) / sk.bn);
+inline double stream_cost(std::int64_t T, std::int64_t N, std::int64_t K, int sms, const GemmTile& sk, int splits) {
+  const double tiles = static_cast<double>((N + sk.w_rows - 1) / sk.w_rows) * static_cast<double>((T + sk.tokens - 1) / sk.tokens);
   const double blocks = tiles * splits;
   const double per_sm_blocks = std::ceil(blocks / sms);
   const double kchunk = static_cast<double>(K) / splits;
-  const double bn_eff = static_cast<double>(std::min<std::int64_t>(sk.bn, T));
-  const double mem = sk.bm * kchunk * 2.0 + 0.4 * bn_eff * kchunk * 2.0;  // W from HBM, X from L2
-  const double mma = 2.0 * sk.bm * sk.bn * kchunk * 0.006;               // ~600 TFLOP/s vs 3.6 TB/s
-  const double partial = splits > 1 ? 0.5 * 2.0 * blocks * sk.bm * sk.bn * 4.0 / sms : 0.0;
+  const double bn_eff = static_cast<double>(std::min<std::int64_t>(sk.tokens, T));
+  const double mem = sk.w_rows * kchunk * 2.0 + 0.4 * bn_eff * kchunk * 2.0;  // W from HBM, X from L2
+  const double mma = 2.0 * sk.w_rows * sk.tokens * kchunk * 0.006;               // ~600 TFLOP/s vs 3.6 TB/s
+  const double partial = splits > 1 ? 0.5 * 2.0 * blocks * sk.w_rows * sk.tokens * 4.0 / sms : 0.0;
   return per_sm_blocks * std::max(mem, mma) + partial;
 }
 
-StreamPlan plan_stream_kind(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int kind, int forced_splits) {
+inline StreamPlan plan_stream_kind(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int kind, int forced_splits) {
   StreamPlan p;
   p.kind = kind;
-  const StreamKind& sk = kStreamKinds[kind];
-  p.tiles_n = static_cast<int>((N + sk.bm - 1) / sk.bm);
-  p.tiles_t = static_cast<int>((T + sk.bn - 1) / sk.bn);
+  const GemmTile& sk = kGemmSplitKTiles[kind];
+  p.tiles_n = static_cast<int>((N + sk.w_rows - 1) / sk.w_rows);
+  p.tiles_t = static_cast<int>((T + sk.tokens - 1) / sk.tokens);
   const int k_tiles = static_cast<int>((K + 63) / 64);
   const std::int64_t tiles = static_cast<std::int64_t>(p.tiles_n) * p.tiles_t;
   const int max_splits = tiles > static_cast<std::int64_t>(kGemmCounterBytes / 4)
@@ -161,21 +167,21 @@ StreamPlan plan_stream_kind(std::int64_t T, std::int64_t N, std::int64_t K, int 
   p.kt_per_split = (k_tiles + splits - 1) / splits;
   p.splits = p.kt_per_split > 0 ? (k_tiles + p.kt_per_split - 1) / p.kt_per_split : 1;
   if (p.splits > 1)
-    p.workspace = kGemmCounterBytes + static_cast<std::size_t>(tiles) * p.splits * sk.bm * sk.bn * 4;
+    p.workspace = kGemmCounterBytes + static_cast<std::size_t>(tiles) * p.splits * sk.w_rows * sk.tokens * 4;
   return p;
 }
 
 /// The cheapest stream configuration for T (config > 0 forces kind config-1).
-StreamPlan plan_stream(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int config, int forced_splits) {
+inline StreamPlan plan_stream(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int config, int forced_splits) {
   if (config > 0) return plan_stream_kind(T, N, K, sms, config - 1, forced_splits);
   StreamPlan best;
   double best_cost = 0;
   bool have = false;
   for (int kind = 0; kind < kNumStreamKinds; ++kind) {
-    const StreamKind& sk = kStreamKinds[kind];
+    const GemmTile& sk = kGemmSplitKTiles[kind];
     const std::int64_t want = std::min<std::int64_t>(T, 128);
-    if (sk.bn < want && sk.bn < 128) continue;        // too few tokens per tile
-    if (sk.bn > 16 && sk.bn >= 2 * T) continue;        // mostly empty token tiles
+    if (sk.tokens < want && sk.tokens < 128) continue;        // too few tokens per tile
+    if (sk.tokens > 16 && sk.tokens >= 2 * T) continue;        // mostly empty token tiles
     const StreamPlan p = plan_stream_kind(T, N, K, sms, kind, forced_splits);
     const double c = stream_cost(T, N, K, sms, sk, p.splits);
     if (!have || c < best_cost) {
@@ -192,7 +198,7 @@ StreamPlan plan_stream(std::int64_t T, std::int64_t N, std::int64_t K, int sms, 
 /// 23.6 us vs 43.8 us for 128×256 at T = 256, N = 3472 on an H200), else by wave efficiency
 /// with 128×128 tiles counted at 0.9 of the 128×256 rate (measured: equal at T = 1024/4096,
 /// 128×256 ahead by 10-20% at T = 16384).
-int wgmma_bn(std::int64_t T, std::int64_t N, int sms) {
+inline int wgmma_bn(std::int64_t T, std::int64_t N, int sms) {
   const std::int64_t m_tiles = (T + 127) / 128;
   const std::int64_t t256 = m_tiles * ((N + 255) / 256), t128 = m_tiles * ((N + 127) / 128);
   if (t128 <= sms) return 128;
@@ -203,7 +209,7 @@ int wgmma_bn(std::int64_t T, std::int64_t N, int sms) {
   return eff(t256, 1.0) >= eff(t128, 0.9) ? 256 : 128;
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn(cudaError_t* err_out) {
+inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn(cudaError_t* err_out) {
   static std::once_flag once;
   static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
   static cudaError_t err = cudaSuccess;
@@ -217,7 +223,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn(cudaError_t* err_out) {
   return fn;
 }
 
-Status make_map(CUtensorMap* map, const void* ptr, std::int64_t rows, std::int64_t cols, std::int64_t ld,
+inline Status make_map(CUtensorMap* map, const void* ptr, std::int64_t rows, std::int64_t cols, std::int64_t ld,
                 int box_rows, const char* what) {
   cudaError_t err = cudaSuccess;
   auto fn = encode_fn(&err);
@@ -237,7 +243,7 @@ Status make_map(CUtensorMap* map, const void* ptr, std::int64_t rows, std::int64
 }
 
 template <int BN, int kInFlight>
-Status launch_wgmma(const GemmParams& p, int device, int sms, cudaStream_t stream) {
+inline Status launch_wgmma(const GemmParams& p, int device, int sms, cudaStream_t stream) {
   using Cfg = k90::WgmmaConfig<BN>;
   static std::atomic<std::uint64_t> prepared{0};
   const auto kernel = &k90::gemm_wgmma_kernel<BN, kInFlight>;
@@ -258,7 +264,7 @@ Status launch_wgmma(const GemmParams& p, int device, int sms, cudaStream_t strea
 }
 
 template <int BM, int BN, int ST>
-Status launch_stream_kind(const GemmParams& p, const StreamPlan& sp, cudaStream_t stream) {
+inline Status launch_stream_kind(const GemmParams& p, const StreamPlan& sp, cudaStream_t stream) {
   k90::StreamArgs a{};
   a.x = reinterpret_cast<const __nv_bfloat16*>(p.x);
   a.w = reinterpret_cast<const __nv_bfloat16*>(p.w);
@@ -281,28 +287,25 @@ Status launch_stream_kind(const GemmParams& p, const StreamPlan& sp, cudaStream_
   return Status::Ok();
 }
 
-Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStream_t stream) {
-  switch (sp.kind) {
-#define STEP5_X(i, bm, bn, st) \
-  case i: return launch_stream_kind<bm, bn, st>(p, sp, stream);
-    STEP5_GEMM_STREAM_KINDS(STEP5_X)
-#undef STEP5_X
-  }
-  return Status(StatusCode::kInternal, "gemm: bad stream kind " + std::to_string(sp.kind));
+inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStream_t stream) {
+  return with_stream_kind(sp.kind, [&](auto i) {
+    constexpr GemmTile t = kGemmSplitKTiles[decltype(i)::value];
+    return launch_stream_kind<t.w_rows, t.tokens, t.stages>(p, sp, stream);
+  });
 }
 
-Status launch_generic(const GemmParams& p, cudaStream_t stream) {
+inline Status launch_generic(const GemmParams& p, cudaStream_t stream) {
   k90::GenericArgs a{reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<const __nv_bfloat16*>(p.w),
                      reinterpret_cast<__nv_bfloat16*>(p.c), p.tokens, p.n, p.k, p.ldx, p.ldw, p.ldc};
   const dim3 grid(static_cast<unsigned>((p.n + 63) / 64), static_cast<unsigned>((p.tokens + 63) / 64));
-  k90::gemm_generic_kernel<<<grid, 256, 0, stream>>>(a);
+  k90::gemm_generic_kernel<><<<grid, 256, 0, stream>>>(a);
   STEP5_CUDA_RETURN(cudaGetLastError());
   return Status::Ok();
 }
 
 /// Checks sizes and pointers (not the device). Sets *fast to whether the fast paths apply and
 /// *why to the first fast-path rule that fails.
-Status check_params(const GemmParams& p, bool* fast, std::string* why) {
+inline Status check_params(const GemmParams& p, bool* fast, std::string* why) {
   if (p.tokens < 0 || p.n < 0 || p.k < 0)
     return invalid_argument("gemm_bf16: sizes must be >= 0, got tokens = " + s(p.tokens) + ", n = " + s(p.n) +
                             ", k = " + s(p.k));
@@ -335,7 +338,7 @@ Status check_params(const GemmParams& p, bool* fast, std::string* why) {
   return Status::Ok();
 }
 
-Status resolve_device(const GemmParams& p, int* device) {
+inline Status resolve_device(const GemmParams& p, int* device) {
   *device = p.device;
   if (*device < 0) STEP5_CUDA_RETURN(cudaGetDevice(device));
   return Status::Ok();
@@ -348,7 +351,7 @@ struct FullPlan {
   int device = 0, sms = 0;
 };
 
-Status make_plan(const GemmParams& p, FullPlan* fp) {
+inline Status make_plan(const GemmParams& p, FullPlan* fp) {
   bool fast = false;
   std::string why;
   STEP5_RETURN_IF_ERROR(check_params(p, &fast, &why));
@@ -360,14 +363,14 @@ Status make_plan(const GemmParams& p, FullPlan* fp) {
   fp->sms = info.sms;
   if (p.split_k < 0) return invalid_argument("gemm_bf16: split_k = " + s(p.split_k) + " must be >= 0");
   GemmPath path = p.path;
-  if ((path == GemmPath::kStream || path == GemmPath::kWgmma) && !fast)
-    return invalid_argument(std::string("gemm_bf16: the ") + (path == GemmPath::kStream ? "stream" : "wgmma") +
+  if ((path == GemmPath::kSplitK || path == GemmPath::kWgmma) && !fast)
+    return invalid_argument(std::string("gemm_bf16: the ") + (path == GemmPath::kSplitK ? "split-K" : "wgmma") +
                             " path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
   if (path == GemmPath::kAuto) {
     if (!fast) {
       path = GemmPath::kGeneric;
     } else {
-      path = p.tokens > kWgmmaMinT ? GemmPath::kWgmma : GemmPath::kStream;
+      path = p.tokens > kWgmmaMinT ? GemmPath::kWgmma : GemmPath::kSplitK;
     }
   }
   if (path == GemmPath::kWgmma) {
@@ -376,9 +379,9 @@ Status make_plan(const GemmParams& p, FullPlan* fp) {
     if (p.config > 0) fp->wgmma_bn = p.config == 1 ? 128 : 256;
     else fp->wgmma_bn = wgmma_bn(p.tokens, p.n, info.sms);
   }
-  if (path == GemmPath::kStream) {
+  if (path == GemmPath::kSplitK) {
     if (p.config < 0 || p.config > kNumStreamKinds)
-      return invalid_argument("gemm_bf16: config = " + s(p.config) + " for the stream path; expected 0.." +
+      return invalid_argument("gemm_bf16: config = " + s(p.config) + " for the split-K path; expected 0.." +
                               s(kNumStreamKinds));
     fp->stream = plan_stream(p.tokens, p.n, p.k, info.sms, p.config, p.split_k);
     int bps = 1;
@@ -390,9 +393,7 @@ Status make_plan(const GemmParams& p, FullPlan* fp) {
   return Status::Ok();
 }
 
-}  // namespace
-
-Status gemm_plan(const GemmParams& p, GemmPlan* plan) {
+inline Status plan(const GemmParams& p, GemmPlan* plan) {
   if (plan == nullptr) return invalid_argument("gemm_plan: plan is null");
   FullPlan fp;
   STEP5_RETURN_IF_ERROR(make_plan(p, &fp));
@@ -400,7 +401,7 @@ Status gemm_plan(const GemmParams& p, GemmPlan* plan) {
   return Status::Ok();
 }
 
-std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int device) {
+inline std::size_t workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int device) {
   if (max_tokens <= 0 || n <= 0 || k <= 0) return 0;
   if (device < 0 && cudaGetDevice(&device) != cudaSuccess) return 0;
   DeviceInfo info;
@@ -413,15 +414,15 @@ std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::i
   return best;
 }
 
-Status gemm_bf16(const GemmParams& p, cudaStream_t stream) {
+inline Status launch(const GemmParams& p, cudaStream_t stream) {
   FullPlan fp;
   STEP5_RETURN_IF_ERROR(make_plan(p, &fp));
   if (p.tokens == 0 || p.n == 0) return Status::Ok();
   switch (fp.plan.path) {
     case GemmPath::kGeneric: return launch_generic(p, stream);
-    case GemmPath::kStream:
+    case GemmPath::kSplitK:
       if (fp.stream.workspace > 0 && (p.workspace == nullptr || p.workspace_bytes < fp.stream.workspace))
-        return invalid_argument("gemm_bf16: the split-K stream path needs a zero-filled workspace of " +
+        return invalid_argument("gemm_bf16: the split-K path needs a zero-filled workspace of " +
                                 s(static_cast<std::int64_t>(fp.stream.workspace)) + " bytes, got " +
                                 s(static_cast<std::int64_t>(p.workspace_bytes)) + " bytes at " +
                                 (p.workspace ? "a non-null pointer" : "null") +
@@ -439,4 +440,4 @@ Status gemm_bf16(const GemmParams& p, cudaStream_t stream) {
   return Status(StatusCode::kInternal, "gemm_bf16: unknown path");
 }
 
-}  // namespace step5::ops
+}  // namespace step5::ops::gemm_detail

@@ -1,0 +1,82 @@
+#pragma once
+/// \file step5/kernels/sm90/elementwise.cuh
+/// Element-wise steps around a DSA layer (step5/ops/elementwise.hpp, SPEC §4.8): the kernels
+/// (templates, so any number of translation units may include this header) and their checked
+/// launchers (inline). The public `residual_to_bf16` / `add_partials_to_residual` are defined from
+/// these by step5/instantiate.cuh.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "step5/core/cuda_check.hpp"
+#include "step5/kernels/sm90/arch.cuh"
+#include "step5/ops/elementwise.hpp"
+
+namespace step5::kernels::sm90 {
+
+inline constexpr int kElementwiseThreads = 256;
+
+template <int = 0>
+__global__ void residual_to_bf16_kernel(const float* __restrict__ r, __nv_bfloat16* __restrict__ x, std::size_t n) {
+#if STEP5_SM90A_DEVICE
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    x[i] = __float2bfloat16_rn(r[i]);
+#endif
+}
+
+template <int = 0>
+__global__ void add_partials_kernel(const __nv_bfloat16* const* __restrict__ parts, int np, float* __restrict__ r,
+                                    std::size_t n) {
+#if STEP5_SM90A_DEVICE
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    float s = 0.0f;
+    for (int p = 0; p < np; ++p) s += __bfloat162float(parts[p][i]);
+    r[i] += __bfloat162float(__float2bfloat16_rn(s));
+  }
+#endif
+}
+
+}  // namespace step5::kernels::sm90
+
+namespace step5::ops::elementwise_detail {
+
+inline int grid_for(std::size_t n) {
+  const std::size_t blocks = (n + kernels::sm90::kElementwiseThreads - 1) / kernels::sm90::kElementwiseThreads;
+  return static_cast<int>(blocks < 65535 * 8 ? blocks : 65535 * 8);
+}
+
+inline Status check_device(const char* op) {
+  int dev = 0;
+  STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+  return kernels::sm90::require_sm90a_build(dev, op);
+}
+
+inline Status residual_to_bf16(const float* residual, bf16* x, std::size_t n, cudaStream_t stream) {
+  if (n == 0) return Status::Ok();
+  if (residual == nullptr || x == nullptr)
+    return invalid_argument("residual_to_bf16: null pointer with n = " + std::to_string(n));
+  STEP5_RETURN_IF_ERROR(check_device("residual_to_bf16"));
+  kernels::sm90::residual_to_bf16_kernel<><<<grid_for(n), kernels::sm90::kElementwiseThreads, 0, stream>>>(
+      residual, reinterpret_cast<__nv_bfloat16*>(x), n);
+  return cuda_status(cudaGetLastError(), "residual_to_bf16 launch");
+}
+
+inline Status add_partials_to_residual(const bf16* const* partials, int num_partials, float* residual, std::size_t n,
+                                       cudaStream_t stream) {
+  if (n == 0) return Status::Ok();
+  if (num_partials < 1)
+    return invalid_argument("add_partials_to_residual: num_partials = " + std::to_string(num_partials) +
+                            ", expected >= 1");
+  if (partials == nullptr || residual == nullptr)
+    return invalid_argument("add_partials_to_residual: null pointer with n = " + std::to_string(n));
+  STEP5_RETURN_IF_ERROR(check_device("add_partials_to_residual"));
+  kernels::sm90::add_partials_kernel<><<<grid_for(n), kernels::sm90::kElementwiseThreads, 0, stream>>>(
+      reinterpret_cast<const __nv_bfloat16* const*>(partials), num_partials, residual, n);
+  return cuda_status(cudaGetLastError(), "add_partials_to_residual launch");
+}
+
+}  // namespace step5::ops::elementwise_detail
