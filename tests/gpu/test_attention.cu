@@ -323,6 +323,7 @@ GPU_CASE("launcher preconditions return Status with the value") {
   p.block_table = h_table;  // never read: every case below is refused before a launch
   p.cu_seqlens_q_host = h_cu;
   p.seq_lens_host = h_seq;
+  p.num_splits = 1;  // no split-KV workspace, so the pointer checks below are reached
   auto expect_err = [&](step5::ops::SparseAttentionParams q, const char* needle, const char* what) {
     const step5::Status s = step5::ops::sparse_attention<Tag::kId>(q, nullptr, 0, nullptr);
     EXPECT(!s.ok() && s.message().find(needle) != std::string::npos, "%s: got '%s'", what, s.to_string().c_str());
@@ -348,6 +349,9 @@ GPU_CASE("launcher preconditions return Status with the value") {
   q.head_dim = 128;
   expect_err(q, "head_dim = 128", "wrong head_dim");
   expect_err(p, "q is null", "null q");
+  q = p;
+  q.num_splits = 0;  // auto split for 4 decode rows: a split-KV workspace is needed and none is given
+  expect_err(q, "workspace_bytes = 0", "missing split-KV workspace");
   q = p;
   q.cu_seqlens_q_host = nullptr;
   expect_err(q, "cu_seqlens_q_host is null", "no host mirror of cu_seqlens_q");
