@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "step5/step5.hpp"
@@ -49,10 +50,29 @@ inline int run() {
   std::size_t ws = 0;
   const step5::Status wq = step5::ops::dsa_layer_workspace_bytes(rank, 4096, cap, &ws);
   CONSUMER_CHECK(wq.ok() && ws > 0, "dsa_layer_workspace_bytes: %s", wq.to_string().c_str());
+  // One decode row of one request (host mirrors valid), so the launcher reaches its workspace check.
+  const std::int32_t cu_host[2] = {0, 1}, seq_host[1] = {9};
+  step5::ops::DsaLayerStep step;
+  step.batch.num_requests = 1;
+  step.batch.num_tokens = 1;
+  step.batch.cu_seqlens_q_host = cu_host;
+  step.batch.seq_lens_host = seq_host;
+  std::int32_t* d_table = nullptr;  // [1, max_blocks] block table (never read: refused before a launch)
+  CONSUMER_CHECK(cudaMalloc(&d_table, 4 * sizeof(std::int32_t)) == cudaSuccess, "cudaMalloc failed");
+  step.table.block_table = d_table;
+  step.table.block_size = cap.block_size;
+  step.table.max_blocks = cap.max_blocks;
+  step.table.num_blocks = cap.num_blocks;
+  step.max_seq_len = 9;
+  step.topk = 16;
+  step5::ops::DsaLayerWeights weights;
+  weights.max_position = 4096;
   const step5::Status lf =
-      step5::ops::dsa_layer_forward(rank, 4096, step5::ops::DsaLayerWeights{}, step5::ops::DsaLayerCaches{},
-                                    step5::ops::DsaLayerStep{}, nullptr, nullptr, nullptr, 0, cap, nullptr);
-  CONSUMER_CHECK(!lf.ok(), "dsa_layer_forward accepted a null workspace");
+      step5::ops::dsa_layer_forward(rank, 4096, weights, step5::ops::DsaLayerCaches{}, step, nullptr, nullptr, nullptr,
+                                    0, cap, nullptr);
+  cudaFree(d_table);
+  CONSUMER_CHECK(!lf.ok() && lf.message().find("workspace") != std::string::npos,
+                 "dsa_layer_forward with a null workspace: expected a workspace error, got '%s'", lf.to_string().c_str());
   std::printf("dsa_layer_forward without workspace: %s\n", lf.to_string().c_str());
 
   // GEMM: C[T, N] = X[T, K] @ W[N, K]^T on fresh random bf16 inputs vs a CPU fp32 sum.
