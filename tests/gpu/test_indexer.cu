@@ -49,6 +49,7 @@ std::vector<T> down(const T* d, std::size_t n) {
   return step5_test::download(d, n);
 }
 
+using step5_test::judge_row;
 using step5_test::same_bits;
 using step5_test::sz;
 
@@ -192,34 +193,6 @@ void compare_cache_e4m3(const std::vector<std::uint8_t>& gpu, const std::vector<
   const double err = step5_test::rel_error(g, c);
   EXPECT(touched_poison == 0, "%s %s: %zu bytes outside the written slots changed", ctx.c_str(), what, touched_poison);
   EXPECT(err <= rel_tol, "%s %s: rel error %.3g > %.3g over %zu written bytes", ctx.c_str(), what, err, rel_tol, g.size());
-}
-
-/// Judges the GPU selection of one row (see the file comment). Returns true when tolerated.
-bool judge_row(const float* ref_scores, int n, int topk, const std::int32_t* gpu_row, int gpu_count, int* tie_rows) {
-  std::vector<std::int32_t> r(static_cast<std::size_t>(topk + 1));
-  const int cnt = ref::select_row(ref_scores, n, topk, n, r.data());
-  if (cnt == gpu_count && std::equal(r.begin(), r.end(), gpu_row)) return true;
-  if (cnt != gpu_count) return false;
-  const int k = cnt - 1;
-  if (gpu_row[k] != n) return false;
-  for (int i = k + 1; i <= topk; ++i)
-    if (gpu_row[i] != -1) return false;
-  float kth = 0.f;
-  bool first = true;
-  float rowmax = 0.f;
-  for (int i = 0; i < n; ++i) rowmax = std::max(rowmax, std::abs(ref_scores[i]));
-  for (int i = 0; i < k; ++i) {
-    const float s = ref_scores[r[i]];
-    if (first || ref::ranks_above(kth, 0, s, 1)) kth = s;
-    first = false;
-  }
-  const float tol = 2e-4f * (std::abs(kth) + 1e-3f * rowmax) + 1e-30f;
-  std::vector<std::int32_t> a(r.begin(), r.begin() + k), b(gpu_row, gpu_row + k), diff;
-  std::set_symmetric_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(diff));
-  for (int id : diff)
-    if (id < 0 || id >= n || !(std::abs(ref_scores[id] - kth) <= tol)) return false;
-  ++*tie_rows;
-  return true;
 }
 
 struct StepOptions {
