@@ -9,6 +9,9 @@
 //                           same copies on raw device pointers.
 //   sz(full, quick), same_bits(a, b), noise_kernel — quick-mode sizes, byte equality of two host
 //                           vectors, a memory-streaming kernel to run concurrently with a test.
+//   judge_row(...)        — the verdict on one GPU selection row against reference scores: equal
+//                           to the reference selection, or different only by ids tied within
+//                           rounding at the k-th place (see its comment).
 //   quick()               — sanitizer mode: true when the environment variable
 //                           STEP5_GPU_TEST_QUICK is set to a non-empty value other than "0". The
 //                           tests then run the same cases (every kernel variant / path, the edge
@@ -25,8 +28,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <vector>
+
+#include "step5/reference/select.hpp"
 
 namespace step5_test {
 
@@ -126,6 +132,45 @@ struct DevBuf {
   void up(const std::vector<T>& h) { upload(p, h); }
   std::vector<T> down() const { return download(p, n); }
 };
+
+/// Judges the GPU selection of one row (SPEC §4.6) against reference scores `ref_scores[0, n)` of
+/// that row (n = p/8 history regions): the row `gpu_row[0 .. topk]` with `gpu_count` entries must
+/// equal `reference::select_row` of those scores exactly, or differ only in ids whose reference
+/// score lies within rounding (2e-4 relative to the k-th selected score, plus 2e-7 of the row's
+/// largest magnitude) of the k-th selected score: a tie within rounding at the k-th place, which
+/// scores computed in another summation order may break either way. Counts, the current-region
+/// entry, the -1 padding and the ascending order are always exact. Returns true when the row is
+/// accepted; `*tie_rows` counts the rows accepted only as such ties.
+inline bool judge_row(const float* ref_scores, int n, int topk, const std::int32_t* gpu_row, int gpu_count,
+                      int* tie_rows) {
+  namespace ref = step5::reference;
+  std::vector<std::int32_t> r(static_cast<std::size_t>(topk + 1));
+  const int cnt = ref::select_row(ref_scores, n, topk, n, r.data());
+  if (cnt == gpu_count && std::equal(r.begin(), r.end(), gpu_row)) return true;
+  if (cnt != gpu_count) return false;
+  const int k = cnt - 1;
+  if (gpu_row[k] != n) return false;
+  for (int i = k + 1; i <= topk; ++i)
+    if (gpu_row[i] != -1) return false;
+  for (int i = 1; i < k; ++i)
+    if (!(gpu_row[i - 1] < gpu_row[i])) return false;  // ascending, no duplicates
+  float kth = 0.f;
+  bool first = true;
+  float rowmax = 0.f;
+  for (int i = 0; i < n; ++i) rowmax = std::max(rowmax, std::abs(ref_scores[i]));
+  for (int i = 0; i < k; ++i) {
+    const float s = ref_scores[r[i]];
+    if (first || ref::ranks_above(kth, 0, s, 1)) kth = s;
+    first = false;
+  }
+  const float tol = 2e-4f * (std::abs(kth) + 1e-3f * rowmax) + 1e-30f;
+  std::vector<std::int32_t> a(r.begin(), r.begin() + k), b(gpu_row, gpu_row + k), diff;
+  std::set_symmetric_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(diff));
+  for (int id : diff)
+    if (id < 0 || id >= n || !(std::abs(ref_scores[id] - kth) <= tol)) return false;
+  ++*tie_rows;
+  return true;
+}
 
 /// Returns true when an sm_90 device is present (prints why not otherwise).
 inline bool have_sm90() {

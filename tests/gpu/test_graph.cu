@@ -6,13 +6,13 @@
 // replayed for S steps while the device metadata (seq_lens: every request one token longer, so
 // regions complete and summaries are written at different steps per request) and the input rows
 // change between replays. Each replay is compared with the same step launched eagerly on an
-// identical copy of the caches: after every step the caches written so far (k, v, summaries,
-// pending tail rows) must be identical bit for bit, and the o_proj partial must agree within a
-// relative error of 1e-3 (a tolerance rather than bit equality: this test checks that the replay
-// computes the same step, while the bit-reproducibility of the GEMM's split-K reduction has its
-// own test in test_gemm.cu). The launch sequence of the
-// layer depends only on host sizes (T, B, topk, the capacity), which stay fixed: that is what
-// makes the step capturable (SPEC §5: "CUDA-graph safe").
+// identical copy of the caches, bit for bit, after every step: every output of the layer — the
+// caches (k, v, summaries, pending tail rows), the intermediates in the workspace (fused GEMM
+// output, q, indexer q / weights / k, scores, selections and counts, attention output and LSE)
+// and the o_proj partial. Every reduction of the layer (GEMM split-K, scores, selection,
+// attention splits) is bit-reproducible, so the replay must equal the eager launch exactly. The
+// launch sequence of the layer depends only on host sizes (T, B, topk, the capacity), which stay
+// fixed: that is what makes the step capturable (SPEC §5: "CUDA-graph safe").
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -94,6 +94,10 @@ void graph_replay_case(const char* label) {
   const step5::Status ws_status = step5::ops::dsa_layer_workspace_bytes(rank, hidden, cap, &ws_bytes);
   EXPECT(ws_status.ok(), "%s: workspace: %s", label, ws_status.to_string().c_str());
   if (!ws_status.ok()) return;
+  step5::ops::detail::LayerWorkspaceMap map;  // where the layer keeps its intermediates
+  const step5::Status map_status = step5::ops::detail::layer_workspace_map(rank, hidden, cap, &map);
+  EXPECT(map_status.ok() && map.total == ws_bytes, "%s: workspace map: %s", label, map_status.to_string().c_str());
+  if (!map_status.ok()) return;
 
   // Identical initial caches (random history: k/v, finite e4m3 summaries, pending tail rows).
   const std::size_t kv = static_cast<std::size_t>(num_blocks) * block_size * rank.local_kv_heads * g.head_dim;
@@ -171,17 +175,30 @@ void graph_replay_case(const char* label) {
     bool finite = true;
     for (bf16 v : a) finite = finite && std::isfinite(step5::to_float(v));
     EXPECT(finite, "%s: step %d: eager output has non-finite values (poison left?)", label, s);
-    std::vector<float> fa(a.size()), fc(c.size());
-    for (std::size_t i = 0; i < a.size(); ++i) fa[i] = step5::to_float(a[i]), fc[i] = step5::to_float(c[i]);
-    const double err = step5_test::rel_error(fc, fa);
-    EXPECT(err <= 1e-3, "%s: step %d: graph replay output differs from the eager launch (rel. error %.3e)", label, s,
-           err);
-    EXPECT(same_bits(eager.k.down(), graph.k.down()) && same_bits(eager.summary.down(), graph.summary.down()),
-           "%s: step %d: k or summary caches differ between the replay and the eager launch", label, s);
+    EXPECT(same_bits(a, c), "%s: step %d: o_proj partial of the graph replay differs from the eager launch", label, s);
+    // every intermediate output in the workspace, region by region
+    const auto ws_a = eager.ws.down(), ws_g = graph.ws.down();
+    const struct {
+      const char* name;
+      std::size_t off, bytes;
+    } regions[] = {{"fused GEMM output", map.c, map.q - map.c},
+                   {"q", map.q, map.index_q - map.q},
+                   {"index_q", map.index_q, map.weights - map.index_q},
+                   {"weights", map.weights, map.index_k - map.weights},
+                   {"index_k", map.index_k, map.ids - map.index_k},
+                   {"topk_ids", map.ids, map.counts - map.ids},
+                   {"counts", map.counts, map.attn - map.counts},
+                   {"attention output", map.attn, map.lse - map.attn},
+                   {"lse", map.lse, map.gemm - map.lse},
+                   {"select workspace (scores)", map.select, map.select_bytes}};
+    for (const auto& r : regions)
+      EXPECT(std::memcmp(ws_a.data() + r.off, ws_g.data() + r.off, r.bytes) == 0,
+             "%s: step %d: %s differs between the replay and the eager launch", label, s, r.name);
+    EXPECT(same_bits(eager.k.down(), graph.k.down()) && same_bits(eager.v.down(), graph.v.down()),
+           "%s: step %d: k or v caches differ between the replay and the eager launch", label, s);
+    EXPECT(same_bits(eager.summary.down(), graph.summary.down()),
+           "%s: step %d: summary caches differ between the replay and the eager launch", label, s);
   }
-  EXPECT(same_bits(eager.k.down(), graph.k.down()) && same_bits(eager.v.down(), graph.v.down()),
-         "%s: k/v caches differ after %d steps", label, S);
-  EXPECT(same_bits(eager.summary.down(), graph.summary.down()), "%s: summary caches differ", label);
   EXPECT(!same_bits(eager.summary.down(), sum0), "%s: no summary was written (regions should complete)", label);
   // Pending tail rows: compare the rows that are pending after the last step.
   const std::vector<bf16> ta = eager.tail.down(), tg = graph.tail.down();

@@ -1,6 +1,8 @@
 // GPU test of the sparse indexer path (SPEC.md §4 steps 2–6, caches of SPEC §5): prepare →
 // summaries → scores + selection against the CPU reference (step5/reference/*.hpp), for every
-// geometry row and two tp values, over several steps mixing prefill chunks, decode and MTP rows.
+// geometry row and every tp value it lists, over several steps mixing prefill chunks, decode and
+// MTP rows; and decode steps of 33, 257 and 1024 requests (past one warp's and one CTA's tile of
+// requests) with mixed histories, some requests empty.
 //
 // How selections are judged: the GPU's scores (read from the select workspace, layout
 // [(t - t0) * lg + g, ld]) are compared with the reference scores computed from the GPU's own
@@ -12,7 +14,8 @@
 // Quick (sanitizer) mode, step5_test::quick(): the same cases with prefill chunks of at most 100
 // tokens (max_seq_len 256 instead of 2048 / 1024, topk 4 / 8 instead of 16 / 64 in the first two
 // steps so that rows still select among more regions than topk), 5 instead of 100 repeated
-// selections, and the long-context case at 131072 tokens (16384 regions) instead of 1M (131072).
+// selections, the long-context case at 131072 tokens (16384 regions) instead of 1M (131072), and
+// the decode batches at 33 (tp 1) and 257 (tp 8) requests with histories up to 600 positions.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -49,6 +52,7 @@ std::vector<T> down(const T* d, std::size_t n) {
   return step5_test::download(d, n);
 }
 
+using step5_test::judge_row;
 using step5_test::same_bits;
 using step5_test::sz;
 
@@ -84,8 +88,11 @@ struct World {
   bf16 *d_kc = nullptr, *d_vc = nullptr, *d_tail = nullptr;
   std::uint8_t* d_sum = nullptr;
 
+  /// `capacity` (optional, one value per request): positions each request may reach; the block
+  /// pool then holds only the blocks they need (block-table entries beyond stay -1, never read),
+  /// so that batches of many requests keep small caches. Without it every request gets max_seq.
   World(const step5::layout::GeometryEntry& e, int tp, int tp_rank, int nr, int max_seq, std::uint32_t s,
-        int bs = 16)
+        int bs = 16, const std::vector<int>& capacity = {})
       : block_size(bs), seed(s) {
     const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), tp_rank);
     EXPECT(rl.ok(), "layout %s tp %d", std::string(e.name).c_str(), tp);
@@ -102,8 +109,11 @@ struct World {
     NR = nr;
     max_seq_len = max_seq;
     max_blocks = (max_seq + block_size - 1) / block_size;
-    num_blocks = NR * max_blocks + 5;  // spare blocks must stay untouched
-    num_slots = NR + 3;
+    std::vector<int> need(static_cast<std::size_t>(NR), max_blocks);
+    if (!capacity.empty())
+      for (int b = 0; b < NR; ++b) need[b] = std::min(max_blocks, (capacity[b] + block_size - 1) / block_size);
+    num_blocks = std::accumulate(need.begin(), need.end(), 0) + 5;  // spare blocks must stay untouched
+    num_slots = (NR + 3) | 1;  // odd, so that the slots (2b + 1) % num_slots below are distinct
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.f, 0.2f);
     auto vec = [&](int n) {
@@ -123,7 +133,9 @@ struct World {
     std::vector<std::int32_t> pool(static_cast<std::size_t>(num_blocks));
     std::iota(pool.begin(), pool.end(), 0);
     std::shuffle(pool.begin(), pool.end(), rng);
-    block_table.assign(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(NR) * max_blocks);
+    block_table.assign(static_cast<std::size_t>(NR) * max_blocks, -1);
+    for (int b = 0, next = 0; b < NR; ++b)
+      for (int j = 0; j < need[b]; ++j) block_table[static_cast<std::size_t>(b) * max_blocks + j] = pool[next++];
     tail_slot.resize(static_cast<std::size_t>(NR));
     for (int b = 0; b < NR; ++b) tail_slot[b] = (b * 2 + 1) % num_slots;
     past.assign(static_cast<std::size_t>(NR), 0);
@@ -155,6 +167,30 @@ struct World {
   }
   ref::BlockTableView table() const { return {block_table.data(), max_blocks, block_size, num_blocks}; }
   step5::ops::PagedTable dtable() const { return {d_bt, max_blocks, block_size, num_blocks}; }
+
+  /// Gives request b a history of `lengths[b]` positions without running the steps that wrote it:
+  /// random e4m3 summaries of its complete regions and random pending tail rows (seq_len % 8 of
+  /// them), identical in the CPU and GPU caches. (The indexer never reads k/v history.)
+  void random_history(const std::vector<int>& lengths) {
+    std::mt19937 rng(seed * 31u + 7u);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    const int rpb = block_size / 8;
+    for (int b = 0; b < NR; ++b) {
+      for (int r = 0; r < lengths[b] / 8; ++r) {
+        const int blk = block_table[static_cast<std::size_t>(b) * max_blocks + r / rpb];
+        std::uint8_t* dst = summary.data() + (static_cast<std::size_t>(blk) * rpb + r % rpb) * P;
+        for (int d = 0; d < P; ++d) dst[d] = step5::float_to_e4m3_bits(nd(rng));
+      }
+      for (int i = 0; i < lengths[b] % 8; ++i)
+        for (int which = 0; which < 2; ++which) {
+          bf16* dst = tail.data() + ((static_cast<std::size_t>(tail_slot[b]) * 8 + i) * 2 + which) * P;
+          for (int d = 0; d < P; ++d) dst[d] = step5::to_bf16(nd(rng));
+        }
+      past[b] = lengths[b];
+    }
+    up(d_sum, summary);
+    up(d_tail, tail);
+  }
 };
 
 /// Compares bf16 arrays: elements the reference left at the poison value must be poison on the GPU
@@ -192,34 +228,6 @@ void compare_cache_e4m3(const std::vector<std::uint8_t>& gpu, const std::vector<
   const double err = step5_test::rel_error(g, c);
   EXPECT(touched_poison == 0, "%s %s: %zu bytes outside the written slots changed", ctx.c_str(), what, touched_poison);
   EXPECT(err <= rel_tol, "%s %s: rel error %.3g > %.3g over %zu written bytes", ctx.c_str(), what, err, rel_tol, g.size());
-}
-
-/// Judges the GPU selection of one row (see the file comment). Returns true when tolerated.
-bool judge_row(const float* ref_scores, int n, int topk, const std::int32_t* gpu_row, int gpu_count, int* tie_rows) {
-  std::vector<std::int32_t> r(static_cast<std::size_t>(topk + 1));
-  const int cnt = ref::select_row(ref_scores, n, topk, n, r.data());
-  if (cnt == gpu_count && std::equal(r.begin(), r.end(), gpu_row)) return true;
-  if (cnt != gpu_count) return false;
-  const int k = cnt - 1;
-  if (gpu_row[k] != n) return false;
-  for (int i = k + 1; i <= topk; ++i)
-    if (gpu_row[i] != -1) return false;
-  float kth = 0.f;
-  bool first = true;
-  float rowmax = 0.f;
-  for (int i = 0; i < n; ++i) rowmax = std::max(rowmax, std::abs(ref_scores[i]));
-  for (int i = 0; i < k; ++i) {
-    const float s = ref_scores[r[i]];
-    if (first || ref::ranks_above(kth, 0, s, 1)) kth = s;
-    first = false;
-  }
-  const float tol = 2e-4f * (std::abs(kth) + 1e-3f * rowmax) + 1e-30f;
-  std::vector<std::int32_t> a(r.begin(), r.begin() + k), b(gpu_row, gpu_row + k), diff;
-  std::set_symmetric_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(diff));
-  for (int id : diff)
-    if (id < 0 || id >= n || !(std::abs(ref_scores[id] - kth) <= tol)) return false;
-  ++*tie_rows;
-  return true;
 }
 
 struct StepOptions {
@@ -445,11 +453,12 @@ StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& op
 
 }  // namespace
 
-GPU_CASE("indexer: full path vs reference, mixed prefill/decode/MTP steps, every geometry") {
+GPU_CASE("indexer: full path vs reference, mixed prefill/decode/MTP steps, every geometry x every listed tp") {
   for (const auto& e : step5::layout::kGeometries) {
-    for (int tp : {1, 8}) {
-      // tp 8 uses block_size 24: pages of 3 regions, so score CTAs and chunks start mid-page
-      World w(e, tp, tp - 1, 6, sz(2048, 256), 11, tp == 8 ? 24 : 16);
+    for (int i = 0; i < e.num_tp_values; ++i) {  // the tp values of the row in geometries.def
+      const int tp = e.tp_values[i];
+      // every other tp uses block_size 24: pages of 3 regions, so score CTAs and chunks start mid-page
+      World w(e, tp, tp - 1, 6, sz(2048, 256), 11, i % 2 == 1 ? 24 : 16);
       StepOptions o;
       o.topk = sz(16, 4);  // quick: smaller topk, so that the short histories still need a selection
       run_step(w, {sz(300, 100), 45, sz(1003, 97), sz(203, 23), 7, 0}, o);  // prefill (request 5 idle)
@@ -462,6 +471,44 @@ GPU_CASE("indexer: full path vs reference, mixed prefill/decode/MTP steps, every
       run_step(w, {4, 1, 0, 1, 9, 1}, o);          // repeated selections must be bit-identical
     }
   }
+}
+
+GPU_CASE("indexer: decode batches of 33, 257 (tp 1) and 1024 (tp 8) requests, mixed histories, some empty") {
+  // Engine-sized decode steps: more requests than one warp (32: the attention planner's loop) and
+  // than one CTA (256: the plan kernel's scan over requests; the score tiles' and the selection's
+  // binary search over requests). Requests: q_len 0 (empty), 1 (decode) or 2-4 (MTP); history
+  // none, short (< topk regions: everything selected), or long (> topk regions: a strict subset),
+  // given as random summaries / pending tail rows (World::random_history). Two steps, so regions
+  // complete from the tail at different steps per request.
+  // Quick: 33 requests at tp 1 and 257 at tp 8, histories up to 600 instead of 3000 positions.
+  struct Size {
+    int requests, tp;
+  };
+  std::vector<Size> sizes = {{33, 1}, {257, 1}, {1024, 8}};
+  if (step5_test::quick()) sizes = {{33, 1}, {257, 8}};
+  for (const auto& e : step5::layout::kGeometries)
+    for (const Size& z : sizes) {
+      std::mt19937 rng(static_cast<std::uint32_t>(z.requests * 17 + z.tp));
+      const int long_max = sz(3000, 600), topk = sz(64, 16);
+      std::vector<int> hist(static_cast<std::size_t>(z.requests)), step1(hist.size()), step2(hist.size());
+      for (int b = 0; b < z.requests; ++b) {
+        const int kind = static_cast<int>(rng() % 4);
+        hist[b] = kind == 0 ? 0 : kind == 1 ? static_cast<int>(rng() % 60) + 1
+                : kind == 2 ? static_cast<int>(rng() % 300) + 100 : 8 * topk + 1 + static_cast<int>(rng() % (long_max - 8 * topk));
+        const int q = static_cast<int>(rng() % 12);
+        step1[b] = q == 0 ? 0 : q == 1 ? 2 + static_cast<int>(rng() % 3) : 1;  // empty / MTP / decode
+        step2[b] = b % 9 == 4 ? 0 : 1;
+      }
+      std::vector<int> cap(hist.size());
+      for (int b = 0; b < z.requests; ++b) cap[b] = hist[b] + step1[b] + step2[b];
+      World w(e, z.tp, 0, z.requests, *std::max_element(cap.begin(), cap.end()), 23, 16, cap);
+      w.random_history(hist);
+      StepOptions o;
+      o.topk = topk;
+      run_step(w, step1, o);
+      o.ws_tokens = 7;  // several score chunks in the second step
+      run_step(w, step2, o);
+    }
 }
 
 GPU_CASE("indexer: chunked prefill equals one-shot (caches and selections bit-identical)") {
