@@ -197,6 +197,7 @@ std::vector<bf16> run_rank_step(Rank& R, const ref::StepBatch& step, const std::
   GPU_CHECK(cudaMemset(d_partial.p, 0xff, d_partial.n * sizeof(bf16)));  // poison (bf16 NaN)
   step5::ops::DsaLayerStep ls;
   ls.batch.cu_seqlens_q = d_cu.p, ls.batch.seq_lens = d_seq.p, ls.batch.num_requests = B, ls.batch.num_tokens = T;
+  ls.batch.cu_seqlens_q_host = step.cu_seqlens_q.data(), ls.batch.seq_lens_host = step.seq_lens.data();
   ls.table.block_table = d_bt.p, ls.table.max_blocks = step.max_blocks, ls.table.block_size = R.cache.block_size;
   ls.table.num_blocks = R.cache.num_blocks;
   ls.tail_slot = d_slot.p, ls.max_seq_len = max_seq_len, ls.topk = kTopk;
