@@ -17,9 +17,11 @@
 // selections, the long-context case at 131072 tokens (16384 regions) instead of 1M (131072), and
 // the decode batches at 33 (tp 1) and 257 (tp 8) requests with histories up to 600 positions.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -235,10 +237,21 @@ struct StepOptions {
   int ws_tokens = 0;     // tokens per score chunk (0 = all)
   int repeats = 1;       // > 1: indexer_select repeated, results must be bit-identical
   bool reference = true; // compare with the CPU reference
+  /// Edits the raw fused-GEMM row of (request, position) after it is filled (signed-zero inputs).
+  std::function<void(bf16* row, int request, int pos)> edit_row;
+};
+
+/// Signed-zero counters of one step (SPEC §4 "Signed zero"): elements where the CPU reference gives
+/// an exact ±0 and the GPU was held to the same bits.
+struct ZeroCounts {
+  long index_k_neg = 0, index_k_pos = 0, q_neg = 0, iq_neg = 0, summary_neg = 0, summary_pos = 0, tail_neg = 0,
+       scores_zero = 0, scores_zero_negw = 0;
 };
 
 /// Runs one step on the GPU and the CPU reference and compares every output.
-StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& opt) {
+StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& opt, ZeroCounts* zc = nullptr) {
+  ZeroCounts zdummy;
+  ZeroCounts& z0 = zc ? *zc : zdummy;
   const int B = w.NR;
   std::vector<std::int32_t> cu(static_cast<std::size_t>(B) + 1, 0), seq(static_cast<std::size_t>(B));
   for (int b = 0; b < B; ++b) {
@@ -252,6 +265,7 @@ StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& op
   for (int b = 0; b < B; ++b)
     for (int i = 0; i < q_lens[b]; ++i) {
       fill_c_row(C.data() + static_cast<std::size_t>(cu[b] + i) * w.ldc, w.rank.rows_with_w, b, w.past[b] + i, w.seed);
+      if (opt.edit_row) opt.edit_row(C.data() + static_cast<std::size_t>(cu[b] + i) * w.ldc, b, w.past[b] + i);
       out.positions.push_back(w.past[b] + i);
       out.requests.push_back(b);
     }
@@ -376,15 +390,53 @@ StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& op
     ref::write_kv_cache(bv, w.table(), w.KVl, w.D, k_ref.data(), w.KVl * w.D,
                         C.data() + r.shard(step5::layout::Shard::kV).dst_row, w.ldc, w.k_cache.data(), w.v_cache.data());
     std::vector<std::uint8_t> iq_ref(niq);
+    std::vector<bf16> iq_bf16_ref(niq);
     std::vector<bf16> ik_ref(static_cast<std::size_t>(T) * w.P), iz_ref(ik_ref.size());
     std::vector<float> w_ref(static_cast<std::size_t>(T) * w.Il);
     ref::prepare_indexer(T, w.Il, w.hpg, w.P, C.data() + r.shard(step5::layout::Shard::kIndexQ).dst_row, w.ldc,
                          C.data() + r.shard(step5::layout::Shard::kIndexK).dst_row, w.ldc,
                          C.data() + r.shard(step5::layout::Shard::kIndexZ).dst_row, w.ldc,
                          C.data() + r.indexer_w.dst_row, w.ldc, w.iq_norm.data(), w.ik_w.data(), w.ik_b.data(), w.eps,
-                         w.rope_idx, pos.data(), nullptr, iq_ref.data(), ik_ref.data(), iz_ref.data(), w_ref.data());
+                         w.rope_idx, pos.data(), iq_bf16_ref.data(), iq_ref.data(), ik_ref.data(), iz_ref.data(), w_ref.data());
+    std::vector<ref::CompletedRegion> completed;
     ref::update_summaries(bv, w.table(), w.P, ik_ref.data(), w.P, iz_ref.data(), w.P, w.tail.data(), w.num_slots,
-                          w.tail_slot.data(), w.summary.data());
+                          w.tail_slot.data(), w.summary.data(), &completed);
+    // ---- signed zero (SPEC §4 "Signed zero"): wherever the reference gives an exact ±0 (decided by
+    // sign rules, not by rounding), the GPU gives the same bits
+    {
+      long bad = 0;
+      auto is_zero16 = [](bf16 v) { return (v.bits & 0x7fffu) == 0; };
+      for (std::size_t i = 0; i < ik_ref.size(); ++i)
+        if (is_zero16(ik_ref[i])) {
+          bad += g_ik[i].bits != ik_ref[i].bits;
+          (ik_ref[i].bits ? z0.index_k_neg : z0.index_k_pos)++;
+        }
+      for (std::size_t i = 0; i < q_ref.size(); ++i)
+        if (is_zero16(q_ref[i])) {
+          bad += g_q[i].bits != q_ref[i].bits;
+          z0.q_neg += q_ref[i].bits != 0;
+        }
+      for (std::size_t i = 0; i < niq; ++i)
+        if (is_zero16(iq_bf16_ref[i])) {
+          bad += g_iq[i] != iq_ref[i];
+          z0.iq_neg += iq_ref[i] == 0x80;
+        }
+      for (std::size_t i = 0; i < w.tail.size(); ++i)
+        if (is_zero16(w.tail[i])) {
+          bad += g_tail[i].bits != w.tail[i].bits;
+          z0.tail_neg += w.tail[i].bits != 0;
+        }
+      for (const auto& cr : completed) {
+        const std::size_t off = ref::summary_offset(w.table(), cr.request, cr.region, w.P);
+        for (int d = 0; d < w.P; ++d)
+          if (cr.s_fp32[static_cast<std::size_t>(d)] == 0.0f) {
+            bad += g_sum[off + d] != w.summary[off + d];
+            (w.summary[off + d] == 0x80 ? z0.summary_neg : z0.summary_pos)++;
+          }
+      }
+      EXPECT(bad == 0, "%s: %ld exact-zero elements (index_k, q, index_q, tail, summaries) differ in sign from the "
+             "CPU reference", ctx.c_str(), bad);
+    }
     // ---- compare preparation and caches
     auto as_float = [](const std::vector<bf16>& v) {
       std::vector<float> f(v.size());
@@ -428,6 +480,15 @@ StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& op
             num += double(gs[i] - rrow[i]) * double(gs[i] - rrow[i]);
             den += double(rrow[i]) * rrow[i];
             if (!(std::abs(gs[i] - rrow[i]) <= 1e-3f * rmax + 1e-30f)) ++score_bad;
+            if (gs[i] == 0.0f) {  // a zero score is +0 (SPEC §4 "Signed zero"), as the reference's
+              ++z0.scores_zero;
+              EXPECT(std::bit_cast<std::uint32_t>(gs[i]) == 0u && (rrow[i] != 0.0f || std::bit_cast<std::uint32_t>(rrow[i]) == 0u),
+                     "%s score (g %d, t %d, r %d) is a zero of the wrong sign: gpu %08x, cpu %08x", ctx.c_str(), g, t,
+                     i, std::bit_cast<std::uint32_t>(gs[i]), std::bit_cast<std::uint32_t>(rrow[i]));
+              bool allneg = true;
+              for (int h = 0; h < w.hpg; ++h) allneg = allneg && g_w[static_cast<std::size_t>(t) * w.Il + g * w.hpg + h] < 0.f;
+              z0.scores_zero_negw += allneg;
+            }
           }
           std::vector<std::int32_t> own(static_cast<std::size_t>(opt.topk + 1));
           const int oc = ref::select_row(gs, n, opt.topk, n, own.data());
@@ -509,6 +570,52 @@ GPU_CASE("indexer: decode batches of 33, 257 (tp 1) and 1024 (tp 8) requests, mi
       o.ws_tokens = 7;  // several score chunks in the second step
       run_step(w, step2, o);
     }
+}
+
+GPU_CASE("indexer: signed zero as the CPU reference (index_k LayerNorm, q norms, e4m3, tail, summaries, scores)") {
+  // SPEC §4 "Signed zero", issue 12 §2. Fresh random rows, plus: proxy dims 40..42 get LayerNorm
+  // weight +0 and bias -0, so index_k there is -0 where x < mean and +0 where x > mean; raw x is
+  // -6 on dim 40 (all -0: summary byte 0x80), ±6 on dim 41 (mixed: 0x00), +6 on dim 42 (all +0);
+  // one token's raw index_k row is all -0 (LayerNorm mean -0); the last dim of every main q and
+  // indexer q head is raw -0 (outside the rotated dims). Every exact zero is compared bit for bit
+  // inside run_step; here we check that each kind actually occurred.
+  for (const auto& e : step5::layout::kGeometries) {
+    World w(e, 1, 0, 3, 256, 13);
+    for (int d : {40, 41, 42}) {
+      w.ik_w[static_cast<std::size_t>(d)] = 0.0f;
+      w.ik_b[static_cast<std::size_t>(d)] = -0.0f;
+    }
+    up(w.d_ikw, w.ik_w);
+    up(w.d_ikb, w.ik_b);
+    const auto& r = w.rank;
+    const int col_ik = r.shard(step5::layout::Shard::kIndexK).dst_row;
+    const int col_iq = r.shard(step5::layout::Shard::kIndexQ).dst_row;
+    const int col_q = r.shard(step5::layout::Shard::kQ).dst_row;
+    StepOptions o;
+    o.topk = 4;
+    o.edit_row = [&](bf16* row, int request, int pos) {
+      row[col_ik + 40] = step5::to_bf16(-6.0f);
+      row[col_ik + 41] = step5::to_bf16(pos % 3 == 0 ? 6.0f : -6.0f);
+      row[col_ik + 42] = step5::to_bf16(6.0f);
+      if (request == 0 && pos == 13)
+        for (int d = 0; d < w.P; ++d) row[col_ik + d] = bf16{0x8000};
+      for (int h = 0; h < w.Hl; ++h) row[col_q + h * w.D + w.D - 1] = bf16{0x8000};
+      for (int h = 0; h < w.Il; ++h) row[col_iq + h * w.P + w.P - 1] = bf16{0x8000};
+    };
+    ZeroCounts zc;
+    run_step(w, {21, 16, 5}, o, &zc);  // request 2 leaves 5 rows in its tail
+    run_step(w, {1, 1, 3}, o, &zc);    // request 2 completes region 0 from 5 tail rows + 3 new rows
+    std::printf("  %s signed zero: index_k -0 %ld / +0 %ld, q -0 %ld, index_q 0x80 %ld, tail -0 %ld, summary 0x80 %ld / "
+                "0x00 %ld, zero scores %ld (%ld with all weights negative)\n",
+                w.name.c_str(), zc.index_k_neg, zc.index_k_pos, zc.q_neg, zc.iq_neg, zc.tail_neg, zc.summary_neg,
+                zc.summary_pos, zc.scores_zero, zc.scores_zero_negw);
+    EXPECT(zc.index_k_neg > 0 && zc.index_k_pos > 0 && zc.q_neg > 0 && zc.iq_neg > 0 && zc.tail_neg > 0,
+           "%s: the signed-zero inputs did not reach every place", w.name.c_str());
+    EXPECT(zc.summary_neg >= 5 && zc.summary_pos >= 2 * 5,  // 5 regions complete in the two steps
+           "%s: expected -0 summaries at dim 40 and +0 at dims 41, 42 of every completed region (got %ld, %ld)",
+           w.name.c_str(), zc.summary_neg, zc.summary_pos);
+    EXPECT(zc.scores_zero > 0, "%s: no zero score occurred", w.name.c_str());
+  }
 }
 
 GPU_CASE("indexer: chunked prefill equals one-shot (caches and selections bit-identical)") {

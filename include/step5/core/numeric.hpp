@@ -5,6 +5,9 @@
 /// fp16 -> fp32 widening (checkpoint F16 tensors, SPEC §7). The device
 /// kernels use the CUDA intrinsics with the same rounding (cvt.rn.bf16.f32,
 /// cvt.rn.satfinite.e4m3x2.f32); tests hold them to these functions. Host-safe (g++).
+/// Signed zero (SPEC §4 "Signed zero"): every conversion keeps the sign, as torch/Triton do:
+/// −0.0 → bf16 0x8000 → −0.0, −0.0 → e4m3 0x80 → −0.0, and a negative value that rounds to zero
+/// gives −0 (bf16 0x8000, e4m3 0x80); a positive one +0 (static_asserts at the end of this file).
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -119,5 +122,12 @@ static_assert(f16_bits_to_float(0x0001) == 1.0f / 16777216.0f && f16_bits_to_flo
 static_assert(f16_bits_to_float(0x83ff) == -1023.0f / 16777216.0f && f16_bits_to_float(0x0400) == 1.0f / 16384.0f);
 static_assert(std::bit_cast<std::uint32_t>(f16_bits_to_float(0xfc00)) == 0xff800000u);
 static_assert(std::bit_cast<std::uint32_t>(f16_bits_to_float(0x8000)) == 0x80000000u);
+// Signed zero (SPEC §4 "Signed zero"): conversions keep the sign of zero, and of values rounding to 0.
+static_assert(float_to_bf16_bits(-0.0f) == 0x8000 && float_to_bf16_bits(0.0f) == 0x0000);
+static_assert(float_to_bf16_bits(-1e-45f) == 0x8000 && float_to_bf16_bits(1e-45f) == 0x0000);
+static_assert(std::bit_cast<std::uint32_t>(bf16_bits_to_float(0x8000)) == 0x80000000u);
+static_assert(float_to_e4m3_bits(-0.0f) == 0x80 && float_to_e4m3_bits(0.0f) == 0x00);
+static_assert(float_to_e4m3_bits(-1e-4f) == 0x80 && float_to_e4m3_bits(1e-4f) == 0x00);  // below 2^-10
+static_assert(std::bit_cast<std::uint32_t>(e4m3_bits_to_float(0x80)) == 0x80000000u);
 
 }  // namespace step5

@@ -131,8 +131,11 @@ inline void index_k_head(const bf16* x, bf16* out, int P, const float* w, const 
                          const bf16* cos_row, const bf16* sin_row) {
   float buf[1024];
   require(P > 0 && P <= 1024, "index_k_head", "proxy_dim = " + std::to_string(P) + ", expected in [1, 1024]");
-  float s = 0.0f, ss = 0.0f;
-  for (int d = 0; d < P; ++d) {
+  // Signed zero (SPEC §4 "Signed zero"): Σx starts from its first term (Triton tl.sum), so a row of
+  // −0.0 has mean −0.0 and x − mean = +0.0 (starting from +0.0 would give mean +0.0, x − mean = −0.0).
+  buf[0] = to_float(x[0]);
+  float s = buf[0], ss = buf[0] * buf[0];
+  for (int d = 1; d < P; ++d) {
     buf[d] = to_float(x[d]);
     s += buf[d];
     ss += buf[d] * buf[d];

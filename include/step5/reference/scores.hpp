@@ -34,6 +34,9 @@ inline float e4m3_dot(const std::uint8_t* a, const std::uint8_t* b, int P) {
 /// `weights [hpg_i]` (already × hpg_i^-0.5), `summary [P]` e4m3 bits.
 inline float region_score(const std::uint8_t* q_e4m3, const float* weights, int hpg_i, int P,
                           const std::uint8_t* summary) {
+  // Signed zero (SPEC §4 "Signed zero"): unlike the region sums, the reference seeds the head sum
+  // with +0.0 (its accumulator is zero-initialised), so a score of zero is always +0.0, whatever the
+  // signs of the weights and of the zero dots; the sign of ReLU's zero therefore never shows.
   float score = 0.0f;
   for (int h = 0; h < hpg_i; ++h) {
     const float dot = e4m3_dot(q_e4m3 + static_cast<std::size_t>(h) * P, summary, P);

@@ -5,8 +5,9 @@
 ///
 /// Per complete region of R = 8 tokens (rows = index_k after norm+RoPE and index_z, bf16 [8, P]):
 /// `m = max z over the whole 8×P block`; for each d, `e_t = exp(z[t,d] − m)` (fp32),
-/// `num = Σ_t e_t·k[t,d]`, `den = Σ_t e_t` (t ascending, fp32), `S = den > 0 ? num / max(den, 1e-20) : 0`,
-/// stored as `e4m3(bf16(S))` (RNE, saturating to ±448).
+/// `num = Σ_t e_t·k[t,d]`, `den = Σ_t e_t` (t ascending, fp32, each sum starting from its first term),
+/// `S = den > 0 ? num / max(den, 1e-20) : 0`, stored as `e4m3(bf16(S))` (RNE, saturating to ±448).
+/// Signed zero (SPEC §4 "Signed zero"): S is −0.0 exactly when every product e_t·k[t,d] is −0.0.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -30,8 +31,11 @@ inline void region_summary(const bf16* const* k_rows, const bf16* const* z_rows,
   for (int t = 0; t < kRegionSize; ++t)
     for (int d = 0; d < P; ++d) m = std::max(m, to_float(z_rows[t][d]));
   for (int d = 0; d < P; ++d) {
-    float num = 0.0f, den = 0.0f;
-    for (int t = 0; t < kRegionSize; ++t) {
+    // Signed zero (SPEC §4 "Signed zero"): the sums start from their first term (Triton tl.sum),
+    // not from +0.0, so eight −0.0 products give num = −0.0 and S = −0.0 (e4m3 byte 0x80).
+    const float e0 = std::exp(to_float(z_rows[0][d]) - m);
+    float num = e0 * to_float(k_rows[0][d]), den = e0;
+    for (int t = 1; t < kRegionSize; ++t) {
       const float e = std::exp(to_float(z_rows[t][d]) - m);
       num += e * to_float(k_rows[t][d]);
       den += e;

@@ -215,9 +215,11 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
     } else {  // indexer k: LayerNorm
       float x[P / 32];
       detail::load_head<P>(row + a.col_ik, x, lane);
-      float s = 0.f, ss = 0.f;
+      // Signed zero (SPEC §4 "Signed zero"): Σx starts from its first term (peeled), so a row of
+      // −0.0 has mean −0.0 as in the reference (Triton tl.sum); the shuffle tree only adds partials.
+      float s = x[0], ss = __fmul_rn(x[0], x[0]);
 #pragma unroll
-      for (int i = 0; i < P / 32; ++i) {
+      for (int i = 1; i < P / 32; ++i) {
         s += x[i];
         ss = __fmaf_rn(x[i], x[i], ss);
       }

@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
         const int r = rb + g + 8 * c;
 #pragma unroll
         for (int grp = 0; grp < 8 / HPG; ++grp) {
-          float s = 0.f;
+          float s = 0.f;  // seeded with +0.0 as the reference: a zero score is +0.0 (SPEC §4 "Signed zero")
 #pragma unroll
           for (int h = 0; h < HPG; ++h) s = __fmaf_rn(v[grp * HPG + h], sw[nt * 8 + grp * HPG + h], s);
           const int col0 = nt * 8 + grp * HPG;

@@ -4,7 +4,8 @@
 /// Grid (Y, B): CTA (y, b) summarises the regions r = first + y, first + y + Y, ... of request b
 /// that this step completes (rows from the tail for positions < past_len, else from the step's
 /// index_k / raw index_z), P threads, thread d owns proxy dim d:
-///   m = max z over the 8×P block; S[d] = Σ_t e^(z−m)·k / Σ_t e^(z−m) (fp32, t in order;
+///   m = max z over the 8×P block; S[d] = Σ_t e^(z−m)·k / Σ_t e^(z−m) (fp32, t in order, each sum
+///   starting from its first term so that the sign of zero follows SPEC §4 "Signed zero";
 ///   S = den > 0 ? num / max(den, 1e-20) : 0, golden "semantics.summaries"); stored e4m3(bf16(S)).
 /// CTA y == 0 then writes the leftover rows (positions >= 8·(seq_len/8)) to the tail slot, after its
 /// own summaries: it is the only CTA that reads the tail (the first region), so no other CTA races.
@@ -76,9 +77,12 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
 #pragma unroll
     for (int w = 1; w < P / 32; ++w) m = fmaxf(m, red[w]);
     __syncthreads();  // red reused by the next region
-    float num = 0.f, den = 0.f;
+    // Signed zero (SPEC §4 "Signed zero"): both sums start from their first term (peeled), not
+    // from +0.0, so eight −0.0 products give S = −0.0 (e4m3 byte 0x80) as the reference does.
+    const float e0 = expf(z[0] - m);
+    float num = __fmul_rn(e0, k[0]), den = e0;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 1; j < 8; ++j) {
       const float e = expf(z[j] - m);
       num = __fadd_rn(num, __fmul_rn(e, k[j]));
       den = __fadd_rn(den, e);
