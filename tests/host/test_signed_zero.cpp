@@ -2,6 +2,7 @@
 // conversions, region summaries, the tail buffer, the q/k norms, the indexer k LayerNorm, RoPE and
 // the scores; each with all-(−0) and mixed ±0 inputs, bit patterns compared (issue 12 §2).
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <cmath>
 #include <doctest/doctest.h>
 
 #include <bit>
@@ -199,4 +200,15 @@ TEST_CASE("signed zero: a zero score is +0 (the reference seeds the head sum wit
   // every dot negative (ReLU -> 0) and every weight negative: still +0
   std::vector<std::uint8_t> pos_s(P, step5::float_to_e4m3_bits(1.0f)), neg_q(q.size(), step5::float_to_e4m3_bits(-1.0f));
   CHECK(fbits(ref::region_score(neg_q.data(), w_neg, hpg, P, pos_s.data())) == 0u);
+}
+
+TEST_CASE("scores: ReLU keeps NaN (as torch.relu and the score kernel), so a NaN q gives a NaN score") {
+  // Sibling of the signed-zero rules (issue 12 §2): the CPU reference once mapped NaN to 0 while the
+  // kernel kept it; SPEC §4.5 now states that ReLU propagates NaN.
+  const int P = 128, hpg = 2;
+  std::vector<std::uint8_t> q(static_cast<std::size_t>(hpg) * P, 0x38), s(P, 0x38);  // 1.0 everywhere
+  const float w[hpg] = {0.5f, 0.5f};
+  CHECK(ref::region_score(q.data(), w, hpg, P, s.data()) == doctest::Approx(128.0));
+  q[5] = 0x7f;  // e4m3 NaN in head 0
+  CHECK(std::isnan(ref::region_score(q.data(), w, hpg, P, s.data())));
 }

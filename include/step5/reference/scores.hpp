@@ -40,7 +40,9 @@ inline float region_score(const std::uint8_t* q_e4m3, const float* weights, int 
   float score = 0.0f;
   for (int h = 0; h < hpg_i; ++h) {
     const float dot = e4m3_dot(q_e4m3 + static_cast<std::size_t>(h) * P, summary, P);
-    const float relu = dot > 0.0f ? dot : 0.0f;
+    // ReLU keeps NaN (torch.relu; the score kernel's relu_keep_nan), so a NaN input reaches the
+    // selection, where NaN ranks above every number (SPEC §4.5–4.6).
+    const float relu = dot < 0.0f ? 0.0f : dot;
     score = std::fma(relu, weights[h], score);
   }
   return score;
