@@ -1,5 +1,5 @@
 // The driver's CUDA backend (examples/step5_driver.cpp): the whole layer of SPEC §4 on the GPU
-// through `step5::ops::dsa_layer_forward`, the TP all-reduce over NCCL (--tp N on N GPUs, one
+// through `step5::ops::dsa_layer_plan` (once per rank) + `dsa_layer_run` (per step), the TP all-reduce over NCCL (--tp N on N GPUs, one
 // thread per GPU, communicators from one unique id) or simulated on one GPU (--simulate-tp: all
 // ranks' shards on device 0, partials summed), and the fp32 residual add. Per-kernel times come
 // from CUDA events recorded on rank 0 between the stages.
@@ -80,6 +80,7 @@ struct RankDev {
   int device = 0;
   cudaStream_t stream = nullptr;
   std::vector<LayerDev> layers;
+  ops::DsaLayerPlan plan;  // planned once per rank (every layer of a rank has its layout)
   void* ws = nullptr;
   std::size_t ws_bytes = 0;
   bf16* x = nullptr;
@@ -126,7 +127,8 @@ class CudaBackend : public Backend {
       }
       const int topk_cap = step5::layout::kMaxTopk;
       cap_.max_topk = topk_cap;
-      ok(ops::dsa_layer_workspace_bytes(d.layers[0].rank, hidden, cap_, &d.ws_bytes));
+      ok(ops::dsa_layer_plan(d.layers[0].rank, hidden, cap_, &d.plan, d.device));
+      d.ws_bytes = d.plan.workspace_bytes;
       if (r == 0 || !simulate) {
         d.ws = alloc<unsigned char>(d.ws_bytes, "cudaMalloc(workspace)");
         cu(cudaMemset(d.ws, 0, d.ws_bytes), "cudaMemset(workspace)");
@@ -216,7 +218,7 @@ class CudaBackend : public Backend {
       ops::DsaLayerStep s = ls;
       s.batch.cu_seqlens_q = d.cu, s.batch.seq_lens = d.seq, s.table.block_table = d.table, s.tail_slot = d.slots;
       const LayerDev& L = d.layers[l];
-      ok(ops::dsa_layer_forward(L.rank, hidden, L.w, L.caches, s, d.x, d.partial, d.ws, d.ws_bytes, cap_, d.stream, hook));
+      ok(ops::dsa_layer_run(d.plan, L.w, L.caches, s, d.x, d.partial, d.ws, d.ws_bytes, d.stream, hook));
     };
     if (simulate_ || tp == 1) {
       RankDev& d0 = ranks_[0];

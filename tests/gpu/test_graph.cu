@@ -1,4 +1,4 @@
-// CUDA-graph capture and replay of one DSA layer step (step5/ops/layer.hpp `dsa_layer_forward`:
+// CUDA-graph capture and replay of one DSA layer step (step5/ops/layer.hpp `dsa_layer_plan` once, `dsa_layer_run`:
 // fused GEMM, preparation + KV-cache write, region summaries, scores + selection, sparse
 // attention, o_proj), the way an engine replays a captured decode step while the lengths change.
 //
@@ -90,14 +90,13 @@ void graph_replay_case(const char* label) {
   step5::ops::DsaLayerCapacity cap;
   cap.max_tokens = B, cap.max_requests = B, cap.max_seq_len = max_seq_len, cap.max_topk = topk;
   cap.block_size = block_size, cap.max_blocks = max_blocks, cap.num_blocks = num_blocks;
-  std::size_t ws_bytes = 0;
-  const step5::Status ws_status = step5::ops::dsa_layer_workspace_bytes(rank, hidden, cap, &ws_bytes);
-  EXPECT(ws_status.ok(), "%s: workspace: %s", label, ws_status.to_string().c_str());
-  if (!ws_status.ok()) return;
-  step5::ops::detail::LayerWorkspaceMap map;  // where the layer keeps its intermediates
-  const step5::Status map_status = step5::ops::detail::layer_workspace_map(rank, hidden, cap, &map);
-  EXPECT(map_status.ok() && map.total == ws_bytes, "%s: workspace map: %s", label, map_status.to_string().c_str());
-  if (!map_status.ok()) return;
+  // plan once (outside capture); the eager steps and the captured step run the same plan
+  step5::ops::DsaLayerPlan plan;
+  const step5::Status plan_status = step5::ops::dsa_layer_plan(rank, hidden, cap, &plan);
+  EXPECT(plan_status.ok(), "%s: plan: %s", label, plan_status.to_string().c_str());
+  if (!plan_status.ok()) return;
+  const std::size_t ws_bytes = plan.workspace_bytes;
+  const step5::ops::detail::LayerWorkspaceMap& map = plan.map;  // where the layer keeps its intermediates
 
   // Identical initial caches (random history: k/v, finite e4m3 summaries, pending tail rows).
   const std::size_t kv = static_cast<std::size_t>(num_blocks) * block_size * rank.local_kv_heads * g.head_dim;
@@ -146,9 +145,8 @@ void graph_replay_case(const char* label) {
   graph.seq.up(seq);
   cudaGraph_t cg = nullptr;
   GPU_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const step5::Status captured = step5::ops::dsa_layer_forward(rank, hidden, w, caches_of(graph), make_step(graph),
-                                                               graph.x.p, graph.partial.p, graph.ws.p, ws_bytes, cap,
-                                                               stream);
+  const step5::Status captured = step5::ops::dsa_layer_run(plan, w, caches_of(graph), make_step(graph), graph.x.p,
+                                                           graph.partial.p, graph.ws.p, ws_bytes, stream);
   const cudaError_t end = cudaStreamEndCapture(stream, &cg);
   EXPECT(captured.ok(), "%s: launch under capture: %s", label, captured.to_string().c_str());
   EXPECT(end == cudaSuccess, "%s: cudaStreamEndCapture: %s", label, cudaGetErrorString(end));
@@ -166,8 +164,8 @@ void graph_replay_case(const char* label) {
     eager.seq.up(seq), eager.x.up(x), graph.seq.up(seq), graph.x.up(x);
     GPU_CHECK(cudaMemset(eager.partial.p, 0xff, eager.partial.n * sizeof(bf16)));  // poison
     GPU_CHECK(cudaMemset(graph.partial.p, 0xff, graph.partial.n * sizeof(bf16)));
-    const step5::Status st = step5::ops::dsa_layer_forward(rank, hidden, w, caches_of(eager), make_step(eager), eager.x.p,
-                                                           eager.partial.p, eager.ws.p, ws_bytes, cap, stream);
+    const step5::Status st = step5::ops::dsa_layer_run(plan, w, caches_of(eager), make_step(eager), eager.x.p,
+                                                       eager.partial.p, eager.ws.p, ws_bytes, stream);
     EXPECT(st.ok(), "%s: eager step %d: %s", label, s, st.to_string().c_str());
     GPU_CHECK(cudaGraphLaunch(exec, stream));
     GPU_CHECK(cudaStreamSynchronize(stream));

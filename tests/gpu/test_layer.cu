@@ -11,7 +11,7 @@
 //   request 2 has no rows in the prefill steps (q_len 0), then decodes; the last step verifies
 //   MTP rows (2–3 query rows per request).
 // How each step is judged (the GPU's outputs come from the layer's workspace, whose layout is
-// step5::ops::detail::layer_workspace_map):
+// the plan's workspace map, step5::ops::DsaLayerPlan::map):
 //   1. fused GEMM: the GPU's C against reference::gemm_bf16 of the same x, per row (<= 1e-2).
 //   2. steps 2–8 of the reference run from the GPU's C (reference::forward_from_projection), so
 //      that the stages after the GEMM are judged on identical inputs; the CPU caches are updated
@@ -205,8 +205,9 @@ std::vector<bf16> run_rank_step(Rank& R, const ref::StepBatch& step, const std::
                                                          R.ws.n, cap, nullptr);
   EXPECT(st.ok(), "%s: dsa_layer_forward: %s", ctx.c_str(), st.to_string().c_str());
   GPU_CHECK(cudaDeviceSynchronize());
-  step5::ops::detail::LayerWorkspaceMap m;
-  EXPECT(step5::ops::detail::layer_workspace_map(r, kHidden, cap, &m).ok(), "%s: workspace map", ctx.c_str());
+  step5::ops::DsaLayerPlan plan;  // the same plan dsa_layer_forward made: where the layer keeps its intermediates
+  EXPECT(step5::ops::dsa_layer_plan(r, kHidden, cap, &plan).ok(), "%s: plan", ctx.c_str());
+  const step5::ops::detail::LayerWorkspaceMap& m = plan.map;
   const unsigned char* ws = R.ws.p;
   const auto g_c = step5_test::download(reinterpret_cast<const bf16*>(ws + m.c), static_cast<std::size_t>(T) * ldc);
   const auto g_iq = step5_test::download(ws + m.index_q, static_cast<std::size_t>(T) * Il * P);

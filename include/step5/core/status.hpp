@@ -77,6 +77,11 @@ inline void throw_if_error(const Status& s) {
   if (!s.ok()) throw Error(s);
 }
 
+/// Throws `Error(kInvalidArgument, "<where>: <what>")` when `cond` is false.
+inline void require(bool cond, const std::string& where, const std::string& what) {
+  if (!cond) throw Error(StatusCode::kInvalidArgument, where + ": " + what);
+}
+
 }  // namespace step5
 
 /// Returns the Status from the enclosing function when `expr` is not ok.

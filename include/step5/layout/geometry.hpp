@@ -91,6 +91,7 @@ constexpr const GeometryEntry* find_geometry(const Geometry& g) {
 }
 
 /// SPEC §1: the run-time topk is in [1, kMaxTopk].
+inline constexpr int kRegionSize = 8;  ///< R (SPEC §1); the checkpoint family fixes R = 8
 inline constexpr int kMaxTopk = 1024;
 
 /// SPEC §2 rule 6: the DSA kernels support 4, 8 or 16 q heads per KV group (hpg_q).

@@ -6,18 +6,29 @@
 /// attention with the head-wise gate → row-parallel o_proj GEMM (bf16 partial). The all-reduce of
 /// the partials (NCCL: step5/comm/nccl.hpp) and the residual add (ops/elementwise.hpp) follow.
 ///
-/// Device pointers throughout; layouts of docs/ARCHITECTURE.md. Nothing is allocated at launch:
-/// `dsa_layer_workspace_bytes` sizes one workspace up front (zero-fill it once, before its first
-/// use: the GEMM split-K counters live in it). The sequence of launches depends only on host
-/// sizes, so a step can be captured in a CUDA graph. Errors as Status (the first failing
-/// launcher's message). Host code (g++-compilable); links step5::kernels (or one .cu of the
-/// engine includes step5/instantiate.cuh).
+/// Lifecycle (the plan/run split engines use with CUDA graphs):
+///  * `dsa_layer_plan(rank, hidden, capacity, &plan)` once per capacity, outside any capture:
+///    queries the device (SM count), lays out the workspace (`plan.workspace_bytes`), picks the
+///    GEMM path / tile configuration / split-K factor for every planned token count, bounds the
+///    attention split-KV space, and sets the kernels' shared-memory attributes;
+///  * `dsa_layer_run(plan, weights, caches, step, x, partial, workspace, bytes, stream)` per step:
+///    host-only validation of the step (`validate_step`, no device read, no synchronisation), then
+///    the launches. No allocation, no re-planning: safe inside `cudaStreamBeginCapture`.
+///  * `dsa_layer_forward(...)` = plan + run in one call (convenience for one-off calls and tests;
+///    it plans on every call, engines keep a plan).
+/// Device pointers throughout; layouts of docs/ARCHITECTURE.md. The workspace (one allocation of
+/// `plan.workspace_bytes`) is zero-filled once before its first use (the GEMM split-K counters
+/// live in it; every launch leaves them zero). The sequence of launches depends only on host
+/// sizes. Errors as Status (the first failing launcher's message). Host code (g++-compilable);
+/// links step5::kernels (or one .cu of the engine includes step5/instantiate.cuh).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "step5/core/cuda_check.hpp"
 #include "step5/core/status.hpp"
@@ -28,7 +39,7 @@
 
 namespace step5::ops {
 
-/// The device weights of one rank's layer (SPEC §3, §4; `reference::LayerWeights` uploaded).
+/// The device weights of one rank's layer (SPEC §3, §4; `model::LayerWeights` uploaded).
 struct DsaLayerWeights {
   const bf16* fused = nullptr;        ///< [rank.padded_rows, hidden] (shards + sparse_indexer_w + zero rows)
   const bf16* o_proj = nullptr;       ///< [hidden, Hl*D] the rank's o_proj columns
@@ -89,7 +100,8 @@ struct DsaLayerHook {
 namespace detail {
 inline std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
 
-/// Offsets of the buffers inside the layer workspace.
+/// Offsets (bytes from the workspace base, each a multiple of 256) and sizes of the buffers inside
+/// the layer workspace.
 struct LayerWorkspaceMap {
   std::size_t c = 0, q = 0, index_q = 0, weights = 0, index_k = 0, ids = 0, counts = 0, attn = 0, lse = 0;
   std::size_t gemm = 0, gemm_bytes = 0, select = 0, select_bytes = 0, attn_ws = 0, attn_ws_bytes = 0, total = 0;
@@ -110,8 +122,10 @@ inline SparseAttentionParams attention_sizes(const layout::RankLayout& r, int to
   return a;
 }
 
-inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const DsaLayerCapacity& cap,
-                                  LayerWorkspaceMap* m) {
+/// The workspace layout for capacity `cap` on a device with `num_sms` SMs, given the GEMM
+/// split-K bytes `gemm_bytes` (the larger of the two GEMMs' `gemm_workspace_bytes`). Host-only.
+inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const DsaLayerCapacity& cap, int num_sms,
+                                  std::size_t gemm_bytes, LayerWorkspaceMap* m) {
   if (hidden <= 0 || cap.max_tokens <= 0 || cap.max_requests <= 0 || cap.max_seq_len <= 0 || cap.max_topk < 1 ||
       cap.max_topk > layout::kMaxTopk)
     return invalid_argument("dsa_layer: capacity hidden = " + std::to_string(hidden) + ", max_tokens = " +
@@ -137,8 +151,7 @@ inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const
   m->counts = take(lg * T * 4);
   m->attn = take(T * Hl * D * 2);
   m->lse = take(T * Hl * 4);
-  m->gemm_bytes = std::max(gemm_workspace_bytes(cap.max_tokens, r.padded_rows, hidden),
-                           gemm_workspace_bytes(cap.max_tokens, hidden, static_cast<std::int64_t>(Hl * D)));
+  m->gemm_bytes = gemm_bytes;
   m->gemm = take(std::max<std::size_t>(m->gemm_bytes, kGemmCounterBytes));
   // Selection: tokens are scored in chunks that fit the workspace (any size works). Large chunks
   // keep prefill scoring on few, wide launches: up to kSelectWorkspaceTarget bytes, at least 64
@@ -154,71 +167,189 @@ inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const
   m->select = take(m->select_bytes);
   // Split-KV merge space for decode-like steps (<= 4 rows per request); larger steps use fewer
   // splits when this does not suffice (SparseAttentionParams::max_workspace_bytes).
-  std::size_t attn_bytes = 0;
+  SparseAttentionPlan ap;
   const SparseAttentionParams a = attention_sizes(r, std::min(cap.max_tokens, 4 * cap.max_requests), cap.max_requests,
                                                   cap.max_topk, cap.block_size, cap.max_blocks, cap.num_blocks);
-  STEP5_RETURN_IF_ERROR(sparse_attention_workspace_size(a, &attn_bytes));
-  m->attn_ws_bytes = attn_bytes;
-  m->attn_ws = take(attn_bytes);
+  STEP5_RETURN_IF_ERROR(sparse_attention_plan(a, num_sms, &ap));
+  m->attn_ws_bytes = ap.workspace_bytes;
+  m->attn_ws = take(ap.workspace_bytes);
   m->total = off;
   return Status::Ok();
 }
 
 }  // namespace detail
 
-/// Bytes of the workspace of `dsa_layer_forward` for `rank` at `hidden` and capacity `cap`.
-inline Status dsa_layer_workspace_bytes(const layout::RankLayout& rank, int hidden, const DsaLayerCapacity& cap,
-                                        std::size_t* bytes) {
-  if (bytes == nullptr) return invalid_argument("dsa_layer_workspace_bytes: bytes is null");
-  detail::LayerWorkspaceMap m;
-  STEP5_RETURN_IF_ERROR(detail::layer_workspace_map(rank, hidden, cap, &m));
-  *bytes = m.total;
+/// Token counts up to which `dsa_layer_plan` fixes each GEMM's path, tile configuration and
+/// split-K factor per count (the decode range, where the stream path's choice varies with T);
+/// larger steps run the wgmma path fixed by the plan (`DsaLayerPlan::fused_large`).
+inline constexpr int kDsaLayerPlannedGemmTokens = 64;
+
+/// What the plan depends on from the device. `dsa_layer_plan` queries it; host code (tests) may
+/// build one by hand and call `dsa_layer_plan_for` (empty GEMM tables: the launcher chooses).
+struct DsaLayerDeviceFacts {
+  int device = -1;                       ///< CUDA device ordinal
+  int num_sms = 0;                       ///< streaming multiprocessors (> 0)
+  std::size_t gemm_workspace_bytes = 0;  ///< split-K bytes of the larger GEMM (gemm_workspace_bytes)
+  /// GEMM choices per token count: index T-1 for T = 1 .. size() (fused projection / o_proj).
+  std::vector<GemmPlan> fused_gemm, o_proj_gemm;
+  /// GEMM choices for T > size() of the tables (path kAuto = the launcher chooses).
+  GemmPlan fused_large{GemmPath::kAuto, 1, 0, 0}, o_proj_large{GemmPath::kAuto, 1, 0, 0};
+};
+
+/// One layer's plan for one rank, one hidden size and one capacity: built once by
+/// `dsa_layer_plan` (outside capture), read-only afterwards; one plan serves every step within
+/// its capacity, any number of streams (each with its own workspace).
+struct DsaLayerPlan {
+  layout::RankLayout rank{};
+  int hidden = 0;
+  DsaLayerCapacity capacity{};
+  const layout::GeometryEntry* entry = nullptr;  ///< the rank's geometries.def row
+  DsaLayerDeviceFacts facts{};
+  detail::LayerWorkspaceMap map{};
+  std::size_t workspace_bytes = 0;  ///< bytes of the workspace `dsa_layer_run` needs (== map.total)
+};
+
+/// Plans with given device facts (host-only, no CUDA call). Errors: capacity values not positive
+/// or topk > kMaxTopk, num_sms <= 0, a geometry not in geometries.def (kUnsupported), a block
+/// table capacity whose region bitmaps do not fit in shared memory (kUnsupported).
+inline Status dsa_layer_plan_for(const layout::RankLayout& rank, int hidden, const DsaLayerCapacity& cap,
+                                 DsaLayerDeviceFacts facts, DsaLayerPlan* plan) {
+  if (plan == nullptr) return invalid_argument("dsa_layer_plan: plan is null");
+  if (facts.num_sms <= 0)
+    return invalid_argument("dsa_layer_plan: num_sms = " + std::to_string(facts.num_sms) + ", expected > 0");
+  const layout::GeometryEntry* entry = layout::find_geometry(rank.geometry);
+  if (entry == nullptr)
+    return unsupported("dsa_layer_plan: the rank's geometry " + layout::describe(rank.geometry) +
+                       " is not in geometries.def; supported: " + layout::supported_layouts());
+  DsaLayerPlan p;
+  STEP5_RETURN_IF_ERROR(detail::layer_workspace_map(rank, hidden, cap, facts.num_sms, facts.gemm_workspace_bytes, &p.map));
+  p.rank = rank;
+  p.hidden = hidden;
+  p.capacity = cap;
+  p.entry = entry;
+  p.facts = std::move(facts);
+  p.workspace_bytes = p.map.total;
+  *plan = std::move(p);
   return Status::Ok();
 }
 
-/// Enqueues SPEC §4 steps 1–8 of one rank for `x [T, hidden]` bf16 (row stride hidden) and writes
-/// the rank's bf16 o_proj partial `[T, hidden]` (before the TP all-reduce). `workspace` holds
-/// `dsa_layer_workspace_bytes(rank, hidden, cap)` bytes, zero-filled once before first use.
-/// Errors: every rule of `validate_step` (ops/batch_check.hpp) for the step — host mirrors,
-/// cu_seqlens_q, seq_lens >= q_len, positions < max_blocks * block_size and < w.max_position,
-/// seq_lens <= step.max_seq_len, topk — then sizes beyond `cap` and every launcher's own checks
-/// (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.
-inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, const DsaLayerWeights& w,
-                                const DsaLayerCaches& caches, const DsaLayerStep& step, const bf16* x, bf16* partial,
-                                void* workspace, std::size_t workspace_bytes, const DsaLayerCapacity& cap,
-                                cudaStream_t stream, DsaLayerHook* hook = nullptr) {
-  const int T = step.batch.num_tokens;
-  if (T == 0) return Status::Ok();
-  // every host-visible precondition of the step at once (the launchers below re-check their part)
-  StepCheck check = step_check("dsa_layer_forward", step.batch, step.table);
+/// Plans one rank's layer for capacity `cap` on `device` (-1 = the current device): the step
+/// that engines run once per capacity, outside CUDA-graph capture (it queries the device and sets
+/// kernel attributes). Errors: those of `dsa_layer_plan_for`, kUnsupported for a device that is
+/// not sm_90, kCudaError for a failed query, and the GEMM planner's errors (e.g. hidden).
+inline Status dsa_layer_plan(const layout::RankLayout& rank, int hidden, const DsaLayerCapacity& cap,
+                             DsaLayerPlan* plan, int device = -1) {
+  if (plan == nullptr) return invalid_argument("dsa_layer_plan: plan is null");
+  DsaLayerDeviceFacts f;
+  if (device < 0) STEP5_CUDA_RETURN(cudaGetDevice(&device));
+  STEP5_RETURN_IF_ERROR(require_sm90(device));
+  f.device = device;
+  STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&f.num_sms, cudaDevAttrMultiProcessorCount, device));
+  if (hidden > 0 && cap.max_tokens > 0) {
+    const std::int64_t k_o = static_cast<std::int64_t>(rank.local_heads) * rank.geometry.head_dim;
+    f.gemm_workspace_bytes = std::max(gemm_workspace_bytes(cap.max_tokens, rank.padded_rows, hidden, device),
+                                      gemm_workspace_bytes(cap.max_tokens, hidden, k_o, device));
+    // The GEMM choices as the launcher makes them for 16-byte aligned operands (workspace
+    // buffers, cudaMalloc'ed weights, x and partial; `dsa_layer_run` requires that alignment).
+    // gemm_plan reads only the pointers' alignment, never their memory.
+    alignas(16) static const bf16 kAligned[8] = {};
+    GemmParams g1;
+    g1.x = kAligned, g1.w = kAligned, g1.c = const_cast<bf16*>(kAligned), g1.n = rank.padded_rows, g1.k = hidden;
+    g1.ldx = hidden, g1.ldw = hidden, g1.ldc = rank.padded_rows, g1.device = device;
+    GemmParams g2 = g1;
+    g2.n = hidden, g2.k = k_o, g2.ldx = k_o, g2.ldw = k_o, g2.ldc = hidden;
+    const int planned = std::min(cap.max_tokens, kDsaLayerPlannedGemmTokens);
+    f.fused_gemm.resize(static_cast<std::size_t>(planned));
+    f.o_proj_gemm.resize(static_cast<std::size_t>(planned));
+    for (int t = 1; t <= planned; ++t) {
+      g1.tokens = g2.tokens = t;
+      STEP5_RETURN_IF_ERROR(gemm_plan(g1, &f.fused_gemm[t - 1]));  // also sets the kernels' smem limits
+      STEP5_RETURN_IF_ERROR(gemm_plan(g2, &f.o_proj_gemm[t - 1]));
+    }
+    if (cap.max_tokens > planned) {
+      g1.tokens = g2.tokens = cap.max_tokens;
+      STEP5_RETURN_IF_ERROR(gemm_plan(g1, &f.fused_large));
+      STEP5_RETURN_IF_ERROR(gemm_plan(g2, &f.o_proj_large));
+      f.fused_large.config = f.o_proj_large.config = 0;  // wgmma tile width: the launcher's per-T choice
+      f.fused_large.split_k = f.o_proj_large.split_k = 0;
+    }
+  }
+  return dsa_layer_plan_for(rank, hidden, cap, std::move(f), plan);
+}
+
+/// Host-only checks of one step against `plan` (run by `dsa_layer_run` before any launch; no
+/// device read): every rule of `validate_step` (ops/batch_check.hpp) — host mirrors, cu_seqlens_q,
+/// seq_lens >= q_len, positions < max_blocks * block_size and < max_position, seq_lens <=
+/// step.max_seq_len, topk — then the step's sizes against the plan's capacity (the message names
+/// the step's and the capacity's numbers).
+inline Status dsa_layer_check_step(const DsaLayerPlan& plan, const DsaLayerStep& step, int max_position) {
+  const DsaLayerCapacity& cap = plan.capacity;
+  if (plan.entry == nullptr) return invalid_argument("dsa_layer_run: the plan is empty (call dsa_layer_plan first)");
+  if (step.batch.num_tokens == 0) return Status::Ok();
+  StepCheck check = step_check("dsa_layer_run", step.batch, step.table);
   check.topk = step.topk;
   check.max_seq_len = step.max_seq_len;
-  check.max_position = w.max_position;
+  check.max_position = max_position;
   STEP5_RETURN_IF_ERROR(validate_step(check));
   if (step.table.block_size != cap.block_size || step.table.max_blocks > cap.max_blocks ||
       step.table.num_blocks > cap.num_blocks)
-    return invalid_argument("dsa_layer_forward: step block table (block_size " + std::to_string(step.table.block_size) +
+    return invalid_argument("dsa_layer_run: step block table (block_size " + std::to_string(step.table.block_size) +
                             ", max_blocks " + std::to_string(step.table.max_blocks) + ", num_blocks " +
                             std::to_string(step.table.num_blocks) + ") differs from the capacity (" +
                             std::to_string(cap.block_size) + ", " + std::to_string(cap.max_blocks) + ", " +
                             std::to_string(cap.num_blocks) + ")");
-  if (T > cap.max_tokens || step.batch.num_requests > cap.max_requests || step.max_seq_len > cap.max_seq_len ||
-      step.topk > cap.max_topk)
-    return invalid_argument("dsa_layer_forward: step (T = " + std::to_string(T) + ", B = " +
+  if (step.batch.num_tokens > cap.max_tokens || step.batch.num_requests > cap.max_requests ||
+      step.max_seq_len > cap.max_seq_len || step.topk > cap.max_topk)
+    return invalid_argument("dsa_layer_run: step (T = " + std::to_string(step.batch.num_tokens) + ", B = " +
                             std::to_string(step.batch.num_requests) + ", max_seq_len = " +
                             std::to_string(step.max_seq_len) + ", topk = " + std::to_string(step.topk) +
                             ") exceeds the workspace capacity (" + std::to_string(cap.max_tokens) + ", " +
                             std::to_string(cap.max_requests) + ", " + std::to_string(cap.max_seq_len) + ", " +
                             std::to_string(cap.max_topk) + ")");
-  detail::LayerWorkspaceMap m;
-  STEP5_RETURN_IF_ERROR(detail::layer_workspace_map(rank, hidden, cap, &m));
+  return Status::Ok();
+}
+
+/// Bytes of the workspace of `dsa_layer_run` for `rank` at `hidden` and capacity `cap` on the
+/// current device (plans, then returns `plan.workspace_bytes`).
+inline Status dsa_layer_workspace_bytes(const layout::RankLayout& rank, int hidden, const DsaLayerCapacity& cap,
+                                        std::size_t* bytes) {
+  if (bytes == nullptr) return invalid_argument("dsa_layer_workspace_bytes: bytes is null");
+  DsaLayerPlan plan;
+  STEP5_RETURN_IF_ERROR(dsa_layer_plan(rank, hidden, cap, &plan));
+  *bytes = plan.workspace_bytes;
+  return Status::Ok();
+}
+
+namespace detail {
+/// The GEMM choice of `plan` for `tokens` (forced into `g`; kAuto leaves it to the launcher).
+inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan& large, int tokens, GemmParams* g) {
+  const GemmPlan& c = tokens <= static_cast<int>(table.size()) ? table[static_cast<std::size_t>(tokens - 1)] : large;
+  if (c.path == GemmPath::kAuto) return;
+  g->path = c.path;
+  g->config = c.config;
+  g->split_k = c.path == GemmPath::kStream ? c.split_k : 0;
+}
+}  // namespace detail
+
+/// Enqueues SPEC §4 steps 1–8 of one rank for `x [T, hidden]` bf16 (row stride hidden) and writes
+/// the rank's bf16 o_proj partial `[T, hidden]` (before the TP all-reduce), with the choices of
+/// `plan` (no allocation, no host synchronisation, no re-planning: capturable in a CUDA graph).
+/// `workspace` holds `plan.workspace_bytes` bytes, zero-filled once before first use; x, partial
+/// and the weights are 16-byte aligned (cudaMalloc). Errors: `dsa_layer_check_step` (step vs
+/// capacity, validate_step with w.max_position), a too small workspace, and every launcher's own
+/// checks (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.
+inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, const DsaLayerCaches& caches,
+                            const DsaLayerStep& step, const bf16* x, bf16* partial, void* workspace,
+                            std::size_t workspace_bytes, cudaStream_t stream, DsaLayerHook* hook = nullptr) {
+  STEP5_RETURN_IF_ERROR(dsa_layer_check_step(plan, step, w.max_position));
+  const int T = step.batch.num_tokens;
+  if (T == 0) return Status::Ok();
+  const detail::LayerWorkspaceMap& m = plan.map;
   if (workspace == nullptr || workspace_bytes < m.total)
-    return invalid_argument("dsa_layer_forward: workspace of " + std::to_string(workspace_bytes) + " bytes, expected >= " +
+    return invalid_argument("dsa_layer_run: workspace of " + std::to_string(workspace_bytes) + " bytes, expected >= " +
                             std::to_string(m.total));
-  const layout::GeometryEntry* entry = layout::find_geometry(rank.geometry);
-  if (entry == nullptr)
-    return unsupported("dsa_layer_forward: the rank's geometry " + layout::describe(rank.geometry) +
-                       " is not in geometries.def; supported: " + layout::supported_layouts());
+  const layout::RankLayout& rank = plan.rank;
+  const int hidden = plan.hidden;
   auto* base = static_cast<unsigned char*>(workspace);
   auto* c = reinterpret_cast<bf16*>(base + m.c);
   auto* q = reinterpret_cast<bf16*>(base + m.q);
@@ -239,6 +370,8 @@ inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, cons
   GemmParams g1;
   g1.x = x, g1.w = w.fused, g1.c = c, g1.tokens = T, g1.n = rank.padded_rows, g1.k = hidden;
   g1.ldx = hidden, g1.ldw = hidden, g1.ldc = ldc, g1.workspace = base + m.gemm, g1.workspace_bytes = m.gemm_bytes;
+  g1.device = plan.facts.device;
+  detail::apply_gemm_choice(plan.facts.fused_gemm, plan.facts.fused_large, T, &g1);
   STEP5_RETURN_IF_ERROR(gemm_bf16(g1, stream));
   mark("fused_gemm");
 
@@ -282,6 +415,7 @@ inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, cons
     a.gate_row_stride = ldc;
   }
   a.out = attn, a.lse = lse;
+  a.device = plan.facts.device;
   a.max_workspace_bytes = m.attn_ws_bytes;  // the planner lowers the auto split factor to fit
   STEP5_RETURN_IF_ERROR(sparse_attention(rank, a, base + m.attn_ws, m.attn_ws_bytes, stream));
   mark("attention");
@@ -290,9 +424,24 @@ inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, cons
   GemmParams g2;
   g2.x = attn, g2.w = w.o_proj, g2.c = partial, g2.tokens = T, g2.n = hidden, g2.k = static_cast<std::int64_t>(Hl) * D;
   g2.ldx = g2.k, g2.ldw = g2.k, g2.ldc = hidden, g2.workspace = base + m.gemm, g2.workspace_bytes = m.gemm_bytes;
+  g2.device = plan.facts.device;
+  detail::apply_gemm_choice(plan.facts.o_proj_gemm, plan.facts.o_proj_large, T, &g2);
   STEP5_RETURN_IF_ERROR(gemm_bf16(g2, stream));
   mark("o_proj_gemm");
   return Status::Ok();
+}
+
+/// Convenience for one-off calls and tests: `dsa_layer_plan(rank, hidden, cap)` then
+/// `dsa_layer_run` (plans on every call — engines plan once and call `dsa_layer_run`; do not
+/// capture this one in a graph: planning queries the device). `workspace` holds
+/// `dsa_layer_workspace_bytes(rank, hidden, cap)` bytes. Errors: those of both.
+inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, const DsaLayerWeights& w,
+                                const DsaLayerCaches& caches, const DsaLayerStep& step, const bf16* x, bf16* partial,
+                                void* workspace, std::size_t workspace_bytes, const DsaLayerCapacity& cap,
+                                cudaStream_t stream, DsaLayerHook* hook = nullptr) {
+  DsaLayerPlan plan;
+  STEP5_RETURN_IF_ERROR(dsa_layer_plan(rank, hidden, cap, &plan));
+  return dsa_layer_run(plan, w, caches, step, x, partial, workspace, workspace_bytes, stream, hook);
 }
 
 }  // namespace step5::ops

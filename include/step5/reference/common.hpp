@@ -18,11 +18,6 @@
 
 namespace step5::reference {
 
-/// Throws `Error(kInvalidArgument, "<where>: <what>")` when `cond` is false.
-inline void require(bool cond, const std::string& where, const std::string& what) {
-  if (!cond) throw Error(StatusCode::kInvalidArgument, where + ": " + what);
-}
-
 /// Packed batch metadata of one step (SPEC §5), non-owning.
 /// - `cu_seqlens_q [num_requests + 1]`: token range of request b is [cu[b], cu[b+1]), cu[0] = 0.
 /// - `seq_lens [num_requests]`: KV length of request b after this step (>= its q_len).

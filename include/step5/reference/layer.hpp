@@ -15,6 +15,7 @@
 
 #include "step5/core/numeric.hpp"
 #include "step5/layout/parallel.hpp"
+#include "step5/model/layer.hpp"
 #include "step5/reference/attention.hpp"
 #include "step5/reference/common.hpp"
 #include "step5/reference/gemm.hpp"
@@ -26,78 +27,11 @@
 
 namespace step5::reference {
 
-/// The weights of one rank (plain owning vectors; step5/weights/fused_weight.hpp builds `fused`).
-struct LayerWeights {
-  layout::RankLayout rank{};            ///< the rank's layout (SPEC §2–3)
-  int hidden = 0;                       ///< hidden size (GEMM K)
-  float eps = 1e-5f;                    ///< rms_norm_eps (also the indexer norms' eps)
-  std::vector<bf16> fused;              ///< [rank.padded_rows, hidden]: shards (SPEC §3) + sparse_indexer_w rows + zero rows
-  std::vector<bf16> o_proj;             ///< [hidden, Hl*D]: the rank's o_proj columns
-  std::vector<float> q_norm, k_norm;    ///< [D] fp32
-  std::vector<float> index_q_norm;      ///< [P] fp32 checkpoint values (rounded to bf16 at use)
-  std::vector<float> index_k_norm_weight, index_k_norm_bias;  ///< [P] fp32 (rounded to bf16 at use)
-  RopeTable rope_main;                  ///< rot = rot_main
-  RopeTable rope_idx;                   ///< rot = rot_idx
-};
-
-/// Checks every size of `w` against its layout; throws `step5::Error` naming the field.
-inline void validate_weights(const LayerWeights& w) {
-  const auto& r = w.rank;
-  const auto& g = r.geometry;
-  auto sz = [](std::size_t v) { return std::to_string(v); };
-  require(w.hidden > 0, "LayerWeights", "hidden = " + std::to_string(w.hidden) + ", expected > 0");
-  require(r.index_local_kv_heads == 1, "LayerWeights",
-          "index_local_kv_heads = " + std::to_string(r.index_local_kv_heads) + ", the reference supports 1");
-  require(g.region_size == kRegionSize, "LayerWeights", "region_size = " + std::to_string(g.region_size) + ", expected 8");
-  require(r.local_gate == 0 || r.local_gate == r.local_heads, "LayerWeights",
-          "local gate outputs = " + std::to_string(r.local_gate) + ", expected 0 or local heads " + std::to_string(r.local_heads));
-  const std::size_t fused = static_cast<std::size_t>(r.padded_rows) * w.hidden;
-  require(w.fused.size() == fused, "LayerWeights", "fused has " + sz(w.fused.size()) + " elements, expected padded_rows " +
-                                                       std::to_string(r.padded_rows) + " x hidden " + std::to_string(w.hidden));
-  const std::size_t o = static_cast<std::size_t>(w.hidden) * r.local_heads * g.head_dim;
-  require(w.o_proj.size() == o, "LayerWeights", "o_proj has " + sz(w.o_proj.size()) + " elements, expected " + sz(o));
-  require(w.q_norm.size() == static_cast<std::size_t>(g.head_dim) && w.k_norm.size() == w.q_norm.size(), "LayerWeights",
-          "q_norm/k_norm have " + sz(w.q_norm.size()) + "/" + sz(w.k_norm.size()) + " elements, expected head_dim " +
-              std::to_string(g.head_dim));
-  const std::size_t P = static_cast<std::size_t>(g.proxy_dim);
-  require(w.index_q_norm.size() == P && w.index_k_norm_weight.size() == P && w.index_k_norm_bias.size() == P,
-          "LayerWeights", "indexer norm vectors (index_q_norm, index_k_norm weight, bias) have " +
-                              sz(w.index_q_norm.size()) + "/" + sz(w.index_k_norm_weight.size()) + "/" +
-                              sz(w.index_k_norm_bias.size()) + " elements, expected proxy_dim = " + sz(P));
-  require(w.rope_main.rot == g.rot_main && w.rope_idx.rot == g.rot_idx, "LayerWeights",
-          "rope tables rot " + std::to_string(w.rope_main.rot) + "/" + std::to_string(w.rope_idx.rot) +
-              ", expected rot_main " + std::to_string(g.rot_main) + " / rot_idx " + std::to_string(g.rot_idx));
-}
-
-/// The caches of one rank (SPEC §5), owning.
-struct LayerCache {
-  int num_blocks = 0, block_size = 0, num_slots = 0;
-  int kv_heads = 0, head_dim = 0, proxy_dim = 0;
-  std::vector<bf16> k_cache, v_cache;       ///< [num_blocks, block_size, KVl, D]
-  std::vector<std::uint8_t> summary_cache;  ///< [num_blocks, block_size/8, P] e4m3 bits
-  std::vector<bf16> tail;                   ///< [num_slots, 8, 2, P] (index_k, index_z)
-
-  /// Zero-filled caches for `rank`: `num_blocks` blocks of `block_size` tokens (a multiple of 8),
-  /// `num_slots` tail slots.
-  static LayerCache create(const layout::RankLayout& rank, int num_blocks, int block_size, int num_slots) {
-    require(num_blocks > 0 && block_size > 0 && block_size % 8 == 0 && num_slots > 0, "LayerCache::create",
-            "num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
-                ", num_slots = " + std::to_string(num_slots) + "; expected > 0, block_size a multiple of 8");
-    LayerCache c;
-    c.num_blocks = num_blocks;
-    c.block_size = block_size;
-    c.num_slots = num_slots;
-    c.kv_heads = rank.local_kv_heads;
-    c.head_dim = rank.geometry.head_dim;
-    c.proxy_dim = rank.geometry.proxy_dim;
-    const std::size_t kv = static_cast<std::size_t>(num_blocks) * block_size * c.kv_heads * c.head_dim;
-    c.k_cache.assign(kv, bf16{});
-    c.v_cache.assign(kv, bf16{});
-    c.summary_cache.assign(static_cast<std::size_t>(num_blocks) * (block_size / 8) * c.proxy_dim, 0);
-    c.tail.assign(static_cast<std::size_t>(num_slots) * 8 * 2 * c.proxy_dim, bf16{});
-    return c;
-  }
-};
+// The weights and caches are the library's model types (step5/model/layer.hpp); these aliases
+// keep the reference's spelling (`reference::LayerWeights`, ...) for its callers.
+using model::LayerCache;
+using model::LayerWeights;
+using model::validate_weights;
 
 /// Metadata of one step (SPEC §5), owning: B requests.
 struct StepBatch {

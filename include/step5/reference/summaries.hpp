@@ -20,7 +20,7 @@
 
 namespace step5::reference {
 
-inline constexpr int kRegionSize = 8;  ///< R (SPEC §1); the checkpoint family fixes R = 8
+using layout::kRegionSize;  // R (SPEC §1), layout/geometry.hpp
 
 /// The summary of one complete region. `k_rows[t]`, `z_rows[t]` (t < 8) point at P bf16 values
 /// each. Writes `s_fp32 [P]` (the fp32 summary before rounding; may be null) and `e4m3_out [P]`

@@ -1,7 +1,7 @@
 #pragma once
 /// \file step5/weights/layer_loader.hpp
 /// Loads one DSA layer of a Step5-format checkpoint (SPEC.md §7) for one TP rank into the
-/// weights of the CPU reference (`reference::LayerWeights`), which the GPU backend uploads as
+/// library's model type `model::LayerWeights` (step5/model/layer.hpp; the CPU reference consumes it), which the GPU backend uploads as
 /// they are: the fused projection matrix through `FusedWeightLoader` (SPEC §3: the rank's rows
 /// only, with `sparse_indexer_w` appended), the rank's o_proj columns (the columns of its q
 /// heads, `rank.shard(Shard::kQ)`), the fp32 norm weights, and the layer's RoPE tables
@@ -15,8 +15,8 @@
 
 #include "step5/core/status.hpp"
 #include "step5/layout/parallel.hpp"
-#include "step5/reference/layer.hpp"
-#include "step5/reference/rope.hpp"
+#include "step5/model/layer.hpp"
+#include "step5/model/rope.hpp"
 #include "step5/weights/config.hpp"
 #include "step5/weights/fused_weight.hpp"
 #include "step5/weights/safetensors.hpp"
@@ -38,7 +38,7 @@ inline std::string layer_prefix(int layer) { return "model.layers." + std::to_st
 /// `FusedWeightLoader`), norm weights and bias fp32 `[D]`/`[P]`. Throws `Error` on a missing or
 /// misshaped tensor, or an incomplete load (e.g. a non-DSA layer without indexer tensors: the
 /// missing shard ids are named). SPEC §3 (shards), §4.2–4.3 (norms, RoPE), §7 (names).
-inline reference::LayerWeights load_layer_weights(const Checkpoint& ckpt, const ModelConfig& cfg, int layer,
+inline model::LayerWeights load_layer_weights(const Checkpoint& ckpt, const ModelConfig& cfg, int layer,
                                                   const layout::RankLayout& rank, int max_position,
                                                   LayerLoadStats* stats = nullptr) {
   const std::string prefix = layer_prefix(layer);
@@ -62,7 +62,7 @@ inline reference::LayerWeights load_layer_weights(const Checkpoint& ckpt, const 
                        dtype_size(v.dtype);
   }
   loader.assert_fully_loaded(prefix.substr(0, prefix.size() - 1));
-  reference::LayerWeights w;
+  model::LayerWeights w;
   w.rank = rank;
   w.hidden = hidden;
   w.eps = static_cast<float>(cfg.rms_norm_eps);
@@ -97,17 +97,17 @@ inline reference::LayerWeights load_layer_weights(const Checkpoint& ckpt, const 
   w.index_k_norm_weight = vec("sparse_indexer_k_norm.weight", g.proxy_dim);
   w.index_k_norm_bias = vec("sparse_indexer_k_norm.bias", g.proxy_dim);
 
-  std::optional<reference::Llama3Scaling> scaling;
+  std::optional<model::Llama3Scaling> scaling;
   if (cfg.rope_scaling_applies(layer)) {
     const RopeScaling& s = *cfg.rope_scaling;
-    scaling = reference::Llama3Scaling{static_cast<float>(s.factor), static_cast<float>(s.low_freq_factor),
+    scaling = model::Llama3Scaling{static_cast<float>(s.factor), static_cast<float>(s.low_freq_factor),
                                        static_cast<float>(s.high_freq_factor),
                                        static_cast<int>(s.original_max_position_embeddings)};
   }
   const double theta = cfg.rope_theta_of(layer);
-  w.rope_main = reference::make_rope_table(max_position, g.rot_main, theta, scaling);
-  w.rope_idx = reference::make_rope_table(max_position, g.rot_idx, theta, scaling);
-  reference::validate_weights(w);
+  w.rope_main = model::make_rope_table(max_position, g.rot_main, theta, scaling);
+  w.rope_idx = model::make_rope_table(max_position, g.rot_idx, theta, scaling);
+  model::validate_weights(w);
   if (stats) stats->bytes_read += st.bytes_read;
   return w;
 }

@@ -378,6 +378,7 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
       return invalid_argument("gemm_bf16: config = " + s(p.config) + " for the wgmma path; expected 0..2");
     if (p.config > 0) fp->wgmma_bn = p.config == 1 ? 128 : 256;
     else fp->wgmma_bn = wgmma_bn(p.tokens, p.n, info.sms);
+    fp->plan.config = fp->wgmma_bn == 128 ? 1 : 2;
   }
   if (path == GemmPath::kSplitK) {
     if (p.config < 0 || p.config > kNumStreamKinds)
@@ -387,6 +388,7 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
     int bps = 1;
     STEP5_RETURN_IF_ERROR(stream_bps(fp->stream.kind, fp->device, &bps));  // sets the smem limit
     fp->plan.split_k = fp->stream.splits;
+    fp->plan.config = fp->stream.kind + 1;
     fp->plan.workspace_bytes = fp->stream.workspace;
   }
   fp->plan.path = path;

@@ -1,0 +1,95 @@
+#pragma once
+/// \file step5/model/rope.hpp
+/// RoPE tables of SPEC.md §4.2–4.3 (golden manifest "semantics.rope"), the library's model type:
+/// built by the checkpoint loader (weights/layer_loader.hpp), consumed by the CPU reference and
+/// uploaded as they are for the GPU kernels. Host-safe (g++).
+///
+/// Tables: `inv_freq[i] = 1 / theta^(2i/rot)` in fp32 (i < rot/2; the exponent `(2i)/rot` is an
+/// fp32 division, the power an fp32 `powf`), optionally llama3-scaled (HF/Meta
+/// `_apply_llama3_scaling`, fp32), `freqs[p][i] = float(p) * inv_freq[i]` (fp32), and
+/// `cos`/`sin [max_position, rot/2]` = bf16(cos/sin(freqs)). Storage: bf16 bits, row-major.
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "step5/core/numeric.hpp"
+#include "step5/core/status.hpp"
+
+namespace step5::model {
+
+/// llama3 `rope_scaling` parameters (config.json `rope_scaling` with `rope_type: "llama3"`).
+struct Llama3Scaling {
+  float factor = 8.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  int original_max_position_embeddings = 8192;
+};
+
+/// A cos/sin table pair `[max_position, rot/2]` bf16 (SPEC §4.2 / ARCHITECTURE.md conventions).
+struct RopeTable {
+  int max_position = 0;
+  int rot = 0;                ///< rotated dims; the table row width is rot/2
+  std::vector<bf16> cos;      ///< [max_position, rot/2]
+  std::vector<bf16> sin;      ///< [max_position, rot/2]
+  int half() const { return rot / 2; }
+  const bf16* cos_row(int pos) const { return cos.data() + static_cast<std::size_t>(pos) * half(); }
+  const bf16* sin_row(int pos) const { return sin.data() + static_cast<std::size_t>(pos) * half(); }
+};
+
+/// `inv_freq [rot/2]` fp32: `1 / theta^(arange(0, rot, 2) / rot)`, then llama3 scaling if given.
+/// Throws when rot is not positive and even or theta <= 0.
+inline std::vector<float> rope_inv_freq(double theta, int rot, const std::optional<Llama3Scaling>& scaling = std::nullopt) {
+  require(rot > 0 && rot % 2 == 0, "rope_inv_freq", "rot = " + std::to_string(rot) + ", expected positive and even");
+  require(theta > 0, "rope_inv_freq", "theta = " + std::to_string(theta) + ", expected > 0");
+  const int half = rot / 2;
+  std::vector<float> inv(static_cast<std::size_t>(half));
+  const float theta_f = static_cast<float>(theta);
+  for (int i = 0; i < half; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(rot);
+    inv[i] = 1.0f / std::pow(theta_f, e);
+  }
+  if (scaling) {
+    const Llama3Scaling& s = *scaling;
+    require(s.factor > 0 && s.high_freq_factor != s.low_freq_factor && s.original_max_position_embeddings > 0,
+            "rope_inv_freq", "invalid llama3 scaling (factor " + std::to_string(s.factor) + ", low " +
+                                 std::to_string(s.low_freq_factor) + ", high " + std::to_string(s.high_freq_factor) + ")");
+    const float old_len = static_cast<float>(s.original_max_position_embeddings);
+    const float low_wavelen = old_len / s.low_freq_factor;
+    const float high_wavelen = old_len / s.high_freq_factor;
+    constexpr float kTwoPi = static_cast<float>(2.0 * 3.14159265358979323846);
+    for (int i = 0; i < half; ++i) {
+      const float f = inv[i];
+      const float wavelen = kTwoPi / f;
+      float llama = wavelen > low_wavelen ? f / s.factor : f;
+      const float smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      const float smoothed = (1.0f - smooth) * llama / s.factor + smooth * llama;
+      const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+      inv[i] = medium ? smoothed : llama;
+    }
+  }
+  return inv;
+}
+
+/// The bf16 cos/sin tables for positions [0, max_position) (see the file comment).
+inline RopeTable make_rope_table(int max_position, int rot, double theta,
+                                 const std::optional<Llama3Scaling>& scaling = std::nullopt) {
+  require(max_position > 0, "make_rope_table", "max_position = " + std::to_string(max_position) + ", expected > 0");
+  const std::vector<float> inv = rope_inv_freq(theta, rot, scaling);
+  RopeTable t;
+  t.max_position = max_position;
+  t.rot = rot;
+  const int half = rot / 2;
+  t.cos.resize(static_cast<std::size_t>(max_position) * half);
+  t.sin.resize(t.cos.size());
+  for (int p = 0; p < max_position; ++p)
+    for (int i = 0; i < half; ++i) {
+      const float f = static_cast<float>(p) * inv[i];
+      t.cos[static_cast<std::size_t>(p) * half + i] = to_bf16(static_cast<float>(std::cos(static_cast<double>(f))));
+      t.sin[static_cast<std::size_t>(p) * half + i] = to_bf16(static_cast<float>(std::sin(static_cast<double>(f))));
+    }
+  return t;
+}
+
+}  // namespace step5::model

@@ -1,0 +1,218 @@
+// Host tests of the layer plan (step5/ops/layer.hpp): the workspace map (sizes, 256-byte
+// alignment, no overlap), refusal of steps beyond the plan's capacity naming the numbers, and
+// reuse of one plan for many steps. `dsa_layer_plan_for` builds plans from given device facts,
+// so no GPU is needed; the device path (`dsa_layer_plan`) runs in tests/gpu/test_graph.cu and
+// examples/engine_minimal.cu.
+#define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
+#include <doctest/doctest.h>
+
+#if __has_include(<cuda_runtime_api.h>)  // ops/ headers need the CUDA runtime API header
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "step5/ops/layer.hpp"
+
+namespace ops = step5::ops;
+namespace layout = step5::layout;
+using step5::StatusCode;
+
+namespace {
+
+layout::RankLayout rank_of(const char* geometry, int tp, int rank) {
+  const layout::GeometryEntry* e = layout::find_geometry(geometry);
+  REQUIRE(e != nullptr);
+  const auto r = layout::make_rank_layout(e->geometry, layout::standard_layout(e->geometry, tp), rank);
+  REQUIRE(r.ok());
+  return r.layout;
+}
+
+// An engine-sized capacity: 256 tokens per step, 64 requests, 32K context, topk 512.
+ops::DsaLayerCapacity engine_capacity() {
+  ops::DsaLayerCapacity c;
+  c.max_tokens = 256, c.max_requests = 64, c.max_seq_len = 32768, c.max_topk = 512;
+  c.block_size = 64, c.max_blocks = 512, c.num_blocks = 64 * 512;
+  return c;
+}
+
+ops::DsaLayerDeviceFacts h200_facts() {
+  ops::DsaLayerDeviceFacts f;
+  f.device = 0, f.num_sms = 132, f.gemm_workspace_bytes = 3 << 20;
+  return f;
+}
+
+/// A host-valid decode step of `B` requests, one token each, at KV length `len` (host mirrors only:
+/// the checks never read device memory).
+struct Step {
+  std::vector<std::int32_t> cu, lens;
+  ops::DsaLayerStep s;
+  Step(int B, int len, int topk, const ops::DsaLayerCapacity& cap) : cu(B + 1), lens(B, len) {
+    for (int b = 0; b <= B; ++b) cu[b] = b;
+    static const std::int32_t kDevice[1] = {0};  // stands for device pointers (never read)
+    s.batch.num_tokens = B, s.batch.num_requests = B;
+    s.batch.cu_seqlens_q = kDevice, s.batch.seq_lens = kDevice;
+    s.batch.cu_seqlens_q_host = cu.data(), s.batch.seq_lens_host = lens.data();
+    s.table.block_table = kDevice, s.table.block_size = cap.block_size, s.table.max_blocks = cap.max_blocks;
+    s.table.num_blocks = cap.num_blocks;
+    s.tail_slot = kDevice;
+    s.max_seq_len = len, s.topk = topk;
+  }
+};
+
+}  // namespace
+
+TEST_CASE("workspace map: every buffer 256-byte aligned, disjoint, at least its size, total = plan size") {
+  for (const char* g : {"step5_preview", "dsa_h64_kv8_d128"}) {
+    for (int tp : {1, 8}) {
+      CAPTURE(g);
+      CAPTURE(tp);
+      const layout::RankLayout r = rank_of(g, tp, tp - 1);
+      const ops::DsaLayerCapacity cap = engine_capacity();
+      ops::DsaLayerPlan plan;
+      REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
+      const ops::detail::LayerWorkspaceMap& m = plan.map;
+      const std::size_t T = cap.max_tokens, D = r.geometry.head_dim, P = r.geometry.proxy_dim;
+      const std::size_t Hl = r.local_heads, Il = r.index_local_heads, lg = r.local_kv_groups;
+      // (offset, bytes needed) in workspace order
+      const std::vector<std::pair<std::size_t, std::size_t>> regions = {
+          {m.c, T * r.padded_rows * 2},
+          {m.q, T * Hl * D * 2},
+          {m.index_q, T * Il * P},
+          {m.weights, T * Il * 4},
+          {m.index_k, T * P * 2},
+          {m.ids, lg * T * (cap.max_topk + 1) * 4},
+          {m.counts, lg * T * 4},
+          {m.attn, T * Hl * D * 2},
+          {m.lse, T * Hl * 4},
+          {m.gemm, std::max<std::size_t>(3 << 20, ops::kGemmCounterBytes)},
+          {m.select, ops::indexer_select_workspace_bytes(r, 1, cap.max_seq_len, cap.max_requests)},
+          {m.attn_ws, m.attn_ws_bytes}};
+      for (std::size_t i = 0; i < regions.size(); ++i) {
+        CAPTURE(i);
+        CHECK(regions[i].first % 256 == 0);
+        const std::size_t end = i + 1 < regions.size() ? regions[i + 1].first : m.total;
+        CHECK(end >= regions[i].first + regions[i].second);  // room for the buffer, no overlap
+      }
+      CHECK(m.gemm_bytes == std::size_t{3} << 20);
+      CHECK(m.select_bytes >= ops::indexer_select_workspace_bytes(r, std::min<int>(64, cap.max_tokens),
+                                                                  cap.max_seq_len, cap.max_requests));
+      // the decode-sized split-KV space: what the attention planner asks for 4 rows per request
+      ops::SparseAttentionPlan ap;
+      const ops::SparseAttentionParams a = ops::detail::attention_sizes(
+          r, std::min(cap.max_tokens, 4 * cap.max_requests), cap.max_requests, cap.max_topk, cap.block_size,
+          cap.max_blocks, cap.num_blocks);
+      REQUIRE(ops::sparse_attention_plan(a, 132, &ap).ok());
+      CHECK(m.attn_ws_bytes == ap.workspace_bytes);
+      CHECK(ap.num_splits > 1);  // decode on 132 SMs splits the KV range: the space is not empty
+      CHECK(plan.workspace_bytes == m.total);
+      CHECK(m.total % 256 == 0);
+    }
+  }
+}
+
+TEST_CASE("plan: refused capacities and device facts name the values") {
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  ops::DsaLayerPlan plan;
+  ops::DsaLayerCapacity cap = engine_capacity();
+  cap.max_topk = 2048;
+  step5::Status s = ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("max_topk = 2048") != std::string::npos);
+  CHECK(s.message().find("1024") != std::string::npos);
+  ops::DsaLayerDeviceFacts f = h200_facts();
+  f.num_sms = 0;
+  s = ops::dsa_layer_plan_for(r, 4096, engine_capacity(), f, &plan);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("num_sms = 0") != std::string::npos);
+  CHECK(ops::dsa_layer_plan_for(r, 4096, engine_capacity(), h200_facts(), nullptr).code() ==
+        StatusCode::kInvalidArgument);
+  // an empty plan is refused by run's checks, not used
+  const ops::DsaLayerPlan empty;
+  Step st(1, 100, 64, engine_capacity());
+  s = ops::dsa_layer_check_step(empty, st.s, 1 << 20);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("dsa_layer_plan") != std::string::npos);
+}
+
+TEST_CASE("run's checks: steps beyond the plan's capacity are refused naming the step's and the capacity's numbers") {
+  const layout::RankLayout r = rank_of("dsa_h64_kv8_d128", 4, 1);
+  const ops::DsaLayerCapacity cap = engine_capacity();
+  ops::DsaLayerPlan plan;
+  REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
+  const int max_position = 32768;
+  {  // within capacity
+    Step st(64, 32768, 512, cap);
+    CHECK(ops::dsa_layer_check_step(plan, st.s, max_position).ok());
+  }
+  {  // one request too many (T = B = 65 > 64 requests)
+    Step st(65, 1000, 512, cap);
+    const step5::Status s = ops::dsa_layer_check_step(plan, st.s, max_position);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("B = 65") != std::string::npos);
+    CHECK(s.message().find("exceeds the workspace capacity (256, 64, 32768, 512)") != std::string::npos);
+  }
+  {  // topk beyond the capacity's
+    Step st(8, 1000, 1024, cap);
+    const step5::Status s = ops::dsa_layer_check_step(plan, st.s, max_position);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("topk = 1024") != std::string::npos);
+  }
+  {  // a block table larger than planned
+    Step st(8, 1000, 64, cap);
+    st.s.table.max_blocks = cap.max_blocks + 1;
+    const step5::Status s = ops::dsa_layer_check_step(plan, st.s, max_position);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("max_blocks 513") != std::string::npos);
+    CHECK(s.message().find("(64, 512, 32768)") != std::string::npos);
+  }
+  {  // the shared step validation runs first (a position beyond max_position)
+    Step st(2, 5000, 64, cap);
+    const step5::Status s = ops::dsa_layer_check_step(plan, st.s, 4096);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("dsa_layer_run") != std::string::npos);
+    CHECK(s.message().find("4096") != std::string::npos);
+  }
+}
+
+TEST_CASE("plan reuse: one plan serves steps of every size within capacity, unchanged by use") {
+  const layout::RankLayout r = rank_of("step5_preview", 2, 1);
+  const ops::DsaLayerCapacity cap = engine_capacity();
+  ops::DsaLayerDeviceFacts f = h200_facts();
+  // GEMM choices as dsa_layer_plan records them (index T-1)
+  f.fused_gemm.assign(ops::kDsaLayerPlannedGemmTokens, ops::GemmPlan{ops::GemmPath::kStream, 4, 0, 2});
+  f.o_proj_gemm = f.fused_gemm;
+  f.fused_large = f.o_proj_large = ops::GemmPlan{ops::GemmPath::kWgmma, 1, 0, 0};
+  ops::DsaLayerPlan plan;
+  REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, f, &plan).ok());
+  const ops::detail::LayerWorkspaceMap before = plan.map;
+  for (int B : {1, 7, 64}) {
+    for (int len : {1, 8, 4096, 32768}) {
+      Step st(B, len, std::min(512, std::max(1, len / 8)), cap);
+      CHECK(ops::dsa_layer_check_step(plan, st.s, len + 1).ok());
+    }
+  }
+  CHECK(std::memcmp(&before, &plan.map, sizeof(before)) == 0);
+  // the recorded GEMM choice per token count is what run forces (decode: table; prefill: large)
+  ops::GemmParams g;
+  ops::detail::apply_gemm_choice(plan.facts.fused_gemm, plan.facts.fused_large, 1, &g);
+  CHECK(g.path == ops::GemmPath::kStream);
+  CHECK(g.split_k == 4);
+  CHECK(g.config == 2);
+  ops::GemmParams g2;
+  ops::detail::apply_gemm_choice(plan.facts.fused_gemm, plan.facts.fused_large, 200, &g2);
+  CHECK(g2.path == ops::GemmPath::kWgmma);
+  CHECK(g2.split_k == 0);
+  // a smaller capacity gives a smaller workspace; the same capacity the same plan
+  ops::DsaLayerCapacity small = cap;
+  small.max_tokens = 16, small.max_requests = 16;
+  ops::DsaLayerPlan p2, p3;
+  REQUIRE(ops::dsa_layer_plan_for(r, 4096, small, h200_facts(), &p2).ok());
+  REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &p3).ok());
+  CHECK(p2.workspace_bytes < plan.workspace_bytes);
+  CHECK(p3.workspace_bytes == plan.workspace_bytes);
+}
+#endif
