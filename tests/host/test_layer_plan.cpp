@@ -183,7 +183,7 @@ TEST_CASE("plan reuse: one plan serves steps of every size within capacity, unch
   const ops::DsaLayerCapacity cap = engine_capacity();
   ops::DsaLayerDeviceFacts f = h200_facts();
   // GEMM choices as dsa_layer_plan records them (index T-1)
-  f.fused_gemm.assign(ops::kDsaLayerPlannedGemmTokens, ops::GemmPlan{ops::GemmPath::kStream, 4, 0, 2});
+  f.fused_gemm.assign(ops::kDsaLayerPlannedGemmTokens, ops::GemmPlan{ops::GemmPath::kSplitK, 4, 0, 2});
   f.o_proj_gemm = f.fused_gemm;
   f.fused_large = f.o_proj_large = ops::GemmPlan{ops::GemmPath::kWgmma, 1, 0, 0};
   ops::DsaLayerPlan plan;
@@ -199,7 +199,7 @@ TEST_CASE("plan reuse: one plan serves steps of every size within capacity, unch
   // the recorded GEMM choice per token count is what run forces (decode: table; prefill: large)
   ops::GemmParams g;
   ops::detail::apply_gemm_choice(plan.facts.fused_gemm, plan.facts.fused_large, 1, &g);
-  CHECK(g.path == ops::GemmPath::kStream);
+  CHECK(g.path == ops::GemmPath::kSplitK);
   CHECK(g.split_k == 4);
   CHECK(g.config == 2);
   ops::GemmParams g2;
