@@ -83,7 +83,7 @@ struct GemmPlan {
   int split_k = 1;                 ///< >1: the split-K path reduces partials through the workspace
   std::size_t workspace_bytes = 0; ///< bytes of workspace this launch needs
   /// The tile configuration chosen (the `GemmParams::config` value that forces the same choice):
-  /// stream path 1..6, wgmma path 1..2, 0 for the generic path.
+  /// split-K path 1..kGemmSplitKTiles.size(), wgmma path 1..2, 0 for the generic path.
   int config = 0;
 };
 Status gemm_plan(const GemmParams& p, GemmPlan* plan);
