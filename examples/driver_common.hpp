@@ -58,11 +58,37 @@ struct Workload {
 /// `requests` requests with prompt lengths tokens, tokens*(R-1)/R, ... (at least 1), prefilled in
 /// chunks of `chunk` tokens (all requests batched in each step), then `decode_steps` decode rows.
 /// Blocks are dealt to requests in a shuffled order, so block tables are non-contiguous.
+/// The prompt lengths of `requests` requests: tokens, tokens*(R-1)/R, ... (at least 1).
+inline std::vector<int> prompt_lengths(int requests, int tokens) {
+  std::vector<int> lens;
+  for (int r = 0; r < requests; ++r)
+    lens.push_back(std::max(1, tokens - static_cast<int>(static_cast<long>(tokens) * r / requests)));
+  return lens;
+}
+
+/// The sizes of a workload, computed without building it (for the memory estimate).
+struct WorkloadShape {
+  double num_blocks = 0, max_position = 0, max_step_tokens = 0, total_tokens = 0, steps = 0, requests = 0, max_blocks = 0;
+};
+inline WorkloadShape workload_shape(int requests, int tokens, int chunk, int decode_steps, int block_size) {
+  WorkloadShape s;
+  s.requests = requests;
+  for (int len : prompt_lengths(requests, tokens)) {
+    const double blocks = std::ceil(static_cast<double>(len + decode_steps) / block_size);
+    s.num_blocks += blocks;
+    s.max_blocks = std::max(s.max_blocks, blocks);
+    s.max_position = std::max(s.max_position, static_cast<double>(len + decode_steps));
+    s.max_step_tokens += std::min(chunk, len);
+    s.total_tokens += len + decode_steps;
+  }
+  s.steps = std::ceil(static_cast<double>(tokens) / chunk) + decode_steps;
+  return s;
+}
+
 inline Workload make_workload(int requests, int tokens, int chunk, int decode_steps, int block_size, std::uint64_t seed) {
   Workload w;
   w.block_size = block_size;
-  for (int r = 0; r < requests; ++r)
-    w.prompt_lens.push_back(std::max(1, tokens - static_cast<int>(static_cast<long>(tokens) * r / requests)));
+  w.prompt_lens = prompt_lengths(requests, tokens);
   std::vector<int> blocks_needed;
   for (int r = 0; r < requests; ++r) {
     const int max_len = w.prompt_lens[r] + decode_steps;
@@ -190,34 +216,36 @@ inline std::size_t layer_weight_bytes(const layout::RankLayout& r, int hidden, i
 
 /// Host bytes a run needs, about: per rank and layer the weights and caches (a second tp-1 copy
 /// for --check), the largest step's intermediates of the CPU reference (scores over the whole
-/// history, projections) and the residuals kept per step (per layer with --check).
+/// history, projections), the residuals kept per step (per layer with --check) and the steps'
+/// batch metadata (block tables).
 struct HostEstimate {
-  double weights = 0, caches = 0, step = 0, residuals = 0;
-  double total() const { return weights + caches + step + residuals; }
+  double weights = 0, caches = 0, step = 0, residuals = 0, metadata = 0;
+  double total() const { return weights + caches + step + residuals + metadata; }
 };
-inline HostEstimate estimate_host_bytes(const ModelConfig& cfg, int layers, int tp, int topk, const Workload& w,
-                                        bool cpu_backend, bool check) {
+inline HostEstimate estimate_host_bytes(const ModelConfig& cfg, int layers, int tp, int topk, const WorkloadShape& w,
+                                        int block_size, bool cpu_backend, bool check) {
   HostEstimate e;
   const int hidden = cfg.hidden_size;
+  const auto& g = cfg.geometry;
   auto add_model = [&](int t, bool with_caches) {
     for (int r = 0; r < t; ++r) {
       layout::RankLayout rl;
-      throw_if_error(layout::rank_layout(cfg.geometry, cfg.parallel_layout(t), r, &rl));
-      e.weights += static_cast<double>(layers) * layer_weight_bytes(rl, hidden, w.max_position);
-      if (with_caches) e.caches += static_cast<double>(layers) * cache_sizes(rl, w).bytes();
+      throw_if_error(layout::rank_layout(g, cfg.parallel_layout(t), r, &rl));
+      e.weights += static_cast<double>(layers) * layer_weight_bytes(rl, hidden, static_cast<int>(w.max_position));
+      // cache_sizes per block: k + v bf16, summaries e4m3 (tails are negligible)
+      if (with_caches)
+        e.caches += static_cast<double>(layers) * w.num_blocks * block_size *
+                    (4.0 * rl.local_kv_heads * g.head_dim + g.proxy_dim / 8.0);
     }
   };
   add_model(tp, cpu_backend);
   if (check && (!cpu_backend || tp > 1)) add_model(1, true);  // the tp-1 CPU reference of --check
-  const auto& g = cfg.geometry;
-  int max_t = 0;
-  long long total_tokens = 0;
-  for (const auto& s : w.steps) max_t = std::max(max_t, s.num_tokens()), total_tokens += s.num_tokens();
-  const double T = max_t, hist = w.max_position / 8.0 + 1;
+  const double T = w.max_step_tokens, hist = w.max_position / 8.0 + 1;
   // scores [groups, T, history] + top-k ids fp32/int32; projections fp32; q, k, v, attention bf16
   e.step = T * g.num_kv_heads * (hist + topk + 1) * 4 + T * (g.num_heads * g.head_dim * 4.0 + hidden) * 4 +
            T * (g.index_num_heads + 2) * g.proxy_dim * 4.0 + 2 * T * hidden * 4.0 * (tp + 1);
-  e.residuals = static_cast<double>(total_tokens) * hidden * 4 * (check ? layers + 2 : 1);
+  e.residuals = w.total_tokens * hidden * 4 * (check ? layers + 2 : 1);
+  e.metadata = w.steps * w.requests * (w.max_blocks + 4) * 4 + w.requests * w.max_blocks * 4;
   return e;
 }
 

@@ -450,18 +450,26 @@ int run_driver(int argc, char** argv, Options& opt) {
     def_plan = plan_default_checkpoint(opt.cache_dir.empty() ? default_cache_dir() : opt.cache_dir, opt);
     if (!def_plan->cached) check_disk(*def_plan, opt);
   }
-  const Workload w = make_workload(opt.requests, opt.tokens, opt.chunk, opt.decode_steps, opt.block_size, opt.seed);
   {
-    const HostEstimate he = estimate_host_bytes(cfg, opt.layers, opt.tp, opt.topk, w, opt.backend == "cpu", opt.check);
+    const WorkloadShape shape = workload_shape(opt.requests, opt.tokens, opt.chunk, opt.decode_steps, opt.block_size);
+    // Token rows and cache slots are int32 (cu_seqlens, slot_mapping; SPEC §5).
+    if (shape.total_tokens > std::numeric_limits<std::int32_t>::max() / 2)
+      throw Error(StatusCode::kInvalidArgument, "--requests " + std::to_string(opt.requests) + " x --tokens " +
+                                                    std::to_string(opt.tokens) + " make " + std::to_string(static_cast<long long>(shape.total_tokens)) +
+                                                    " token positions, more than the int32 batch metadata allows (" +
+                                                    std::to_string(std::numeric_limits<std::int32_t>::max() / 2) + ")");
+    const HostEstimate he = estimate_host_bytes(cfg, opt.layers, opt.tp, opt.topk, shape, opt.block_size,
+                                                opt.backend != "cuda", opt.check);
     const double avail = host_available_bytes();
     if (avail > 0 && he.total() > 0.9 * avail)
       throw Error(StatusCode::kInvalidArgument,
                   "the run needs about " + gb(he.total()) + " of host memory (weights " + gb(he.weights) + ", paged caches " +
                       gb(he.caches) + ", one step's intermediates " + gb(he.step) + ", residuals " + gb(he.residuals) +
-                      "), " + gb(avail) + " are available (MemAvailable): use fewer --tokens, --requests, --layers or --chunk");
+                      ", batch metadata " + gb(he.metadata) + "), " + gb(avail) + " are available (MemAvailable): use fewer --tokens, --requests, --layers or --chunk");
     if (!opt.quiet && !opt.json)
       std::fprintf(stderr, "[step5] host memory: about %s needed, %s available\n", gb(he.total()).c_str(), gb(avail).c_str());
   }
+  const Workload w = make_workload(opt.requests, opt.tokens, opt.chunk, opt.decode_steps, opt.block_size, opt.seed);
 
   std::string cached;  // the cached default's directory (for the hint when it is damaged)
   if (use_default) {
