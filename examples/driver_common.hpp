@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "step5/layout/parallel.hpp"
 #include "step5/reference/layer.hpp"
 #include "step5/weights/config.hpp"
@@ -56,11 +58,37 @@ struct Workload {
 /// `requests` requests with prompt lengths tokens, tokens*(R-1)/R, ... (at least 1), prefilled in
 /// chunks of `chunk` tokens (all requests batched in each step), then `decode_steps` decode rows.
 /// Blocks are dealt to requests in a shuffled order, so block tables are non-contiguous.
+/// The prompt lengths of `requests` requests: tokens, tokens*(R-1)/R, ... (at least 1).
+inline std::vector<int> prompt_lengths(int requests, int tokens) {
+  std::vector<int> lens;
+  for (int r = 0; r < requests; ++r)
+    lens.push_back(std::max(1, tokens - static_cast<int>(static_cast<long>(tokens) * r / requests)));
+  return lens;
+}
+
+/// The sizes of a workload, computed without building it (for the memory estimate).
+struct WorkloadShape {
+  double num_blocks = 0, max_position = 0, max_step_tokens = 0, total_tokens = 0, steps = 0, requests = 0, max_blocks = 0;
+};
+inline WorkloadShape workload_shape(int requests, int tokens, int chunk, int decode_steps, int block_size) {
+  WorkloadShape s;
+  s.requests = requests;
+  for (int len : prompt_lengths(requests, tokens)) {
+    const double blocks = std::ceil(static_cast<double>(len + decode_steps) / block_size);
+    s.num_blocks += blocks;
+    s.max_blocks = std::max(s.max_blocks, blocks);
+    s.max_position = std::max(s.max_position, static_cast<double>(len + decode_steps));
+    s.max_step_tokens += std::min(chunk, len);
+    s.total_tokens += len + decode_steps;
+  }
+  s.steps = std::ceil(static_cast<double>(tokens) / chunk) + decode_steps;
+  return s;
+}
+
 inline Workload make_workload(int requests, int tokens, int chunk, int decode_steps, int block_size, std::uint64_t seed) {
   Workload w;
   w.block_size = block_size;
-  for (int r = 0; r < requests; ++r)
-    w.prompt_lens.push_back(std::max(1, tokens - static_cast<int>(static_cast<long>(tokens) * r / requests)));
+  w.prompt_lens = prompt_lengths(requests, tokens);
   std::vector<int> blocks_needed;
   for (int r = 0; r < requests; ++r) {
     const int max_len = w.prompt_lens[r] + decode_steps;
@@ -158,6 +186,94 @@ inline Model load_model(const Checkpoint& ckpt, const ModelConfig& cfg, int num_
 }
 
 // ---------------------------------------------------------------------------------------------
+// Memory estimates (checked before a run starts, so a run that cannot fit is refused up front)
+// ---------------------------------------------------------------------------------------------
+
+/// Elements of one rank's paged caches of one layer for workload `w` (SPEC §5): k and v
+/// `[num_blocks, block_size, KVl, D]` bf16 each, region summaries `[num_blocks, block_size/8, P]`
+/// e4m3, tails `[requests, 8, 2, P]` bf16. Used by the CUDA backend's allocations and the estimates.
+struct CacheSizes {
+  std::size_t kv = 0, summary = 0, tail = 0;
+  std::size_t bytes() const { return 2 * kv * 2 + summary + tail * 2; }
+};
+inline CacheSizes cache_sizes(const layout::RankLayout& r, const Workload& w) {
+  const auto& g = r.geometry;
+  CacheSizes c;
+  c.kv = static_cast<std::size_t>(w.num_blocks) * w.block_size * r.local_kv_heads * g.head_dim;
+  c.summary = static_cast<std::size_t>(w.num_blocks) * (w.block_size / 8) * g.proxy_dim;
+  c.tail = w.prompt_lens.size() * 8 * 2 * static_cast<std::size_t>(g.proxy_dim);
+  return c;
+}
+
+/// Bytes of one rank's loaded layer weights (reference::LayerWeights: the fused projection, o_proj,
+/// norms and the RoPE tables up to max_position).
+inline std::size_t layer_weight_bytes(const layout::RankLayout& r, int hidden, int max_position) {
+  const auto& g = r.geometry;
+  return static_cast<std::size_t>(r.padded_rows) * hidden * 2 +
+         static_cast<std::size_t>(hidden) * r.local_heads * g.head_dim * 2 + (2 * g.head_dim + 3 * g.proxy_dim) * 4 +
+         static_cast<std::size_t>(max_position) * (g.rot_main + g.rot_idx) * 2;  // cos + sin, rot/2 bf16 each
+}
+
+/// Host bytes a run needs, about: per rank and layer the weights and caches (a second tp-1 copy
+/// for --check), the largest step's intermediates of the CPU reference (scores over the whole
+/// history, projections), the residuals kept per step (per layer with --check) and the steps'
+/// batch metadata (block tables).
+struct HostEstimate {
+  double weights = 0, caches = 0, step = 0, residuals = 0, metadata = 0;
+  double total() const { return weights + caches + step + residuals + metadata; }
+};
+inline HostEstimate estimate_host_bytes(const ModelConfig& cfg, int layers, int tp, int topk, const WorkloadShape& w,
+                                        int block_size, bool cpu_backend, bool check) {
+  HostEstimate e;
+  const int hidden = cfg.hidden_size;
+  const auto& g = cfg.geometry;
+  auto add_model = [&](int t, bool with_caches) {
+    for (int r = 0; r < t; ++r) {
+      layout::RankLayout rl;
+      throw_if_error(layout::rank_layout(g, cfg.parallel_layout(t), r, &rl));
+      e.weights += static_cast<double>(layers) * layer_weight_bytes(rl, hidden, static_cast<int>(w.max_position));
+      // cache_sizes per block: k + v bf16, summaries e4m3 (tails are negligible)
+      if (with_caches)
+        e.caches += static_cast<double>(layers) * w.num_blocks * block_size *
+                    (4.0 * rl.local_kv_heads * g.head_dim + g.proxy_dim / 8.0);
+    }
+  };
+  add_model(tp, cpu_backend);
+  if (check && (!cpu_backend || tp > 1)) add_model(1, true);  // the tp-1 CPU reference of --check
+  const double T = w.max_step_tokens, hist = w.max_position / 8.0 + 1;
+  // scores [groups, T, history] + top-k ids fp32/int32; projections fp32; q, k, v, attention bf16
+  e.step = T * g.num_kv_heads * (hist + topk + 1) * 4 + T * (g.num_heads * g.head_dim * 4.0 + hidden) * 4 +
+           T * (g.index_num_heads + 2) * g.proxy_dim * 4.0 + 2 * T * hidden * 4.0 * (tp + 1);
+  e.residuals = w.total_tokens * hidden * 4 * (check ? layers + 2 : 1);
+  e.metadata = w.steps * w.requests * (w.max_blocks + 4) * 4 + w.requests * w.max_blocks * 4;
+  return e;
+}
+
+/// MemAvailable of /proc/meminfo in bytes (else free + cached pages by sysconf; 0 if unknown).
+inline double host_available_bytes() {
+  if (std::FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, f)) {
+      unsigned long long kb = 0;
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+        std::fclose(f);
+        return static_cast<double>(kb) * 1024.0;
+      }
+    }
+    std::fclose(f);
+  }
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * page : 0.0;
+}
+
+/// "1.23 GB" (decimal units, as df -H).
+inline std::string gb(double bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, bytes >= 1e9 ? "%.2f GB" : "%.1f MB", bytes >= 1e9 ? bytes / 1e9 : bytes / 1e6);
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Backends
 // ---------------------------------------------------------------------------------------------
 
@@ -196,7 +312,8 @@ class CpuBackend : public Backend {
       if (layer_residuals) layer_residuals->push_back(residual);
       const auto t0 = Clock::now();
       const std::vector<bf16> reduced = layer(step, topk, l, residual);
-      timings["layer (all ranks, incl. simulated all-reduce)"] += seconds_since(t0);
+      timings[model_.tp > 1 ? "layer (" + std::to_string(model_.tp) + " ranks + simulated all-reduce)" : "layer"] +=
+          seconds_since(t0);
       reference::add_residual(residual.data(), reduced.data(), reduced.size());
     }
     if (layer_residuals) layer_residuals->push_back(residual);

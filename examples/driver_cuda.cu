@@ -104,6 +104,7 @@ class CudaBackend : public Backend {
     cap_.max_blocks = w.max_blocks;
     cap_.num_blocks = w.num_blocks;
     for (const auto& s : w.steps) cap_.max_tokens = std::max(cap_.max_tokens, s.num_tokens());
+    check_device_memory(model, w);
     ranks_.resize(tp);
     for (int r = 0; r < tp; ++r) {
       RankDev& d = ranks_[r];
@@ -172,6 +173,42 @@ class CudaBackend : public Backend {
   }
   std::string name() const override { return "cuda"; }
 
+  /// Refuses (step5::Error naming the numbers) a run whose device allocations exceed a GPU's free
+  /// memory (cudaMemGetInfo): per rank the layers' weights (the loaded sizes) and paged caches
+  /// (cache_sizes), the layer workspace (dsa_layer_workspace_bytes) and the step buffers.
+  void check_device_memory(const Model& model, const Workload& w) {
+    const int tp = model.tp, hidden = model.config.hidden_size;
+    ops::DsaLayerCapacity cap = cap_;
+    cap.max_topk = step5::layout::kMaxTopk;
+    std::vector<double> need(simulate_ ? 1 : tp, 0.0), weights(need.size(), 0.0), caches(need.size(), 0.0),
+        ws(need.size(), 0.0);
+    for (int r = 0; r < tp; ++r) {
+      const std::size_t d = simulate_ ? 0 : r;
+      for (const auto& layer : model.weights) {
+        const reference::LayerWeights& lw = layer[r];
+        weights[d] += 2.0 * (lw.fused.size() + lw.o_proj.size() + lw.rope_main.cos.size() + lw.rope_main.sin.size() +
+                             lw.rope_idx.cos.size() + lw.rope_idx.sin.size());
+        caches[d] += cache_sizes(lw.rank, w).bytes();
+      }
+      std::size_t b = 0;
+      ok(ops::dsa_layer_workspace_bytes(model.weights[0][r].rank, hidden, cap, &b));
+      if (r == 0 || !simulate_) ws[d] += b + static_cast<double>(cap.max_tokens) * hidden * (2 + 4 + 2);
+    }
+    for (std::size_t d = 0; d < need.size(); ++d) {
+      std::size_t free_b = 0, total_b = 0;
+      cu(cudaSetDevice(static_cast<int>(d)), "cudaSetDevice");
+      cu(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+      const double total = weights[d] + caches[d] + ws[d];
+      if (total > 0.95 * static_cast<double>(free_b))
+        throw Error(StatusCode::kInvalidArgument,
+                    "the run needs about " + gb(total) + " on GPU " + std::to_string(d) + " (weights " + gb(weights[d]) +
+                        ", paged caches " + gb(caches[d]) + ", workspace and buffers " + gb(ws[d]) + "), " +
+                        gb(static_cast<double>(free_b)) + " of " + gb(static_cast<double>(total_b)) +
+                        " are free: use fewer --tokens, --requests or --layers" +
+                        (simulate_ && tp > 1 ? ", or --tp on several GPUs without --simulate-tp" : ""));
+    }
+  }
+
   void run_step(const Step& step, int topk, std::vector<float>& residual, Timings& timings,
                 std::vector<std::vector<float>>* layer_residuals = nullptr) override {
     if (layer_residuals) layer_residuals->clear();
@@ -228,10 +265,14 @@ class CudaBackend : public Backend {
         record(d0, n);
         ok(ops::residual_to_bf16(d0.residual, d0.x, n, d0.stream));
         for (int r = 0; r < tp; ++r) layer_rank(r, l, r == 0 ? &hooks[0] : nullptr);
-        hooks[0].after(tp > 1 ? "other ranks (simulated)" : "-", d0.stream);
-        if (tp > 1) ok(ops::add_partials_to_residual(partial_ptrs_, tp, d0.residual, n, d0.stream));
-        else ok(ops::add_partials_to_residual(d0.self_ptr, 1, d0.residual, n, d0.stream));
-        hooks[0].after("all-reduce (simulated) + residual", d0.stream);
+        if (tp > 1) {  // at tp 1 nothing is simulated: only the residual add follows the layer
+          hooks[0].after("other ranks (simulated)", d0.stream);
+          ok(ops::add_partials_to_residual(partial_ptrs_, tp, d0.residual, n, d0.stream));
+          hooks[0].after("all-reduce (simulated) + residual", d0.stream);
+        } else {
+          ok(ops::add_partials_to_residual(d0.self_ptr, 1, d0.residual, n, d0.stream));
+          hooks[0].after("residual", d0.stream);
+        }
       }
       record(d0, n);
       cu(cudaMemcpyAsync(residual.data(), d0.residual, n * 4, cudaMemcpyDeviceToHost, d0.stream), "download residual");
@@ -298,14 +339,13 @@ class CudaBackend : public Backend {
     L.w.sin_idx = keep(upload(lw.rope_idx.sin));
     L.w.max_position = lw.rope_main.max_position;
     L.w.eps = lw.eps;
-    const auto& g = lw.rank.geometry;
-    const std::size_t kv = static_cast<std::size_t>(w.num_blocks) * w.block_size * lw.rank.local_kv_heads * g.head_dim;
+    const CacheSizes cs = cache_sizes(lw.rank, w);
+    const std::size_t kv = cs.kv, sc = cs.summary;
     L.caches.k_cache = keep(alloc<bf16>(kv, "cudaMalloc(k_cache)"));
     L.caches.v_cache = keep(alloc<bf16>(kv, "cudaMalloc(v_cache)"));
-    const std::size_t sc = static_cast<std::size_t>(w.num_blocks) * (w.block_size / 8) * g.proxy_dim;
     L.caches.summary_cache = keep(alloc<std::uint8_t>(sc, "cudaMalloc(summary_cache)"));
     L.caches.num_slots = static_cast<int>(w.prompt_lens.size());
-    L.caches.tail = keep(alloc<bf16>(static_cast<std::size_t>(L.caches.num_slots) * 8 * 2 * g.proxy_dim, "cudaMalloc(tail)"));
+    L.caches.tail = keep(alloc<bf16>(cs.tail, "cudaMalloc(tail)"));
     cu(cudaMemset(L.caches.k_cache, 0, kv * 2), "cudaMemset(k_cache)");
     cu(cudaMemset(L.caches.v_cache, 0, kv * 2), "cudaMemset(v_cache)");
     cu(cudaMemset(L.caches.summary_cache, 0, sc), "cudaMemset(summary_cache)");

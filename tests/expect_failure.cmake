@@ -1,8 +1,9 @@
 # Expect-failure test runner: the command must exit with a non-zero status AND its output
 # (stdout + stderr) must match a regex. (PASS_REGULAR_EXPRESSION alone ignores the exit code.)
 #
-#   cmake -DEXPECT_REGEX=<regex> -P expect_failure.cmake -- <command> [args...]
+#   cmake -DEXPECT_REGEX=<regex> [-DEXPECT_EXIT_CODE=<n>] -P expect_failure.cmake -- <command> [args...]
 #
+# EXPECT_EXIT_CODE (optional) requires that exact exit status.
 # A command that cannot be started or dies from a signal (a crash) fails the test too: only an
 # orderly non-zero exit counts. Note: add_test splits arguments on ';', so write a ';' of the
 # expected message as '.' in the regex.
@@ -33,6 +34,9 @@ if(NOT _rc MATCHES "^-?[0-9]+$")
 endif()
 if(_rc EQUAL 0)
   message(FATAL_ERROR "expect_failure: '${_cmd_str}' exited with 0; expected a non-zero exit status")
+endif()
+if(DEFINED EXPECT_EXIT_CODE AND NOT _rc EQUAL EXPECT_EXIT_CODE)
+  message(FATAL_ERROR "expect_failure: '${_cmd_str}' exited with ${_rc}; expected ${EXPECT_EXIT_CODE}")
 endif()
 if(NOT _out MATCHES "${EXPECT_REGEX}")
   message(FATAL_ERROR "expect_failure: '${_cmd_str}' exited with ${_rc} but its output does not match '${EXPECT_REGEX}'")

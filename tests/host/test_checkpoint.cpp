@@ -570,3 +570,33 @@ TEST_CASE("golden weights: one changed byte is reported with the tensor's name")
                       std::string::npos, m);
   }
 }
+
+TEST_CASE("generator: dsa_layers_only, checkpoint_data_bytes, and atomic generation leaves nothing on failure") {
+  CheckpointOptions o;
+  o.num_layers = 8;  // Step-5 Preview pattern: DSA layers 3 and 7
+  o.hidden = 64;
+  o.indexer_on_all_layers = false;
+  o.dsa_layers_only = true;
+  const std::string dir = tmp_path("gen_atomic");
+  fs::remove_all(dir);
+  const auto gen = generate_checkpoint_atomically(dir, o);
+  CHECK(gen.dir == fs::path(dir).lexically_normal().string());
+  CHECK(gen.data_bytes == checkpoint_data_bytes(o));  // the estimate is what is written
+  Checkpoint ck(dir);
+  CHECK(ck.contains("model.layers.3.self_attn.q_proj.weight"));
+  CHECK(ck.contains("model.layers.7.self_attn.sparse_indexer_q.weight"));
+  CHECK_FALSE(ck.contains("model.layers.0.self_attn.q_proj.weight"));  // non-DSA layers: no tensors
+  CHECK(load_model_config(dir + "/config.json").dsa_layers() == std::vector<int>{3, 7});
+  o.dsa_layers_only = false;
+  CHECK(checkpoint_data_bytes(o) > gen.data_bytes);
+  // an existing directory is refused, not overwritten
+  expect_error([&] { generate_checkpoint_atomically(dir, o); }, StatusCode::kInvalidArgument, {"already exists"});
+  // a failure after config.json was written (num_shards is checked after it) leaves no directory
+  const std::string bad = tmp_path("gen_atomic_bad");
+  fs::remove_all(bad);
+  o.num_shards = 100000;
+  expect_error([&] { generate_checkpoint_atomically(bad, o); }, StatusCode::kInvalidArgument, {"num_shards = 100000"});
+  CHECK_FALSE(fs::exists(bad));
+  for (const auto& de : fs::directory_iterator(fs::path(bad).parent_path()))
+    CHECK_MESSAGE(de.path().filename().string().find("gen_atomic_bad") == std::string::npos, de.path().string());
+}

@@ -49,6 +49,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "step5/core/numeric.hpp"
@@ -76,6 +77,10 @@ struct CheckpointOptions {
   double rms_norm_eps = 1e-5;
   WeightPrng prng = WeightPrng::kFast;
   bool indexer_on_all_layers = true;       ///< see the file comment
+  /// Write tensors only for the DSA (full_attention) layers; config.json still describes all
+  /// num_layers layers. For drivers that run only the DSA layers (examples/step5_driver): a
+  /// Step-5 Preview–pattern checkpoint of 4N layers then holds N layers' tensors.
+  bool dsa_layers_only = false;
   int num_threads = 0;                     ///< generator threads; 0 = hardware threads (at most 16).
                                            ///< The output does not depend on it.
   /// Per-layer types (num_layers entries, "full_attention" = DSA); empty = the Step-5 Preview
@@ -194,6 +199,32 @@ inline std::vector<std::string> checkpoint_layer_types(const CheckpointOptions& 
   return o.layer_types;
 }
 
+/// Every tensor a generated checkpoint holds, in the order they are written (layer by layer;
+/// `o.dsa_layers_only` skips the non-DSA layers). Throws `Error` on an unknown geometry or bad
+/// layer_types.
+inline std::vector<WeightInit> checkpoint_weight_inits(const CheckpointOptions& o) {
+  const auto& e = detail::geometry_entry_or_throw(o.geometry);
+  const int hidden = o.hidden > 0 ? o.hidden : e.hidden;
+  const auto types = checkpoint_layer_types(o);
+  std::vector<WeightInit> all;
+  for (int l = 0; l < o.num_layers; ++l) {
+    const bool dsa = types[static_cast<std::size_t>(l)] == "full_attention";
+    if (o.dsa_layers_only && !dsa) continue;
+    auto v = layer_weight_inits(e.geometry, hidden, l, o.indexer_on_all_layers || dsa);
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+/// Bytes of tensor data `generate_checkpoint(dir, o)` writes (the safetensors files add a JSON
+/// header of about 200 bytes per tensor, and config.json a few KB). Computed without writing, to
+/// check the free disk space first.
+inline std::uint64_t checkpoint_data_bytes(const CheckpointOptions& o) {
+  std::uint64_t n = 0;
+  for (const auto& w : checkpoint_weight_inits(o)) n += w.spec.nbytes();
+  return n;
+}
+
 /// The config.json (nested under text_config) describing a generated checkpoint.
 inline nlohmann::json make_checkpoint_config(const CheckpointOptions& o) {
   const auto& e = detail::geometry_entry_or_throw(o.geometry);
@@ -300,8 +331,7 @@ inline void generate_weight_chunk(const WeightInit& w, std::uint64_t key, std::u
 /// names are overwritten). See the file comment. Throws `step5::Error`.
 inline GeneratedCheckpoint generate_checkpoint(const std::string& dir, const CheckpointOptions& o) {
   namespace fs = std::filesystem;
-  const auto& e = detail::geometry_entry_or_throw(o.geometry);
-  const int hidden = o.hidden > 0 ? o.hidden : e.hidden;
+  (void)detail::geometry_entry_or_throw(o.geometry);
   if (o.num_layers < 1)
     throw Error(StatusCode::kInvalidArgument, "checkpoint generator: num_layers = " + std::to_string(o.num_layers) + " must be >= 1");
   if (o.hidden < 0)
@@ -323,12 +353,7 @@ inline GeneratedCheckpoint generate_checkpoint(const std::string& dir, const Che
     f << out.config.dump(2) << "\n";
     if (!f) throw Error(StatusCode::kIoError, "checkpoint generator: cannot write '" + cfg + "'");
   }
-  const auto types = checkpoint_layer_types(o);
-  std::vector<WeightInit> all;
-  for (int l = 0; l < o.num_layers; ++l) {
-    auto v = layer_weight_inits(e.geometry, hidden, l, o.indexer_on_all_layers || types[static_cast<std::size_t>(l)] == "full_attention");
-    all.insert(all.end(), v.begin(), v.end());
-  }
+  const std::vector<WeightInit> all = checkpoint_weight_inits(o);
   const int shards = o.num_shards;
   if (shards < 1 || static_cast<std::size_t>(shards) > all.size())
     throw Error(StatusCode::kInvalidArgument, "checkpoint generator: num_shards = " + std::to_string(shards) +
@@ -403,6 +428,42 @@ inline GeneratedCheckpoint generate_checkpoint(const std::string& dir, const Che
   } else {
     fs::remove(index, ec);  // a stale index from an earlier sharded run would shadow model.safetensors
   }
+  return out;
+}
+
+/// `generate_checkpoint` into a temporary sibling directory `<dir>.partial-<pid>`, renamed to
+/// `dir` only when every file is written: `dir` either does not exist or holds a complete
+/// checkpoint, whatever fails (the temporary is removed on an error; after a kill it stays as
+/// `<dir>.partial-<pid>`). `dir` must not exist yet (kInvalidArgument); if another process
+/// renames its own complete copy to `dir` first, that copy is kept and ours removed. Returns
+/// what was written, with paths under `dir`. Throws `step5::Error`.
+inline GeneratedCheckpoint generate_checkpoint_atomically(const std::string& dir, const CheckpointOptions& o) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path final_dir = fs::path(dir).lexically_normal();
+  const fs::path target = final_dir.has_filename() ? final_dir : final_dir.parent_path();
+  if (fs::exists(target, ec))
+    throw Error(StatusCode::kInvalidArgument, "checkpoint generator: '" + target.string() +
+                                                  "' already exists (refusing to write into it)");
+  const fs::path tmp = target.string() + ".partial-" + std::to_string(static_cast<long long>(::getpid()));
+  fs::remove_all(tmp, ec);
+  GeneratedCheckpoint out;
+  try {
+    out = generate_checkpoint(tmp.string(), o);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  fs::rename(tmp, target, ec);
+  if (ec) {
+    const std::string why = ec.message();
+    fs::remove_all(tmp, ec);
+    if (!fs::exists(target / "config.json", ec))  // else another process completed it first
+      throw Error(StatusCode::kIoError, "checkpoint generator: cannot rename '" + tmp.string() + "' to '" +
+                                            target.string() + "': " + why);
+  }
+  out.dir = target.string();
+  for (auto& f : out.files) f = (target / fs::path(f).filename()).string();
   return out;
 }
 
