@@ -109,13 +109,17 @@ int main() {
     sb.max_blocks = max_blocks, sb.tail_slot = {0, 1};
     for (int i = 0; i < B * max_blocks; ++i) sb.block_table.push_back(i);
     std::int32_t *d_cu = nullptr, *d_seq = nullptr;
-    CK(cudaMalloc(&d_cu, (B + 1) * 4)), owned.push_back(d_cu);
-    CK(cudaMalloc(&d_seq, B * 4)), owned.push_back(d_seq);
+    CK(cudaMalloc(&d_cu, (B + 1) * 4));
+    owned.push_back(d_cu);
+    CK(cudaMalloc(&d_seq, B * 4));
+    owned.push_back(d_seq);
     const std::int32_t* d_table = upload(sb.block_table, owned);
     const std::int32_t* d_slots = upload(sb.tail_slot, owned);
     bf16 *d_x = nullptr, *d_out = nullptr;
-    CK(cudaMalloc(&d_x, static_cast<std::size_t>(cap.max_tokens) * hidden * 2)), owned.push_back(d_x);
-    CK(cudaMalloc(&d_out, static_cast<std::size_t>(cap.max_tokens) * hidden * 2)), owned.push_back(d_out);
+    CK(cudaMalloc(&d_x, static_cast<std::size_t>(cap.max_tokens) * hidden * 2));
+    owned.push_back(d_x);
+    CK(cudaMalloc(&d_out, static_cast<std::size_t>(cap.max_tokens) * hidden * 2));
+    owned.push_back(d_out);
     auto set_step = [&](const std::vector<int>& q_len, const std::vector<int>& seq_len, ops::DsaLayerStep* st) {
       sb.cu_seqlens_q = {0, q_len[0], q_len[0] + q_len[1]}, sb.seq_lens = {seq_len[0], seq_len[1]};
       st->batch.cu_seqlens_q = d_cu, st->batch.seq_lens = d_seq, st->batch.num_requests = B;
@@ -156,17 +160,29 @@ int main() {
     const std::size_t kv_bytes = ref_cache.k_cache.size() * 2, sum_bytes = ref_cache.summary_cache.size(),
                       tail_bytes = ref_cache.tail.size() * 2;
     void *k0, *v0, *s0, *t0;
-    CK(cudaMalloc(&k0, kv_bytes)), owned.push_back(k0);
-    CK(cudaMalloc(&v0, kv_bytes)), owned.push_back(v0);
-    CK(cudaMalloc(&s0, sum_bytes)), owned.push_back(s0);
-    CK(cudaMalloc(&t0, tail_bytes)), owned.push_back(t0);
-    auto copy_caches = [&](bool save) {
-      const cudaMemcpyKind k = cudaMemcpyDeviceToDevice;
-      return (save ? cudaMemcpy(k0, caches.k_cache, kv_bytes, k) : cudaMemcpy(caches.k_cache, k0, kv_bytes, k)) |
-             (save ? cudaMemcpy(v0, caches.v_cache, kv_bytes, k) : cudaMemcpy(caches.v_cache, v0, kv_bytes, k)) |
-             (save ? cudaMemcpy(s0, caches.summary_cache, sum_bytes, k)
-                   : cudaMemcpy(caches.summary_cache, s0, sum_bytes, k)) |
-             (save ? cudaMemcpy(t0, caches.tail, tail_bytes, k) : cudaMemcpy(caches.tail, t0, tail_bytes, k));
+    CK(cudaMalloc(&k0, kv_bytes));
+    owned.push_back(k0);
+    CK(cudaMalloc(&v0, kv_bytes));
+    owned.push_back(v0);
+    CK(cudaMalloc(&s0, sum_bytes));
+    owned.push_back(s0);
+    CK(cudaMalloc(&t0, tail_bytes));
+    owned.push_back(t0);
+    auto copy_caches = [&](bool save) -> cudaError_t {  // save: live -> snapshot; else restore
+      const struct {
+        void* snapshot;
+        void* live;
+        std::size_t bytes;
+      } bufs[] = {{k0, caches.k_cache, kv_bytes},
+                  {v0, caches.v_cache, kv_bytes},
+                  {s0, caches.summary_cache, sum_bytes},
+                  {t0, caches.tail, tail_bytes}};
+      for (const auto& b : bufs) {
+        const cudaError_t e = save ? cudaMemcpy(b.snapshot, b.live, b.bytes, cudaMemcpyDeviceToDevice)
+                                   : cudaMemcpy(b.live, b.snapshot, b.bytes, cudaMemcpyDeviceToDevice);
+        if (e != cudaSuccess) return e;
+      }
+      return cudaSuccess;
     };
     CK(copy_caches(true));
     const std::size_t out_n = static_cast<std::size_t>(B) * hidden;

@@ -4,8 +4,9 @@
 # 570); logs and JSON go to $OUT; a short summary is printed last.
 #   bash tools/device_run.sh build gpu multigpu driver sanitize bench
 # Phases: build (all targets, sm_90a) | gpu (ctest -L gpu) | multigpu (ctest -L multigpu) |
+#   consumer (ctest -L consumer: the downstream projects, run on the GPU) |
 #   driver (the README main command on the GPU, --check, --json) | sanitize (the gpu tests under
-#   compute-sanitizer memcheck and racecheck, STEP5_GPU_TEST_QUICK=1) | bench (every bench binary,
+#   compute-sanitizer memcheck and racecheck, STEP5_GPU_TEST_QUICK=1; SAN_TESTS / SAN_ONLY select) | bench (every bench binary,
 #   JSON per binary; BENCH_FILTER limits them).
 set -u
 OUT=${OUT:-/tmp/step5-out}; mkdir -p "$OUT"
@@ -29,7 +30,7 @@ for phase in "$@"; do
       cp build-device.build.log "$OUT/build_full.log" 2>/dev/null
       note "build: $(( $(date +%s) - t )) s, $(grep -E 'build exit code' "$OUT/build.log"), $(grep -c ' error' "$OUT/build.log") error lines, $(grep -ci 'spill' "$OUT/build.log") spill lines"
       ;;
-    gpu|multigpu)
+    gpu|multigpu|consumer)
       timeout "$(cap 300)" ctest --test-dir $B -L "^$phase\$" --output-on-failure -j1 > "$OUT/ctest_$phase.txt" 2>&1
       note "ctest -L $phase: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/ctest_$phase.txt" | tail -1)"
       grep -E "\*\*\*Failed|Not Run|Timeout" "$OUT/ctest_$phase.txt" | head -20
@@ -50,7 +51,7 @@ for phase in "$@"; do
       done
       ;;
     sanitize)
-      for t in test_gemm test_attention test_indexer test_topk; do
+      for t in ${SAN_TESTS:-test_gemm test_attention test_indexer test_topk test_layer test_step_bounds}; do
         for tool in memcheck racecheck; do
           [ -n "${SAN_ONLY:-}" ] && [ "$SAN_ONLY" != "$t.$tool" ] && continue
           filter=""   # racecheck of the GEMM's wgmma pipeline is slow: its odd-shapes case runs every path
