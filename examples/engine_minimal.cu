@@ -61,6 +61,7 @@ int main() {
   const std::string dir = (std::filesystem::temp_directory_path() / "step5_engine_minimal").string();
   step5::CheckpointOptions opt;
   opt.geometry = "step5_preview", opt.num_layers = 1, opt.hidden = 512;
+  opt.layer_types = {"full_attention"};  // one DSA layer (the Preview pattern puts DSA on layers 4k+3)
   const int tp = 4, tp_rank = 1, max_position = 1024, topk = 16;
   std::vector<void*> owned;
   int rc = 1;

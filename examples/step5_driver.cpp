@@ -237,7 +237,10 @@ RunResult run(Backend& backend, const Model& model, const Workload& w, const Opt
 constexpr double kRowTol = 2e-2;
 constexpr double kNearTie = 2e-2;
 constexpr double kRelTol = 1e-2;
-constexpr double kMaxExcusedFraction = 0.01;
+// 2 %: the README default workload (topk 16, random weights, short histories) has 0.8 % (tp 1)
+// and 1.1 % (tp 8 simulated) of its rows legitimately excused on the H200 (2026-12-01: every one a
+// printed near-tie, none unexplained); a broken kernel moves far more rows, most without a tie.
+constexpr double kMaxExcusedFraction = 0.02;
 
 // A near-tie at the k-th place of the reference's scores of one (token row, group).
 struct NearTie {

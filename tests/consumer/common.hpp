@@ -58,7 +58,7 @@ inline int run() {
   step.batch.cu_seqlens_q_host = cu_host;
   step.batch.seq_lens_host = seq_host;
   std::int32_t* d_table = nullptr;  // [1, max_blocks] block table (never read: refused before a launch)
-  CONSUMER_CHECK(cudaMalloc(&d_table, 4 * sizeof(std::int32_t)) == cudaSuccess, "cudaMalloc failed");
+  CONSUMER_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_table), 4 * sizeof(std::int32_t)) == cudaSuccess, "cudaMalloc failed");
   step.table.block_table = d_table;
   step.table.block_size = cap.block_size;
   step.table.max_blocks = cap.max_blocks;
