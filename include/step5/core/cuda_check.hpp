@@ -1,10 +1,13 @@
 #pragma once
 /// \file step5/core/cuda_check.hpp
 /// CUDA status helpers that return `step5::Status` (never exit): `STEP5_CUDA_RETURN(call)` and
-/// `cuda_status(err, what)`; `require_sm90(device)` refuses devices other than Hopper.
+/// `cuda_status(err, what)`; `require_sm90(device)` refuses devices other than Hopper;
+/// `device_sm_count(device, &sms)` is the one (cached) query of a device's SM count.
 /// Compiles with g++ given the CUDA include path (cuda_runtime_api.h only).
 #include <cuda_runtime_api.h>
 
+#include <array>
+#include <atomic>
 #include <string>
 
 #include "step5/core/status.hpp"
@@ -28,6 +31,29 @@ inline Status require_sm90(int device) {
   if (major != 9)
     return unsupported("device " + std::to_string(device) + " has compute capability " + std::to_string(major) +
                        "." + std::to_string(minor) + "; the step5 kernels need sm_90 (Hopper: H100/H200)");
+  return Status::Ok();
+}
+
+/// The number of streaming multiprocessors of `device` (cudaDevAttrMultiProcessorCount), queried
+/// once per device (devices 0..63 are cached; the value never changes for a device) and safe to
+/// call from several host threads and during CUDA-graph capture. The launch plans that size their
+/// grids by the GPU (attention split-KV, indexer score chunks, GEMM split-K, top-k clusters,
+/// `dsa_layer_plan`) all take it from here. Errors: kCudaError for a failed query.
+inline Status device_sm_count(int device, int* sms) {
+  static std::array<std::atomic<int>, 64> cache{};
+  const bool cached = device >= 0 && device < static_cast<int>(cache.size());
+  if (cached) {
+    const int v = cache[static_cast<std::size_t>(device)].load(std::memory_order_relaxed);
+    if (v > 0) {
+      *sms = v;
+      return Status::Ok();
+    }
+  }
+  int v = 0;
+  STEP5_RETURN_IF_ERROR(cuda_status(cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device),
+                                    "cudaDeviceGetAttribute(cudaDevAttrMultiProcessorCount)"));
+  if (cached) cache[static_cast<std::size_t>(device)].store(v, std::memory_order_relaxed);
+  *sms = v;
   return Status::Ok();
 }
 

@@ -210,7 +210,7 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
   int dev = p.device;
   if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
   int sms = 0;
-  STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
   SparseAttentionPlan plan;
   STEP5_RETURN_IF_ERROR(sparse_attention_plan(p, sms, &plan));
   *bytes = plan.workspace_bytes;

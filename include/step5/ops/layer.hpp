@@ -244,7 +244,7 @@ inline Status dsa_layer_plan(const layout::RankLayout& rank, int hidden, const D
   if (device < 0) STEP5_CUDA_RETURN(cudaGetDevice(&device));
   STEP5_RETURN_IF_ERROR(require_sm90(device));
   f.device = device;
-  STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&f.num_sms, cudaDevAttrMultiProcessorCount, device));
+  STEP5_RETURN_IF_ERROR(device_sm_count(device, &f.num_sms));
   if (hidden > 0 && cap.max_tokens > 0) {
     const std::int64_t k_o = static_cast<std::int64_t>(rank.local_heads) * rank.geometry.head_dim;
     f.gemm_workspace_bytes = std::max(gemm_workspace_bytes(cap.max_tokens, rank.padded_rows, hidden, device),

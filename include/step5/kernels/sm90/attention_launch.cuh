@@ -9,12 +9,13 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
-#include <utility>
+#include <string_view>
 
 #include "step5/core/cuda_check.hpp"
 #include "step5/kernels/sm90/attention.cuh"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/attention.hpp"
+#include "step5/ops/dispatch.hpp"
 
 namespace step5::kernels::sm90 {
 
@@ -80,37 +81,29 @@ namespace attn_detail {
 inline bool aligned(const void* p, std::size_t n) { return (reinterpret_cast<std::uintptr_t>(p) % n) == 0; }
 }  // namespace attn_detail
 
-/// The checked entry of geometry row `Id` (see ops::sparse_attention).
-template <layout::GeometryId Id>
-Status sparse_attention_entry(const ops::SparseAttentionParams& p, void* workspace, std::size_t workspace_bytes,
-                              cudaStream_t stream) {
+/// The checks of `ops::sparse_attention` that hold for every layout of a geometry of head
+/// dimension D (head_dim, the device, the size arguments), and the launch plan.
+template <int D>
+Status sparse_attention_plan_for(const ops::SparseAttentionParams& p, std::string_view geometry_name,
+                                 ops::SparseAttentionPlan* plan) {
   using ops::detail::attn_msg;
-  constexpr const layout::GeometryEntry& kEntry = layout::entry_of(Id);
-  constexpr int D = kEntry.geometry.head_dim;
   if (p.head_dim != D)
-    return unsupported(attn_msg("head_dim", p.head_dim, std::to_string(D) + " (geometry " + std::string(kEntry.name) + ")"));
+    return unsupported(attn_msg("head_dim", p.head_dim, std::to_string(D) + " (geometry " + std::string(geometry_name) + ")"));
   int dev = p.device;
   if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
   STEP5_RETURN_IF_ERROR(require_sm90a_build(dev, "sparse_attention"));
   int sms = 0;
-  STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  ops::SparseAttentionPlan plan;
-  STEP5_RETURN_IF_ERROR(ops::sparse_attention_plan(p, sms, &plan));
-  // (Hl, lg) must be the local layout of one listed tp of this geometry
-  bool listed = false;
-  std::string layouts;
-  for (int i = 0; i < kEntry.num_tp_values; ++i) {
-    const int tp = kEntry.tp_values[i];
-    const auto r = layout::make_rank_layout(kEntry.geometry, layout::standard_layout(kEntry.geometry, tp), 0);
-    if (!r.ok()) continue;
-    layouts += (layouts.empty() ? "" : ", ") + std::string("tp ") + std::to_string(tp) + ": Hl " +
-               std::to_string(r.layout.local_heads) + " lg " + std::to_string(r.layout.local_kv_groups);
-    if (r.layout.local_heads == p.num_local_heads && r.layout.local_kv_groups == p.num_kv_groups) listed = true;
-  }
-  if (!listed)
-    return unsupported("sparse_attention: num_local_heads = " + std::to_string(p.num_local_heads) +
-                       ", num_kv_groups = " + std::to_string(p.num_kv_groups) + " is no listed layout of geometry " +
-                       std::string(kEntry.name) + " (" + layouts + ")");
+  STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
+  return ops::sparse_attention_plan(p, sms, plan);
+}
+
+/// The checked launch of the (D, HPG) kernels for `plan` (from `sparse_attention_plan_for<D>`;
+/// plan.hpg_q == HPG): the step (`validate_step`), pointers, strides and alignment, then the launch.
+template <int D, int HPG>
+Status sparse_attention_checked_launch(const ops::SparseAttentionParams& p, const ops::SparseAttentionPlan& plan,
+                                       void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
+  using ops::detail::attn_msg;
+  if (plan.hpg_q != HPG) return Status(StatusCode::kInternal, "sparse_attention: hpg_q dispatch mismatch");
   {
     ops::StepCheck check = ops::attention_step_check(p, true);
     if (plan.workspace_bytes > 0) {
@@ -144,22 +137,24 @@ Status sparse_attention_entry(const ops::SparseAttentionParams& p, void* workspa
   if (p.lse != nullptr && !attn_detail::aligned(p.lse, 4)) return invalid_argument("sparse_attention: lse must be 4-byte aligned");
   if (plan.workspace_bytes > 0 && !attn_detail::aligned(workspace, 16))
     return invalid_argument("sparse_attention: workspace must be 16-byte aligned");
-  // dispatch on hpg_q over the listed tp values of this row (each hpg value instantiated once)
-  Status result(StatusCode::kInternal, "sparse_attention: no instance ran");
-  bool launched = false;
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (([&] {
-       constexpr int kTp = kEntry.tp_values[I];
-       constexpr int kHpg = layout::StaticLayout<kEntry.geometry, layout::standard_layout(kEntry.geometry, kTp)>::kHpgQ;
-       if (!launched && kHpg == plan.hpg_q) {
-         launched = true;
-         (void)(result = launch_sparse_attention<D, kHpg>(p, plan, workspace, stream));
-       }
-     }()),
-     ...);
-  }(std::make_index_sequence<static_cast<std::size_t>(kEntry.num_tp_values)>{});
-  if (!launched) return unsupported(attn_msg("hpg_q", plan.hpg_q, "an hpg_q of a listed tp of " + std::string(kEntry.name)));
-  return result;
+  return launch_sparse_attention<D, HPG>(p, plan, workspace, stream);
+}
+
+/// The checked entry of geometry row `Id` (see ops::sparse_attention): the row-wide checks and
+/// plan, then the one dispatch (`ops::dispatch_local_layout`, ops/dispatch.hpp) maps (Hl, lg) to
+/// the listed compile-time layout, whose (head_dim, hpg_q) picks the kernel instance; one
+/// instance per distinct (head_dim, hpg_q) of the row.
+template <layout::GeometryId Id>
+Status sparse_attention_entry(const ops::SparseAttentionParams& p, void* workspace, std::size_t workspace_bytes,
+                              cudaStream_t stream) {
+  constexpr const layout::GeometryEntry& kEntry = layout::entry_of(Id);
+  ops::SparseAttentionPlan plan;
+  STEP5_RETURN_IF_ERROR(sparse_attention_plan_for<kEntry.geometry.head_dim>(p, kEntry.name, &plan));
+  return ops::dispatch_local_layout<Id>(p.num_local_heads, p.num_kv_groups, "sparse_attention", [&](auto tag) {
+    using L = typename decltype(tag)::Layout;
+    return sparse_attention_checked_launch<L::kGeometry.head_dim, L::kHpgQ>(p, plan, workspace, workspace_bytes,
+                                                                            stream);
+  });
 }
 
 }  // namespace step5::kernels::sm90

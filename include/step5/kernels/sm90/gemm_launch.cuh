@@ -48,7 +48,7 @@ struct DeviceInfo {
 
 inline Status device_info(int device, DeviceInfo* info) {
   STEP5_RETURN_IF_ERROR(k90::require_sm90a_build(device, "gemm_bf16"));
-  STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&info->sms, cudaDevAttrMultiProcessorCount, device));
+  STEP5_RETURN_IF_ERROR(device_sm_count(device, &info->sms));
   return Status::Ok();
 }
 

@@ -46,13 +46,13 @@ inline Status check_geometry(const layout::RankLayout& r, const layout::Geometry
 /// Launch shape of the score kernel for T tokens of B requests (shared with bench/bench_indexer.cu).
 /// tok_tile (tokens per tile, one pass over a request's summaries serves them all) follows the mean
 /// query length, so decode tiles stage only their own columns; region chunks shrink until the grid
-/// covers two waves of CTAs (2 × 132 SMs).
+/// covers two waves of CTAs (2 × `num_sms`, the device's SM count: `device_sm_count`).
 struct ScorePlan {
   int tok_tile = 1, cols_cap = 8, regions_per_cta = 0, bt_cap = 0, smem_bytes = 0;
   std::int64_t tiles_upper = 0, region_chunks = 0;
 };
 template <layout::GeometryId Id>
-ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size) {
+ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size, int num_sms) {
   constexpr layout::Geometry G = layout::geometry_of(Id);
   ScorePlan s;
   const int Il = index_local_heads;
@@ -62,7 +62,7 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   s.tiles_upper = (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile + B;
   constexpr int kStep = 16 * kernels::sm90::kScoreWarps;
   int rpc = 4 * kStep;
-  while (rpc > kStep && s.tiles_upper * ((ld + rpc - 1) / rpc) < 264) rpc /= 2;
+  while (rpc > kStep && s.tiles_upper * ((ld + rpc - 1) / rpc) < 2ll * num_sms) rpc /= 2;
   s.regions_per_cta = rpc;
   s.region_chunks = (ld + rpc - 1) / rpc;
   s.bt_cap = rpc * 8 / block_size + 2;
@@ -215,7 +215,10 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   const int chunk = static_cast<int>(std::min<std::size_t>(T, (p.workspace_bytes - fixed) / per_token));
   auto* tile_start = static_cast<std::int32_t*>(p.workspace);
   float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
-  const ScorePlan sp = score_plan<Id>(Il, T, B, ld, p.table.block_size);
+  int dev = 0, sms = 0;
+  STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+  STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
+  const ScorePlan sp = score_plan<Id>(Il, T, B, ld, p.table.block_size, sms);
   if (sp.region_chunks > 65535 || sp.tiles_upper > 0x7fffffff)
     return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " or num_tokens = " + num(T) +
                             " exceeds the launch grid");

@@ -350,7 +350,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
                                   " requested, but clusters of " + std::to_string(kTopkCluster) +
                                   " CTAs cannot be resident on device " + std::to_string(dev));
     if (cluster_size == 0) {
-      STEP5_CUDA_RETURN(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      STEP5_RETURN_IF_ERROR(::step5::device_sm_count(dev, &sms));
       const bool few_long_rows = a.ld >= 4096 && static_cast<long long>(rows) * kTopkCluster <= 2LL * sms;
       cluster_size = clusters && (a.ld > kTopkSmemKeys || few_long_rows) ? kTopkCluster : 1;
     }
