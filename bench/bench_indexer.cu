@@ -40,6 +40,7 @@
 #include "step5/ops/indexer.hpp"
 
 namespace {
+constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §1)
 
 #define CK(call) STEP5_BENCH_CUDA(call)  // bench_common.hpp: prints the call and exits
 #define CKS(expr)                                                                                   \
@@ -184,7 +185,7 @@ struct SelectSetup {
     const int bs = 64, max_blocks = (max_seq + bs - 1) / bs;
     std::vector<int> bt(static_cast<std::size_t>(B) * max_blocks);
     for (std::size_t i = 0; i < bt.size(); ++i) bt[i] = static_cast<int>(i);
-    const std::size_t sum_bytes = bt.size() * (bs / 8) * P;
+    const std::size_t sum_bytes = bt.size() * (bs / kR) * P;
     auto* d_sum = alloc<std::uint8_t>(sum_bytes);
     auto* d_iq = alloc<std::uint8_t>(static_cast<std::size_t>(T) * Il * P);
     auto* d_w = alloc<float>(static_cast<std::size_t>(T) * Il);
@@ -253,7 +254,10 @@ double time_scores_only(SelectSetup& s) {
   const std::int64_t ld = ops::detail::score_ld(p.max_seq_len);
   const std::size_t fixed = ops::detail::plan_bytes(B);
   const int chunk = static_cast<int>(std::min<std::size_t>(T, (p.workspace_bytes - fixed) / (std::size_t(lg) * ld * 4)));
-  const ops::detail::ScorePlan sp = ops::detail::score_plan<kId>(Il, T, B, ld, p.table.block_size);
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CKS(device_sm_count(dev, &sms));
+  const ops::detail::ScorePlan sp = ops::detail::score_plan<kId>(Il, T, B, ld, p.table.block_size, sms);
   auto* tile_start = static_cast<std::int32_t*>(p.workspace);
   kernels::sm90::indexer_plan_kernel<><<<1, kernels::sm90::kPlanThreads, 0, g_stream>>>(p.batch.cu_seqlens_q, B,
                                                                                       sp.tok_tile, tile_start);
