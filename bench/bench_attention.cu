@@ -27,6 +27,7 @@
 #include "step5/ops/attention.hpp"
 
 namespace {
+constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §1)
 
 #define CK(call) STEP5_BENCH_CUDA(call)  // bench_common.hpp: prints the call and exits
 
@@ -55,7 +56,7 @@ __global__ void make_selection(int* ids, int* counts, int lg, int T, int topk, i
   const int row = blockIdx.x;  // g * T + t
   const int g = row / T, t = row % T;
   const int b = t / q_len, i = t % q_len;
-  const int p = seq_len - q_len + i, cur = p / 8;
+  const int p = seq_len - q_len + i, cur = p / kR;
   const int n = min(topk, cur);
   const int W = topk + 1;
   const int spacing = n > 0 ? cur / n : 1;

@@ -55,6 +55,7 @@
 #include "step5/reference/rope.hpp"
 
 namespace {
+constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §1)
 
 using step5::bf16;
 namespace layout = step5::layout;
@@ -113,13 +114,13 @@ std::array<StageCost, kStages> layer_costs(const layout::RankLayout& r, int hidd
   const long long seq = c.seq_len(), prev = c.ctx;
   // 4. summaries: index_k + index_z of the new rows, completed regions (e4m3), tail rows
   // (pending rows of a completed region read; new pending rows written, 2·P bf16 each).
-  const double completed = static_cast<double>(seq / 8 - prev / 8);
-  const double prev_pending_read = completed > 0 ? static_cast<double>(prev % 8) : 0.0;
-  const double new_pending = static_cast<double>(std::min<long long>(c.q_len, seq % 8));
+  const double completed = static_cast<double>(seq / kR - prev / kR);
+  const double prev_pending_read = completed > 0 ? static_cast<double>(prev % kR) : 0.0;
+  const double new_pending = static_cast<double>(std::min<long long>(c.q_len, seq % kR));
   s[2].bytes = T * P * 2 + T * z_rows * 2 + B * (completed * P + (prev_pending_read + new_pending) * 2 * P * 2);
   // 5-6. select: each request's history summaries once (shared by its local groups) + index_q,
   // weights, ids/counts out; score FLOPs 2·Il·P per (token, history region).
-  s[3].bytes = B * static_cast<double>((seq - 1) / 8) * P + T * Il * (P + 4) + lg * T * (kTopk + 2) * 4;
+  s[3].bytes = B * static_cast<double>((seq - 1) / kR) * P + T * Il * (P + 4) + lg * T * (kTopk + 2) * 4;
   s[3].flops = B * 2 * Il * P * hist_sum;
   // 7-8. attention: per (request, KV group) the K/V of the attended tokens, each token at most once
   // (<= seq_len tokens), + q, gate, out, ids; FLOPs 4·hpg_q·D per (query head group, token).
@@ -255,7 +256,7 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
   const int max_blocks = (seq + kBlockSize - 1) / kBlockSize;
   const int num_blocks = B * max_blocks;
   const std::size_t kv_elems = static_cast<std::size_t>(num_blocks) * kBlockSize * KVl * D;
-  const std::size_t sum_bytes = static_cast<std::size_t>(num_blocks) * (kBlockSize / 8) * P;
+  const std::size_t sum_bytes = static_cast<std::size_t>(num_blocks) * (kBlockSize / kR) * P;
   ops::DsaLayerCapacity cap;
   cap.max_tokens = T, cap.max_requests = B, cap.max_seq_len = seq, cap.max_topk = kTopk;
   cap.block_size = kBlockSize, cap.max_blocks = max_blocks, cap.num_blocks = num_blocks;
@@ -294,7 +295,7 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
   w.cos_main = rope.cos_main->p, w.sin_main = rope.sin_main->p, w.cos_idx = rope.cos_idx->p, w.sin_idx = rope.sin_idx->p;
   w.max_position = kMaxPosition, w.eps = 1e-5f;
   // caches: random data for the whole context
-  DevBuf<bf16> k_cache(kv_elems), v_cache(kv_elems), tail(static_cast<std::size_t>(B) * 8 * 2 * P);
+  DevBuf<bf16> k_cache(kv_elems), v_cache(kv_elems), tail(static_cast<std::size_t>(B) * kR * 2 * P);
   DevBuf<std::uint8_t> summary(sum_bytes);
   sb::fill_bf16(k_cache.p, kv_elems, 201u, -1.f, 1.f, s);
   sb::fill_bf16(v_cache.p, kv_elems, 202u, -1.f, 1.f, s);

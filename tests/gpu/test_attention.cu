@@ -34,6 +34,7 @@ using step5::bf16;
 namespace ref = step5::reference;
 
 namespace {
+constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §1)
 
 constexpr std::uint16_t kPoison = 0x7fc1;  // a bf16 NaN
 
@@ -110,10 +111,10 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
   const std::vector<std::int32_t> pos = ref::token_positions(ref::BatchView{B, cu.data(), sc.seq_lens.data()});
   for (int g = 0; g < lg; ++g)
     for (int b = 0; b < B; ++b) {
-      std::vector<float> prio((sc.seq_lens[b] + 7) / 8 + 1);
+      std::vector<float> prio((sc.seq_lens[b] + kR - 1) / kR + 1);
       for (auto& x : prio) x = uni(rng);
       for (int t = cu[b]; t < cu[b + 1]; ++t) {
-        const int p = pos[t], cur = p / 8, row = g * T + t;
+        const int p = pos[t], cur = p / kR, row = g * T + t;
         std::vector<int> cand(cur);
         std::iota(cand.begin(), cand.end(), 0);
         std::vector<float> pr(cur);
@@ -338,11 +339,11 @@ GPU_CASE("decode batches: 33, 257 requests (every layout) and 1024 (tp >= 8), mi
       for (int b = 0; b < B; ++b) {
         const int kind = static_cast<int>(rng() % 8);
         // q_len 0 (no row this step), 1 (decode), 2-4 (MTP); lengths short (all history selected)
-        // to long (a strict subset: > 8 * topk positions)
+        // to long (a strict subset: > kR * topk positions)
         const int q = kind == 0 ? 0 : (kind == 1 ? 2 + static_cast<int>(rng() % 3) : 1);
         const int len = kind < 4 ? 1 + static_cast<int>(rng() % 64)
-                      : kind < 7 ? 65 + static_cast<int>(rng() % (8 * topk))
-                                 : 8 * topk + 1 + static_cast<int>(rng() % (long_max - 8 * topk));
+                      : kind < 7 ? 65 + static_cast<int>(rng() % (kR * topk))
+                                 : kR * topk + 1 + static_cast<int>(rng() % (long_max - kR * topk));
         sc.q_lens.push_back(q);
         sc.seq_lens.push_back(std::max(len, q));
       }

@@ -33,6 +33,7 @@ namespace layout = step5::layout;
 using step5_test::DevBuf;
 
 namespace {
+constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §1)
 
 std::vector<bf16> random_bf16(std::size_t n, std::mt19937& rng, float scale) {
   std::uniform_real_distribution<float> u(-scale, scale);
@@ -100,8 +101,8 @@ void graph_replay_case(const char* label) {
 
   // Identical initial caches (random history: k/v, finite e4m3 summaries, pending tail rows).
   const std::size_t kv = static_cast<std::size_t>(num_blocks) * block_size * rank.local_kv_heads * g.head_dim;
-  const std::size_t sum_n = static_cast<std::size_t>(num_blocks) * (block_size / 8) * g.proxy_dim;
-  const std::size_t tail_n = static_cast<std::size_t>(B) * 8 * 2 * g.proxy_dim;
+  const std::size_t sum_n = static_cast<std::size_t>(num_blocks) * (block_size / kR) * g.proxy_dim;
+  const std::size_t tail_n = static_cast<std::size_t>(B) * kR * 2 * g.proxy_dim;
   const std::vector<bf16> k0 = random_bf16(kv, rng, 1.0f), v0 = random_bf16(kv, rng, 1.0f);
   const std::vector<bf16> tail0 = random_bf16(tail_n, rng, 1.0f);
   std::vector<std::uint8_t> sum0(sum_n);
@@ -202,9 +203,9 @@ void graph_replay_case(const char* label) {
   const std::vector<bf16> ta = eager.tail.down(), tg = graph.tail.down();
   bool tails = true;
   for (int b = 0; b < B; ++b) {
-    const int pending = (start[b] + S) % 8;
+    const int pending = (start[b] + S) % kR;
     const std::size_t row = static_cast<std::size_t>(2) * g.proxy_dim;
-    tails = tails && std::memcmp(&ta[b * 8 * row], &tg[b * 8 * row], pending * row * sizeof(bf16)) == 0;
+    tails = tails && std::memcmp(&ta[b * kR * row], &tg[b * kR * row], pending * row * sizeof(bf16)) == 0;
   }
   EXPECT(tails, "%s: pending tail rows differ", label);
   GPU_CHECK(cudaGraphExecDestroy(exec));

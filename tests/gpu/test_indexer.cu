@@ -37,6 +37,7 @@
 #include "step5/reference/summaries.hpp"
 
 namespace {
+constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §1)
 using step5::bf16;
 namespace ref = step5::reference;
 
@@ -145,7 +146,7 @@ struct World {
     k_cache.assign(kv, bf16{kPoisonBf16});
     v_cache.assign(kv, bf16{kPoisonBf16});
     tail.assign(static_cast<std::size_t>(num_slots) * 16 * P, bf16{kPoisonBf16});
-    summary.assign(static_cast<std::size_t>(num_blocks) * (block_size / 8) * P, kPoisonU8);
+    summary.assign(static_cast<std::size_t>(num_blocks) * (block_size / kR) * P, kPoisonU8);
     d_qn = dalloc<float>(D); up(d_qn, q_norm);
     d_kn = dalloc<float>(D); up(d_kn, k_norm);
     d_iqn = dalloc<float>(P); up(d_iqn, iq_norm);
@@ -176,16 +177,16 @@ struct World {
   void random_history(const std::vector<int>& lengths) {
     std::mt19937 rng(seed * 31u + 7u);
     std::normal_distribution<float> nd(0.f, 1.f);
-    const int rpb = block_size / 8;
+    const int rpb = block_size / kR;
     for (int b = 0; b < NR; ++b) {
-      for (int r = 0; r < lengths[b] / 8; ++r) {
+      for (int r = 0; r < lengths[b] / kR; ++r) {
         const int blk = block_table[static_cast<std::size_t>(b) * max_blocks + r / rpb];
         std::uint8_t* dst = summary.data() + (static_cast<std::size_t>(blk) * rpb + r % rpb) * P;
         for (int d = 0; d < P; ++d) dst[d] = step5::float_to_e4m3_bits(nd(rng));
       }
-      for (int i = 0; i < lengths[b] % 8; ++i)
+      for (int i = 0; i < lengths[b] % kR; ++i)
         for (int which = 0; which < 2; ++which) {
-          bf16* dst = tail.data() + ((static_cast<std::size_t>(tail_slot[b]) * 8 + i) * 2 + which) * P;
+          bf16* dst = tail.data() + ((static_cast<std::size_t>(tail_slot[b]) * kR + i) * 2 + which) * P;
           for (int d = 0; d < P; ++d) dst[d] = step5::to_bf16(nd(rng));
         }
       past[b] = lengths[b];
@@ -468,7 +469,7 @@ StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& op
     double num = 0, den = 0;
     for (int g = 0; g < w.lg; ++g)
       for (int t = 0; t < T; ++t) {
-        const int n = pos[t] / 8;
+        const int n = pos[t] / kR;
         const float* rrow = rs.data() + (static_cast<std::size_t>(g) * T + t) * ld;
         const std::int32_t* grow = out.ids.data() + (static_cast<std::size_t>(g) * T + t) * (opt.topk + 1);
         const int gcount = out.counts[static_cast<std::size_t>(g) * T + t];
@@ -555,7 +556,7 @@ GPU_CASE("indexer: decode batches of 33, 257 (tp 1) and 1024 (tp 8) requests, mi
       for (int b = 0; b < z.requests; ++b) {
         const int kind = static_cast<int>(rng() % 4);
         hist[b] = kind == 0 ? 0 : kind == 1 ? static_cast<int>(rng() % 60) + 1
-                : kind == 2 ? static_cast<int>(rng() % 300) + 100 : 8 * topk + 1 + static_cast<int>(rng() % (long_max - 8 * topk));
+                : kind == 2 ? static_cast<int>(rng() % 300) + 100 : kR * topk + 1 + static_cast<int>(rng() % (long_max - kR * topk));
         const int q = static_cast<int>(rng() % 12);
         step1[b] = q == 0 ? 0 : q == 1 ? 2 + static_cast<int>(rng() % 3) : 1;  // empty / MTP / decode
         step2[b] = b % 9 == 4 ? 0 : 1;
@@ -638,7 +639,7 @@ GPU_CASE("indexer: chunked prefill equals one-shot (caches and selections bit-id
     const auto ta = down(a.d_tail, a.tail.size()), tb = down(b.d_tail, b.tail.size());
     for (int r = 0; r < a.NR; ++r) {
       const std::size_t o = static_cast<std::size_t>(a.tail_slot[r]) * 16 * a.P;
-      const std::size_t len = static_cast<std::size_t>(a.past[r] % 8) * 2 * a.P;
+      const std::size_t len = static_cast<std::size_t>(a.past[r] % kR) * 2 * a.P;
       EXPECT(a.past[r] == b.past[r] && std::memcmp(ta.data() + o, tb.data() + o, len * sizeof(bf16)) == 0,
              "pending tail rows of request %d differ", r);
     }
@@ -683,7 +684,7 @@ GPU_CASE("indexer: scores + selection at 1M tokens of context (131072 regions; q
   std::iota(bt.begin(), bt.end(), 0);
   std::mt19937 rng(9);
   std::shuffle(bt.begin(), bt.end(), rng);
-  std::vector<std::uint8_t> sum(static_cast<std::size_t>(num_blocks) * (block_size / 8) * P), iq(static_cast<std::size_t>(T) * Il * P);
+  std::vector<std::uint8_t> sum(static_cast<std::size_t>(num_blocks) * (block_size / kR) * P), iq(static_cast<std::size_t>(T) * Il * P);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (auto& x : sum) x = step5::float_to_e4m3_bits(nd(rng));
   for (auto& x : iq) x = step5::float_to_e4m3_bits(nd(rng));
@@ -723,7 +724,7 @@ GPU_CASE("indexer: scores + selection at 1M tokens of context (131072 regions; q
   const auto counts = down(d_cnt, static_cast<std::size_t>(lg) * T);
   const ref::BatchView bv{B, cu.data(), seq.data()};
   const ref::BlockTableView tv{bt.data(), max_blocks, block_size, num_blocks};
-  const int ld = max_seq / 8;
+  const int ld = max_seq / kR;
   std::vector<float> rs(static_cast<std::size_t>(lg) * T * ld);
   ref::compute_scores(bv, tv, lg, hpg, P, iq.data(), wts.data(), sum.data(), rs.data(), ld);
   const auto pos = ref::token_positions(bv);
@@ -731,7 +732,7 @@ GPU_CASE("indexer: scores + selection at 1M tokens of context (131072 regions; q
   for (int t = 0; t < T; ++t)
     for (int g = 0; g < lg; ++g) {
       const std::size_t row = static_cast<std::size_t>(g) * T + t;
-      EXPECT(judge_row(rs.data() + row * ld, pos[t] / 8, topk, ids.data() + row * (topk + 1), counts[row], &ties),
+      EXPECT(judge_row(rs.data() + row * ld, pos[t] / kR, topk, ids.data() + row * (topk + 1), counts[row], &ties),
              "long-context row (t %d, g %d, pos %d) differs beyond ties within rounding", t, g, pos[t]);
     }
   std::printf("  %d-token context: %d rows, %d tolerated ties\n", max_seq, lg * T, ties);

@@ -50,6 +50,7 @@ using step5_test::same_bits;
 using step5_test::sz;
 
 namespace {
+constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §1)
 
 constexpr int kTopk = 512;
 constexpr int kHidden = 512;
@@ -155,7 +156,7 @@ struct Rank {
 /// complete regions, pending tail rows), without running the steps that wrote it.
 void random_history(ref::LayerCache& c, const ref::StepBatch& layout_of, const std::vector<int>& hist, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.f, 1.f);
-  const int KVl = c.kv_heads, D = c.head_dim, P = c.proxy_dim, bs = c.block_size, rpb = bs / 8;
+  const int KVl = c.kv_heads, D = c.head_dim, P = c.proxy_dim, bs = c.block_size, rpb = bs / kR;
   for (int b = 0; b < static_cast<int>(hist.size()); ++b) {
     const std::int32_t* bt = layout_of.block_table.data() + static_cast<std::size_t>(b) * layout_of.max_blocks;
     for (int p = 0; p < hist[b]; ++p) {
@@ -165,13 +166,13 @@ void random_history(ref::LayerCache& c, const ref::StepBatch& layout_of, const s
         c.v_cache[o + i] = step5::to_bf16(nd(rng));
       }
     }
-    for (int r = 0; r < hist[b] / 8; ++r) {
-      std::uint8_t* dst = c.summary_cache.data() + (static_cast<std::size_t>(bt[8 * r / bs]) * rpb + r % rpb) * P;
+    for (int r = 0; r < hist[b] / kR; ++r) {
+      std::uint8_t* dst = c.summary_cache.data() + (static_cast<std::size_t>(bt[kR * r / bs]) * rpb + r % rpb) * P;
       for (int d = 0; d < P; ++d) dst[d] = step5::float_to_e4m3_bits(nd(rng));
     }
-    for (int i = 0; i < hist[b] % 8; ++i)
+    for (int i = 0; i < hist[b] % kR; ++i)
       for (int which = 0; which < 2; ++which) {
-        bf16* dst = c.tail.data() + ((static_cast<std::size_t>(layout_of.tail_slot[b]) * 8 + i) * 2 + which) * P;
+        bf16* dst = c.tail.data() + ((static_cast<std::size_t>(layout_of.tail_slot[b]) * kR + i) * 2 + which) * P;
         for (int d = 0; d < P; ++d) dst[d] = step5::to_bf16(nd(rng));
       }
   }
@@ -248,7 +249,7 @@ std::vector<bf16> run_rank_step(Rank& R, const ref::StepBatch& step, const std::
   for (int gi = 0; gi < lg; ++gi)
     for (int t = 0; t < T; ++t) {
       const std::size_t row = static_cast<std::size_t>(gi) * T + t;
-      const int n = I.positions[t] / 8;
+      const int n = I.positions[t] / kR;
       stats->strict_rows += n > kTopk;
       if (!step5_test::judge_row(rs.data() + row * ld, n, kTopk, g_ids.data() + row * W, g_cnt[row], &ties)) {
         if (bad++ < 3)

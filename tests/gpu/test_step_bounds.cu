@@ -37,6 +37,7 @@ namespace layout = step5::layout;
 namespace ref = step5::reference;
 
 namespace {
+constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §1)
 
 using Tag = layout::LayoutTag<layout::GeometryId::step5_preview, 1>;
 
@@ -72,8 +73,8 @@ struct World {
   int Il = rank.index_local_heads, lg = rank.local_kv_groups;
   std::mt19937 rng{20261201u};
   std::size_t kv_n = static_cast<std::size_t>(kNumBlocks) * kBlockSize * KVl * D;
-  std::size_t sum_n = static_cast<std::size_t>(kNumBlocks) * (kBlockSize / 8) * P;
-  std::size_t tail_n = static_cast<std::size_t>(kB) * 8 * 2 * P;
+  std::size_t sum_n = static_cast<std::size_t>(kNumBlocks) * (kBlockSize / kR) * P;
+  std::size_t tail_n = static_cast<std::size_t>(kB) * kR * 2 * P;
   std::vector<bf16> k0 = random_bf16(kv_n, rng, 1.f), v0 = random_bf16(kv_n, rng, 1.f), tail0 = random_bf16(tail_n, rng, 1.f);
   std::vector<std::uint8_t> sum0 = random_u8(sum_n, rng);
   DevBuf<bf16> k{k0}, v{v0}, tail{tail0};

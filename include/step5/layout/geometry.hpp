@@ -4,11 +4,19 @@
 /// template parameters, plus the list of supported geometries read from `step5/geometries.def`.
 /// Host-safe (g++), constexpr throughout.
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <string>
 #include <string_view>
 
 namespace step5::layout {
+
+/// R, tokens per CSA region (SPEC §1): THE region size of the library (the reference, the
+/// kernels, the benches and the tests use it); the checkpoint family fixes R = 8.
+inline constexpr int kRegionSize = 8;
+static_assert(std::has_single_bit(static_cast<unsigned>(kRegionSize)), "kRegionSize must be a power of two");
+/// log2(kRegionSize): `p >> kRegionLog2` is the region of position p >= 0 (the kernels' shifts).
+inline constexpr int kRegionLog2 = std::countr_zero(static_cast<unsigned>(kRegionSize));
 
 /// Global (per model) head geometry, SPEC §1. All counts are heads or elements, not bytes.
 struct Geometry {
@@ -21,7 +29,7 @@ struct Geometry {
   int gate_size = 0;           ///< `gate_output_size` (head-wise gate rows; 0 = no gate)
   int rot_main = 0;            ///< rotated dims of main q/k (NeoX)
   int rot_idx = 0;             ///< rotated dims of indexer q/k (`sparse_indexer_rope_dim`)
-  int region_size = 8;         ///< R, tokens per CSA region summary
+  int region_size = kRegionSize;  ///< R, tokens per CSA region summary (kRegionSize)
   friend constexpr bool operator==(const Geometry&, const Geometry&) = default;
 };
 
@@ -58,7 +66,7 @@ constexpr int count_nonzero(const std::array<int, 8>& a) {
 /// The supported geometries, in the order of `geometries.def` (SPEC §8).
 inline constexpr GeometryEntry kGeometries[] = {
 #define STEP5_GEOMETRY(id, hidden, H, KV, D, Ni, P, Nk, gate, rot_main, rot_idx, ...)            \
-  GeometryEntry{#id, hidden, Geometry{H, KV, D, Ni, P, Nk, gate, rot_main, rot_idx, 8},          \
+  GeometryEntry{#id, hidden, Geometry{H, KV, D, Ni, P, Nk, gate, rot_main, rot_idx, kRegionSize}, \
                 detail::tp_array(__VA_ARGS__), detail::count_nonzero(detail::tp_array(__VA_ARGS__))},
 #include "step5/geometries.def"
 #undef STEP5_GEOMETRY
@@ -91,7 +99,6 @@ constexpr const GeometryEntry* find_geometry(const Geometry& g) {
 }
 
 /// SPEC §1: the run-time topk is in [1, kMaxTopk].
-inline constexpr int kRegionSize = 8;  ///< R (SPEC §1); the checkpoint family fixes R = 8
 inline constexpr int kMaxTopk = 1024;
 
 /// SPEC §2 rule 6: the DSA kernels support 4, 8 or 16 q heads per KV group (hpg_q).

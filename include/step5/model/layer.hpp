@@ -42,7 +42,7 @@ inline void validate_weights(const LayerWeights& w) {
   require(w.hidden > 0, "LayerWeights", "hidden = " + std::to_string(w.hidden) + ", expected > 0");
   require(r.index_local_kv_heads == 1, "LayerWeights",
           "index_local_kv_heads = " + std::to_string(r.index_local_kv_heads) + ", the reference supports 1");
-  require(g.region_size == layout::kRegionSize, "LayerWeights", "region_size = " + std::to_string(g.region_size) + ", expected 8");
+  require(g.region_size == layout::kRegionSize, "LayerWeights", "region_size = " + std::to_string(g.region_size) + ", expected " + std::to_string(layout::kRegionSize));
   require(r.local_gate == 0 || r.local_gate == r.local_heads, "LayerWeights",
           "local gate outputs = " + std::to_string(r.local_gate) + ", expected 0 or local heads " + std::to_string(r.local_heads));
   const std::size_t fused = static_cast<std::size_t>(r.padded_rows) * w.hidden;
@@ -74,7 +74,7 @@ struct LayerCache {
   /// Zero-filled caches for `rank`: `num_blocks` blocks of `block_size` tokens (a multiple of 8),
   /// `num_slots` tail slots.
   static LayerCache create(const layout::RankLayout& rank, int num_blocks, int block_size, int num_slots) {
-    require(num_blocks > 0 && block_size > 0 && block_size % 8 == 0 && num_slots > 0, "LayerCache::create",
+    require(num_blocks > 0 && block_size > 0 && block_size % layout::kRegionSize == 0 && num_slots > 0, "LayerCache::create",
             "num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
                 ", num_slots = " + std::to_string(num_slots) + "; expected > 0, block_size a multiple of 8");
     LayerCache c;
@@ -87,8 +87,8 @@ struct LayerCache {
     const std::size_t kv = static_cast<std::size_t>(num_blocks) * block_size * c.kv_heads * c.head_dim;
     c.k_cache.assign(kv, bf16{});
     c.v_cache.assign(kv, bf16{});
-    c.summary_cache.assign(static_cast<std::size_t>(num_blocks) * (block_size / 8) * c.proxy_dim, 0);
-    c.tail.assign(static_cast<std::size_t>(num_slots) * 8 * 2 * c.proxy_dim, bf16{});
+    c.summary_cache.assign(static_cast<std::size_t>(num_blocks) * (block_size / layout::kRegionSize) * c.proxy_dim, 0);
+    c.tail.assign(static_cast<std::size_t>(num_slots) * layout::kRegionSize * 2 * c.proxy_dim, bf16{});
     return c;
   }
 };

@@ -153,7 +153,7 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   if (p.query_tile < 0 || p.query_tile > max_qt)
     return invalid_argument(attn_msg("query_tile", p.query_tile, "0 (auto) .. 64 / hpg_q = " + std::to_string(max_qt)));
   const long long max_tokens = static_cast<long long>(p.max_blocks) * p.block_size;
-  const long long regions = max_tokens / 8;
+  const long long regions = max_tokens / layout::kRegionSize;
   const long long words = (regions + 31) / 32;
   const std::size_t stages = 2ull * 2ull * kAttentionTileTokens * static_cast<std::size_t>(p.head_dim) * 2ull;
   auto smem_for = [&](int qt) {

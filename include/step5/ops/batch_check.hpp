@@ -76,8 +76,9 @@ inline Status validate_step(const StepCheck& c) {
   if (c.num_tokens < 0) return bad("num_tokens = " + s(c.num_tokens) + ", expected >= 0");
   if (c.topk && (*c.topk < 1 || *c.topk > layout::kMaxTopk))
     return bad("topk = " + s(*c.topk) + ", expected in [1, " + s(layout::kMaxTopk) + "] (SPEC §1)");
-  if (c.block_size <= 0 || c.block_size % 8 != 0)
-    return bad("block_size = " + s(c.block_size) + ", expected a positive multiple of 8 (SPEC §5)");
+  if (c.block_size <= 0 || c.block_size % layout::kRegionSize != 0)
+    return bad("block_size = " + s(c.block_size) + ", expected a positive multiple of " + s(layout::kRegionSize) +
+               " (SPEC §5)");
   if (c.max_blocks <= 0) return bad("max_blocks = " + s(c.max_blocks) + ", expected > 0 (block-table row width)");
   if (c.num_blocks <= 0) return bad("num_blocks = " + s(c.num_blocks) + ", expected > 0");
   if (c.max_seq_len && *c.max_seq_len <= 0) return bad("max_seq_len = " + s(*c.max_seq_len) + ", expected > 0");

@@ -169,7 +169,7 @@ namespace detail {
 /// `indexer_select_workspace_bytes`): a 256-byte-aligned plan of [B+1] int32, then fp32 scores
 /// `[tokens * lg, score_ld]`, score_ld = max(1, max_seq_len/8) rounded up to 4 regions.
 inline std::int64_t score_ld(int max_seq_len) {
-  const std::int64_t n = max_seq_len / 8 > 1 ? max_seq_len / 8 : 1;
+  const std::int64_t n = max_seq_len / layout::kRegionSize > 1 ? max_seq_len / layout::kRegionSize : 1;
   return (n + 3) / 4 * 4;
 }
 inline std::size_t plan_bytes(int num_requests) {

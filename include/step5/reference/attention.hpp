@@ -55,7 +55,7 @@ inline void sparse_attention(const BatchView& batch, const BlockTableView& bt, i
   // validate the selection rows first (exceptions inside parallel_for are rethrown, but early is clearer)
   for (int g = 0; g < lg; ++g)
     for (int t = 0; t < T; ++t) {
-      const int row = g * T + t, c = counts[row], cur = pos[t] / 8;
+      const int row = g * T + t, c = counts[row], cur = pos[t] / layout::kRegionSize;
       require(c >= 0 && c <= W, "sparse_attention",
               "counts[" + std::to_string(g) + "][" + std::to_string(t) + "] = " + std::to_string(c) +
                   ", expected in [0, topk + 1 = " + std::to_string(W) + "]");
@@ -80,8 +80,8 @@ inline void sparse_attention(const BatchView& batch, const BlockTableView& bt, i
       vrows.clear();
       for (int i = i0; i < std::min(c, i0 + regions_per_tile); ++i) {
         const int r = topk_ids[static_cast<std::size_t>(row) * W + i];
-        const int last = std::min(8 * r + 7, p);  // the current region stops at p
-        for (int tok = 8 * r; tok <= last; ++tok) {
+        const int last = std::min(layout::kRegionSize * r + layout::kRegionSize - 1, p);  // the current region stops at p
+        for (int tok = layout::kRegionSize * r; tok <= last; ++tok) {
           const std::size_t off =
               ((static_cast<std::size_t>(bt.block_of(b, tok)) * bt.block_size + tok % bt.block_size) * KVl + g) * D;
           float dot = 0.0f;

@@ -126,7 +126,7 @@ inline std::vector<bf16> forward_from_projection(const LayerWeights& w, LayerCac
 
   // 5–6. scores and selection
   int max_hist = 1;
-  for (int t = 0; t < T; ++t) max_hist = std::max(max_hist, I.positions[t] / 8);
+  for (int t = 0; t < T; ++t) max_hist = std::max(max_hist, I.positions[t] / layout::kRegionSize);
   I.ld_scores = max_hist;
   I.scores.assign(static_cast<std::size_t>(lg) * T * max_hist, 0.0f);
   compute_scores(batch, bt, lg, r.hpg_i, P, I.index_q_e4m3.data(), I.weights.data(), cache.summary_cache.data(),

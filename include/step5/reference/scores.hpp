@@ -61,13 +61,13 @@ inline void compute_scores(const BatchView& batch, const BlockTableView& bt, int
   const std::vector<std::int32_t> pos = token_positions(batch);
   const std::vector<std::int32_t> req = token_requests(batch);
   for (int t = 0; t < T; ++t)
-    require(pos[t] / 8 <= ld_scores, "compute_scores",
+    require(pos[t] / layout::kRegionSize <= ld_scores, "compute_scores",
             "token " + std::to_string(t) + " at position " + std::to_string(pos[t]) + " has " +
-                std::to_string(pos[t] / 8) + " history regions, ld_scores = " + std::to_string(ld_scores));
+                std::to_string(pos[t] / layout::kRegionSize) + " history regions, ld_scores = " + std::to_string(ld_scores));
   const int Il = lg * hpg_i;
   parallel_for(lg * T, [&](int row) {
     const int g = row / T, t = row % T;
-    const int nh = pos[t] / 8;
+    const int nh = pos[t] / layout::kRegionSize;
     float* out = scores + static_cast<std::size_t>(row) * ld_scores;
     const std::uint8_t* q = index_q_e4m3 + (static_cast<std::size_t>(t) * Il + static_cast<std::size_t>(g) * hpg_i) * P;
     const float* w = weights + static_cast<std::size_t>(t) * Il + static_cast<std::size_t>(g) * hpg_i;

@@ -54,13 +54,13 @@ inline int select_row(const float* scores, int num_history, int topk, int curren
 inline void select_topk(int lg, int T, const float* scores, int ld_scores, const std::int32_t* positions, int topk,
                         std::int32_t* topk_ids, std::int32_t* counts) {
   for (int t = 0; t < T; ++t)
-    require(positions[t] >= 0 && positions[t] / 8 <= ld_scores, "select_topk",
+    require(positions[t] >= 0 && positions[t] / layout::kRegionSize <= ld_scores, "select_topk",
             "token " + std::to_string(t) + " at position " + std::to_string(positions[t]) + " needs " +
-                std::to_string(positions[t] / 8) + " score columns, ld_scores = " + std::to_string(ld_scores));
+                std::to_string(positions[t] / layout::kRegionSize) + " score columns, ld_scores = " + std::to_string(ld_scores));
   parallel_for(lg * T, [&](int row) {
     const int t = row % T;
     const int p = positions[t];
-    counts[row] = select_row(scores + static_cast<std::size_t>(row) * ld_scores, p / 8, topk, p / 8,
+    counts[row] = select_row(scores + static_cast<std::size_t>(row) * ld_scores, p / layout::kRegionSize, topk, p / layout::kRegionSize,
                              topk_ids + static_cast<std::size_t>(row) * (topk + 1));
   });
 }

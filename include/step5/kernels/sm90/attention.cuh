@@ -9,7 +9,7 @@
 ///  2. Builds one region bitmap per query of the tile from its first `count` topk ids (ids outside
 ///     [0, p/8] or the block table are ignored; entries after count are never read), their union
 ///     and the union's word prefix counts (shared memory). U = union size.
-///  3. Split s gathers union ordinals [u0, u1) in tiles of 8 regions = 64 tokens: two cp.async
+///  3. Split s gathers union ordinals [u0, u1) in tiles of 8 regions (R = layout::kRegionSize) = 64 tokens: two cp.async
 ///     stages of K and V (rows XOR-swizzled by 16-byte chunk), tokens past the tile's last
 ///     position (not yet written) are zero-filled, never read.
 ///  4. Rows = (query, head) pairs, 16 per warp (mma.sync m16n8k16 bf16, fp32 accumulation).
@@ -23,11 +23,13 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <bit>
 #include <cstdint>
 #include <type_traits>
 
 #include "step5/kernels/sm90/bounds_fault.cuh"
 #include "step5/kernels/sm90/ptx.cuh"
+#include "step5/layout/geometry.hpp"  // kRegionSize
 
 namespace step5::kernels::sm90 {
 
@@ -71,6 +73,13 @@ constexpr int kThreads = 128;
 constexpr int kWarps = 4;
 constexpr int kTileTok = 64;
 constexpr int kMaxQ = 16;  // max queries per tile (64 rows / hpg 4)
+/// Tokens per region (SPEC §1): a region's token mask is one byte, and its tokens are one n8
+/// column block of the QK mma, so the kernel is written for R = 8.
+constexpr int kRegion = ::step5::layout::kRegionSize;
+constexpr int kRegionLog2 = ::step5::layout::kRegionLog2;
+static_assert(kRegion == 8, "sparse_attention_kernel: one mask byte and one m16n8 column block per region");
+constexpr int kStageRegions = kTileTok / kRegion;  // regions gathered per stage
+constexpr int kStageRegionsLog2 = std::countr_zero(static_cast<unsigned>(kStageRegions));
 
 using namespace ::step5::kernels::sm90::ptx;  // cp.async, ldmatrix, mma.sync (ptx.cuh)
 
@@ -89,7 +98,7 @@ struct SmemStatic {
   int tile_b, tile_t0, tile_nq, tile_valid, tile_pos0;  // pos of query i = tile_pos0 + i
   int scan[kWarps];
   long long tok_off[2][kTileTok];          // element offset of a gathered token, -1 = zero-fill
-  unsigned char mask[2][kMaxQ][8];         // per (query, region of the stage): token bits
+  unsigned char mask[2][kMaxQ][kStageRegions];  // per (query, region of the stage): token bits
   float m[kWarps][16];
   float l[kWarps][16];
 };
@@ -211,7 +220,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
     const int cnt = min(max(a.counts[row], 0), W);
     if (k < cnt) {
       const int id = a.topk_ids[row * W + k];
-      const int cur = (pos0 + i) >> 3;
+      const int cur = (pos0 + i) >> kRegionLog2;
       if (id >= 0 && id <= cur && id < max_region) atomicOr(&qbits[i * words + (id >> 5)], 1u << (id & 31));
     }
   }
@@ -245,9 +254,9 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   __syncthreads();
   const int U = prefix[words];
   int per_split = (U + a.num_splits - 1) / a.num_splits;
-  per_split = (per_split + 7) & ~7;
+  per_split = (per_split + kStageRegions - 1) & ~(kStageRegions - 1);
   const int u0 = min(U, split * per_split), u1 = min(U, u0 + per_split);
-  const int ntiles = (u1 - u0 + 7) >> 3;
+  const int ntiles = (u1 - u0 + kStageRegions - 1) >> kStageRegionsLog2;
 
   // ---- warp roles -----------------------------------------------------------------------------
   const int rows = nq * HPG;
@@ -278,11 +287,11 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   // prepare stage st for gathered tile `it`: token offsets and per-query masks
   auto prep = [&](int it, int st) {
     if (tid < kTileTok) {
-      const int c = tid, ord = u0 + it * 8 + (c >> 3);
+      const int c = tid, ord = u0 + it * kStageRegions + (c >> kRegionLog2);
       long long off = -1;
       if (ord < u1) {
         const int id = select_region(ubits, prefix, words, ord);
-        const int pos = id * 8 + (c & 7);
+        const int pos = id * kRegion + (c & (kRegion - 1));
         if (pos <= pos_last) {  // a slot outside the row or a block id outside [0, num_blocks) is not read
           const long long blk =
               checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b, pos, a.bounds_fault);
@@ -291,14 +300,14 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
       }
       ss.tok_off[st][c] = off;
     } else {
-      for (int idx = tid - kTileTok; idx < kMaxQ * 8; idx += kThreads - kTileTok) {
-        const int i = idx >> 3, j = idx & 7, ord = u0 + it * 8 + j;
+      for (int idx = tid - kTileTok; idx < kMaxQ * kStageRegions; idx += kThreads - kTileTok) {
+        const int i = idx >> kStageRegionsLog2, j = idx & (kStageRegions - 1), ord = u0 + it * kStageRegions + j;
         unsigned m = 0;
         if (i < nq && ord < u1) {
           const int id = select_region(ubits, prefix, words, ord);
           if ((qbits[i * words + (id >> 5)] >> (id & 31)) & 1u) {
-            const int n = min(id * 8 + 7, pos0 + i) - id * 8 + 1;  // tokens <= the query's position
-            m = n >= 8 ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
+            const int n = min(id * kRegion + kRegion - 1, pos0 + i) - id * kRegion + 1;  // tokens <= the query's position
+            m = n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
           }
         }
         ss.mask[st][i][j] = static_cast<unsigned char>(m);
@@ -351,9 +360,9 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
     const unsigned char* mk = &ss.mask[st][0][0];
 #pragma unroll
     for (int n = 0; n < NB; ++n) {
-      const int j = (c0 >> 3) + n;
-      const unsigned mlo = i_lo < kMaxQ ? mk[i_lo * 8 + j] : 0u;
-      const unsigned mhi = i_hi < kMaxQ ? mk[i_hi * 8 + j] : 0u;
+      const int j = (c0 >> kRegionLog2) + n;  // n8 block n = region j of the stage
+      const unsigned mlo = i_lo < kMaxQ ? mk[i_lo * kStageRegions + j] : 0u;
+      const unsigned mhi = i_hi < kMaxQ ? mk[i_hi * kStageRegions + j] : 0u;
       const int tt = 2 * (lane & 3);
       s[n][0] = ((mlo >> tt) & 1u) ? s[n][0] * a.scale_log2 : -INFINITY;
       s[n][1] = ((mlo >> (tt + 1)) & 1u) ? s[n][1] * a.scale_log2 : -INFINITY;

@@ -65,7 +65,7 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   while (rpc > kStep && s.tiles_upper * ((ld + rpc - 1) / rpc) < 2ll * num_sms) rpc /= 2;
   s.regions_per_cta = rpc;
   s.region_chunks = (ld + rpc - 1) / rpc;
-  s.bt_cap = rpc * 8 / block_size + 2;
+  s.bt_cap = rpc * layout::kRegionSize / block_size + 2;
   s.smem_bytes = kernels::sm90::score_smem_bytes(G.proxy_dim, s.cols_cap, s.bt_cap);
   return s;
 }
@@ -181,8 +181,8 @@ Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream)
   a.tail = reinterpret_cast<__nv_bfloat16*>(p.tail);
   a.tail_slot = p.tail_slot;
   a.num_slots = p.num_slots;
-  // regions completed by one request in this step <= q_len/8 + 1 <= T/8 + 1
-  const int y = std::max(1, std::min(p.batch.num_tokens / 8 + 1, 2048));
+  // regions completed by one request in this step <= q_len/R + 1 <= T/R + 1
+  const int y = std::max(1, std::min(p.batch.num_tokens / layout::kRegionSize + 1, 2048));
   const dim3 grid(static_cast<unsigned>(y), static_cast<unsigned>(p.batch.num_requests));
   kernels::sm90::indexer_summaries_kernel<G.proxy_dim><<<grid, G.proxy_dim, 0, stream>>>(a);
   return cuda_status(cudaGetLastError(), "indexer_summaries_kernel launch");

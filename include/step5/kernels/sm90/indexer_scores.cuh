@@ -22,6 +22,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "step5/kernels/sm90/indexer_prepare.cuh"
+#include "step5/layout/geometry.hpp"  // kRegionSize
 
 namespace step5::kernels::sm90 {
 
@@ -67,8 +68,9 @@ __device__ __forceinline__ float relu_keep_nan(float x) { return x < 0.f ? 0.f :
 template <int P, int HPG>
 __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(ScoreArgs a) {
   static_assert(P % 64 == 0 && P <= 512, "indexer_scores_kernel: proxy_dim must be a multiple of 64 (<= 512)");
-  static_assert(HPG >= 1 && 8 % HPG == 0, "indexer_scores_kernel: hpg_i must divide 8 (1, 2, 4 or 8)");
+  static_assert(HPG >= 1 && 8 % HPG == 0, "indexer_scores_kernel: hpg_i must divide 8 (1, 2, 4 or 8)");  // mma n8
 #if STEP5_SM90A_DEVICE
+  constexpr int R = layout::kRegionSize;
   constexpr int kRow = P + 64;  // padded smem row (bank-conflict free fragment loads)
   constexpr int kChunks = P / 64;
   extern __shared__ __align__(16) std::uint8_t smem[];
@@ -93,7 +95,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
   te = min(te, a.t1);
   if (tb >= te) return;
   const int ntok = te - tb;
-  const int n_max = (past + (te - 1 - cu0)) / 8;  // history of the tile's last token
+  const int n_max = (past + (te - 1 - cu0)) / R;  // history of the tile's last token
   const int r_begin = blockIdx.y * a.regions_per_cta;
   if (r_begin >= n_max) return;
   const int r_end = min(r_begin + a.regions_per_cta, n_max);
@@ -112,8 +114,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
     sw[col] = col < cols ? __ldg(a.weights + static_cast<std::int64_t>(tb) * Il + col) : 0.f;
   // block ids of the regions [r_begin, r_end); a slot outside the row or an id outside
   // [0, num_blocks) stages -1 and its regions read no summary (they score as zero summaries)
-  const int page0 = 8 * r_begin / a.block_size;
-  const int pages = (8 * r_end - 1) / a.block_size - page0 + 1;  // <= bt_cap (launcher)
+  const int page0 = R * r_begin / a.block_size;
+  const int pages = (R * r_end - 1) / a.block_size - page0 + 1;  // <= bt_cap (launcher)
   for (int i = threadIdx.x; i < pages; i += kScoreWarps * 32)
     sbt[i] = static_cast<std::int32_t>(checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b,
                                                      (page0 + i) * a.block_size, a.bounds_fault));
@@ -122,7 +124,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, c = lane & 3;
   const int n_tiles = (cols + 7) / 8;
-  const int slots = a.block_size / 8;
+  const int slots = a.block_size / R;
 
   for (int rb = r_begin + warp * 16; rb < r_end; rb += kScoreWarps * 16) {
     uint4 ra[kChunks], rc[kChunks];  // rows rb + g and rb + g + 8
@@ -130,10 +132,10 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
     for (int half = 0; half < 2; ++half) {
       const int r = rb + g + 8 * half;
       uint4* dst = half ? rc : ra;
-      const std::int64_t blk = r < r_end ? sbt[(8 * r) / a.block_size - page0] : -1;
+      const std::int64_t blk = r < r_end ? sbt[(R * r) / a.block_size - page0] : -1;
       if (blk >= 0) {
         const uint4* src = reinterpret_cast<const uint4*>(
-            a.summary_cache + (blk * slots + (8 * r % a.block_size) / 8) * P + c * 16);
+            a.summary_cache + (blk * slots + (R * r % a.block_size) / R) * P + c * 16);
 #pragma unroll
         for (int i = 0; i < kChunks; ++i) dst[i] = __ldg(src + i * 4);
       } else {
@@ -174,7 +176,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
           const int tl = col0 / Il;
           if (tl < ntok) {
             const int t = tb + tl;
-            const int hist = (past + (t - cu0)) / 8;
+            const int hist = (past + (t - cu0)) / R;
             if (r < hist) {
               const int gi = (col0 % Il) / HPG;
               a.scores[(static_cast<std::int64_t>(t - a.t0) * a.lg + gi) * a.ld + r] = s;

@@ -17,6 +17,7 @@
 
 #include "step5/kernels/sm90/bounds_fault.cuh"
 #include "step5/kernels/sm90/arch.cuh"
+#include "step5/layout/geometry.hpp"  // kRegionSize
 
 namespace step5::kernels::sm90 {
 
@@ -38,6 +39,7 @@ struct SummaryArgs {
 
 template <int P>
 __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
+  constexpr int R = layout::kRegionSize;
   static_assert(P % 32 == 0 && P <= 1024, "indexer_summaries_kernel: proxy_dim must be a multiple of 32, <= 1024");
 #if STEP5_SM90A_DEVICE
   __shared__ float red[P / 32];
@@ -50,13 +52,13 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
   const int past = seq - q_len;
   const int slot = __ldg(a.tail_slot + b);
   const bool slot_ok = slot >= 0 && slot < a.num_slots;
-  const __nv_bfloat16* tail = a.tail + static_cast<std::int64_t>(slot_ok ? slot : 0) * 8 * 2 * P;
-  const int first = past / 8, end = seq / 8;  // regions [first, end) complete in this step
+  const __nv_bfloat16* tail = a.tail + static_cast<std::int64_t>(slot_ok ? slot : 0) * R * 2 * P;
+  const int first = past / R, end = seq / R;  // regions [first, end) complete in this step
   for (int r = first + blockIdx.x; r < end; r += gridDim.x) {
-    float k[8], z[8];
+    float k[R], z[R];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int pos = 8 * r + j;
+    for (int j = 0; j < R; ++j) {
+      const int pos = R * r + j;
       if (pos < past) {  // pending row from the tail buffer
         k[j] = slot_ok ? __bfloat162float(tail[(j * 2 + 0) * P + d]) : 0.f;
         z[j] = slot_ok ? __bfloat162float(tail[(j * 2 + 1) * P + d]) : 0.f;
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
     }
     float m = z[0];
 #pragma unroll
-    for (int j = 1; j < 8; ++j) m = fmaxf(m, z[j]);
+    for (int j = 1; j < R; ++j) m = fmaxf(m, z[j]);
 #pragma unroll
     for (int s = 16; s > 0; s >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
     if ((d & 31) == 0) red[d >> 5] = m;
@@ -82,7 +84,7 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
     const float e0 = expf(z[0] - m);
     float num = __fmul_rn(e0, k[0]), den = e0;
 #pragma unroll
-    for (int j = 1; j < 8; ++j) {
+    for (int j = 1; j < R; ++j) {
       const float e = expf(z[j] - m);
       num = __fadd_rn(num, __fmul_rn(e, k[j]));
       den = __fadd_rn(den, e);
@@ -90,20 +92,20 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
     const float s = den > 0.f ? num / fmaxf(den, 1e-20f) : 0.f;
     const float sb = __bfloat162float(__float2bfloat16_rn(s));
     // a region outside the block-table row or in a block outside [0, num_blocks) is not written
-    const std::int64_t blk = checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b, 8 * r,
+    const std::int64_t blk = checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b, R * r,
                                            d == 0 ? a.bounds_fault : nullptr);
-    const int sl = (8 * r % a.block_size) / 8;
+    const int sl = (R * r % a.block_size) / R;
     if (blk >= 0)
-      a.summary_cache[(blk * (a.block_size / 8) + sl) * P + d] =
+      a.summary_cache[(blk * (a.block_size / R) + sl) * P + d] =
           static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(sb, __NV_SATFINITE, __NV_E4M3));
   }
   if (blockIdx.x != 0 || !slot_ok) return;
   __syncthreads();  // every read of the tail by this CTA precedes the writes below
-  __nv_bfloat16* tail_w = a.tail + static_cast<std::int64_t>(slot) * 8 * 2 * P;
-  const int lo = past > 8 * end ? past : 8 * end;
+  __nv_bfloat16* tail_w = a.tail + static_cast<std::int64_t>(slot) * R * 2 * P;
+  const int lo = past > R * end ? past : R * end;
   for (int pos = lo; pos < seq; ++pos) {
     const std::int64_t t = cu0 + (pos - past);
-    const int j = pos % 8;
+    const int j = pos % R;
     tail_w[(j * 2 + 0) * P + d] = a.index_k[t * P + d];
     tail_w[(j * 2 + 1) * P + d] = a.c[t * a.ldc + a.col_z + d];
   }

@@ -27,6 +27,7 @@
 #include <string>
 
 #include "step5/core/cuda_check.hpp"
+#include "step5/layout/geometry.hpp"  // kRegionSize
 #include "step5/kernels/sm90/indexer_prepare.cuh"  // request_of_token
 
 namespace step5::kernels::sm90 {
@@ -74,7 +75,7 @@ __device__ __forceinline__ TopkRow topk_row(const TopkArgs& a, int r) {
   const int t = a.t0 + r / a.lg, g = r % a.lg;
   const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
   const int cu0 = a.cu_seqlens_q[b], cu1 = a.cu_seqlens_q[b + 1];
-  return {(a.seq_lens[b] - (cu1 - cu0) + (t - cu0)) / 8, static_cast<std::int64_t>(g) * a.num_tokens + t};
+  return {(a.seq_lens[b] - (cu1 - cu0) + (t - cu0)) / layout::kRegionSize, static_cast<std::int64_t>(g) * a.num_tokens + t};
 }
 
 /// Barrier over the CTAs that share a row: the cluster (kC > 1) or the CTA.
