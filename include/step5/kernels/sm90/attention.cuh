@@ -4,22 +4,30 @@
 /// Host API: step5/ops/attention.hpp. Instantiated per geometry row by src/instances/attention.cu.in.
 ///
 /// `sparse_attention_kernel<D, HPG>`: one CTA (4 warps) per (query tile, local KV group, split).
-///  1. Finds its tile: tiles are `query_tile` consecutive queries of one request (a warp scan
+/// The kernel body is the list of steps, each one `__device__ __forceinline__` function of
+/// attn_detail:
+///  1. `locate_tile`: tiles are `query_tile` consecutive queries of one request (a warp scan
 ///     over cu_seqlens_q); CTAs beyond the last tile exit.
-///  2. Builds one region bitmap per query of the tile from its first `count` topk ids (ids outside
-///     [0, p/8] or the block table are ignored; entries after count are never read), their union
-///     and the union's word prefix counts (shared memory). U = union size.
-///  3. Split s gathers union ordinals [u0, u1) in tiles of 8 regions (R = layout::kRegionSize) = 64 tokens: two cp.async
-///     stages of K and V (rows XOR-swizzled by 16-byte chunk), tokens past the tile's last
-///     position (not yet written) are zero-filled, never read.
-///  4. Rows = (query, head) pairs, 16 per warp (mma.sync m16n8k16 bf16, fp32 accumulation).
-///     With 64 rows each warp owns 16 rows and all 64 tokens of a stage; with fewer rows (decode)
-///     the warps split the stage's tokens and are merged in the epilogue. Per (row, token) mask:
-///     the row's query selected the token's region and position <= the query's position.
-///     Online softmax in the exp2 domain; P rounded to bf16 before P·V; row sums of fp32 P.
-///  5. Epilogue: merges the warps of a row through shared memory; with one split writes
-///     bf16(o), the gate and the LSE; else the normalised fp32 partial and its log2-LSE go to the
-///     workspace and `sparse_attention_merge_kernel` combines the splits.
+///  2. `build_region_bitmaps`: one region bitmap per query of the tile from its first `count`
+///     topk ids (ids outside [0, p/R] or the block table are ignored; entries after count are
+///     never read); `build_union_prefix`: their union and its word prefix counts (shared memory).
+///     U = union size.
+///  3. `split_union`: split s gathers union ordinals [u0, u1) in stages of 8 regions
+///     (R = layout::kRegionSize) = 64 tokens; `prepare_stage` resolves the stage's token offsets
+///     and per-(query, region) masks, `gather_stage` issues its cp.async copies of K and V (two
+///     stages, rows XOR-swizzled by 16-byte chunk); tokens past the tile's last position (not yet
+///     written) are zero-filled, never read.
+///  4. Rows = (query, head) pairs, 16 per warp (mma.sync m16n8k16 bf16, fp32 accumulation;
+///     `load_q_fragments`). With 64 rows each warp owns 16 rows and all 64 tokens of a stage; with
+///     fewer rows (decode) the warps split the stage's tokens and are merged in the epilogue.
+///     `attend_stages` runs the double-buffered loop; per stage `qk_mma`, `online_softmax` (mask:
+///     the row's query selected the token's region and position <= the query's position; exp2
+///     domain; row sums of fp32 P) and `pv_mma` (P rounded to bf16 before P·V).
+///  5. Epilogue: `stash_warp_partials` + `merge_warps_and_store` merge the warps of a row through
+///     shared memory; with one split they write bf16(o), the gate and the LSE
+///     (`store_gated_output`); else the normalised fp32 partial and its log2-LSE go to the
+///     workspace and `sparse_attention_merge_kernel` combines the splits (`split_weights`,
+///     `merge_splits`, `store_gated_output`).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -140,334 +148,368 @@ __device__ __forceinline__ void store_gated_output(const SparseAttentionArgs& a,
     a.lse[static_cast<long long>(t) * a.num_local_heads + h] = lse2 * 0.69314718055994531f;
 }
 
-template <int D, int HPG>
-__global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAttentionArgs a) {
-#if STEP5_SM90A_DEVICE
-  using namespace attn_detail;
-  static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
-  static_assert(HPG == 4 || HPG == 8 || HPG == 16, "hpg_q must be 4, 8 or 16 (SPEC §2 rule 6)");
-  constexpr int kChunks = D / 8;
-  constexpr int kQT = 64 / HPG;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  __shared__ SmemStatic ss;
-  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);         // [2][64][D]
-  __nv_bfloat16* sV = sK + 2 * kTileTok * D;                              // [2][64][D]
-  const int words = a.bitmap_words;
-  std::uint32_t* qbits = reinterpret_cast<std::uint32_t*>(sV + 2 * kTileTok * D);  // [QT][words]
-  std::uint32_t* ubits = qbits + a.query_tile * words;                             // [words]
-  int* prefix = reinterpret_cast<int*>(ubits + words);                             // [words + 1]
+namespace attn_detail {
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int tile = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+/// The tile of one CTA and its share of the union of selected regions (steps 1–3).
+struct TileWork {
+  int b, t0, nq, pos0, pos_last;  ///< request, first packed token, queries, positions of the first/last query
+  int g;                          ///< local KV group (blockIdx.y)
+  int words;                      ///< 32-bit words of one region bitmap
+  int u0, u1, ntiles;             ///< union ordinals [u0, u1) of this split, gathered stages
+};
+
+/// Dynamic shared memory of one CTA (plan.smem_bytes).
+struct SmemPtrs {
+  __nv_bfloat16* sK;      ///< [2][64][D] K stages (swizzled)
+  __nv_bfloat16* sV;      ///< [2][64][D] V stages
+  std::uint32_t* qbits;   ///< [QT][words] region bitmap per query
+  std::uint32_t* ubits;   ///< [words] their union
+  int* prefix;            ///< [words + 1] set bits of ubits before each word
+};
+
+/// Online-softmax state of this thread's two rows (lo = lane/4, hi = lane/4 + 8 of the warp's 16):
+/// running max (log2 domain) and row sum of fp32 P.
+struct SoftmaxState {
+  float m_lo, m_hi, l_lo, l_hi;
+};
+
+/// Step 1 (warp 0): finds tile `tile` — query_tile consecutive queries of one request — by a warp
+/// scan over cu_seqlens_q; writes ss.tile_* (tile_valid stays 0 past the last tile).
+__device__ __forceinline__ void locate_tile(const SparseAttentionArgs& a, SmemStatic& ss, int tile, int lane) {
   const int QT = a.query_tile;
-  const int T = a.num_tokens;
-
-  // ---- 1. locate the tile -------------------------------------------------------------------
-  if (warp == 0) {
-    if (lane == 0) ss.tile_valid = 0;
-    __syncwarp();
-    int base = 0;
-    for (int b0 = 0; b0 < a.num_requests; b0 += 32) {
-      const int b = b0 + lane;
-      int ql = 0;
-      if (b < a.num_requests) ql = max(0, a.cu_seqlens[b + 1] - a.cu_seqlens[b]);
-      const int nt = (ql + QT - 1) / QT;
-      int inc = nt;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int v = __shfl_up_sync(0xffffffffu, inc, o);
-        if (lane >= o) inc += v;
-      }
-      const int excl = inc - nt;
-      const bool hit = b < a.num_requests && tile >= base + excl && tile < base + inc;
-      const unsigned ballot = __ballot_sync(0xffffffffu, hit);
-      if (hit) {
-        const int j = tile - base - excl;
-        const int c0 = a.cu_seqlens[b];
-        ss.tile_b = b;
-        ss.tile_t0 = c0 + j * QT;
-        ss.tile_nq = min(QT, ql - j * QT);
-        ss.tile_pos0 = a.seq_lens[b] - ql + j * QT;
-        ss.tile_valid = 1;
-      }
-      if (ballot) break;
-      base += __shfl_sync(0xffffffffu, inc, 31);
-    }
-  }
-  __syncthreads();
-  if (!ss.tile_valid) {
-    if (a.ws_tiles != nullptr && g == 0 && split == 0 && tid == 0) a.ws_tiles[tile] = make_int4(0, 0, 0, 0);
-    return;
-  }
-  const int b = ss.tile_b, t0 = ss.tile_t0, nq = ss.tile_nq, pos0 = ss.tile_pos0;
-  const int pos_last = pos0 + nq - 1;
-  // positions outside the block-table row (device seq_lens past the host-checked capacity, e.g. on
-  // graph replay): their regions never enter the bitmaps; checked mode reports the tile
-  if (a.bounds_fault != nullptr && g == 0 && split == 0 && tid == 0 &&
-      (pos0 < 0 || static_cast<long long>(pos_last) >= static_cast<long long>(a.max_blocks) * a.block_size))
-    report_bounds_fault(a.bounds_fault, ops::BoundsFault::kPositionBeyondRow, b, pos0 < 0 ? pos0 : pos_last, -1);
-  if (a.ws_tiles != nullptr && g == 0 && split == 0 && tid == 0) a.ws_tiles[tile] = make_int4(1, t0, nq, 0);
-
-  // ---- 2. region bitmaps --------------------------------------------------------------------
-  for (int i = tid; i < (nq + 1) * words; i += kThreads) qbits[i] = 0u;  // qbits rows 0..nq-1 + ubits when nq == QT
-  for (int i = tid; i < words; i += kThreads) ubits[i] = 0u;
-  __syncthreads();
-  const int W = a.topk + 1;
-  const int max_region = words * 32;
-  for (int idx = tid; idx < nq * W; idx += kThreads) {
-    const int i = idx / W, k = idx - i * W;
-    const long long row = static_cast<long long>(g) * T + (t0 + i);
-    const int cnt = min(max(a.counts[row], 0), W);
-    if (k < cnt) {
-      const int id = a.topk_ids[row * W + k];
-      const int cur = (pos0 + i) >> kRegionLog2;
-      if (id >= 0 && id <= cur && id < max_region) atomicOr(&qbits[i * words + (id >> 5)], 1u << (id & 31));
-    }
-  }
-  __syncthreads();
-  {
-    const int per = (words + kThreads - 1) / kThreads;
-    const int w0 = min(words, tid * per), w1 = min(words, w0 + per);
-    int sum = 0;
-    for (int w = w0; w < w1; ++w) {
-      std::uint32_t u = 0;
-      for (int i = 0; i < nq; ++i) u |= qbits[i * words + w];
-      ubits[w] = u;
-      sum += __popc(u);
-    }
-    int inc = sum;
+  if (lane == 0) ss.tile_valid = 0;
+  __syncwarp();
+  int base = 0;
+  for (int b0 = 0; b0 < a.num_requests; b0 += 32) {
+    const int b = b0 + lane;
+    int ql = 0;
+    if (b < a.num_requests) ql = max(0, a.cu_seqlens[b + 1] - a.cu_seqlens[b]);
+    const int nt = (ql + QT - 1) / QT;
+    int inc = nt;
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
       const int v = __shfl_up_sync(0xffffffffu, inc, o);
       if (lane >= o) inc += v;
     }
-    if (lane == 31) ss.scan[warp] = inc;
-    __syncthreads();
-    int run = inc - sum;
-    for (int w = 0; w < warp; ++w) run += ss.scan[w];
-    for (int w = w0; w < w1; ++w) {
-      prefix[w] = run;
-      run += __popc(ubits[w]);
+    const int excl = inc - nt;
+    const bool hit = b < a.num_requests && tile >= base + excl && tile < base + inc;
+    const unsigned ballot = __ballot_sync(0xffffffffu, hit);
+    if (hit) {
+      const int j = tile - base - excl;
+      const int c0 = a.cu_seqlens[b];
+      ss.tile_b = b;
+      ss.tile_t0 = c0 + j * QT;
+      ss.tile_nq = min(QT, ql - j * QT);
+      ss.tile_pos0 = a.seq_lens[b] - ql + j * QT;
+      ss.tile_valid = 1;
     }
-    if (tid == kThreads - 1) prefix[words] = run;
+    if (ballot) break;
+    base += __shfl_sync(0xffffffffu, inc, 31);
+  }
+}
+
+/// Step 2a: one region bitmap per query of the tile from its first `count` topk ids (ids outside
+/// [0, p/R], past the bitmap or after count are ignored). Ends with a barrier.
+__device__ __forceinline__ void build_region_bitmaps(const SparseAttentionArgs& a, const SmemPtrs& sp,
+                                                     const TileWork& w, int tid) {
+  const int words = w.words, nq = w.nq;
+  for (int i = tid; i < (nq + 1) * words; i += kThreads) sp.qbits[i] = 0u;  // qbits rows 0..nq-1 + ubits when nq == QT
+  for (int i = tid; i < words; i += kThreads) sp.ubits[i] = 0u;
+  __syncthreads();
+  const int T = a.num_tokens;
+  const int W = a.topk + 1;
+  const int max_region = words * 32;
+  for (int idx = tid; idx < nq * W; idx += kThreads) {
+    const int i = idx / W, k = idx - i * W;
+    const long long row = static_cast<long long>(w.g) * T + (w.t0 + i);
+    const int cnt = min(max(a.counts[row], 0), W);
+    if (k < cnt) {
+      const int id = a.topk_ids[row * W + k];
+      const int cur = (w.pos0 + i) >> kRegionLog2;
+      if (id >= 0 && id <= cur && id < max_region) atomicOr(&sp.qbits[i * words + (id >> 5)], 1u << (id & 31));
+    }
   }
   __syncthreads();
-  const int U = prefix[words];
-  int per_split = (U + a.num_splits - 1) / a.num_splits;
+}
+
+/// Step 2b: the union of the tile's bitmaps and its word prefix counts (prefix[words] = U, the
+/// union size). Ends with a barrier.
+__device__ __forceinline__ void build_union_prefix(const SmemPtrs& sp, SmemStatic& ss, const TileWork& w, int tid,
+                                                   int lane, int warp) {
+  const int words = w.words, nq = w.nq;
+  const int per = (words + kThreads - 1) / kThreads;
+  const int w0 = min(words, tid * per), w1 = min(words, w0 + per);
+  int sum = 0;
+  for (int x = w0; x < w1; ++x) {
+    std::uint32_t u = 0;
+    for (int i = 0; i < nq; ++i) u |= sp.qbits[i * words + x];
+    sp.ubits[x] = u;
+    sum += __popc(u);
+  }
+  int inc = sum;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, inc, o);
+    if (lane >= o) inc += v;
+  }
+  if (lane == 31) ss.scan[warp] = inc;
+  __syncthreads();
+  int run = inc - sum;
+  for (int x = 0; x < warp; ++x) run += ss.scan[x];
+  for (int x = w0; x < w1; ++x) {
+    sp.prefix[x] = run;
+    run += __popc(sp.ubits[x]);
+  }
+  if (tid == kThreads - 1) sp.prefix[words] = run;
+  __syncthreads();
+}
+
+/// Step 3a: split `split` of `num_splits` takes union ordinals [u0, u1), whole stages of
+/// kStageRegions regions each.
+__device__ __forceinline__ void split_union(int U, int num_splits, int split, TileWork& w) {
+  int per_split = (U + num_splits - 1) / num_splits;
   per_split = (per_split + kStageRegions - 1) & ~(kStageRegions - 1);
-  const int u0 = min(U, split * per_split), u1 = min(U, u0 + per_split);
-  const int ntiles = (u1 - u0 + kStageRegions - 1) >> kStageRegionsLog2;
+  w.u0 = min(U, split * per_split);
+  w.u1 = min(U, w.u0 + per_split);
+  w.ntiles = (w.u1 - w.u0 + kStageRegions - 1) >> kStageRegionsLog2;
+}
 
-  // ---- warp roles -----------------------------------------------------------------------------
-  const int rows = nq * HPG;
-  const int RG = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);  // row groups of 16
-  const int TG = kWarps / RG;                             // token groups per stage
-  const int rg = warp % RG, tg = warp / RG;
-
-  // Q fragments of this warp's 16 rows (zero for rows past the tile).
-  std::uint32_t qf[D / 16][4];
-  {
-    const int r_lo = rg * 16 + (lane >> 2), r_hi = r_lo + 8;
-    const int i_lo = r_lo / HPG, i_hi = r_hi / HPG;
-    const bool v_lo = i_lo < nq, v_hi = i_hi < nq;
-    const __nv_bfloat16* q_lo =
-        a.q + (v_lo ? (t0 + i_lo) * a.q_stride + static_cast<long long>(g * HPG + r_lo % HPG) * D : 0);
-    const __nv_bfloat16* q_hi =
-        a.q + (v_hi ? (t0 + i_hi) * a.q_stride + static_cast<long long>(g * HPG + r_hi % HPG) * D : 0);
-    const int c = 2 * (lane & 3);
+/// Step 4a: the Q fragments (mma A operand) of the warp's 16 rows of row group `rg`; rows past the
+/// tile are zero.
+template <int D, int HPG>
+__device__ __forceinline__ void load_q_fragments(const SparseAttentionArgs& a, const TileWork& w, int rg, int lane,
+                                                 std::uint32_t (&qf)[D / 16][4]) {
+  const int r_lo = rg * 16 + (lane >> 2), r_hi = r_lo + 8;
+  const int i_lo = r_lo / HPG, i_hi = r_hi / HPG;
+  const bool v_lo = i_lo < w.nq, v_hi = i_hi < w.nq;
+  const __nv_bfloat16* q_lo =
+      a.q + (v_lo ? (w.t0 + i_lo) * a.q_stride + static_cast<long long>(w.g * HPG + r_lo % HPG) * D : 0);
+  const __nv_bfloat16* q_hi =
+      a.q + (v_hi ? (w.t0 + i_hi) * a.q_stride + static_cast<long long>(w.g * HPG + r_hi % HPG) * D : 0);
+  const int c = 2 * (lane & 3);
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      qf[ks][0] = v_lo ? *reinterpret_cast<const std::uint32_t*>(q_lo + ks * 16 + c) : 0u;
-      qf[ks][1] = v_hi ? *reinterpret_cast<const std::uint32_t*>(q_hi + ks * 16 + c) : 0u;
-      qf[ks][2] = v_lo ? *reinterpret_cast<const std::uint32_t*>(q_lo + ks * 16 + c + 8) : 0u;
-      qf[ks][3] = v_hi ? *reinterpret_cast<const std::uint32_t*>(q_hi + ks * 16 + c + 8) : 0u;
+  for (int ks = 0; ks < D / 16; ++ks) {
+    qf[ks][0] = v_lo ? *reinterpret_cast<const std::uint32_t*>(q_lo + ks * 16 + c) : 0u;
+    qf[ks][1] = v_hi ? *reinterpret_cast<const std::uint32_t*>(q_hi + ks * 16 + c) : 0u;
+    qf[ks][2] = v_lo ? *reinterpret_cast<const std::uint32_t*>(q_lo + ks * 16 + c + 8) : 0u;
+    qf[ks][3] = v_hi ? *reinterpret_cast<const std::uint32_t*>(q_hi + ks * 16 + c + 8) : 0u;
+  }
+}
+
+/// Step 3b: prepares stage `st` for gathered tile `it`: threads 0..63 resolve the cache offset of
+/// one token (-1 = zero-fill: past the union, past the tile's last position, or a slot / block id
+/// outside the table), the others the per-(query, region) token masks.
+template <int D>
+__device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, SmemStatic& ss, const SmemPtrs& sp,
+                                              const TileWork& w, int it, int st, int tid) {
+  if (tid < kTileTok) {
+    const int c = tid, ord = w.u0 + it * kStageRegions + (c >> kRegionLog2);
+    long long off = -1;
+    if (ord < w.u1) {
+      const int id = select_region(sp.ubits, sp.prefix, w.words, ord);
+      const int pos = id * kRegion + (c & (kRegion - 1));
+      if (pos <= w.pos_last) {  // a slot outside the row or a block id outside [0, num_blocks) is not read
+        const long long blk =
+            checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, w.b, pos, a.bounds_fault);
+        if (blk >= 0) off = ((blk * a.block_size + pos % a.block_size) * a.kv_heads + w.g) * D;
+      }
+    }
+    ss.tok_off[st][c] = off;
+  } else {
+    for (int idx = tid - kTileTok; idx < kMaxQ * kStageRegions; idx += kThreads - kTileTok) {
+      const int i = idx >> kStageRegionsLog2, j = idx & (kStageRegions - 1), ord = w.u0 + it * kStageRegions + j;
+      unsigned m = 0;
+      if (i < w.nq && ord < w.u1) {
+        const int id = select_region(sp.ubits, sp.prefix, w.words, ord);
+        if ((sp.qbits[i * w.words + (id >> 5)] >> (id & 31)) & 1u) {
+          const int n = min(id * kRegion + kRegion - 1, w.pos0 + i) - id * kRegion + 1;  // tokens <= the query's position
+          m = n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
+        }
+      }
+      ss.mask[st][i][j] = static_cast<unsigned char>(m);
     }
   }
+}
 
-  // prepare stage st for gathered tile `it`: token offsets and per-query masks
-  auto prep = [&](int it, int st) {
-    if (tid < kTileTok) {
-      const int c = tid, ord = u0 + it * kStageRegions + (c >> kRegionLog2);
-      long long off = -1;
-      if (ord < u1) {
-        const int id = select_region(ubits, prefix, words, ord);
-        const int pos = id * kRegion + (c & (kRegion - 1));
-        if (pos <= pos_last) {  // a slot outside the row or a block id outside [0, num_blocks) is not read
-          const long long blk =
-              checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b, pos, a.bounds_fault);
-          if (blk >= 0) off = ((blk * a.block_size + pos % a.block_size) * a.kv_heads + g) * D;
-        }
-      }
-      ss.tok_off[st][c] = off;
-    } else {
-      for (int idx = tid - kTileTok; idx < kMaxQ * kStageRegions; idx += kThreads - kTileTok) {
-        const int i = idx >> kStageRegionsLog2, j = idx & (kStageRegions - 1), ord = u0 + it * kStageRegions + j;
-        unsigned m = 0;
-        if (i < nq && ord < u1) {
-          const int id = select_region(ubits, prefix, words, ord);
-          if ((qbits[i * words + (id >> 5)] >> (id & 31)) & 1u) {
-            const int n = min(id * kRegion + kRegion - 1, pos0 + i) - id * kRegion + 1;  // tokens <= the query's position
-            m = n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
-          }
-        }
-        ss.mask[st][i][j] = static_cast<unsigned char>(m);
-      }
-    }
-  };
-  auto issue = [&](int st) {
-    __nv_bfloat16* dk = sK + st * kTileTok * D;
-    __nv_bfloat16* dv = sV + st * kTileTok * D;
-    for (int ch = tid; ch < kTileTok * kChunks; ch += kThreads) {
-      const int c = ch / kChunks, part = ch - c * kChunks;
-      const long long off = ss.tok_off[st][c];
-      const int bytes = off >= 0 ? 16 : 0;
-      const long long src = off >= 0 ? off + part * 8 : 0;
-      cp_async16(smem_u32(dk + swz<D>(c, part)), a.k_cache + src, bytes);
-      cp_async16(smem_u32(dv + swz<D>(c, part)), a.v_cache + src, bytes);
-    }
-  };
+/// Step 3c: issues the cp.async copies of stage `st` (K and V rows of its 64 tokens, 16-byte
+/// chunks, swizzled; offset -1 zero-fills).
+template <int D>
+__device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const SmemStatic& ss, const SmemPtrs& sp,
+                                             int st, int tid) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks of a row
+  __nv_bfloat16* dk = sp.sK + st * kTileTok * D;
+  __nv_bfloat16* dv = sp.sV + st * kTileTok * D;
+  for (int ch = tid; ch < kTileTok * kChunks; ch += kThreads) {
+    const int c = ch / kChunks, part = ch - c * kChunks;
+    const long long off = ss.tok_off[st][c];
+    const int bytes = off >= 0 ? 16 : 0;
+    const long long src = off >= 0 ? off + part * 8 : 0;
+    cp_async16(smem_u32(dk + swz<D>(c, part)), a.k_cache + src, bytes);
+    cp_async16(smem_u32(dv + swz<D>(c, part)), a.v_cache + src, bytes);
+  }
+}
 
-  float acc[D / 8][4];
+/// Step 4b: S = Q·Kᵀ of the warp's 16 rows and its NW tokens c0 .. c0 + NW of stage `k_st`.
+template <int D, int NW>
+__device__ __forceinline__ void qk_mma(const std::uint32_t (&qf)[D / 16][4], const __nv_bfloat16* k_st, int c0,
+                                       int lane, float (&s)[NW / 8][4]) {
+  constexpr int NB = NW / 8;
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
-  const int i_lo = (rg * 16 + (lane >> 2)) / HPG, i_hi = (rg * 16 + (lane >> 2) + 8) / HPG;
+  for (int n = 0; n < NB; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+  const int mi = lane >> 3;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+#pragma unroll
+    for (int np = 0; np < NB / 2; ++np) {
+      const int tok = c0 + np * 16 + (mi >> 1) * 8 + (lane & 7);
+      std::uint32_t b0, b1, b2, b3;
+      ldmatrix_x4(smem_u32(k_st + swz<D>(tok, ks * 2 + (mi & 1))), b0, b1, b2, b3);
+      mma_bf16_16816(s[2 * np], qf[ks], b0, b1);
+      mma_bf16_16816(s[2 * np + 1], qf[ks], b2, b3);
+    }
+  }
+}
 
-  // One stage of compute for NW tokens per warp (columns c0 .. c0 + NW).
-  auto compute = [&](auto nw_tag, int st) {
-    constexpr int NW = decltype(nw_tag)::value;
-    constexpr int NB = NW / 8;
+/// Step 4c: masks and scales S (log2 domain; a token the row's query did not select, or past its
+/// position, is -inf), updates the running max and row sums, turns S into P = exp2(S - max) and
+/// rescales the accumulator.
+template <int D, int NW>
+__device__ __forceinline__ void online_softmax(const unsigned char* mk, int i_lo, int i_hi, int c0, int lane,
+                                               float scale_log2, float (&s)[NW / 8][4], SoftmaxState& sm,
+                                               float (&acc)[D / 8][4]) {
+  constexpr int NB = NW / 8;
+  float mx_lo = -INFINITY, mx_hi = -INFINITY;
+#pragma unroll
+  for (int n = 0; n < NB; ++n) {
+    const int j = (c0 >> kRegionLog2) + n;  // n8 block n = region j of the stage
+    const unsigned mlo = i_lo < kMaxQ ? mk[i_lo * kStageRegions + j] : 0u;
+    const unsigned mhi = i_hi < kMaxQ ? mk[i_hi * kStageRegions + j] : 0u;
+    const int tt = 2 * (lane & 3);
+    s[n][0] = ((mlo >> tt) & 1u) ? s[n][0] * scale_log2 : -INFINITY;
+    s[n][1] = ((mlo >> (tt + 1)) & 1u) ? s[n][1] * scale_log2 : -INFINITY;
+    s[n][2] = ((mhi >> tt) & 1u) ? s[n][2] * scale_log2 : -INFINITY;
+    s[n][3] = ((mhi >> (tt + 1)) & 1u) ? s[n][3] * scale_log2 : -INFINITY;
+    mx_lo = fmaxf(mx_lo, fmaxf(s[n][0], s[n][1]));
+    mx_hi = fmaxf(mx_hi, fmaxf(s[n][2], s[n][3]));
+  }
+  mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
+  mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
+  mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
+  mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
+  const float mn_lo = fmaxf(sm.m_lo, mx_lo), mn_hi = fmaxf(sm.m_hi, mx_hi);
+  const float mu_lo = mn_lo == -INFINITY ? 0.f : mn_lo, mu_hi = mn_hi == -INFINITY ? 0.f : mn_hi;
+  const float al_lo = exp2f(sm.m_lo - mu_lo), al_hi = exp2f(sm.m_hi - mu_hi);
+  sm.m_lo = mn_lo;
+  sm.m_hi = mn_hi;
+  float sum_lo = 0.f, sum_hi = 0.f;
+#pragma unroll
+  for (int n = 0; n < NB; ++n) {
+    s[n][0] = exp2f(s[n][0] - mu_lo);
+    s[n][1] = exp2f(s[n][1] - mu_lo);
+    s[n][2] = exp2f(s[n][2] - mu_hi);
+    s[n][3] = exp2f(s[n][3] - mu_hi);
+    sum_lo += s[n][0] + s[n][1];
+    sum_hi += s[n][2] + s[n][3];
+  }
+  sm.l_lo = sm.l_lo * al_lo + sum_lo;
+  sm.l_hi = sm.l_hi * al_hi + sum_hi;
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) {
+    acc[i][0] *= al_lo;
+    acc[i][1] *= al_lo;
+    acc[i][2] *= al_hi;
+    acc[i][3] *= al_hi;
+  }
+}
+
+/// Step 4d: O += bf16(P)·V over the warp's NW tokens of stage `v_st`.
+template <int D, int NW>
+__device__ __forceinline__ void pv_mma(const float (&s)[NW / 8][4], const __nv_bfloat16* v_st, int c0, int lane,
+                                       float (&acc)[D / 8][4]) {
+  const int mi = lane >> 3;
+#pragma unroll
+  for (int kk = 0; kk < NW / 16; ++kk) {
+    std::uint32_t pa[4];
+    pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+    pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+    pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    const int tok = c0 + kk * 16 + (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      std::uint32_t b0, b1, b2, b3;
+      ldmatrix_x4_trans(smem_u32(v_st + swz<D>(tok, dp * 2 + (mi >> 1))), b0, b1, b2, b3);
+      mma_bf16_16816(acc[2 * dp], pa, b0, b1);
+      mma_bf16_16816(acc[2 * dp + 1], pa, b2, b3);
+    }
+  }
+}
+
+/// Step 4: the gathered stages, double-buffered (prepare + cp.async of stage it+1 overlap the
+/// compute of stage it); each warp computes NW tokens (column group tg) of its 16 rows.
+template <int D, int NW>
+__device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, SmemStatic& ss, const SmemPtrs& sp,
+                                              const TileWork& w, int tid, int lane, int tg, int i_lo, int i_hi,
+                                              const std::uint32_t (&qf)[D / 16][4], SoftmaxState& sm,
+                                              float (&acc)[D / 8][4]) {
+  if (w.ntiles > 0) {
+    prepare_stage<D>(a, ss, sp, w, 0, 0, tid);
+    __syncthreads();
+    gather_stage<D>(a, ss, sp, 0, tid);
+    cp_async_commit();
+  }
+  for (int it = 0; it < w.ntiles; ++it) {
+    const int st = it & 1;
+    if (it + 1 < w.ntiles) prepare_stage<D>(a, ss, sp, w, it + 1, st ^ 1, tid);
+    __syncthreads();
+    if (it + 1 < w.ntiles) gather_stage<D>(a, ss, sp, st ^ 1, tid);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
     const int c0 = tg * NW;
-    const __nv_bfloat16* k_st = sK + st * kTileTok * D;
-    const __nv_bfloat16* v_st = sV + st * kTileTok * D;
-    float s[NB][4];
-#pragma unroll
-    for (int n = 0; n < NB; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-    const int mi = lane >> 3;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-#pragma unroll
-      for (int np = 0; np < NB / 2; ++np) {
-        const int tok = c0 + np * 16 + (mi >> 1) * 8 + (lane & 7);
-        std::uint32_t b0, b1, b2, b3;
-        ldmatrix_x4(smem_u32(k_st + swz<D>(tok, ks * 2 + (mi & 1))), b0, b1, b2, b3);
-        mma_bf16_16816(s[2 * np], qf[ks], b0, b1);
-        mma_bf16_16816(s[2 * np + 1], qf[ks], b2, b3);
-      }
-    }
-    // mask + scale, row max
-    float mx_lo = -INFINITY, mx_hi = -INFINITY;
-    const unsigned char* mk = &ss.mask[st][0][0];
-#pragma unroll
-    for (int n = 0; n < NB; ++n) {
-      const int j = (c0 >> kRegionLog2) + n;  // n8 block n = region j of the stage
-      const unsigned mlo = i_lo < kMaxQ ? mk[i_lo * kStageRegions + j] : 0u;
-      const unsigned mhi = i_hi < kMaxQ ? mk[i_hi * kStageRegions + j] : 0u;
-      const int tt = 2 * (lane & 3);
-      s[n][0] = ((mlo >> tt) & 1u) ? s[n][0] * a.scale_log2 : -INFINITY;
-      s[n][1] = ((mlo >> (tt + 1)) & 1u) ? s[n][1] * a.scale_log2 : -INFINITY;
-      s[n][2] = ((mhi >> tt) & 1u) ? s[n][2] * a.scale_log2 : -INFINITY;
-      s[n][3] = ((mhi >> (tt + 1)) & 1u) ? s[n][3] * a.scale_log2 : -INFINITY;
-      mx_lo = fmaxf(mx_lo, fmaxf(s[n][0], s[n][1]));
-      mx_hi = fmaxf(mx_hi, fmaxf(s[n][2], s[n][3]));
-    }
-    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 1));
-    mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
-    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
-    mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-    const float mn_lo = fmaxf(m_lo, mx_lo), mn_hi = fmaxf(m_hi, mx_hi);
-    const float mu_lo = mn_lo == -INFINITY ? 0.f : mn_lo, mu_hi = mn_hi == -INFINITY ? 0.f : mn_hi;
-    const float al_lo = exp2f(m_lo - mu_lo), al_hi = exp2f(m_hi - mu_hi);
-    m_lo = mn_lo;
-    m_hi = mn_hi;
-    float sum_lo = 0.f, sum_hi = 0.f;
-#pragma unroll
-    for (int n = 0; n < NB; ++n) {
-      s[n][0] = exp2f(s[n][0] - mu_lo);
-      s[n][1] = exp2f(s[n][1] - mu_lo);
-      s[n][2] = exp2f(s[n][2] - mu_hi);
-      s[n][3] = exp2f(s[n][3] - mu_hi);
-      sum_lo += s[n][0] + s[n][1];
-      sum_hi += s[n][2] + s[n][3];
-    }
-    l_lo = l_lo * al_lo + sum_lo;
-    l_hi = l_hi * al_hi + sum_hi;
-#pragma unroll
-    for (int i = 0; i < D / 8; ++i) {
-      acc[i][0] *= al_lo;
-      acc[i][1] *= al_lo;
-      acc[i][2] *= al_hi;
-      acc[i][3] *= al_hi;
-    }
-    // O += bf16(P) V
-#pragma unroll
-    for (int kk = 0; kk < NW / 16; ++kk) {
-      std::uint32_t pa[4];
-      pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-      pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-      pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-      const int tok = c0 + kk * 16 + (mi & 1) * 8 + (lane & 7);
-#pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        std::uint32_t b0, b1, b2, b3;
-        ldmatrix_x4_trans(smem_u32(v_st + swz<D>(tok, dp * 2 + (mi >> 1))), b0, b1, b2, b3);
-        mma_bf16_16816(acc[2 * dp], pa, b0, b1);
-        mma_bf16_16816(acc[2 * dp + 1], pa, b2, b3);
-      }
-    }
-  };
-
-  auto main_loop = [&](auto nw_tag) {
-    if (ntiles > 0) {
-      prep(0, 0);
-      __syncthreads();
-      issue(0);
-      cp_async_commit();
-    }
-    for (int it = 0; it < ntiles; ++it) {
-      const int st = it & 1;
-      if (it + 1 < ntiles) prep(it + 1, st ^ 1);
-      __syncthreads();
-      if (it + 1 < ntiles) issue(st ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-      __syncthreads();
-      compute(nw_tag, st);
-      __syncthreads();
-    }
-  };
-  if (TG == 1) main_loop(std::integral_constant<int, 64>{});
-  else if (TG == 2) main_loop(std::integral_constant<int, 32>{});
-  else main_loop(std::integral_constant<int, 16>{});
-  cp_async_wait<0>();
-  __syncthreads();
-
-  // ---- 5. epilogue ------------------------------------------------------------------------------
-  l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 1);
-  l_lo += __shfl_xor_sync(0xffffffffu, l_lo, 2);
-  l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 1);
-  l_hi += __shfl_xor_sync(0xffffffffu, l_hi, 2);
-  constexpr int kBufStride = D + 4;
-  float* buf = reinterpret_cast<float*>(smem_raw);  // [4][16][D + 4] fp32, reuses the stages
-  {
-    float* wb = buf + warp * 16 * kBufStride;
-    const int r = lane >> 2, c = 2 * (lane & 3);
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) {
-      *reinterpret_cast<float2*>(wb + r * kBufStride + n * 8 + c) = make_float2(acc[n][0], acc[n][1]);
-      *reinterpret_cast<float2*>(wb + (r + 8) * kBufStride + n * 8 + c) = make_float2(acc[n][2], acc[n][3]);
-    }
-    if ((lane & 3) == 0) {
-      ss.m[warp][r] = m_lo;
-      ss.m[warp][r + 8] = m_hi;
-      ss.l[warp][r] = l_lo;
-      ss.l[warp][r + 8] = l_hi;
-    }
+    float s[NW / 8][4];
+    qk_mma<D, NW>(qf, sp.sK + st * kTileTok * D, c0, lane, s);
+    online_softmax<D, NW>(&ss.mask[st][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
+    pv_mma<D, NW>(s, sp.sV + st * kTileTok * D, c0, lane, acc);
+    __syncthreads();
   }
-  __syncthreads();
+}
+
+/// Step 5a: completes the row sums over the quad and stashes the warp's fp32 accumulator, max and
+/// sum in shared memory (`buf` [4][16][D + 4] reuses the stages).
+template <int D>
+__device__ __forceinline__ void stash_warp_partials(SmemStatic& ss, float* buf, int warp, int lane, SoftmaxState& sm,
+                                                    const float (&acc)[D / 8][4]) {
+  constexpr int kBufStride = D + 4;
+  sm.l_lo += __shfl_xor_sync(0xffffffffu, sm.l_lo, 1);
+  sm.l_lo += __shfl_xor_sync(0xffffffffu, sm.l_lo, 2);
+  sm.l_hi += __shfl_xor_sync(0xffffffffu, sm.l_hi, 1);
+  sm.l_hi += __shfl_xor_sync(0xffffffffu, sm.l_hi, 2);
+  float* wb = buf + warp * 16 * kBufStride;
+  const int r = lane >> 2, c = 2 * (lane & 3);
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+    *reinterpret_cast<float2*>(wb + r * kBufStride + n * 8 + c) = make_float2(acc[n][0], acc[n][1]);
+    *reinterpret_cast<float2*>(wb + (r + 8) * kBufStride + n * 8 + c) = make_float2(acc[n][2], acc[n][3]);
+  }
+  if ((lane & 3) == 0) {
+    ss.m[warp][r] = sm.m_lo;
+    ss.m[warp][r + 8] = sm.m_hi;
+    ss.l[warp][r] = sm.l_lo;
+    ss.l[warp][r + 8] = sm.l_hi;
+  }
+}
+
+/// Step 5b: merges the TG token-group warps of each row (log-sum-exp), normalises, and writes
+/// the gated bf16 output and LSE (one split) or the fp32 partial and its log2-LSE to the
+/// split-KV workspace.
+template <int D, int HPG>
+__device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs& a, const SmemStatic& ss,
+                                                      const float* buf, const TileWork& w, int rows, int RG, int TG,
+                                                      int tile, int split, int tid) {
+  constexpr int kBufStride = D + 4;
   const int S = a.num_splits;
-  const long long part_base = ((static_cast<long long>(tile) * gridDim.y + g) * S + split) * 64;
+  const long long part_base = ((static_cast<long long>(tile) * gridDim.y + w.g) * S + split) * 64;
   for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
     const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
     const int rgr = r >> 4, rr = r & 15;
@@ -477,10 +519,10 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
     float L = 0.f;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int t = 0; t < TG; ++t) {
-      const int w = t * RG + rgr;
-      const float f = exp2f(ss.m[w][rr] - mu);
-      L += ss.l[w][rr] * f;
-      const float4 v = *reinterpret_cast<const float4*>(buf + (w * 16 + rr) * kBufStride + d4);
+      const int wi = t * RG + rgr;
+      const float f = exp2f(ss.m[wi][rr] - mu);
+      L += ss.l[wi][rr] * f;
+      const float4 v = *reinterpret_cast<const float4*>(buf + (wi * 16 + rr) * kBufStride + d4);
       o.x += v.x * f;
       o.y += v.y * f;
       o.z += v.z * f;
@@ -492,7 +534,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
     o.z *= inv;
     o.w *= inv;
     const float lse2 = L > 0.f ? mu + log2f(L) : -INFINITY;
-    const int i = r / HPG, h = g * HPG + r % HPG, t = t0 + i;
+    const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
     if (S == 1) {
       store_gated_output<D>(a, t, h, d4, o, lse2);
     } else {
@@ -500,7 +542,80 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
       if (d4 == 0) a.ws_lse[part_base + r] = lse2;
     }
   }
-  (void)kQT;
+}
+
+}  // namespace attn_detail
+
+/// See the file comment (steps 1–5). Grid (max_tiles, lg, num_splits), 128 threads, dynamic smem
+/// from the plan.
+template <int D, int HPG>
+__global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAttentionArgs a) {
+#if STEP5_SM90A_DEVICE
+  using namespace attn_detail;
+  static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
+  static_assert(HPG == 4 || HPG == 8 || HPG == 16, "hpg_q must be 4, 8 or 16 (SPEC §2 rule 6)");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ SmemStatic ss;
+  SmemPtrs sp;
+  sp.sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  sp.sV = sp.sK + 2 * kTileTok * D;
+  const int words = a.bitmap_words;
+  sp.qbits = reinterpret_cast<std::uint32_t*>(sp.sV + 2 * kTileTok * D);
+  sp.ubits = sp.qbits + a.query_tile * words;
+  sp.prefix = reinterpret_cast<int*>(sp.ubits + words);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tile = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+
+  // 1. locate the tile
+  if (warp == 0) locate_tile(a, ss, tile, lane);
+  __syncthreads();
+  if (!ss.tile_valid) {
+    if (a.ws_tiles != nullptr && g == 0 && split == 0 && tid == 0) a.ws_tiles[tile] = make_int4(0, 0, 0, 0);
+    return;
+  }
+  TileWork w;
+  w.b = ss.tile_b, w.t0 = ss.tile_t0, w.nq = ss.tile_nq, w.pos0 = ss.tile_pos0;
+  w.pos_last = w.pos0 + w.nq - 1;
+  w.g = g;
+  w.words = words;
+  // positions outside the block-table row (device seq_lens past the host-checked capacity, e.g. on
+  // graph replay): their regions never enter the bitmaps; checked mode reports the tile
+  if (a.bounds_fault != nullptr && g == 0 && split == 0 && tid == 0 &&
+      (w.pos0 < 0 || static_cast<long long>(w.pos_last) >= static_cast<long long>(a.max_blocks) * a.block_size))
+    report_bounds_fault(a.bounds_fault, ops::BoundsFault::kPositionBeyondRow, w.b, w.pos0 < 0 ? w.pos0 : w.pos_last, -1);
+  if (a.ws_tiles != nullptr && g == 0 && split == 0 && tid == 0) a.ws_tiles[tile] = make_int4(1, w.t0, w.nq, 0);
+
+  // 2. region bitmaps, their union and its prefix counts
+  build_region_bitmaps(a, sp, w, tid);
+  build_union_prefix(sp, ss, w, tid, lane, warp);
+  // 3. this split's share of the union
+  split_union(sp.prefix[words], a.num_splits, split, w);
+
+  // warp roles: RG row groups of 16 rows, TG token groups per stage
+  const int rows = w.nq * HPG;
+  const int RG = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);
+  const int TG = kWarps / RG;
+  const int rg = warp % RG, tg = warp / RG;
+
+  // 4. Q fragments, then the stages: QK mma, online softmax, PV mma
+  std::uint32_t qf[D / 16][4];
+  load_q_fragments<D, HPG>(a, w, rg, lane, qf);
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  SoftmaxState sm{-INFINITY, -INFINITY, 0.f, 0.f};
+  const int i_lo = (rg * 16 + (lane >> 2)) / HPG, i_hi = (rg * 16 + (lane >> 2) + 8) / HPG;
+  if (TG == 1) attend_stages<D, 64>(a, ss, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  else if (TG == 2) attend_stages<D, 32>(a, ss, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  else attend_stages<D, 16>(a, ss, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // 5. epilogue: merge the warps of each row, store (gate, LSE) or write the split partials
+  float* buf = reinterpret_cast<float*>(smem_raw);
+  stash_warp_partials<D>(ss, buf, warp, lane, sm, acc);
+  __syncthreads();
+  merge_warps_and_store<D, HPG>(a, ss, buf, w, rows, RG, TG, tile, split, tid);
 #endif
 }
 
@@ -510,21 +625,15 @@ template <int D>
 constexpr int merge_chunks() {
   return (64 * (D / 4) + 127) / 128;
 }
-template <int D, int HPG>
-__global__ void __launch_bounds__(128) sparse_attention_merge_kernel(const SparseAttentionArgs a) {
-#if STEP5_SM90A_DEVICE
-  constexpr int kRowsPerBlock = 128 / (D / 4) + 2;
-  __shared__ float s_w[kRowsPerBlock][32];
-  __shared__ float s_lse[kRowsPerBlock];
-  const int tile = blockIdx.x, g = blockIdx.y, tid = threadIdx.x;
-  const int4 info = a.ws_tiles[tile];
-  if (info.x == 0) return;
-  const int t0 = info.y, nq = info.z, rows = nq * HPG, S = a.num_splits;
-  const int e0 = blockIdx.z * 128;
-  if (e0 >= rows * (D / 4)) return;
-  const int r_first = e0 / (D / 4);
-  const int r_end = min(rows, (e0 + 127) / (D / 4) + 1);
-  const long long base = (static_cast<long long>(tile) * gridDim.y + g) * S * 64;
+
+namespace attn_detail {
+
+/// Split-KV merge, phase 1: for rows [r_first, r_end) of the tile, the weight of each split
+/// (2^(lse_s - max) / Σ) and the merged log2-LSE, into shared memory.
+template <int kRowsPerBlock>
+__device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long long base, int r_first, int r_end,
+                                              int S, int tid, float (&s_w)[kRowsPerBlock][32],
+                                              float (&s_lse)[kRowsPerBlock]) {
   for (int r = r_first + tid; r < r_end; r += blockDim.x) {
     const int k = r - r_first;
     float mt = -INFINITY;
@@ -538,20 +647,50 @@ __global__ void __launch_bounds__(128) sparse_attention_merge_kernel(const Spars
     for (int s = 0; s < S; ++s) s_w[k][s] = L > 0.f ? s_w[k][s] / L : 0.f;
     s_lse[k] = L > 0.f ? mt + log2f(L) : -INFINITY;
   }
+}
+
+/// Split-KV merge, phase 2: the weighted sum of the splits' partial outputs of element
+/// (row r, columns d4 .. d4 + 3).
+template <int D>
+__device__ __forceinline__ float4 merge_splits(const SparseAttentionArgs& a, long long base, int S, int r, int d4,
+                                               const float* w) {
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+  for (int s = 0; s < S; ++s) {
+    const float ws = w[s];
+    const float4 v = *reinterpret_cast<const float4*>(a.ws_o + (base + s * 64 + r) * D + d4);
+    o.x += v.x * ws;
+    o.y += v.y * ws;
+    o.z += v.z * ws;
+    o.w += v.w * ws;
+  }
+  return o;
+}
+
+}  // namespace attn_detail
+
+template <int D, int HPG>
+__global__ void __launch_bounds__(128) sparse_attention_merge_kernel(const SparseAttentionArgs a) {
+#if STEP5_SM90A_DEVICE
+  using namespace attn_detail;
+  constexpr int kRowsPerBlock = 128 / (D / 4) + 2;
+  __shared__ float s_w[kRowsPerBlock][32];
+  __shared__ float s_lse[kRowsPerBlock];
+  const int tile = blockIdx.x, g = blockIdx.y, tid = threadIdx.x;
+  const int4 info = a.ws_tiles[tile];
+  if (info.x == 0) return;
+  const int t0 = info.y, nq = info.z, rows = nq * HPG, S = a.num_splits;
+  const int e0 = blockIdx.z * 128;
+  if (e0 >= rows * (D / 4)) return;
+  const int r_first = e0 / (D / 4);
+  const int r_end = min(rows, (e0 + 127) / (D / 4) + 1);
+  const long long base = (static_cast<long long>(tile) * gridDim.y + g) * S * 64;
+  split_weights<kRowsPerBlock>(a, base, r_first, r_end, S, tid, s_w, s_lse);
   __syncthreads();
   const int idx = e0 + tid;
   if (idx >= rows * (D / 4)) return;
   const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4, k = r - r_first;
-  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-  for (int s = 0; s < S; ++s) {
-    const float w = s_w[k][s];
-    const float4 v = *reinterpret_cast<const float4*>(a.ws_o + (base + s * 64 + r) * D + d4);
-    o.x += v.x * w;
-    o.y += v.y * w;
-    o.z += v.z * w;
-    o.w += v.w * w;
-  }
+  const float4 o = merge_splits<D>(a, base, S, r, d4, s_w[k]);
   const int i = r / HPG, h = g * HPG + r % HPG, t = t0 + i;
   store_gated_output<D>(a, t, h, d4, o, s_lse[k]);
 #endif
