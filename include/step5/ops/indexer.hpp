@@ -28,8 +28,8 @@
 /// slot outside the request's row (position >= max_blocks * block_size, or < 0) or a block id
 /// outside [0, num_blocks) skips that cache access (indexer_prepare: no KV write for the token;
 /// indexer_summaries: the region's summary is not written; indexer_select: the region is scored
-/// from a zero summary), and a position outside [0, max_position) skips the token in
-/// indexer_prepare. The results of such a step are then meaningless; with
+/// from block 0's summary instead, keeping the score loop free of bounds tests), and a position
+/// outside [0, max_position) skips the token in indexer_prepare. The results of such a step are then meaningless; with
 /// `PagedTable::bounds_fault` set (checked mode) the first fault is recorded on the device and
 /// `ops::read_bounds_fault` (ops/bounds_fault.hpp) turns it into kInvalidArgument naming the
 /// request, position and bound. The tail slots are bounds-checked likewise (an out-of-range slot

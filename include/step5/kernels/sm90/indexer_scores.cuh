@@ -113,12 +113,16 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
   for (int col = threadIdx.x; col < a.cols_cap; col += kScoreWarps * 32)
     sw[col] = col < cols ? __ldg(a.weights + static_cast<std::int64_t>(tb) * Il + col) : 0.f;
   // block ids of the regions [r_begin, r_end); a slot outside the row or an id outside
-  // [0, num_blocks) stages -1 and its regions read no summary (they score as zero summaries)
+  // [0, num_blocks) is reported (checked mode) and staged as block 0, so the main loop below
+  // stays free of bounds tests and never reads out of bounds (the regions of such a slot score
+  // block 0's summaries: a broken precondition, whose scores are meaningless either way)
   const int page0 = R * r_begin / a.block_size;
   const int pages = (R * r_end - 1) / a.block_size - page0 + 1;  // <= bt_cap (launcher)
-  for (int i = threadIdx.x; i < pages; i += kScoreWarps * 32)
-    sbt[i] = static_cast<std::int32_t>(checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b,
-                                                     (page0 + i) * a.block_size, a.bounds_fault));
+  for (int i = threadIdx.x; i < pages; i += kScoreWarps * 32) {
+    const std::int64_t blk = checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b,
+                                           (page0 + i) * a.block_size, a.bounds_fault);
+    sbt[i] = blk < 0 ? 0 : static_cast<std::int32_t>(blk);
+  }
   __syncthreads();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -132,8 +136,8 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
     for (int half = 0; half < 2; ++half) {
       const int r = rb + g + 8 * half;
       uint4* dst = half ? rc : ra;
-      const std::int64_t blk = r < r_end ? sbt[(R * r) / a.block_size - page0] : -1;
-      if (blk >= 0) {
+      if (r < r_end) {
+        const std::int64_t blk = sbt[(R * r) / a.block_size - page0];
         const uint4* src = reinterpret_cast<const uint4*>(
             a.summary_cache + (blk * slots + (R * r % a.block_size) / R) * P + c * 16);
 #pragma unroll
