@@ -6,6 +6,10 @@
 #
 # EXPECT_EXIT_CODE defaults to 0. SKIP_EXIT_CODE: that exit status is passed through as the
 # script's own failure with "SKIPPED" (ctest's SKIP_REGULAR_EXPRESSION marks it skipped).
+# DRIVER_JSON=ON: stdout is rank 0's step5_driver --json --check summary of a one-process-per-GPU
+# run; checks: "check"."passed" is true, "per_rank" has N entries (N = the launcher's first
+# argument), and each rank read its shards only: 0 < bytes_read < the tp-1 reference's bytes
+# ("check_reference_bytes_read"), and together at least the reference's (every shard was read).
 if(NOT DEFINED EXPECT_EXIT_CODE)
   set(EXPECT_EXIT_CODE 0)
 endif()
@@ -26,7 +30,8 @@ foreach(_attempt RANGE 1 4)
   math(EXPR _port "20000 + (1${_r} % 10000) * 3")  # 20000..49997
   set(ENV{MASTER_PORT} ${_port})
   set(ENV{MASTER_ADDR} 127.0.0.1)
-  execute_process(COMMAND ${_cmd} RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _out)
+  execute_process(COMMAND ${_cmd} RESULT_VARIABLE _rc OUTPUT_VARIABLE _stdout ERROR_VARIABLE _stderr)
+  set(_out "${_stdout}${_stderr}")
   if(NOT _out MATCHES "bind failed")
     break()
   endif()
@@ -41,5 +46,32 @@ if(NOT _rc STREQUAL "${EXPECT_EXIT_CODE}")
 endif()
 if(DEFINED EXPECT_REGEX AND NOT _out MATCHES "${EXPECT_REGEX}")
   message(FATAL_ERROR "run_launch_tp: '${_cmd_str}' exited with ${_rc} but its output does not match '${EXPECT_REGEX}'")
+endif()
+if(DRIVER_JSON)
+  list(GET _cmd 1 _n)
+  string(JSON _passed ERROR_VARIABLE _e GET "${_stdout}" check passed)
+  if(_e OR NOT _passed STREQUAL "ON")
+    message(FATAL_ERROR "run_launch_tp: check.passed is '${_passed}' ${_e}")
+  endif()
+  string(JSON _ranks LENGTH "${_stdout}" per_rank)
+  if(NOT _ranks EQUAL _n)
+    message(FATAL_ERROR "run_launch_tp: per_rank has ${_ranks} entries, expected ${_n}")
+  endif()
+  string(JSON _ref GET "${_stdout}" check_reference_bytes_read)
+  set(_sum 0)
+  math(EXPR _last_rank "${_n} - 1")
+  foreach(_r RANGE 0 ${_last_rank})
+    string(JSON _b GET "${_stdout}" per_rank ${_r} bytes_read)
+    string(JSON _rr GET "${_stdout}" per_rank ${_r} rank)
+    if(NOT _rr EQUAL _r OR _b LESS_EQUAL 0 OR _b GREATER_EQUAL _ref)
+      message(FATAL_ERROR "run_launch_tp: per_rank[${_r}] is rank ${_rr} with ${_b} bytes read; expected rank ${_r} reading "
+                          "more than 0 and less than the tp-1 reference's ${_ref} bytes (its shards only)")
+    endif()
+    math(EXPR _sum "${_sum} + ${_b}")
+  endforeach()
+  if(_sum LESS _ref)
+    message(FATAL_ERROR "run_launch_tp: the ranks read ${_sum} bytes together, less than the tp-1 reference's ${_ref}")
+  endif()
+  message(STATUS "run_launch_tp: --check passed over ${_n} processes; bytes read per rank < ${_ref}, together ${_sum}")
 endif()
 message(STATUS "run_launch_tp: exit status ${_rc} as expected (MASTER_PORT ${_port})")
