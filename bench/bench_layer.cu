@@ -43,6 +43,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -53,6 +54,11 @@
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/layer.hpp"
 #include "step5/reference/rope.hpp"
+#if defined(STEP5_BENCH_HAVE_NCCL)
+#include <nccl.h>
+
+#include "step5/core/cuda_check.hpp"
+#endif
 
 namespace {
 constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §1)
@@ -155,8 +161,13 @@ struct RopeTables {
   DevBuf<bf16>* cos_idx = nullptr;
   DevBuf<bf16>* sin_idx = nullptr;
 };
-RopeTables& rope_tables(const layout::Geometry& g) {
-  static RopeTables t = [&] {
+RopeTables& rope_tables(const layout::Geometry& g) {  // of the current device, built once per device
+  static std::map<int, RopeTables> per_device;
+  int device = 0;
+  STEP5_BENCH_CUDA(cudaGetDevice(&device));
+  if (const auto it = per_device.find(device); it != per_device.end()) return it->second;
+  RopeTables& t = per_device[device];
+  t = [&] {
     RopeTables r;
     auto up = [](const std::vector<bf16>& h) {
       auto* d = new DevBuf<bf16>(h.size());
@@ -171,6 +182,106 @@ RopeTables& rope_tables(const layout::Geometry& g) {
   }();
   return t;
 }
+
+/// One rank's buffers of a case on the current device: weights (random), caches holding random
+/// data for the whole context, the batch metadata, x, the partial output and the planned layer's
+/// workspace (see the file comment). `error` is set (and nothing more allocated) when the plan
+/// fails or the device has too little free memory.
+struct RankSetup {
+  std::string error;
+  ops::DsaLayerPlan plan;  // planned once; every timed iteration runs it
+  std::size_t ws_bytes = 0;
+  ops::DsaLayerWeights w;
+  ops::DsaLayerCaches caches;
+  ops::DsaLayerStep step;
+  std::vector<std::int32_t> h_cu, h_seq, h_slot, h_table;  // host mirrors (step points at them)
+  std::unique_ptr<DevBuf<bf16>> fused, o_proj, k_cache, v_cache, tail, x, partial;
+  std::unique_ptr<DevBuf<float>> q_norm, k_norm, iq_norm, ik_w, ik_b;
+  std::unique_ptr<DevBuf<std::uint8_t>> summary;
+  std::unique_ptr<DevBuf<std::int32_t>> d_cu, d_seq, d_slot, d_table;
+  std::unique_ptr<DevBuf<unsigned char>> ws;
+
+  RankSetup(const layout::RankLayout& r, const Case& c, cudaStream_t s, RopeTables* rope) {
+    const layout::Geometry& g = r.geometry;
+    const int T = c.tokens(), B = c.batch, seq = c.seq_len();
+    const int D = g.head_dim, P = g.proxy_dim, Hl = r.local_heads, KVl = r.local_kv_heads;
+    const int max_blocks = (seq + kBlockSize - 1) / kBlockSize;
+    const int num_blocks = B * max_blocks;
+    const std::size_t kv_elems = static_cast<std::size_t>(num_blocks) * kBlockSize * KVl * D;
+    const std::size_t sum_bytes = static_cast<std::size_t>(num_blocks) * (kBlockSize / kR) * P;
+    ops::DsaLayerCapacity cap;
+    cap.max_tokens = T, cap.max_requests = B, cap.max_seq_len = seq, cap.max_topk = kTopk;
+    cap.block_size = kBlockSize, cap.max_blocks = max_blocks, cap.num_blocks = num_blocks;
+    if (const step5::Status st = ops::dsa_layer_plan(r, kHidden, cap, &plan); !st.ok()) {
+      error = st.to_string();
+      return;
+    }
+    ws_bytes = plan.workspace_bytes;
+    {  // memory check before allocating (the caches dominate)
+      std::size_t free_b = 0, total_b = 0;
+      STEP5_BENCH_CUDA(cudaMemGetInfo(&free_b, &total_b));
+      const std::size_t need = 2 * kv_elems * 2 + sum_bytes + ws_bytes +
+                               static_cast<std::size_t>(r.padded_rows + Hl * D) * kHidden * 2 +
+                               2ull * T * kHidden * 2 + (256ull << 20);
+      if (need > free_b) {
+        error = "needs " + std::to_string(need >> 20) + " MiB of device memory, " + std::to_string(free_b >> 20) + " MiB free";
+        return;
+      }
+    }
+    // weights
+    fused = std::make_unique<DevBuf<bf16>>(static_cast<std::size_t>(r.padded_rows) * kHidden);
+    o_proj = std::make_unique<DevBuf<bf16>>(static_cast<std::size_t>(kHidden) * Hl * D);
+    q_norm = std::make_unique<DevBuf<float>>(D), k_norm = std::make_unique<DevBuf<float>>(D);
+    iq_norm = std::make_unique<DevBuf<float>>(P), ik_w = std::make_unique<DevBuf<float>>(P);
+    ik_b = std::make_unique<DevBuf<float>>(P);
+    sb::fill_bf16(fused->p, fused->n, 101u, -0.05f, 0.05f, s);
+    sb::fill_bf16(o_proj->p, o_proj->n, 102u, -0.02f, 0.02f, s);
+    sb::fill_f32(q_norm->p, D, 103u, -0.1f, 0.1f, s);
+    sb::fill_f32(k_norm->p, D, 104u, -0.1f, 0.1f, s);
+    sb::fill_f32(iq_norm->p, P, 105u, -0.1f, 0.1f, s);
+    sb::fill_f32(ik_w->p, P, 106u, 0.9f, 1.1f, s);
+    sb::fill_f32(ik_b->p, P, 107u, -0.1f, 0.1f, s);
+    w.fused = fused->p, w.o_proj = o_proj->p, w.q_norm = q_norm->p, w.k_norm = k_norm->p, w.index_q_norm = iq_norm->p;
+    w.index_k_norm_w = ik_w->p, w.index_k_norm_b = ik_b->p;
+    w.cos_main = rope->cos_main->p, w.sin_main = rope->sin_main->p, w.cos_idx = rope->cos_idx->p, w.sin_idx = rope->sin_idx->p;
+    w.max_position = kMaxPosition, w.eps = 1e-5f;
+    // caches: random data for the whole context
+    k_cache = std::make_unique<DevBuf<bf16>>(kv_elems), v_cache = std::make_unique<DevBuf<bf16>>(kv_elems);
+    tail = std::make_unique<DevBuf<bf16>>(static_cast<std::size_t>(B) * kR * 2 * P);
+    summary = std::make_unique<DevBuf<std::uint8_t>>(sum_bytes);
+    sb::fill_bf16(k_cache->p, kv_elems, 201u, -1.f, 1.f, s);
+    sb::fill_bf16(v_cache->p, kv_elems, 202u, -1.f, 1.f, s);
+    sb::fill_bf16(tail->p, tail->n, 203u, -1.f, 1.f, s);
+    sb::fill_e4m3(summary->p, sum_bytes, 204u, s);
+    caches.k_cache = k_cache->p, caches.v_cache = v_cache->p, caches.summary_cache = summary->p, caches.tail = tail->p;
+    caches.num_slots = B;
+    // batch metadata
+    h_cu.resize(B + 1), h_seq.assign(B, seq), h_slot.resize(B), h_table.resize(static_cast<std::size_t>(num_blocks));
+    for (int b = 0; b <= B; ++b) h_cu[b] = b * c.q_len;
+    std::iota(h_slot.begin(), h_slot.end(), 0);
+    std::iota(h_table.begin(), h_table.end(), 0);
+    std::shuffle(h_table.begin(), h_table.end(), std::mt19937(1234u));
+    d_cu = std::make_unique<DevBuf<std::int32_t>>(B + 1), d_seq = std::make_unique<DevBuf<std::int32_t>>(B);
+    d_slot = std::make_unique<DevBuf<std::int32_t>>(B), d_table = std::make_unique<DevBuf<std::int32_t>>(h_table.size());
+    STEP5_BENCH_CUDA(cudaMemcpy(d_cu->p, h_cu.data(), d_cu->bytes(), cudaMemcpyHostToDevice));
+    STEP5_BENCH_CUDA(cudaMemcpy(d_seq->p, h_seq.data(), d_seq->bytes(), cudaMemcpyHostToDevice));
+    STEP5_BENCH_CUDA(cudaMemcpy(d_slot->p, h_slot.data(), d_slot->bytes(), cudaMemcpyHostToDevice));
+    STEP5_BENCH_CUDA(cudaMemcpy(d_table->p, h_table.data(), d_table->bytes(), cudaMemcpyHostToDevice));
+    step.batch.cu_seqlens_q = d_cu->p, step.batch.seq_lens = d_seq->p, step.batch.num_requests = B, step.batch.num_tokens = T;
+    step.batch.cu_seqlens_q_host = h_cu.data(), step.batch.seq_lens_host = h_seq.data();
+    step.table.block_table = d_table->p, step.table.max_blocks = max_blocks, step.table.block_size = kBlockSize;
+    step.table.num_blocks = num_blocks;
+    step.tail_slot = d_slot->p, step.max_seq_len = seq, step.topk = kTopk;
+    // activations + workspace
+    x = std::make_unique<DevBuf<bf16>>(static_cast<std::size_t>(T) * kHidden);
+    partial = std::make_unique<DevBuf<bf16>>(static_cast<std::size_t>(T) * kHidden);
+    ws = std::make_unique<DevBuf<unsigned char>>(ws_bytes);
+    sb::fill_bf16(x->p, x->n, 301u, -1.f, 1.f, s);
+    STEP5_BENCH_CUDA(cudaMemsetAsync(ws->p, 0, ws_bytes, s));
+    // s does not synchronize with the legacy stream of the cudaMemcpy calls above.
+    STEP5_BENCH_CUDA(cudaDeviceSynchronize());
+  }
+};
 
 /// Records one CUDA event after each stage, by stage name.
 struct EventHook final : ops::DsaLayerHook {
@@ -244,7 +355,6 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
   const layout::RankLayout& r = rl.layout;
   const layout::Geometry& g = r.geometry;
   const int T = c.tokens(), B = c.batch, seq = c.seq_len();
-  const int D = g.head_dim, P = g.proxy_dim, Hl = r.local_heads, KVl = r.local_kv_heads;
   if (seq > kMaxPosition) {
     state.SkipWithError("context beyond the RoPE tables");
     return;
@@ -253,81 +363,20 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
   const sb::GemmCeiling& gemm = sb::gemm_ceiling(g_stream);
   RopeTables& rope = rope_tables(g);
 
-  const int max_blocks = (seq + kBlockSize - 1) / kBlockSize;
-  const int num_blocks = B * max_blocks;
-  const std::size_t kv_elems = static_cast<std::size_t>(num_blocks) * kBlockSize * KVl * D;
-  const std::size_t sum_bytes = static_cast<std::size_t>(num_blocks) * (kBlockSize / kR) * P;
-  ops::DsaLayerCapacity cap;
-  cap.max_tokens = T, cap.max_requests = B, cap.max_seq_len = seq, cap.max_topk = kTopk;
-  cap.block_size = kBlockSize, cap.max_blocks = max_blocks, cap.num_blocks = num_blocks;
-  ops::DsaLayerPlan plan;  // planned once; every timed iteration runs it
-  if (const step5::Status st = ops::dsa_layer_plan(r, kHidden, cap, &plan); !st.ok()) {
-    state.SkipWithError(st.to_string().c_str());
+  RankSetup setup(r, c, g_stream, &rope);
+  if (!setup.error.empty()) {
+    state.SkipWithError(setup.error.c_str());
     return;
   }
-  const std::size_t ws_bytes = plan.workspace_bytes;
-  {  // memory check before allocating (the caches dominate)
-    std::size_t free_b = 0, total_b = 0;
-    STEP5_BENCH_CUDA(cudaMemGetInfo(&free_b, &total_b));
-    const std::size_t need = 2 * kv_elems * 2 + sum_bytes + ws_bytes +
-                             static_cast<std::size_t>(r.padded_rows + Hl * D) * kHidden * 2 +
-                             2ull * T * kHidden * 2 + (256ull << 20);
-    if (need > free_b) {
-      state.SkipWithError(("needs " + std::to_string(need >> 20) + " MiB of device memory, " +
-                           std::to_string(free_b >> 20) + " MiB free").c_str());
-      return;
-    }
-  }
   cudaStream_t s = g_stream;
-  // weights
-  DevBuf<bf16> fused(static_cast<std::size_t>(r.padded_rows) * kHidden), o_proj(static_cast<std::size_t>(kHidden) * Hl * D);
-  DevBuf<float> q_norm(D), k_norm(D), iq_norm(P), ik_w(P), ik_b(P);
-  sb::fill_bf16(fused.p, fused.n, 101u, -0.05f, 0.05f, s);
-  sb::fill_bf16(o_proj.p, o_proj.n, 102u, -0.02f, 0.02f, s);
-  sb::fill_f32(q_norm.p, D, 103u, -0.1f, 0.1f, s);
-  sb::fill_f32(k_norm.p, D, 104u, -0.1f, 0.1f, s);
-  sb::fill_f32(iq_norm.p, P, 105u, -0.1f, 0.1f, s);
-  sb::fill_f32(ik_w.p, P, 106u, 0.9f, 1.1f, s);
-  sb::fill_f32(ik_b.p, P, 107u, -0.1f, 0.1f, s);
-  ops::DsaLayerWeights w;
-  w.fused = fused.p, w.o_proj = o_proj.p, w.q_norm = q_norm.p, w.k_norm = k_norm.p, w.index_q_norm = iq_norm.p;
-  w.index_k_norm_w = ik_w.p, w.index_k_norm_b = ik_b.p;
-  w.cos_main = rope.cos_main->p, w.sin_main = rope.sin_main->p, w.cos_idx = rope.cos_idx->p, w.sin_idx = rope.sin_idx->p;
-  w.max_position = kMaxPosition, w.eps = 1e-5f;
-  // caches: random data for the whole context
-  DevBuf<bf16> k_cache(kv_elems), v_cache(kv_elems), tail(static_cast<std::size_t>(B) * kR * 2 * P);
-  DevBuf<std::uint8_t> summary(sum_bytes);
-  sb::fill_bf16(k_cache.p, kv_elems, 201u, -1.f, 1.f, s);
-  sb::fill_bf16(v_cache.p, kv_elems, 202u, -1.f, 1.f, s);
-  sb::fill_bf16(tail.p, tail.n, 203u, -1.f, 1.f, s);
-  sb::fill_e4m3(summary.p, sum_bytes, 204u, s);
-  ops::DsaLayerCaches caches;
-  caches.k_cache = k_cache.p, caches.v_cache = v_cache.p, caches.summary_cache = summary.p, caches.tail = tail.p;
-  caches.num_slots = B;
-  // batch metadata
-  std::vector<std::int32_t> h_cu(B + 1), h_seq(B, seq), h_slot(B), h_table(static_cast<std::size_t>(num_blocks));
-  for (int b = 0; b <= B; ++b) h_cu[b] = b * c.q_len;
-  std::iota(h_slot.begin(), h_slot.end(), 0);
-  std::iota(h_table.begin(), h_table.end(), 0);
-  std::shuffle(h_table.begin(), h_table.end(), std::mt19937(1234u));
-  DevBuf<std::int32_t> d_cu(B + 1), d_seq(B), d_slot(B), d_table(h_table.size());
-  STEP5_BENCH_CUDA(cudaMemcpy(d_cu.p, h_cu.data(), d_cu.bytes(), cudaMemcpyHostToDevice));
-  STEP5_BENCH_CUDA(cudaMemcpy(d_seq.p, h_seq.data(), d_seq.bytes(), cudaMemcpyHostToDevice));
-  STEP5_BENCH_CUDA(cudaMemcpy(d_slot.p, h_slot.data(), d_slot.bytes(), cudaMemcpyHostToDevice));
-  STEP5_BENCH_CUDA(cudaMemcpy(d_table.p, h_table.data(), d_table.bytes(), cudaMemcpyHostToDevice));
-  ops::DsaLayerStep step;
-  step.batch.cu_seqlens_q = d_cu.p, step.batch.seq_lens = d_seq.p, step.batch.num_requests = B, step.batch.num_tokens = T;
-  step.batch.cu_seqlens_q_host = h_cu.data(), step.batch.seq_lens_host = h_seq.data();
-  step.table.block_table = d_table.p, step.table.max_blocks = max_blocks, step.table.block_size = kBlockSize;
-  step.table.num_blocks = num_blocks;
-  step.tail_slot = d_slot.p, step.max_seq_len = seq, step.topk = kTopk;
-  // activations + workspace
-  DevBuf<bf16> x(static_cast<std::size_t>(T) * kHidden), partial(static_cast<std::size_t>(T) * kHidden);
-  DevBuf<unsigned char> ws(ws_bytes);
-  sb::fill_bf16(x.p, x.n, 301u, -1.f, 1.f, s);
-  STEP5_BENCH_CUDA(cudaMemsetAsync(ws.p, 0, ws_bytes, s));
-  // g_stream does not synchronize with the legacy stream of the cudaMemcpy calls above.
-  STEP5_BENCH_CUDA(cudaDeviceSynchronize());
+  const ops::DsaLayerPlan& plan = setup.plan;
+  const ops::DsaLayerWeights& w = setup.w;
+  const ops::DsaLayerCaches& caches = setup.caches;
+  const ops::DsaLayerStep& step = setup.step;
+  DevBuf<bf16>& x = *setup.x;
+  DevBuf<bf16>& partial = *setup.partial;
+  DevBuf<unsigned char>& ws = *setup.ws;
+  const std::size_t ws_bytes = setup.ws_bytes;
 
   EventHook hook;
   auto forward = [&]() {
@@ -411,6 +460,239 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
   g_rows.push_back(row);
 }
 
+#if defined(STEP5_BENCH_HAVE_NCCL)
+// ------------------------------------------------------------------------------------------------
+// tp 2 on two GPUs with the NCCL all-reduce (issue 16). One host thread drives both GPUs: every
+// launch is asynchronous and the timed region starts after a GPU spin on each device, so host
+// launch costs are excluded as in bm_layer; NCCL moves the partials over the same NVLink path as
+// with one process per GPU (tools/launch_tp.sh), while one binary keeps the floors, the ceilings
+// and NCCL's own bus bandwidth (nccl/all_reduce_bf16/...) in one report.
+// ------------------------------------------------------------------------------------------------
+struct TwoGpus {
+  bool ok = false;
+  std::string why;
+  ncclComm_t comm[2] = {nullptr, nullptr};
+  cudaStream_t stream[2] = {nullptr, nullptr};
+};
+TwoGpus& two_gpus() {
+  static TwoGpus t = [] {
+    TwoGpus g;
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n < 2) {
+      cudaGetLastError();
+      g.why = "needs 2 GPUs, " + std::to_string(n) + " present";
+      return g;
+    }
+    for (int d = 0; d < 2; ++d) {
+      if (const step5::Status st = step5::require_sm90(d); !st.ok()) {
+        g.why = st.message();
+        return g;
+      }
+      STEP5_BENCH_CUDA(cudaSetDevice(d));
+      STEP5_BENCH_CUDA(cudaStreamCreateWithFlags(&g.stream[d], cudaStreamNonBlocking));
+    }
+    const int devs[2] = {0, 1};
+    if (const ncclResult_t r = ncclCommInitAll(g.comm, 2, devs); r != ncclSuccess) {
+      g.why = std::string("ncclCommInitAll: ") + ncclGetErrorString(r);
+      return g;
+    }
+    STEP5_BENCH_CUDA(cudaSetDevice(0));
+    g.ok = true;
+    return g;
+  }();
+  return t;
+}
+
+// NCCL's bus bandwidth (nccl-tests convention: 2 (n-1)/n bytes / time) of an in-place bf16 sum
+// all-reduce of `bytes` over the two GPUs; median of the iterations (CUDA events on GPU 0, after
+// a GPU spin on both so the two start together).
+void bm_nccl_all_reduce(benchmark::State& state, std::size_t bytes) {
+  TwoGpus& g = two_gpus();
+  if (!g.ok) {
+    state.SkipWithError(g.why.c_str());
+    return;
+  }
+  const std::size_t n = bytes / 2;
+  DevBuf<bf16>* buf[2];
+  for (int d = 0; d < 2; ++d) {
+    STEP5_BENCH_CUDA(cudaSetDevice(d));
+    buf[d] = new DevBuf<bf16>(n);
+    sb::fill_bf16(buf[d]->p, n, 401u + d, -1.f, 1.f, g.stream[d]);
+  }
+  auto all_reduce = [&] {
+    ncclGroupStart();
+    for (int d = 0; d < 2; ++d)
+      ncclAllReduce(buf[d]->p, buf[d]->p, n, ncclBfloat16, ncclSum, g.comm[d], g.stream[d]);
+    return ncclGroupEnd();
+  };
+  if (const ncclResult_t r = all_reduce(); r != ncclSuccess) state.SkipWithError(ncclGetErrorString(r));
+  for (int d = 0; d < 2; ++d) STEP5_BENCH_CUDA(cudaSetDevice(d)), STEP5_BENCH_CUDA(cudaStreamSynchronize(g.stream[d]));
+  STEP5_BENCH_CUDA(cudaSetDevice(0));
+  sb::EventTimer timer;  // events of GPU 0
+  std::vector<double> v;
+  for (auto _ : state) {
+    for (int d = 0; d < 2; ++d) STEP5_BENCH_CUDA(cudaSetDevice(d)), sb::gpu_sleep(g.stream[d], 500);
+    STEP5_BENCH_CUDA(cudaSetDevice(0));
+    timer.start(g.stream[0]);
+    if (const ncclResult_t r = all_reduce(); r != ncclSuccess) {
+      state.SkipWithError(ncclGetErrorString(r));
+      break;
+    }
+    STEP5_BENCH_CUDA(cudaSetDevice(0));
+    const double t = timer.stop(g.stream[0]);
+    state.SetIterationTime(t);
+    v.push_back(t);
+  }
+  for (int d = 0; d < 2; ++d) {
+    STEP5_BENCH_CUDA(cudaSetDevice(d));
+    STEP5_BENCH_CUDA(cudaStreamSynchronize(g.stream[d]));
+    delete buf[d];
+  }
+  STEP5_BENCH_CUDA(cudaSetDevice(0));
+  if (v.empty()) return;
+  const double t = sb::median(v);
+  state.counters["bytes"] = static_cast<double>(bytes);
+  state.counters["allreduce_us"] = t * 1e6;
+  state.counters["algbw_GBps"] = bytes / t / 1e9;
+  state.counters["busbw_GBps"] = bytes / t / 1e9;  // 2 (n-1)/n = 1 at n = 2
+}
+
+struct Row2 {
+  std::string name;
+  double layer_us[2] = {0, 0}, allreduce_us = 0, step_us = 0, tokens = 0, busbw = 0;
+};
+std::vector<Row2> g_rows2;
+
+// One DSA layer of step5_preview at tp 2, rank r on GPU r, then the all-reduce of the partials
+// (SPEC §4.8). Counters (medians): layer_us_rank0/1 (start -> o_proj done on that GPU),
+// allreduce_us (GPU 0: o_proj done -> all-reduce done; includes waiting for the slower rank),
+// allreduce_share = allreduce_us / step_us, step_us (GPU 0: start -> all-reduce done; the
+// manual time), tokens_per_s = tokens / step_us (one layer, one rank pair: compares the
+// all-reduce's weight, not a model's throughput), busbw_GBps of this all-reduce size.
+void bm_layer_2gpu(benchmark::State& state, Case c, std::string name) {
+  TwoGpus& g = two_gpus();
+  if (!g.ok) {
+    state.SkipWithError(g.why.c_str());
+    return;
+  }
+  const layout::GeometryEntry* entry = layout::find_geometry(kGeometryName);
+  std::unique_ptr<RankSetup> setup[2];
+  std::unique_ptr<EventHook> hook[2];
+  cudaEvent_t done[2];
+  for (int d = 0; d < 2; ++d) {
+    STEP5_BENCH_CUDA(cudaSetDevice(d));
+    const layout::RankLayoutResult rl =
+        layout::make_rank_layout(entry->geometry, layout::standard_layout(entry->geometry, 2), d);
+    if (!rl.ok()) {
+      state.SkipWithError(("invalid layout: " + layout::describe(rl.error)).c_str());
+      return;
+    }
+    setup[d] = std::make_unique<RankSetup>(rl.layout, c, g.stream[d], &rope_tables(rl.layout.geometry));
+    if (!setup[d]->error.empty()) {
+      state.SkipWithError(("GPU " + std::to_string(d) + ": " + setup[d]->error).c_str());
+      return;
+    }
+    hook[d] = std::make_unique<EventHook>();
+    STEP5_BENCH_CUDA(cudaEventCreate(&done[d]));
+  }
+  const std::size_t n = static_cast<std::size_t>(c.tokens()) * kHidden;
+  auto step = [&]() -> std::string {
+    for (int d = 0; d < 2; ++d) {
+      STEP5_BENCH_CUDA(cudaSetDevice(d));
+      RankSetup& S = *setup[d];
+      hook[d]->begin(g.stream[d]);
+      const step5::Status st = ops::dsa_layer_run(S.plan, S.w, S.caches, S.step, S.x->p, S.partial->p, S.ws->p,
+                                                  S.ws_bytes, g.stream[d], hook[d].get());
+      if (!st.ok()) return "GPU " + std::to_string(d) + ": " + st.to_string();
+    }
+    ncclGroupStart();
+    for (int d = 0; d < 2; ++d)
+      ncclAllReduce(setup[d]->partial->p, setup[d]->partial->p, n, ncclBfloat16, ncclSum, g.comm[d], g.stream[d]);
+    if (const ncclResult_t r = ncclGroupEnd(); r != ncclSuccess) return std::string("ncclAllReduce: ") + ncclGetErrorString(r);
+    for (int d = 0; d < 2; ++d) STEP5_BENCH_CUDA(cudaSetDevice(d)), STEP5_BENCH_CUDA(cudaEventRecord(done[d], g.stream[d]));
+    return {};
+  };
+  auto read = [&](double* layer_s, double* allreduce_s, double* step_s) -> std::string {
+    for (int d = 0; d < 2; ++d) {
+      STEP5_BENCH_CUDA(cudaSetDevice(d));
+      std::array<double, kStages> stage_s{};
+      if (!hook[d]->read(&stage_s, &layer_s[d]) || !hook[d]->error.empty()) return hook[d]->error;
+      STEP5_BENCH_CUDA(cudaEventSynchronize(done[d]));
+    }
+    STEP5_BENCH_CUDA(cudaSetDevice(0));
+    float ms = 0;
+    STEP5_BENCH_CUDA(cudaEventElapsedTime(&ms, hook[0]->ev[kStages], done[0]));
+    *allreduce_s = ms * 1e-3;
+    STEP5_BENCH_CUDA(cudaEventElapsedTime(&ms, hook[0]->ev[0], done[0]));
+    *step_s = ms * 1e-3;
+    return {};
+  };
+  double layer_s[2], allreduce_s = 0, step_s = 0;
+  if (std::string e = step(); !e.empty() || !(e = read(layer_s, &allreduce_s, &step_s)).empty()) {  // warm-up
+    state.SkipWithError(e.c_str());
+    return;
+  }
+  std::unique_ptr<sb::L2Flusher> flusher[2];
+  for (int d = 0; d < 2; ++d) STEP5_BENCH_CUDA(cudaSetDevice(d)), flusher[d] = std::make_unique<sb::L2Flusher>();
+  const double spin_us = c.tokens() >= 4096 ? 3000 : 1000;
+  std::vector<double> l0, l1, ar, st;
+  for (auto _ : state) {
+    for (int d = 0; d < 2; ++d) {
+      STEP5_BENCH_CUDA(cudaSetDevice(d));
+      flusher[d]->flush(g.stream[d]);
+      sb::gpu_sleep(g.stream[d], spin_us);
+    }
+    std::string e = step();
+    if (e.empty()) e = read(layer_s, &allreduce_s, &step_s);
+    if (!e.empty()) {
+      state.SkipWithError(e.c_str());
+      break;
+    }
+    state.SetIterationTime(step_s);
+    l0.push_back(layer_s[0]), l1.push_back(layer_s[1]), ar.push_back(allreduce_s), st.push_back(step_s);
+  }
+  for (int d = 0; d < 2; ++d) {
+    STEP5_BENCH_CUDA(cudaSetDevice(d));
+    STEP5_BENCH_CUDA(cudaStreamSynchronize(g.stream[d]));
+    cudaEventDestroy(done[d]);
+    flusher[d].reset();
+    hook[d].reset();
+    setup[d].reset();
+  }
+  STEP5_BENCH_CUDA(cudaSetDevice(0));
+  if (st.empty()) return;
+  Row2 row;
+  row.name = name;
+  row.layer_us[0] = sb::median(l0) * 1e6, row.layer_us[1] = sb::median(l1) * 1e6;
+  row.allreduce_us = sb::median(ar) * 1e6, row.step_us = sb::median(st) * 1e6, row.tokens = c.tokens();
+  row.busbw = static_cast<double>(n) * 2 / (row.allreduce_us * 1e-6) / 1e9;
+  auto& ctr = state.counters;
+  ctr["layer_us_rank0"] = row.layer_us[0];
+  ctr["layer_us_rank1"] = row.layer_us[1];
+  ctr["allreduce_us"] = row.allreduce_us;
+  ctr["allreduce_share"] = row.allreduce_us / row.step_us;
+  ctr["step_us"] = row.step_us;
+  ctr["tokens_per_s"] = row.tokens / (row.step_us * 1e-6);
+  ctr["allreduce_bytes"] = static_cast<double>(n) * 2;
+  ctr["busbw_GBps"] = row.busbw;
+  ctr["tp"] = 2;
+  ctr["tokens"] = c.tokens();
+  ctr["ctx"] = c.ctx;
+  ctr["batch"] = c.batch;
+  g_rows2.push_back(row);
+}
+
+void print_table_2gpu() {
+  if (g_rows2.empty()) return;
+  std::printf("\ntp 2 on two GPUs (NCCL all-reduce of the bf16 partials; us, medians)\n");
+  std::printf("%-48s %10s %10s %12s %7s %10s %12s %10s\n", "case", "rank0_us", "rank1_us", "allreduce_us", "share",
+              "step_us", "tokens/s", "busbw_GBps");
+  for (const Row2& r : g_rows2)
+    std::printf("%-48s %10.1f %10.1f %12.1f %6.1f%% %10.1f %12.0f %10.1f\n", r.name.c_str(), r.layer_us[0], r.layer_us[1],
+                r.allreduce_us, 100 * r.allreduce_us / r.step_us, r.step_us, r.tokens / (r.step_us * 1e-6), r.busbw);
+}
+#endif  // STEP5_BENCH_HAVE_NCCL
+
 void bm_copy(benchmark::State& st) {
   const sb::CopyCeiling& c = sb::copy_ceiling(g_stream);
   for (auto _ : st) st.SetIterationTime(c.seconds);
@@ -476,6 +758,20 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("copy/d2d", bm_copy)->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("cublas/bf16_gemm/8192", bm_gemm)
       ->UseManualTime()->Iterations(1)->Unit(benchmark::kMicrosecond);
+#if defined(STEP5_BENCH_HAVE_NCCL)
+  // tp 2 on two GPUs (skipped, naming why, with fewer than two sm_90 GPUs): NCCL's bus bandwidth,
+  // then the 8K prefill and decode batch 1, 16, 64 at 128K with the all-reduce.
+  for (std::size_t mib : {1, 16, 64, 256})
+    benchmark::RegisterBenchmark(("nccl/all_reduce_bf16/gpus:2/bytes:" + std::to_string(mib << 20)).c_str(),
+                                 bm_nccl_all_reduce, mib << 20)
+        ->UseManualTime()->Iterations(20)->Unit(benchmark::kMicrosecond);
+  for (const Case c : {Case{2, 1, 8192, 0}, Case{2, 1, 1, 131072}, Case{2, 16, 1, 131072}, Case{2, 64, 1, 131072}}) {
+    const std::string name = std::string("layer2gpu/") + kGeometryName + "/tp:2/tokens:" + std::to_string(c.tokens()) +
+                             "/ctx:" + std::to_string(c.ctx);
+    benchmark::RegisterBenchmark(name.c_str(), bm_layer_2gpu, c, name)
+        ->UseManualTime()->Iterations(c.ctx == 0 ? 5 : 20)->Unit(benchmark::kMicrosecond);
+  }
+#endif
   for (int tp : {1, 8}) {
     auto reg = [&](Case c, int iters) {
       const std::string name = std::string("layer/") + kGeometryName + "/tp:" + std::to_string(tp) +
@@ -500,5 +796,8 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   print_table();
+#if defined(STEP5_BENCH_HAVE_NCCL)
+  print_table_2gpu();
+#endif
   return 0;
 }

@@ -18,6 +18,7 @@
 
 #include <unistd.h>
 
+#include "step5/comm/rendezvous.hpp"
 #include "step5/layout/parallel.hpp"
 #include "step5/reference/layer.hpp"
 #include "step5/weights/config.hpp"
@@ -150,20 +151,25 @@ inline void token_embedding(std::uint64_t seed, int r, int pos, int hidden, floa
 // Model
 // ---------------------------------------------------------------------------------------------
 
-/// The DSA layers that run, loaded for every rank: weights[layer][rank].
+/// The DSA layers that run: weights[layer][i] of rank first_rank + i — every rank (one process,
+/// the CPU backend and the threaded --tp N), or one rank (one process per GPU: first_rank = RANK).
 struct Model {
   ModelConfig config;
   std::vector<int> layers;  // checkpoint layer indices
   int tp = 1;
+  int first_rank = 0;
   std::vector<std::vector<reference::LayerWeights>> weights;
-  std::vector<std::size_t> bytes_read_per_rank;
+  std::vector<std::size_t> bytes_read_per_rank;  // [tp]; 0 for the ranks not loaded here
 };
 
-/// Loads the first `num_layers` DSA layers of `ckpt` for every rank of `tp`.
-inline Model load_model(const Checkpoint& ckpt, const ModelConfig& cfg, int num_layers, int tp, int max_position) {
+/// Loads the first `num_layers` DSA layers of `ckpt` for every rank of `tp`, or for rank
+/// `only_rank` alone (>= 0: one process per GPU; only that rank's shards are read).
+inline Model load_model(const Checkpoint& ckpt, const ModelConfig& cfg, int num_layers, int tp, int max_position,
+                        int only_rank = -1) {
   Model m;
   m.config = cfg;
   m.tp = tp;
+  m.first_rank = only_rank >= 0 ? only_rank : 0;
   const std::vector<int> dsa = cfg.dsa_layers();
   if (static_cast<int>(dsa.size()) < num_layers)
     throw Error(StatusCode::kInvalidArgument, "--layers " + std::to_string(num_layers) + ": the checkpoint (" +
@@ -174,6 +180,7 @@ inline Model load_model(const Checkpoint& ckpt, const ModelConfig& cfg, int num_
   for (int layer : m.layers) {
     std::vector<reference::LayerWeights> ranks;
     for (int r = 0; r < tp; ++r) {
+      if (only_rank >= 0 && r != only_rank) continue;
       layout::RankLayout rl;
       throw_if_error(layout::rank_layout(cfg.geometry, cfg.parallel_layout(tp), r, &rl));
       LayerLoadStats st;
@@ -222,13 +229,14 @@ struct HostEstimate {
   double weights = 0, caches = 0, step = 0, residuals = 0, metadata = 0;
   double total() const { return weights + caches + step + residuals + metadata; }
 };
+/// `one_rank`: this process loads one rank of `tp` (one process per GPU; rank 0's sizes).
 inline HostEstimate estimate_host_bytes(const ModelConfig& cfg, int layers, int tp, int topk, const WorkloadShape& w,
-                                        int block_size, bool cpu_backend, bool check) {
+                                        int block_size, bool cpu_backend, bool check, bool one_rank = false) {
   HostEstimate e;
   const int hidden = cfg.hidden_size;
   const auto& g = cfg.geometry;
   auto add_model = [&](int t, bool with_caches) {
-    for (int r = 0; r < t; ++r) {
+    for (int r = 0; r < (one_rank && t == tp ? 1 : t); ++r) {
       layout::RankLayout rl;
       throw_if_error(layout::rank_layout(g, cfg.parallel_layout(t), r, &rl));
       e.weights += static_cast<double>(layers) * layer_weight_bytes(rl, hidden, static_cast<int>(w.max_position));
@@ -290,6 +298,9 @@ class Backend {
   virtual std::string name() const = 0;
   virtual void run_step(const Step& step, int topk, std::vector<float>& residual, Timings& timings,
                         std::vector<std::vector<float>>* layer_residuals = nullptr) = 0;
+  /// After the last step: releases what other processes share (the multi-process backend
+  /// finalises its NCCL communicator, bounded by the timeout). Errors: step5::Error.
+  virtual void finish() {}
 };
 
 /// The CPU reference backend: per layer, every rank's partial, summed (simulated all-reduce).
@@ -339,5 +350,26 @@ class CpuBackend : public Backend {
 
 /// Creates the CUDA backend (examples/driver_cuda.cu), or returns nullptr and sets `why`.
 std::unique_ptr<Backend> make_cuda_backend(const Model& model, const Workload& w, bool simulate_tp, std::string* why);
+
+/// One process per GPU (tools/launch_tp.sh): this process is rank `env.rank` of `env.world_size`
+/// (= model.tp) on GPU `env.local_rank`; `store` is the rendezvous all ranks met at.
+struct DistContext {
+  comm::DistEnv env;
+  comm::TcpStore* store = nullptr;
+  double timeout_s = 300;  ///< bound on NCCL init, each step's wait and the finalisation
+};
+
+/// Why this process cannot run its rank on the GPU (no device, GPU LOCAL_RANK missing, not
+/// sm_90, no NCCL in the build), or "" when it can. Every rank asks before any NCCL call, so all
+/// of them skip together.
+std::string cuda_rank_unavailable(const DistContext& dist);
+
+/// The multi-process CUDA backend: `model` holds this rank's weights only (load_model's
+/// only_rank); the NCCL communicator is created from a unique id that rank 0 makes and the store
+/// broadcasts (ncclCommInitRankConfig, non-blocking, polled until done, a dead peer (the store's
+/// peers_alive) or the timeout: then ncclCommAbort and a step5::Error naming the rank and the
+/// seconds). Each step's wait polls the same way. run_step returns the all-reduced residual on
+/// every rank; layer_residuals are recorded where asked (rank 0 for --check).
+std::unique_ptr<Backend> make_cuda_backend_multiprocess(const Model& model, const Workload& w, const DistContext& dist);
 
 }  // namespace step5::driver

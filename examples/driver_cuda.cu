@@ -1,10 +1,13 @@
 // The driver's CUDA backend (examples/step5_driver.cpp): the whole layer of SPEC §4 on the GPU
 // through `step5::ops::dsa_layer_plan` (once per rank) + `dsa_layer_run` (per step), the TP all-reduce over NCCL (--tp N on N GPUs, one
-// thread per GPU, communicators from one unique id) or simulated on one GPU (--simulate-tp: all
+// thread per GPU, communicators from one unique id), over NCCL with one process per GPU
+// (tools/launch_tp.sh: this process is one rank, the unique id comes through the rendezvous of
+// step5/comm/rendezvous.hpp, every wait bounded), or simulated on one GPU (--simulate-tp: all
 // ranks' shards on device 0, partials summed), and the fp32 residual add. Per-kernel times come
-// from CUDA events recorded on rank 0 between the stages.
+// from CUDA events recorded on rank 0 (this process's rank, one process per GPU) between the stages.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <mutex>
 #include <thread>
 
@@ -95,8 +98,12 @@ struct RankDev {
 
 class CudaBackend : public Backend {
  public:
-  CudaBackend(const Model& model, const Workload& w, bool simulate) : model_(model), w_(w), simulate_(simulate) {
+  // dist == nullptr: every rank in this process (threads over NCCL, or simulated); else one
+  // process per GPU: ranks_ holds this process's rank alone (model.weights[l][0]).
+  CudaBackend(const Model& model, const Workload& w, bool simulate, const DistContext* dist = nullptr)
+      : model_(model), w_(w), simulate_(simulate), dist_(dist) {
     const int tp = model.tp;
+    const int nranks = dist ? 1 : tp;  // ranks held by this process
     const int hidden = model.config.hidden_size;
     cap_.max_requests = static_cast<int>(w.prompt_lens.size());
     cap_.max_seq_len = w.max_position;
@@ -105,10 +112,10 @@ class CudaBackend : public Backend {
     cap_.num_blocks = w.num_blocks;
     for (const auto& s : w.steps) cap_.max_tokens = std::max(cap_.max_tokens, s.num_tokens());
     check_device_memory(model, w);
-    ranks_.resize(tp);
-    for (int r = 0; r < tp; ++r) {
+    ranks_.resize(nranks);
+    for (int r = 0; r < nranks; ++r) {
       RankDev& d = ranks_[r];
-      d.device = simulate ? 0 : r;
+      d.device = dist ? dist->env.local_rank : simulate ? 0 : r;
       cu(cudaSetDevice(d.device), "cudaSetDevice");
       if (r == 0 || !simulate) cu(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking), "cudaStreamCreate");
       else d.stream = ranks_[0].stream;
@@ -143,7 +150,9 @@ class CudaBackend : public Backend {
       partial_ptrs_ = upload(ptrs);
     }
 #if defined(STEP5_DRIVER_HAVE_NCCL)
-    if (!simulate && tp > 1) {
+    if (dist) {
+      init_comm_multiprocess();
+    } else if (!simulate && tp > 1) {
       ncclUniqueId id;
       ok(comm::nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId"));
       std::vector<std::thread> th;
@@ -164,12 +173,30 @@ class CudaBackend : public Backend {
   ~CudaBackend() override {
     for (auto& d : ranks_) {
       cudaSetDevice(d.device);
+#if defined(STEP5_DRIVER_HAVE_NCCL)
+      // One process per GPU: a communicator still here means the run failed part-way; abort (never
+      // waits on the other ranks) rather than destroy. finish() destroys it after a good run.
+      if (d.comm) dist_ ? ncclCommAbort(d.comm) : ncclCommDestroy(d.comm);
+      d.comm = nullptr;
+#endif
       for (auto& l : d.layers)
         for (void* p : l.owned) cudaFree(p);
-#if defined(STEP5_DRIVER_HAVE_NCCL)
-      if (d.comm) ncclCommDestroy(d.comm);
-#endif
     }
+  }
+
+  void finish() override {
+#if defined(STEP5_DRIVER_HAVE_NCCL)
+    if (!dist_) return;
+    RankDev& d = ranks_[0];
+    cu(cudaSetDevice(d.device), "cudaSetDevice");
+    const auto deadline = Clock::now() + seconds(dist_->timeout_s);
+    const ncclResult_t r = ncclCommFinalize(d.comm);  // non-blocking communicator: may be in progress
+    if (r != ncclSuccess && r != ncclInProgress)
+      abort_comm(d, StatusCode::kNcclError, std::string("ncclCommFinalize failed: ") + ncclGetErrorString(r));
+    wait_comm(d, deadline, "ncclCommFinalize");
+    ok(comm::nccl_status(ncclCommDestroy(d.comm), "ncclCommDestroy"));
+    d.comm = nullptr;
+#endif
   }
   std::string name() const override { return "cuda"; }
 
@@ -178,11 +205,12 @@ class CudaBackend : public Backend {
   /// (cache_sizes), the layer workspace (dsa_layer_workspace_bytes) and the step buffers.
   void check_device_memory(const Model& model, const Workload& w) {
     const int tp = model.tp, hidden = model.config.hidden_size;
+    const int nranks = dist_ ? 1 : tp;  // model.weights[l][r] of the ranks this process holds
     ops::DsaLayerCapacity cap = cap_;
     cap.max_topk = step5::layout::kMaxTopk;
-    std::vector<double> need(simulate_ ? 1 : tp, 0.0), weights(need.size(), 0.0), caches(need.size(), 0.0),
+    std::vector<double> need(simulate_ ? 1 : nranks, 0.0), weights(need.size(), 0.0), caches(need.size(), 0.0),
         ws(need.size(), 0.0);
-    for (int r = 0; r < tp; ++r) {
+    for (int r = 0; r < nranks; ++r) {
       const std::size_t d = simulate_ ? 0 : r;
       for (const auto& layer : model.weights) {
         const reference::LayerWeights& lw = layer[r];
@@ -194,15 +222,16 @@ class CudaBackend : public Backend {
       ok(ops::dsa_layer_workspace_bytes(model.weights[0][r].rank, hidden, cap, &b));
       if (r == 0 || !simulate_) ws[d] += b + static_cast<double>(cap.max_tokens) * hidden * (2 + 4 + 2);
     }
-    for (std::size_t d = 0; d < need.size(); ++d) {
+    for (std::size_t i = 0; i < need.size(); ++i) {
+      const std::size_t d = dist_ ? static_cast<std::size_t>(dist_->env.local_rank) : i;
       std::size_t free_b = 0, total_b = 0;
       cu(cudaSetDevice(static_cast<int>(d)), "cudaSetDevice");
       cu(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-      const double total = weights[d] + caches[d] + ws[d];
+      const double total = weights[i] + caches[i] + ws[i];
       if (total > 0.95 * static_cast<double>(free_b))
         throw Error(StatusCode::kInvalidArgument,
-                    "the run needs about " + gb(total) + " on GPU " + std::to_string(d) + " (weights " + gb(weights[d]) +
-                        ", paged caches " + gb(caches[d]) + ", workspace and buffers " + gb(ws[d]) + "), " +
+                    "the run needs about " + gb(total) + " on GPU " + std::to_string(d) + " (weights " + gb(weights[i]) +
+                        ", paged caches " + gb(caches[i]) + ", workspace and buffers " + gb(ws[i]) + "), " +
                         gb(static_cast<double>(free_b)) + " of " + gb(static_cast<double>(total_b)) +
                         " are free: use fewer --tokens, --requests or --layers" +
                         (simulate_ && tp > 1 ? ", or --tp on several GPUs without --simulate-tp" : ""));
@@ -257,7 +286,36 @@ class CudaBackend : public Backend {
       const LayerDev& L = d.layers[l];
       ok(ops::dsa_layer_run(d.plan, L.w, L.caches, s, d.x, d.partial, d.ws, d.ws_bytes, d.stream, hook));
     };
-    if (simulate_ || tp == 1) {
+    if (dist_) {
+#if defined(STEP5_DRIVER_HAVE_NCCL)
+      // One process per GPU: this rank's layers, the all-reduce over NCCL, every wait bounded.
+      RankDev& d = ranks_[0];
+      const auto deadline = Clock::now() + seconds(dist_->timeout_s);
+      auto record_bounded = [&] {
+        if (!layer_residuals) return;
+        std::vector<float> h(n);
+        cu(cudaMemcpyAsync(h.data(), d.residual, n * 4, cudaMemcpyDeviceToHost, d.stream), "download residual");
+        wait_stream(d, deadline, "a layer");
+        layer_residuals->push_back(std::move(h));
+      };
+      run_rank(0);
+      hooks[0].after("start", d.stream);
+      for (std::size_t l = 0; l < model_.weights.size(); ++l) {
+        record_bounded();
+        ok(ops::residual_to_bf16(d.residual, d.x, n, d.stream));
+        layer_rank(0, l, &hooks[0]);
+        ok(comm::all_reduce_sum_bf16(d.partial, n, d.comm, d.stream));
+        wait_comm(d, deadline, "ncclAllReduce (enqueue)");
+        hooks[0].after("nccl all-reduce", d.stream);
+        ok(ops::add_partials_to_residual(d.self_ptr, 1, d.residual, n, d.stream));
+        hooks[0].after("residual", d.stream);
+      }
+      record_bounded();
+      cu(cudaMemcpyAsync(residual.data(), d.residual, n * 4, cudaMemcpyDeviceToHost, d.stream), "download residual");
+      wait_stream(d, deadline, "the step");
+      hooks[0].collect(timings);
+#endif
+    } else if (simulate_ || tp == 1) {
       RankDev& d0 = ranks_[0];
       run_rank(0);
       hooks[0].after("start", d0.stream);
@@ -319,6 +377,83 @@ class CudaBackend : public Backend {
   }
 
  private:
+  static Clock::duration seconds(double s) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  }
+  std::string who() const {
+    return "rank " + std::to_string(dist_->env.rank) + " of " + std::to_string(dist_->env.world_size) + " (GPU " +
+           std::to_string(dist_->env.local_rank) + ")";
+  }
+#if defined(STEP5_DRIVER_HAVE_NCCL)
+  // Aborts this rank's communicator (never waits on the other ranks) and throws `why`.
+  [[noreturn]] void abort_comm(RankDev& d, StatusCode code, const std::string& why) {
+    if (d.comm) ncclCommAbort(d.comm);
+    d.comm = nullptr;
+    throw Error(code, who() + ": " + why + "; NCCL communicator aborted");
+  }
+  // Between polls of a wait: a dead peer (its rendezvous connection closed) or the deadline ends
+  // it (ncclCommAbort + Error); `what` names what was waited for.
+  void check_wait(RankDev& d, Clock::time_point t0, Clock::time_point deadline, const std::string& what) {
+    const Status alive = dist_->store->peers_alive();
+    if (!alive.ok())
+      abort_comm(d, StatusCode::kNcclError, "while waiting for " + what + ": " + alive.message());
+    if (Clock::now() >= deadline)
+      abort_comm(d, StatusCode::kNcclError,
+                 what + " did not complete within " + std::to_string(seconds_since(t0)) + " s (--dist-timeout " +
+                     std::to_string(dist_->timeout_s) + " s: another rank stuck, or slower than the timeout)");
+    ncclResult_t async = ncclSuccess;
+    if (d.comm && ncclCommGetAsyncError(d.comm, &async) == ncclSuccess && async != ncclSuccess && async != ncclInProgress)
+      abort_comm(d, StatusCode::kNcclError, "while waiting for " + what + ": NCCL reported " + ncclGetErrorString(async));
+  }
+  static void backoff(Clock::time_point t0) {  // spin 2 ms (step latency), then sleep 200 µs per poll
+    if (Clock::now() - t0 < std::chrono::milliseconds(2)) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  // Polls the communicator until it leaves ncclInProgress (non-blocking init, enqueue, finalise).
+  void wait_comm(RankDev& d, Clock::time_point deadline, const std::string& what) {
+    const auto t0 = Clock::now();
+    for (;;) {
+      ncclResult_t st = ncclInProgress;
+      const ncclResult_t q = ncclCommGetAsyncError(d.comm, &st);
+      if (q != ncclSuccess) abort_comm(d, StatusCode::kNcclError, std::string("ncclCommGetAsyncError: ") + ncclGetErrorString(q));
+      if (st == ncclSuccess) return;
+      if (st != ncclInProgress) abort_comm(d, StatusCode::kNcclError, what + " failed: " + ncclGetErrorString(st));
+      check_wait(d, t0, deadline, what);
+      backoff(t0);
+    }
+  }
+  // cudaStreamSynchronize, bounded: polls cudaStreamQuery, the communicator and the peers.
+  void wait_stream(RankDev& d, Clock::time_point deadline, const std::string& what) {
+    const auto t0 = Clock::now();
+    for (;;) {
+      const cudaError_t e = cudaStreamQuery(d.stream);
+      if (e == cudaSuccess) return;
+      if (e != cudaErrorNotReady) abort_comm(d, StatusCode::kCudaError, cuda_status(e, "cudaStreamQuery").message());
+      check_wait(d, t0, deadline, what + " on the GPU (layers + NCCL all-reduce)");
+      backoff(t0);
+    }
+  }
+  // The communicator of this process's rank: rank 0 makes the unique id, the store broadcasts it,
+  // ncclCommInitRankConfig (non-blocking) is polled until done, bounded by the timeout.
+  void init_comm_multiprocess() {
+    RankDev& d = ranks_[0];
+    const comm::DistEnv& env = dist_->env;
+    cu(cudaSetDevice(d.device), "cudaSetDevice");
+    ncclUniqueId id{};
+    if (env.rank == 0) ok(comm::nccl_status(ncclGetUniqueId(&id), "ncclGetUniqueId"));
+    id = comm::from_blob<ncclUniqueId>(dist_->store->broadcast(comm::to_blob(id), dist_->timeout_s), "the NCCL unique id");
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    const auto deadline = Clock::now() + seconds(dist_->timeout_s);
+    const ncclResult_t r = ncclCommInitRankConfig(&d.comm, env.world_size, id, env.rank, &config);
+    if (r != ncclSuccess && r != ncclInProgress)
+      abort_comm(d, StatusCode::kNcclError, std::string("ncclCommInitRankConfig failed: ") + ncclGetErrorString(r));
+    wait_comm(d, deadline, "ncclCommInitRankConfig (every rank must join)");
+    const Status c = comm::check_comm(d.comm, env.world_size, env.rank);
+    if (!c.ok()) abort_comm(d, c.code(), c.message());
+  }
+#endif
+
   LayerDev upload_layer(const reference::LayerWeights& lw, const Workload& w) {
     LayerDev L;
     L.rank = lw.rank;
@@ -355,6 +490,7 @@ class CudaBackend : public Backend {
   const Model& model_;
   const Workload& w_;
   bool simulate_;
+  const DistContext* dist_ = nullptr;
   ops::DsaLayerCapacity cap_;
   std::vector<RankDev> ranks_;
   const bf16* const* partial_ptrs_ = nullptr;
@@ -382,6 +518,28 @@ std::unique_ptr<Backend> make_cuda_backend(const Model& model, const Workload& w
     return nullptr;
   }
   return std::make_unique<CudaBackend>(model, w, simulate_tp);
+}
+
+std::string cuda_rank_unavailable(const DistContext& dist) {
+#if !defined(STEP5_DRIVER_HAVE_NCCL)
+  (void)dist;
+  return "one process per GPU needs NCCL (this build has none: configure with STEP5_ENABLE_NCCL and NCCL installed)";
+#else
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();
+    return "no CUDA device is present";
+  }
+  if (dist.env.local_rank >= n)
+    return "LOCAL_RANK " + std::to_string(dist.env.local_rank) + " needs GPU " + std::to_string(dist.env.local_rank) +
+           ", this host has " + std::to_string(n);
+  const Status s = require_sm90(dist.env.local_rank);
+  return s.ok() ? std::string() : s.message();
+#endif
+}
+
+std::unique_ptr<Backend> make_cuda_backend_multiprocess(const Model& model, const Workload& w, const DistContext& dist) {
+  return std::make_unique<CudaBackend>(model, w, false, &dist);
 }
 
 }  // namespace step5::driver

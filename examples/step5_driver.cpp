@@ -9,6 +9,8 @@
 // compares against a second run (tp-sharded vs tp=1 on the CPU; GPU vs CPU).
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
+
 #include <cerrno>
 #include <charconv>
 #include <csignal>
@@ -51,6 +53,9 @@ struct Options {
   bool json = false;
   bool quiet = false;
   std::uint64_t seed = 1234;
+  bool multiprocess = false;  // one process per GPU (also when WORLD_SIZE > 1 is set)
+  int dist_timeout = 300;     // seconds: rendezvous, NCCL init, each step's wait
+  int rank = 0;               // this process's rank (one process per GPU), else 0
 };
 
 // Exit codes (README "The example driver").
@@ -189,9 +194,23 @@ struct RunResult {
   double checksum = 0;
 };
 
+// Fault injection for the multi-process failure tests: STEP5_TEST_KILL_RANK_AFTER_STEP=R:S makes
+// rank R kill itself (SIGKILL) after step S (1-based) — "a rank killed mid-run". {-1, -1}: unset.
+std::pair<int, int> test_kill_point() {
+  const char* v = std::getenv("STEP5_TEST_KILL_RANK_AFTER_STEP");
+  if (v == nullptr) return {-1, -1};
+  int r = -1, s = -1;
+  char tail = 0;
+  if (std::sscanf(v, "%d:%d%c", &r, &s, &tail) != 2 || r < 0 || s < 1)
+    throw Error(StatusCode::kInvalidArgument, std::string("STEP5_TEST_KILL_RANK_AFTER_STEP='") + v +
+                                                  "': expected RANK:STEP (RANK >= 0, STEP >= 1)");
+  return {r, s};
+}
+
 RunResult run(Backend& backend, const Model& model, const Workload& w, const Options& opt, bool progress,
               bool record_layers) {
   RunResult res;
+  const auto [kill_rank, kill_step] = test_kill_point();
   const int hidden = model.config.hidden_size;
   std::vector<int> done(w.prompt_lens.size(), 0);
   for (std::size_t s = 0; s < w.steps.size(); ++s) {
@@ -215,6 +234,11 @@ RunResult run(Backend& backend, const Model& model, const Workload& w, const Opt
                    step.prefill ? "prefill" : "decode", s + 1, w.steps.size(), T, step.requests.size(), dt);
     res.outputs.push_back(std::move(residual));
     if (record_layers) res.layer_residuals.push_back(std::move(layer_res));
+    if (opt.rank == kill_rank && static_cast<int>(s) + 1 == kill_step) {
+      std::fprintf(stderr, "[step5] rank %d: killing itself after step %zu (STEP5_TEST_KILL_RANK_AFTER_STEP)\n", opt.rank, s + 1);
+      std::fflush(stderr);
+      ::raise(SIGKILL);
+    }
   }
   return res;
 }
@@ -405,6 +429,12 @@ int run_driver(int argc, char** argv, Options& opt) {
   app.add_flag("--json", opt.json, "print a machine-readable JSON summary on stdout");
   app.add_option("--seed", opt.seed, "seed of the input embeddings")->check(int_in<std::uint64_t>(0));
   app.add_flag("--quiet", opt.quiet, "no progress lines");
+  app.add_flag("--multiprocess", opt.multiprocess,
+               "one process per GPU (set by tools/launch_tp.sh: WORLD_SIZE > 1 turns it on): this process is rank "
+               "RANK of WORLD_SIZE = --tp on GPU LOCAL_RANK, meeting the others at MASTER_ADDR:MASTER_PORT");
+  app.add_option("--dist-timeout", opt.dist_timeout,
+                 "one process per GPU: seconds to wait for the other ranks (rendezvous, NCCL init, each step)")
+      ->check(int_in(1, 86400));
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help
@@ -430,6 +460,29 @@ int run_driver(int argc, char** argv, Options& opt) {
     throw Error(StatusCode::kInvalidArgument, "--tokens " + std::to_string(opt.tokens) + " + --decode-steps " +
                                                   std::to_string(opt.decode_steps) + " exceeds " +
                                                   std::to_string(kMaxPositions) + " positions");
+  // One process per GPU: the rank environment (validated), --tp = WORLD_SIZE, the cuda backend.
+  const bool multiprocess =
+      opt.multiprocess || comm::multiprocess_requested([](const char* n) -> const char* { return std::getenv(n); });
+  DistContext dist;
+  if (multiprocess) {
+    dist.env = comm::dist_env();
+    dist.timeout_s = opt.dist_timeout;
+    opt.rank = dist.env.rank;
+    if (opt.backend == "cpu")
+      throw Error(StatusCode::kInvalidArgument, "one process per GPU (WORLD_SIZE=" + std::to_string(dist.env.world_size) +
+                                                    ", or --multiprocess) needs --backend cuda or auto; --backend cpu "
+                                                    "runs every --tp rank in one process");
+    if (opt.simulate_tp)
+      throw Error(StatusCode::kInvalidArgument, "--simulate-tp runs every rank on one GPU in one process; it does not apply "
+                                                "to one process per GPU (WORLD_SIZE=" + std::to_string(dist.env.world_size) + ")");
+    if (dist.env.world_size != opt.tp)
+      throw Error(StatusCode::kInvalidArgument, "WORLD_SIZE=" + std::to_string(dist.env.world_size) + " processes but --tp " +
+                                                    std::to_string(opt.tp) + ": one process per rank needs WORLD_SIZE = --tp");
+    opt.backend = "cuda";
+  }
+  const bool root = opt.rank == 0;  // prints the summary and runs --check
+  if (!root) opt.quiet = true;
+
   const bool use_default = opt.checkpoint.empty();
   if (use_default && layout::find_geometry(opt.geometry) == nullptr)
     throw Error(StatusCode::kInvalidArgument, "--geometry '" + opt.geometry + "' is not in the list; supported: " +
@@ -451,7 +504,7 @@ int run_driver(int argc, char** argv, Options& opt) {
   std::optional<DefaultCheckpoint> def_plan;
   if (use_default) {
     def_plan = plan_default_checkpoint(opt.cache_dir.empty() ? default_cache_dir() : opt.cache_dir, opt);
-    if (!def_plan->cached) check_disk(*def_plan, opt);
+    if (!def_plan->cached && root) check_disk(*def_plan, opt);  // one process per GPU: rank 0 generates it
   }
   {
     const WorkloadShape shape = workload_shape(opt.requests, opt.tokens, opt.chunk, opt.decode_steps, opt.block_size);
@@ -462,7 +515,7 @@ int run_driver(int argc, char** argv, Options& opt) {
                                                     " token positions, more than the int32 batch metadata allows (" +
                                                     std::to_string(std::numeric_limits<std::int32_t>::max() / 2) + ")");
     const HostEstimate he = estimate_host_bytes(cfg, opt.layers, opt.tp, opt.topk, shape, opt.block_size,
-                                                opt.backend != "cuda", opt.check);
+                                                opt.backend != "cuda", opt.check && root, multiprocess);
     const double avail = host_available_bytes();
     if (avail > 0 && he.total() > 0.9 * avail)
       throw Error(StatusCode::kInvalidArgument,
@@ -474,9 +527,33 @@ int run_driver(int argc, char** argv, Options& opt) {
   }
   const Workload w = make_workload(opt.requests, opt.tokens, opt.chunk, opt.decode_steps, opt.block_size, opt.seed);
 
+  // One process per GPU: the ranks meet (bounded by --dist-timeout), then agree that each has its
+  // GPU before any NCCL call (so all skip together when one lacks it).
+  std::optional<comm::TcpStore> store;
+  if (multiprocess) {
+    if (!opt.quiet)
+      std::fprintf(stderr, "[step5] rank %d of %d (GPU %d): rendezvous at %s:%d (timeout %d s)\n", dist.env.rank,
+                   dist.env.world_size, dist.env.local_rank, dist.env.master_addr.c_str(), dist.env.master_port,
+                   opt.dist_timeout);
+    store.emplace(dist.env, static_cast<double>(opt.dist_timeout));
+    dist.store = &*store;
+    const std::string mine = cuda_rank_unavailable(dist);
+    const auto all = store->allgather(comm::TcpStore::Blob(mine.begin(), mine.end()));
+    for (int r = 0; r < dist.env.world_size; ++r)
+      if (!all[r].empty())
+        throw NoGpu("--backend cuda: rank " + std::to_string(r) + " of " + std::to_string(dist.env.world_size) + ": " +
+                    std::string(all[r].begin(), all[r].end()));
+  }
+
   std::string cached;  // the cached default's directory (for the hint when it is damaged)
   if (use_default) {
-    if (!def_plan->cached) generate_default_checkpoint(*def_plan, opt);
+    if (!def_plan->cached && root) generate_default_checkpoint(*def_plan, opt);
+    if (multiprocess) {
+      // The others wait for rank 0's generation (no bound on its length; rank 0 dying ends the
+      // wait at once), then find it cached.
+      store->barrier(7 * 24 * 3600.0);
+      if (!root) def_plan = plan_default_checkpoint(def_plan->cache_dir.string(), opt);
+    }
     cached = def_plan->dir.string();
   }
   const CheckpointPaths paths = use_default ? checkpoint_paths(cached) : given;
@@ -485,7 +562,7 @@ int run_driver(int argc, char** argv, Options& opt) {
   try {
     cfg = load_model_config(paths.config.string());
     ckpt.emplace(paths.tensors.string());
-    loaded.emplace(load_model(*ckpt, cfg, opt.layers, opt.tp, w.max_position));
+    loaded.emplace(load_model(*ckpt, cfg, opt.layers, opt.tp, w.max_position, multiprocess ? dist.env.rank : -1));
   } catch (const Error& e) {
     if (cached.empty()) throw;
     throw Error(e.code(), std::string(e.what()) + " -- the cached default checkpoint '" + cached +
@@ -497,6 +574,7 @@ int run_driver(int argc, char** argv, Options& opt) {
   std::string backend_kind = opt.backend;
   std::unique_ptr<Backend> backend;
   const bool progress = !opt.quiet && !opt.json;
+  if (multiprocess) backend = make_cuda_backend_multiprocess(model, w, dist);
   if (backend_kind == "auto") {
     std::string why;
     backend = make_cuda_backend(model, w, opt.simulate_tp, &why);
@@ -511,18 +589,37 @@ int run_driver(int argc, char** argv, Options& opt) {
                  cfg.geometry_name.c_str(), backend_kind.c_str(), opt.tp, model.layers.size(), w.prompt_lens.size(),
                  w.prefill_tokens, w.decode_tokens, opt.topk);
   if (!backend) backend = make_backend(backend_kind, model, w, opt.simulate_tp);
-  RunResult res = run(*backend, model, w, opt, progress, opt.check);
+  RunResult res = run(*backend, model, w, opt, progress, opt.check && root);
+  backend->finish();
+
+  // One process per GPU: every rank's bytes read, checksum and timings to rank 0; the others are done.
+  std::vector<std::size_t> bytes_read = model.bytes_read_per_rank;
+  nlohmann::ordered_json per_rank = nlohmann::json::array();
+  if (multiprocess) {
+    nlohmann::ordered_json mine = {{"rank", dist.env.rank}, {"local_rank", dist.env.local_rank},
+                                   {"bytes_read", model.bytes_read_per_rank[dist.env.rank]}, {"checksum", res.checksum},
+                                   {"prefill_s", res.prefill_s}, {"decode_s", res.decode_s}, {"breakdown_s", res.timings}};
+    const std::string text = mine.dump();
+    const auto all = store->allgather(comm::TcpStore::Blob(text.begin(), text.end()));
+    if (!root) return kExitOk;
+    for (int r = 0; r < dist.env.world_size; ++r) {
+      per_rank.push_back(nlohmann::ordered_json::parse(std::string(all[r].begin(), all[r].end())));
+      bytes_read[r] = per_rank.back()["bytes_read"].get<std::size_t>();
+    }
+  }
 
   // --check: a second run to compare with.
   CheckStats stats;
   std::string check_what;
   bool compared = false;
+  std::optional<Model> tp1;  // the tp-1 reference model of --check
   if (opt.check) {
-    std::optional<Model> tp1;
     std::unique_ptr<CpuBackend> other;
     if (backend_kind == "cuda") {
       // The GPU run (tp-sharded, NCCL or simulated) against the CPU reference at tp 1.
-      check_what = "cuda tp " + std::to_string(opt.tp) + (opt.simulate_tp && opt.tp > 1 ? " (simulated)" : "") +
+      check_what = "cuda tp " + std::to_string(opt.tp) +
+                   (multiprocess ? " (" + std::to_string(opt.tp) + " processes, NCCL)"
+                                 : opt.simulate_tp && opt.tp > 1 ? " (simulated)" : "") +
                    " vs cpu reference tp 1";
       if (opt.tp > 1) tp1.emplace(load_model(*ckpt, cfg, opt.layers, 1, w.max_position));
       other = std::make_unique<CpuBackend>(tp1 ? *tp1 : model, w);
@@ -563,7 +660,12 @@ int run_driver(int argc, char** argv, Options& opt) {
     j["tokens_per_s"] = {{"prefill", prefill_tps}, {"decode", decode_tps}};
     j["tokens_per_s_note"] = caveat;
     j["breakdown_s"] = res.timings;
-    j["bytes_read_per_rank"] = model.bytes_read_per_rank;
+    j["bytes_read_per_rank"] = bytes_read;
+    if (multiprocess) {
+      j["processes"] = opt.tp;
+      j["per_rank"] = per_rank;
+    }
+    if (tp1) j["check_reference_bytes_read"] = tp1->bytes_read_per_rank[0];
     j["checksum"] = res.checksum;
     if (!opt.check) {
       j["check"] = nullptr;
@@ -592,7 +694,11 @@ int run_driver(int argc, char** argv, Options& opt) {
                 backend_kind.c_str(), opt.tp, model.layers.size(), cfg.hidden_size, opt.topk);
     std::printf("  requests %zu, prefill tokens %d (chunk %d), decode tokens %d\n", w.prompt_lens.size(),
                 w.prefill_tokens, opt.chunk, w.decode_tokens);
-    std::printf("  load    %8.3f s (%.1f MB read per rank)\n", load_s, model.bytes_read_per_rank[0] / 1e6);
+    std::printf("  load    %8.3f s (%.1f MB read per rank)\n", load_s, bytes_read[0] / 1e6);
+    for (const auto& pr : per_rank)
+      std::printf("  rank %d (process, GPU %d): %.1f MB read, checksum %.6e, prefill %.3f s, decode %.3f s\n",
+                  pr["rank"].get<int>(), pr["local_rank"].get<int>(), pr["bytes_read"].get<double>() / 1e6,
+                  pr["checksum"].get<double>(), pr["prefill_s"].get<double>(), pr["decode_s"].get<double>());
     std::printf("  prefill %8.3f s  %10.1f tokens/s\n", res.prefill_s, prefill_tps);
     std::printf("  decode  %8.3f s  %10.1f tokens/s\n", res.decode_s, decode_tps);
     std::printf("  note: %s\n", caveat.c_str());

@@ -22,12 +22,17 @@ inline Status nccl_status(ncclResult_t r, const char* what) {
 
 /// Sum all-reduce, in place, of `count` bf16 elements at `data` (device pointer) over `comm`,
 /// ordered on `stream` (SPEC §4.8: sum of the ranks' bf16 o_proj partials).
+/// A non-blocking communicator (created with ncclConfig_t::blocking = 0, e.g. for a bounded
+/// initialisation) may answer ncclInProgress: the call was accepted; it is returned as Ok and the
+/// caller polls ncclCommGetAsyncError(comm) until it leaves ncclInProgress before its next NCCL
+/// call on `comm` (NCCL's non-blocking contract).
 /// Errors: null data with count > 0 or null comm → kInvalidArgument; NCCL failures → kNcclError.
 inline Status all_reduce_sum_bf16(void* data, std::size_t count, ncclComm_t comm, cudaStream_t stream) {
   if (count == 0) return Status::Ok();
   if (data == nullptr) return invalid_argument("all_reduce_sum_bf16: data is null with count " + std::to_string(count));
   if (comm == nullptr) return invalid_argument("all_reduce_sum_bf16: communicator is null");
-  return nccl_status(ncclAllReduce(data, data, count, ncclBfloat16, ncclSum, comm, stream), "ncclAllReduce(bf16, sum)");
+  const ncclResult_t r = ncclAllReduce(data, data, count, ncclBfloat16, ncclSum, comm, stream);
+  return nccl_status(r == ncclInProgress ? ncclSuccess : r, "ncclAllReduce(bf16, sum)");
 }
 
 /// The rank and size of `comm`, checked against the expected tp layout.

@@ -1,0 +1,77 @@
+# Runs tools/launch_tp.sh with a random MASTER_PORT (ctest runs tests in parallel and several
+# users may share the machine: no fixed port), retrying with another port when rank 0's bind fails
+# (the port was taken), then checks the exit status and the output.
+#
+#   cmake [-DEXPECT_EXIT_CODE=<n>] [-DEXPECT_REGEX=<regex>] [-DSKIP_EXIT_CODE=<n>] -P run_launch_tp.cmake -- <launch_tp.sh> N <command> [args...]
+#
+# EXPECT_EXIT_CODE defaults to 0. SKIP_EXIT_CODE: that exit status is passed through as the
+# script's own failure with "SKIPPED" (ctest's SKIP_REGULAR_EXPRESSION marks it skipped).
+# DRIVER_JSON=ON: stdout is rank 0's step5_driver --json --check summary of a one-process-per-GPU
+# run; checks: "check"."passed" is true, "per_rank" has N entries (N = the launcher's first
+# argument), and each rank read its shards only: 0 < bytes_read < the tp-1 reference's bytes
+# ("check_reference_bytes_read"), and together at least the reference's (every shard was read).
+if(NOT DEFINED EXPECT_EXIT_CODE)
+  set(EXPECT_EXIT_CODE 0)
+endif()
+set(_cmd "")
+set(_after OFF)
+math(EXPR _last "${CMAKE_ARGC} - 1")
+foreach(_i RANGE 0 ${_last})
+  if(_after)
+    string(REPLACE ";" "\\;" _arg "${CMAKE_ARGV${_i}}")
+    list(APPEND _cmd "${_arg}")
+  elseif(CMAKE_ARGV${_i} STREQUAL "--")
+    set(_after ON)
+  endif()
+endforeach()
+list(JOIN _cmd " " _cmd_str)
+foreach(_attempt RANGE 1 4)
+  string(RANDOM LENGTH 4 ALPHABET 0123456789 _r)
+  math(EXPR _port "20000 + (1${_r} % 10000) * 3")  # 20000..49997
+  set(ENV{MASTER_PORT} ${_port})
+  set(ENV{MASTER_ADDR} 127.0.0.1)
+  execute_process(COMMAND ${_cmd} RESULT_VARIABLE _rc OUTPUT_VARIABLE _stdout ERROR_VARIABLE _stderr)
+  set(_out "${_stdout}${_stderr}")
+  if(NOT _out MATCHES "bind failed")
+    break()
+  endif()
+  message(STATUS "run_launch_tp: port ${_port} was taken, retrying")
+endforeach()
+message("${_out}")
+if(DEFINED SKIP_EXIT_CODE AND _rc STREQUAL "${SKIP_EXIT_CODE}")
+  message(FATAL_ERROR "SKIPPED: '${_cmd_str}' exited with ${_rc} (the skip code)")
+endif()
+if(NOT _rc STREQUAL "${EXPECT_EXIT_CODE}")
+  message(FATAL_ERROR "run_launch_tp: '${_cmd_str}' (MASTER_PORT ${_port}) exited with ${_rc}; expected ${EXPECT_EXIT_CODE}")
+endif()
+if(DEFINED EXPECT_REGEX AND NOT _out MATCHES "${EXPECT_REGEX}")
+  message(FATAL_ERROR "run_launch_tp: '${_cmd_str}' exited with ${_rc} but its output does not match '${EXPECT_REGEX}'")
+endif()
+if(DRIVER_JSON)
+  list(GET _cmd 1 _n)
+  string(JSON _passed ERROR_VARIABLE _e GET "${_stdout}" check passed)
+  if(_e OR NOT _passed STREQUAL "ON")
+    message(FATAL_ERROR "run_launch_tp: check.passed is '${_passed}' ${_e}")
+  endif()
+  string(JSON _ranks LENGTH "${_stdout}" per_rank)
+  if(NOT _ranks EQUAL _n)
+    message(FATAL_ERROR "run_launch_tp: per_rank has ${_ranks} entries, expected ${_n}")
+  endif()
+  string(JSON _ref GET "${_stdout}" check_reference_bytes_read)
+  set(_sum 0)
+  math(EXPR _last_rank "${_n} - 1")
+  foreach(_r RANGE 0 ${_last_rank})
+    string(JSON _b GET "${_stdout}" per_rank ${_r} bytes_read)
+    string(JSON _rr GET "${_stdout}" per_rank ${_r} rank)
+    if(NOT _rr EQUAL _r OR _b LESS_EQUAL 0 OR _b GREATER_EQUAL _ref)
+      message(FATAL_ERROR "run_launch_tp: per_rank[${_r}] is rank ${_rr} with ${_b} bytes read; expected rank ${_r} reading "
+                          "more than 0 and less than the tp-1 reference's ${_ref} bytes (its shards only)")
+    endif()
+    math(EXPR _sum "${_sum} + ${_b}")
+  endforeach()
+  if(_sum LESS _ref)
+    message(FATAL_ERROR "run_launch_tp: the ranks read ${_sum} bytes together, less than the tp-1 reference's ${_ref}")
+  endif()
+  message(STATUS "run_launch_tp: --check passed over ${_n} processes; bytes read per rank < ${_ref}, together ${_sum}")
+endif()
+message(STATUS "run_launch_tp: exit status ${_rc} as expected (MASTER_PORT ${_port})")
