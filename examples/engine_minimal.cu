@@ -6,6 +6,7 @@
 //      output equals the CPU reference (step5/reference/) within bf16 rounding.
 // Prints PASS/FAIL; exit 0 = pass, 1 = fail, 77 = skipped (no sm_90 GPU).
 #include <cuda_runtime.h>
+#include <unistd.h>  // getpid
 
 #include <algorithm>
 #include <cmath>
@@ -24,21 +25,20 @@
 namespace ops = step5::ops;
 using step5::bf16;
 
-#define CK(expr)                                                                                  \
-  do {                                                                                            \
-    const cudaError_t e_ = (expr);                                                                \
-    if (e_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "FAIL: %s: %s (line %d)\n", #expr, cudaGetErrorString(e_), __LINE__); \
-      return 1;                                                                                   \
-    }                                                                                             \
+// Errors become exceptions, so that main's cleanup (device memory, the temp checkpoint) always runs.
+#define CK(expr)                                                                                                \
+  do {                                                                                                          \
+    const cudaError_t e_ = (expr);                                                                              \
+    if (e_ != cudaSuccess)                                                                                      \
+      throw step5::Error(step5::StatusCode::kCudaError, std::string(#expr) + ": " + cudaGetErrorString(e_) +    \
+                                                            " (line " + std::to_string(__LINE__) + ")");        \
   } while (0)
-#define OK(expr)                                                                              \
-  do {                                                                                        \
-    const step5::Status s_ = (expr);                                                          \
-    if (!s_.ok()) {                                                                           \
-      std::fprintf(stderr, "FAIL: %s: %s (line %d)\n", #expr, s_.to_string().c_str(), __LINE__); \
-      return 1;                                                                               \
-    }                                                                                         \
+#define OK(expr)                                                                                                \
+  do {                                                                                                          \
+    const step5::Status s_ = (expr);                                                                            \
+    if (!s_.ok())                                                                                               \
+      throw step5::Error(s_.code(), std::string(#expr) + ": " + s_.to_string() + " (line " +                    \
+                                        std::to_string(__LINE__) + ")");                                        \
   } while (0)
 
 template <class T>
@@ -58,7 +58,9 @@ int main() {
     return 77;
   }
   // ---- 1. weights of layer 0, rank 1 of tp 4, from a checkpoint ----------------------------
-  const std::string dir = (std::filesystem::temp_directory_path() / "step5_engine_minimal").string();
+  // a directory of this process's own (two runs at once never share a checkpoint)
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("step5_engine_minimal." + std::to_string(::getpid()))).string();
   step5::CheckpointOptions opt;
   opt.geometry = "step5_preview", opt.num_layers = 1, opt.hidden = 512;
   opt.layer_types = {"full_attention"};  // one DSA layer (the Preview pattern puts DSA on layers 4k+3)
@@ -69,7 +71,10 @@ int main() {
     step5::generate_checkpoint(dir, opt);
     const step5::ModelConfig cfg = step5::load_model_config(dir + "/config.json");
     const auto rl = step5::layout::make_rank_layout(cfg.geometry, step5::layout::standard_layout(cfg.geometry, tp), tp_rank);
-    if (!rl.ok()) throw step5::Error(step5::StatusCode::kInvalidArgument, "rank layout");
+    if (!rl.ok())
+      throw step5::Error(step5::StatusCode::kInvalidArgument,
+                         "tp " + std::to_string(tp) + " rank " + std::to_string(tp_rank) + ": " +
+                             step5::layout::describe(rl.error));
     const step5::model::LayerWeights lw =
         step5::load_layer_weights(step5::Checkpoint(dir), cfg, 0, rl.layout, max_position);
     const auto& r = lw.rank;

@@ -454,8 +454,9 @@ int run_driver(int argc, char** argv, Options& opt) {
   if (opt.simulate_tp && opt.backend == "cpu")
     throw Error(StatusCode::kInvalidArgument,
                 "--simulate-tp applies to --backend cuda only (the cpu backend always runs every --tp rank on the host)");
-  if (opt.block_size % 8 != 0)
-    throw Error(StatusCode::kInvalidArgument, "--block-size " + std::to_string(opt.block_size) + " is not a multiple of 8");
+  if (opt.block_size % step5::layout::kRegionSize != 0)
+    throw Error(StatusCode::kInvalidArgument, "--block-size " + std::to_string(opt.block_size) + " is not a multiple of the region size " +
+                                                  std::to_string(step5::layout::kRegionSize));
   if (static_cast<long long>(opt.tokens) + opt.decode_steps > kMaxPositions)
     throw Error(StatusCode::kInvalidArgument, "--tokens " + std::to_string(opt.tokens) + " + --decode-steps " +
                                                   std::to_string(opt.decode_steps) + " exceeds " +
@@ -709,19 +710,21 @@ int run_driver(int argc, char** argv, Options& opt) {
       for (std::size_t i = 0; i < stats.over.size() && i < kPrinted; ++i) {
         const RowOver& r = stats.over[i];
         if (r.tie)
-          std::printf("    row over 2e-2: step %zu layer %zu row %d (position %d) rel %.3e, excused: near-tie in group %d, "
+          std::printf("    row over %.0e: step %zu layer %zu row %d (position %d) rel %.3e, excused: near-tie in group %d, "
                       "k-th score %.6g vs (k+1)-th %.6g\n",
-                      r.step, r.layer, r.row, r.position, r.rel, r.tie->group, r.tie->kth, r.tie->next);
+                      kRowTol, r.step, r.layer, r.row, r.position, r.rel, r.tie->group, r.tie->kth, r.tie->next);
         else
-          std::printf("    row over 2e-2: step %zu layer %zu row %d (position %d) rel %.3e, NOT explained by a near-tie\n",
-                      r.step, r.layer, r.row, r.position, r.rel);
+          std::printf("    row over %.0e: step %zu layer %zu row %d (position %d) rel %.3e, NOT explained by a near-tie\n",
+                      kRowTol, r.step, r.layer, r.row, r.position, r.rel);
       }
-      if (stats.over.size() > kPrinted) std::printf("    ... %zu more rows over 2e-2 (all in --json)\n", stats.over.size() - kPrinted);
-      std::printf("  check: %s, per layer on identical inputs: rel error %.3e over rows within 2e-2 (%.3e over all "
-                  "rows); %zu of %ld token rows > 2e-2: %ld excused by a shown near-tie (at most %ld = 1%% allowed), "
+      if (stats.over.size() > kPrinted)
+        std::printf("    ... %zu more rows over %.0e (all in --json)\n", stats.over.size() - kPrinted, kRowTol);
+      std::printf("  check: %s, per layer on identical inputs: rel error %.3e over rows within %.0e (%.3e over all "
+                  "rows); %zu of %ld token rows > %.0e: %ld excused by a shown near-tie (at most %ld = %.0f%% allowed), "
                   "%ld not explained -> %s\n",
-                  check_what.c_str(), stats.rel, stats.rel_all, stats.over.size(), stats.rows, stats.excused(),
-                  stats.max_excused(), stats.unexplained(), check_ok ? "PASSED" : "FAILED");
+                  check_what.c_str(), stats.rel, kRowTol, stats.rel_all, stats.over.size(), stats.rows, kRowTol,
+                  stats.excused(), stats.max_excused(), 100.0 * kMaxExcusedFraction, stats.unexplained(),
+                  check_ok ? "PASSED" : "FAILED");
     } else if (opt.check) {
       std::printf("  check: %s\n", check_what.c_str());
     }

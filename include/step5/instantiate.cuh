@@ -151,8 +151,8 @@ Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
                             std::to_string(layout::kMaxTopk) + " (SPEC §1)");
   if (p.rows < 0) return invalid_argument("topk_select: rows = " + std::to_string(p.rows) + ", expected >= 0");
   if (p.rows == 0) return Status::Ok();
-  if (!p.scores || !p.history || !p.ids || !p.counts)
-    return invalid_argument("topk_select: scores, history, ids and counts must be non-null");
+  STEP5_RETURN_IF_ERROR(require_non_null(
+      "topk_select", {{"scores", p.scores}, {"history", p.history}, {"ids", p.ids}, {"counts", p.counts}}));
   if (p.ld < 1) return invalid_argument("topk_select: ld = " + std::to_string(p.ld) + ", expected >= 1");
   if (p.ld_ids < p.topk + 1)
     return invalid_argument("topk_select: ld_ids = " + std::to_string(p.ld_ids) + ", expected >= topk + 1 = " +

@@ -270,3 +270,11 @@ TEST_CASE("CPU reference layer: prefill 128 + 10, then the decode at position 12
   CHECK(same(cache.summary_cache, before.summary_cache));
   CHECK(same(cache.tail, before.tail));
 }
+
+TEST_CASE("require_non_null names the first null pointer and its op") {
+  int a = 0;
+  CHECK(step5::require_non_null("op", {{"a", &a}}).ok());
+  const step5::Status s = step5::require_non_null("indexer_select", {{"index_q", &a}, {"weights", nullptr}, {"counts", nullptr}});
+  CHECK(s.code() == step5::StatusCode::kInvalidArgument);
+  CHECK(s.message() == "indexer_select: weights is null");
+}

@@ -5,6 +5,7 @@
 /// I/O: checkpoint readers, config parsing, the fused-weight loader). Library code never calls
 /// exit/abort. Host-safe (g++).
 #include <stdexcept>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -58,6 +59,18 @@ class [[nodiscard]] Status {
 };
 
 inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+
+/// A named pointer argument, for `require_non_null`.
+struct NamedPointer {
+  const char* name;
+  const void* ptr;
+};
+/// kInvalidArgument "<op>: <name> is null" for the first null pointer of `ptrs`, else Ok.
+inline Status require_non_null(const char* op, std::initializer_list<NamedPointer> ptrs) {
+  for (const NamedPointer& p : ptrs)
+    if (p.ptr == nullptr) return invalid_argument(std::string(op) + ": " + p.name + " is null");
+  return Status::Ok();
+}
 inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
 
 /// Exception thrown by host-side I/O and loading code (never by launchers).

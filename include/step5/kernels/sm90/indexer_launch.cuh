@@ -102,10 +102,12 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   check.widths[0] = {"ldc", p.ldc, p.rank.rows_with_w, "rows_with_w", 2};
   STEP5_RETURN_IF_ERROR(validate_step(check));
   if (p.batch.num_tokens == 0) return Status::Ok();
-  if (!p.c || !p.q_norm || !p.k_norm || !p.index_q_norm || !p.index_k_norm_w || !p.index_k_norm_b ||
-      !p.cos_main || !p.sin_main || !p.cos_idx || !p.sin_idx || !p.q_out || !p.k_cache || !p.v_cache ||
-      !p.index_q || !p.weights || !p.index_k)
-    return invalid_argument("indexer_prepare: a required pointer (c, norm weights, rope tables or an output) is null");
+  STEP5_RETURN_IF_ERROR(require_non_null(
+      "indexer_prepare", {{"c", p.c}, {"q_norm", p.q_norm}, {"k_norm", p.k_norm}, {"index_q_norm", p.index_q_norm},
+                          {"index_k_norm_w", p.index_k_norm_w}, {"index_k_norm_b", p.index_k_norm_b},
+                          {"cos_main", p.cos_main}, {"sin_main", p.sin_main}, {"cos_idx", p.cos_idx},
+                          {"sin_idx", p.sin_idx}, {"q_out", p.q_out}, {"k_cache", p.k_cache}, {"v_cache", p.v_cache},
+                          {"index_q", p.index_q}, {"weights", p.weights}, {"index_k", p.index_k}}));
   if (!(p.eps >= 0.f)) return invalid_argument("indexer_prepare: eps must be >= 0");
   kernels::sm90::PrepareArgs a{};
   a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
@@ -160,8 +162,9 @@ Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream)
   check.widths[0] = {"ldc", p.ldc, p.rank.rows_with_w, "rows_with_w", 1};
   STEP5_RETURN_IF_ERROR(validate_step(check));
   if (p.batch.num_tokens == 0) return Status::Ok();
-  if (!p.index_k || !p.c || !p.summary_cache || !p.tail || !p.tail_slot)
-    return invalid_argument("indexer_summaries: index_k, c, summary_cache, tail and tail_slot must be non-null");
+  STEP5_RETURN_IF_ERROR(require_non_null("indexer_summaries", {{"index_k", p.index_k}, {"c", p.c},
+                                                               {"summary_cache", p.summary_cache}, {"tail", p.tail},
+                                                               {"tail_slot", p.tail_slot}}));
   if (p.num_slots <= 0) return invalid_argument("indexer_summaries: num_slots = " + num(p.num_slots) + ", expected > 0");
   if (p.batch.num_requests > 65535)
     return invalid_argument("indexer_summaries: num_requests = " + num(p.batch.num_requests) + ", expected <= 65535");
@@ -208,8 +211,9 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   check.workspace_hint = "indexer_select_workspace_bytes(rank, 1, max_seq_len, num_requests)";
   STEP5_RETURN_IF_ERROR(validate_step(check));
   if (T == 0) return Status::Ok();
-  if (!p.index_q || !p.weights || !p.summary_cache || !p.topk_ids || !p.counts || !p.workspace)
-    return invalid_argument("indexer_select: index_q, weights, summary_cache, topk_ids, counts and workspace must be non-null");
+  STEP5_RETURN_IF_ERROR(require_non_null("indexer_select", {{"index_q", p.index_q}, {"weights", p.weights},
+                                                            {"summary_cache", p.summary_cache}, {"topk_ids", p.topk_ids},
+                                                            {"counts", p.counts}, {"workspace", p.workspace}}));
   if (Il > kernels::sm90::kScoreCols)
     return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
   const int chunk = static_cast<int>(std::min<std::size_t>(T, (p.workspace_bytes - fixed) / per_token));
