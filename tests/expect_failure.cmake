@@ -3,7 +3,9 @@
 #
 #   cmake -DEXPECT_REGEX=<regex> [-DEXPECT_EXIT_CODE=<n>] -P expect_failure.cmake -- <command> [args...]
 #
-# EXPECT_EXIT_CODE (optional) requires that exact exit status.
+# EXPECT_EXIT_CODE (optional) requires that exact exit status; EXPECT_EXIT_CODE=0 turns the runner
+# into an expect-success check (exit 0 AND the output matches). EXPECT_NOT_REGEX (optional): the
+# output must not match it.
 # A command that cannot be started or dies from a signal (a crash) fails the test too: only an
 # orderly non-zero exit counts. Note: add_test splits arguments on ';', so write a ';' of the
 # expected message as '.' in the regex.
@@ -32,7 +34,7 @@ list(JOIN _cmd " " _cmd_str)
 if(NOT _rc MATCHES "^-?[0-9]+$")
   message(FATAL_ERROR "expect_failure: '${_cmd_str}' did not exit normally: ${_rc}")
 endif()
-if(_rc EQUAL 0)
+if(_rc EQUAL 0 AND NOT (DEFINED EXPECT_EXIT_CODE AND EXPECT_EXIT_CODE EQUAL 0))
   message(FATAL_ERROR "expect_failure: '${_cmd_str}' exited with 0; expected a non-zero exit status")
 endif()
 if(DEFINED EXPECT_EXIT_CODE AND NOT _rc EQUAL EXPECT_EXIT_CODE)
@@ -40,5 +42,8 @@ if(DEFINED EXPECT_EXIT_CODE AND NOT _rc EQUAL EXPECT_EXIT_CODE)
 endif()
 if(NOT _out MATCHES "${EXPECT_REGEX}")
   message(FATAL_ERROR "expect_failure: '${_cmd_str}' exited with ${_rc} but its output does not match '${EXPECT_REGEX}'")
+endif()
+if(DEFINED EXPECT_NOT_REGEX AND _out MATCHES "${EXPECT_NOT_REGEX}")
+  message(FATAL_ERROR "expect_failure: '${_cmd_str}' output matches '${EXPECT_NOT_REGEX}', which it must not")
 endif()
 message(STATUS "expect_failure: exit status ${_rc} and the output matches '${EXPECT_REGEX}'")
