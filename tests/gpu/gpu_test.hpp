@@ -28,10 +28,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <iterator>
 #include <string>
 #include <vector>
 
+#include "step5/core/numeric.hpp"
 #include "step5/reference/select.hpp"
 
 namespace step5_test {
@@ -82,6 +84,20 @@ inline bool quick() {
 
 /// Full size, or the quick-mode (sanitizer) value.
 inline int sz(int full, int quick_value) { return quick() ? quick_value : full; }
+
+/// Fresh uniform random data in [-scale, scale] (bf16 rounded to nearest even / fp32).
+inline std::vector<step5::bf16> random_bf16(std::size_t n, std::mt19937& rng, float scale) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<step5::bf16> v(n);
+  for (auto& x : v) x = step5::to_bf16(u(rng));
+  return v;
+}
+inline std::vector<float> random_f32(std::size_t n, std::mt19937& rng, float scale) {
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
 
 /// Same size and the same bytes.
 template <class T>

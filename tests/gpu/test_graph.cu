@@ -35,18 +35,8 @@ using step5_test::DevBuf;
 namespace {
 constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §1)
 
-std::vector<bf16> random_bf16(std::size_t n, std::mt19937& rng, float scale) {
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<bf16> v(n);
-  for (auto& x : v) x = step5::to_bf16(u(rng));
-  return v;
-}
-std::vector<float> random_f32(std::size_t n, std::mt19937& rng, float scale) {
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using step5_test::random_bf16;
+using step5_test::random_f32;
 using step5_test::same_bits;
 
 // The caches and metadata one path (eager or graph) runs on.

@@ -44,18 +44,8 @@ using Tag = layout::LayoutTag<layout::GeometryId::step5_preview, 1>;
 constexpr int kHidden = 256, kB = 2, kBlockSize = 64, kMaxBlocks = 2, kNumBlocks = 4, kTopk = 16;
 constexpr int kMaxPosition = 1024, kMaxSeqLen = 256;
 
-std::vector<bf16> random_bf16(std::size_t n, std::mt19937& rng, float scale) {
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<bf16> v(n);
-  for (auto& x : v) x = step5::to_bf16(u(rng));
-  return v;
-}
-std::vector<float> random_f32(std::size_t n, std::mt19937& rng, float scale) {
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using step5_test::random_bf16;
+using step5_test::random_f32;
 std::vector<std::uint8_t> random_u8(std::size_t n, std::mt19937& rng) {
   std::vector<std::uint8_t> v(n);
   for (auto& x : v) x = static_cast<std::uint8_t>(rng() % 0x7e) | static_cast<std::uint8_t>((rng() & 1) << 7);
