@@ -146,9 +146,7 @@ Status add_partials_to_residual(const bf16* const* partials, int num_partials, f
 }
 
 Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
-  if (p.topk < 1 || p.topk > layout::kMaxTopk)
-    return invalid_argument("topk_select: topk = " + std::to_string(p.topk) + ", expected 1 <= topk <= " +
-                            std::to_string(layout::kMaxTopk) + " (SPEC §1)");
+  STEP5_RETURN_IF_ERROR(ops::check_topk("topk_select", p.topk));
   if (p.rows < 0) return invalid_argument("topk_select: rows = " + std::to_string(p.rows) + ", expected >= 0");
   if (p.rows == 0) return Status::Ok();
   STEP5_RETURN_IF_ERROR(require_non_null(

@@ -68,14 +68,21 @@ struct StepCheck {
 ///     (A request without rows this step touches no cache and is not held to the limits.)
 ///  3. When num_tokens > 0: workspace_bytes >= workspace_required.
 /// A step with num_tokens == 0 launches nothing: only rule 1 applies.
+/// SPEC §1: 1 <= topk <= kMaxTopk. kInvalidArgument "<op>: topk = <v>, expected in [1, 1024] (SPEC §1)".
+/// The one topk rule: validate_step, topk_select and the reference's selection call it.
+inline Status check_topk(const char* op, int topk) {
+  if (topk >= 1 && topk <= layout::kMaxTopk) return Status::Ok();
+  return invalid_argument(std::string(op ? op : "step") + ": topk = " + std::to_string(topk) + ", expected in [1, " +
+                          std::to_string(layout::kMaxTopk) + "] (SPEC §1)");
+}
+
 inline Status validate_step(const StepCheck& c) {
   const std::string op = std::string(c.op ? c.op : "step") + ": ";
   auto s = [](long long v) { return std::to_string(v); };
   auto bad = [&](const std::string& m) { return invalid_argument(op + m); };
   if (c.num_requests < 0) return bad("num_requests = " + s(c.num_requests) + ", expected >= 0");
   if (c.num_tokens < 0) return bad("num_tokens = " + s(c.num_tokens) + ", expected >= 0");
-  if (c.topk && (*c.topk < 1 || *c.topk > layout::kMaxTopk))
-    return bad("topk = " + s(*c.topk) + ", expected in [1, " + s(layout::kMaxTopk) + "] (SPEC §1)");
+  if (c.topk) STEP5_RETURN_IF_ERROR(check_topk(c.op, *c.topk));
   if (c.block_size <= 0 || c.block_size % layout::kRegionSize != 0)
     return bad("block_size = " + s(c.block_size) + ", expected a positive multiple of " + s(layout::kRegionSize) +
                " (SPEC §5)");

@@ -33,7 +33,7 @@ inline bool ranks_above(float a, int ia, float b, int ib) {
 /// Writes `out_row [topk + 1]` and returns the count `min(topk, num_history) + 1`.
 /// Throws when topk is outside [1, 1024] or num_history < 0.
 inline int select_row(const float* scores, int num_history, int topk, int current_region, std::int32_t* out_row) {
-  require(topk >= 1 && topk <= kMaxTopk, "select_row", "topk = " + std::to_string(topk) + ", expected in [1, " + std::to_string(kMaxTopk) + "]");
+  if (const Status st = ops::check_topk("select_row", topk); !st.ok()) throw Error(st);
   require(num_history >= 0, "select_row", "num_history = " + std::to_string(num_history) + ", expected >= 0");
   const int n = std::min(topk, num_history);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(num_history));
