@@ -110,7 +110,8 @@ inline int sinks_local_scattered_row(const SinksLocalScattered& cfg, int topk, i
     const long long l = std::min<long long>(std::max(cfg.local, 0), n - s);
     const long long m = n - s - l;         // scattered regions
     const long long lo = s, hi = c - l;    // drawn from [lo, hi); hi - lo = c - n + m > m
-    if (mark.size() < static_cast<std::size_t>(hi)) mark.assign(static_cast<std::size_t>(hi), 0u);
+    if (mark.size() < static_cast<std::size_t>(hi))  // grown entries are 0, never a live stamp
+      mark.resize(std::max(static_cast<std::size_t>(hi), 2 * mark.size()), 0u);
     if (++stamp == 0) {  // wrapped: clear the marks once
       std::fill(mark.begin(), mark.end(), 0u);
       stamp = 1;
