@@ -22,10 +22,11 @@
 //                    (tile queries × topk), from the selections the kernel gets (host, exact);
 //                    1/tile_queries = every query selects the same regions, ~1 = no reuse
 //   union_regions    mean |union| (regions gathered per (tile, group))
-//   gather_GB/s      random-row gather ceiling (bench_common.hpp `gather_ceiling`): rows of one
-//                    token of one KV head, D·2 bytes (the granule of the kernel's cp.async row
-//                    copies: D/8 16-byte chunks per token row, K and V), drawn uniformly from the
-//                    case's whole K/V cache (its working set), K and V row of each
+//   gather_GB/s      random-row gather ceiling of this case (bench_common.hpp `gather_ceiling`):
+//                    2^22 rows of one token of one KV head, D·2 bytes each (the granule of the
+//                    kernel's cp.async row copies: D/8 16-byte chunks per token row), ids drawn
+//                    uniformly (seeded) from the case's whole K/V cache (its working set), the K
+//                    row and the V row of each id read, L2 flushed, median of 5
 //   x_gather         gathered_GB/s / gather_GB/s: > 1 = reuse across queries beats gathering every
 //                    (query, region) from memory; < 1 = below the no-reuse floor
 // Every selection row is checked against SPEC §4.6 (bench/prefill_selections.hpp) before timing.
