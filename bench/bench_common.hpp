@@ -2,7 +2,8 @@
 /// \file bench/bench_common.hpp
 /// What every benchmark binary shares (SPEC.md §9 "Performance model"): the two device ceilings
 /// that the floors are computed from, measured ONE way in every binary, plus an L2 flush, a
-/// CUDA-event timer, a GPU "sleep" that hides host launch overhead, and random fills.
+/// CUDA-event timer, a GPU "sleep" that hides host launch overhead, random fills, an owning
+/// device buffer (`DevBuf`) and the random-row gather ceiling of bench_attention's prefill cases.
 ///
 ///  - Copy bandwidth ceiling: `copy_ceiling(stream)` = (bytes read + bytes written) per second of
 ///    one `cudaMemcpyAsync` device-to-device of 1 GiB, median of kCopyReps copies (after one
@@ -11,6 +12,11 @@
 ///    (`cublasGemmEx`, bf16 in/out, fp32 compute) at n = 8192 on uniform random data in [-1, 1),
 ///    median of kGemmReps GEMMs (after two warm-ups). SPEC §9: 779 TFLOP/s on the H200.
 ///  Both are measured on the first call and cached for the process.
+///  - Random-row gather ceiling (issue 15 §3): `gather_ceiling(a, b, num_rows, row_bytes, ...)` =
+///    bytes per second of `gather_rows_kernel` reading row r of both `a` and `b` (K and V) for
+///    kGatherRows row ids r drawn uniformly from [0, num_rows) by a seeded host generator, each
+///    warp reading whole rows with 16-byte loads, median of kGatherReps launches each after an L2
+///    flush. Measured per call: the working set (num_rows) is the caller's.
 ///
 /// Benchmark code only (bench/*.cu includes it; it holds __global__ kernels, so nvcc only).
 /// Errors: a failing CUDA or cuBLAS call prints file:line, the call and the error, and exits(1) —
@@ -24,6 +30,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <vector>
 
 #include "step5/reference/summaries.hpp"
@@ -112,6 +119,20 @@ inline void gpu_sleep(cudaStream_t s, double us) {
 }
 
 // ------------------------------------------------------------------------------------------------
+
+/// Owning device allocation of `count` elements (at least one byte is allocated).
+template <class T>
+struct DevBuf {
+  T* p = nullptr;
+  std::size_t n = 0;
+  explicit DevBuf(std::size_t count) : n(count) {
+    STEP5_BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), std::max<std::size_t>(count, 1) * sizeof(T)));
+  }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  std::size_t bytes() const { return n * sizeof(T); }
+};
 
 /// CUDA-event timer on one stream: start(); ...; stop() returns elapsed seconds (synchronizes).
 class EventTimer {
@@ -253,6 +274,91 @@ inline const GemmCeiling& gemm_ceiling(cudaStream_t stream) {
     return r;
   }();
   return c;
+}
+
+/// The random-row gather ceiling (see the file comment).
+struct GatherCeiling {
+  double seconds = 0;   ///< median seconds of one launch
+  double bytes = 0;     ///< bytes read by one launch: kGatherRows × 2 × row_bytes (row ids not counted)
+  double gbs = 0;       ///< bytes / seconds / 1e9
+};
+inline constexpr long long kGatherRows = 1ll << 22;  ///< rows gathered per launch (× 2 arrays)
+inline constexpr int kGatherReps = 5;
+
+/// Reads row rows[i] (chunks 16-byte words) of `a` and of `b` for i < n: warp w takes rows
+/// 4w .. 4w+3 (then strides by 4 × the warps), lane l reads chunks l, l+32, ...; every word is
+/// folded into a sum, one atomicAdd per warp into `sink`, so no load can be dropped.
+__global__ void gather_rows_kernel(const uint4* __restrict__ a, const uint4* __restrict__ b,
+                                   const std::uint32_t* __restrict__ rows, long long n, int chunks, unsigned* sink) {
+  constexpr int kUnroll = 4;
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const long long warp = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const long long warps = (static_cast<long long>(gridDim.x) * blockDim.x) >> 5;
+  unsigned acc = 0;
+  for (long long r0 = warp * kUnroll; r0 < n; r0 += warps * kUnroll)
+    for (int c0 = 0; c0 < chunks; c0 += 32) {
+      const int c = c0 + lane;
+      uint4 x[kUnroll], y[kUnroll];
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        x[j] = y[j] = make_uint4(0u, 0u, 0u, 0u);
+        if (r0 + j < n && c < chunks) {
+          const std::size_t off = static_cast<std::size_t>(rows[r0 + j]) * static_cast<std::size_t>(chunks) + c;
+          x[j] = __ldg(a + off);
+          y[j] = __ldg(b + off);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) acc += x[j].x ^ x[j].y ^ x[j].z ^ x[j].w ^ y[j].x ^ y[j].y ^ y[j].z ^ y[j].w;
+    }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) atomicAdd(sink, acc);
+}
+
+/// Measures the gather ceiling over `num_rows` rows of `row_bytes` bytes (a multiple of 16) in
+/// each of `a` and `b` (16-byte aligned, num_rows × row_bytes bytes each); row ids from
+/// std::mt19937_64(seed). Returns seconds 0 when the arguments are out of range (nothing run).
+inline GatherCeiling gather_ceiling(const void* a, const void* b, std::size_t num_rows, int row_bytes,
+                                    std::uint64_t seed, cudaStream_t stream) {
+  GatherCeiling r;
+  if (num_rows == 0 || num_rows > 0xffffffffull || row_bytes <= 0 || row_bytes % 16 != 0) return r;
+  std::vector<std::uint32_t> h_rows(static_cast<std::size_t>(kGatherRows));
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<std::uint64_t> pick(0, num_rows - 1);
+  for (auto& x : h_rows) x = static_cast<std::uint32_t>(pick(gen));
+  std::uint32_t* d_rows = nullptr;
+  unsigned* sink = nullptr;
+  STEP5_BENCH_CUDA(cudaMalloc(&d_rows, h_rows.size() * sizeof(std::uint32_t)));
+  STEP5_BENCH_CUDA(cudaMalloc(&sink, sizeof(unsigned)));
+  STEP5_BENCH_CUDA(cudaMemcpy(d_rows, h_rows.data(), h_rows.size() * sizeof(std::uint32_t), cudaMemcpyHostToDevice));
+  STEP5_BENCH_CUDA(cudaMemsetAsync(sink, 0, sizeof(unsigned), stream));
+  int dev = 0, sms = 0;
+  STEP5_BENCH_CUDA(cudaGetDevice(&dev));
+  STEP5_BENCH_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int chunks = row_bytes / 16;
+  auto launch = [&] {
+    gather_rows_kernel<<<sms * 8, 256, 0, stream>>>(static_cast<const uint4*>(a), static_cast<const uint4*>(b), d_rows,
+                                                    kGatherRows, chunks, sink);
+    STEP5_BENCH_CUDA(cudaGetLastError());
+  };
+  launch();  // warm-up
+  L2Flusher flush;
+  EventTimer t;
+  std::vector<double> s;
+  for (int rep = 0; rep < kGatherReps; ++rep) {
+    flush.flush(stream);
+    t.start(stream);
+    launch();
+    s.push_back(t.stop(stream));
+  }
+  unsigned h_sink = 0;
+  STEP5_BENCH_CUDA(cudaMemcpy(&h_sink, sink, sizeof(unsigned), cudaMemcpyDeviceToHost));
+  STEP5_BENCH_CUDA(cudaFree(d_rows));
+  STEP5_BENCH_CUDA(cudaFree(sink));
+  r.seconds = median(s);
+  r.bytes = static_cast<double>(kGatherRows) * 2.0 * row_bytes;
+  r.gbs = r.bytes / r.seconds / 1e9;
+  return r;
 }
 
 /// True when device 0 is an sm_90 GPU; otherwise prints why the benchmark is skipped (the

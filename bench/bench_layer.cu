@@ -140,19 +140,7 @@ std::array<StageCost, kStages> layer_costs(const layout::RankLayout& r, int hidd
   return s;
 }
 
-/// Owning device allocation.
-template <class T>
-struct DevBuf {
-  T* p = nullptr;
-  std::size_t n = 0;
-  explicit DevBuf(std::size_t count) : n(count) {
-    STEP5_BENCH_CUDA(cudaMalloc(reinterpret_cast<void**>(&p), std::max<std::size_t>(count, 1) * sizeof(T)));
-  }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  std::size_t bytes() const { return n * sizeof(T); }
-};
+using sb::DevBuf;  // owning device allocation (bench_common.hpp)
 
 /// RoPE tables on the device, built once for kMaxPosition positions.
 struct RopeTables {
