@@ -17,7 +17,8 @@
 /// so 64 rows of the mma M dimension); the CTA builds the union of the tile's selected regions
 /// (bitmaps in shared memory), gathers the union 64 tokens at a time from the paged cache with
 /// cp.async and masks per (query, token). Decode rows (1–4 per request) form one small tile whose
-/// token range is split over CTAs (split-KV) and merged by a second kernel (log-sum-exp merge).
+/// token range is split over CTAs (split-KV); the last split CTA of a (tile, KV group) to finish
+/// merges the splits in split order (log-sum-exp merge), one kernel launch in all.
 ///
 /// Declarations compile with g++; the launchers (kernels/sm90/attention_launch.cuh) are
 /// instantiated per geometry row by step5/instantiate.cuh (library step5::kernels, or one .cu of
@@ -98,6 +99,34 @@ inline constexpr std::size_t kAttentionMaxSmem = 232448 - 4096;  // 227 KiB less
 /// the static part per CTA).
 inline constexpr std::size_t kAttentionTwoPerSmSmem = 113664;
 
+/// Bytes of split-KV arrival counters at the start of a sparse-attention workspace: one uint32 per
+/// (query tile, KV group) of a launch with num_splits > 1, at a fixed place so that launches of
+/// any plan share them. Zero-filled once when the workspace is allocated; every completed launch
+/// leaves them zero again (the last split CTA of a (tile, group) resets its counter).
+inline constexpr std::size_t kAttentionCounterBytes = 65536;
+inline constexpr long long kAttentionMaxSplitPairs = static_cast<long long>(kAttentionCounterBytes / 4);
+
+/// Byte layout of the split-KV workspace, the one place the planner (its size) and the launcher
+/// (its pointers) read it from: `[kAttentionCounterBytes]` arrival counters (uint32 per (tile,
+/// group)), then the normalised fp32 partial outputs `[tiles, lg, splits, 64, D]`, then their
+/// log2-domain LSE `[tiles, lg, splits, 64]`. No workspace (0 bytes) when splits == 1.
+struct SparseAttentionWorkspaceLayout {
+  std::size_t partials = 0;  ///< byte offset of the partial outputs
+  std::size_t lse = 0;       ///< byte offset of the partial LSE
+  std::size_t bytes = 0;     ///< total bytes
+};
+inline SparseAttentionWorkspaceLayout sparse_attention_workspace_layout(long long tiles, int num_kv_groups,
+                                                                        int num_splits, int head_dim) {
+  SparseAttentionWorkspaceLayout l;
+  if (num_splits <= 1) return l;
+  const std::size_t rows = static_cast<std::size_t>(tiles) * static_cast<std::size_t>(num_kv_groups) *
+                           static_cast<std::size_t>(num_splits) * kAttentionTileRows;
+  l.partials = kAttentionCounterBytes;
+  l.lse = l.partials + rows * static_cast<std::size_t>(head_dim) * 4u;
+  l.bytes = l.lse + rows * 4u;
+  return l;
+}
+
 /// How a launch is carried out (derived from the params and the SM count only).
 struct SparseAttentionPlan {
   int hpg_q = 0;
@@ -106,7 +135,7 @@ struct SparseAttentionPlan {
   int num_splits = 1;          ///< grid z
   int bitmap_words = 0;        ///< 32-bit words of one region bitmap (max_blocks*block_size/8 bits)
   std::size_t smem_bytes = 0;  ///< dynamic shared memory per CTA
-  std::size_t workspace_bytes = 0;  ///< 0 when num_splits == 1
+  std::size_t workspace_bytes = 0;  ///< 0 when num_splits == 1 (sparse_attention_workspace_layout)
 };
 
 namespace detail {
@@ -190,11 +219,17 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     s = std::min<long long>(s, kAttentionMaxSplits);
     splits = static_cast<int>(std::max<long long>(1, s));
   }
+  // the split-KV arrival counters: one per (tile, KV group) in the fixed counter space
+  const long long pairs = tiles * p.num_kv_groups;
+  if (pairs > kAttentionMaxSplitPairs) {
+    if (p.num_splits > 1)
+      return invalid_argument(attn_msg("num_splits", p.num_splits,
+                                       "1 (or 0) for more than " + std::to_string(kAttentionMaxSplitPairs) +
+                                           " (query tile, KV group) pairs; this step has " + std::to_string(pairs)));
+    splits = 1;
+  }
   auto workspace_for = [&](int s) -> std::size_t {
-    return s > 1 ? static_cast<std::size_t>(tiles) * static_cast<std::size_t>(p.num_kv_groups) * s *
-                           kAttentionTileRows * (static_cast<std::size_t>(p.head_dim) + 1) * 4u +
-                       static_cast<std::size_t>(tiles) * 16u + 256u
-                 : 0;
+    return sparse_attention_workspace_layout(tiles, p.num_kv_groups, s, p.head_dim).bytes;
   };
   if (p.num_splits == 0 && p.max_workspace_bytes > 0)
     while (splits > 1 && workspace_for(splits) > p.max_workspace_bytes) --splits;
@@ -204,7 +239,8 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
 }
 
 /// Workspace bytes `sparse_attention` needs for `p` on `p.device` (0 when no split-KV merge is
-/// needed). The same params on the same device give the same size; allocate once, reuse.
+/// needed). The same params on the same device give the same size; allocate once, zero-fill the
+/// first kAttentionCounterBytes once (see `sparse_attention`), reuse.
 inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, std::size_t* bytes) {
   if (bytes == nullptr) return invalid_argument("sparse_attention_workspace_size: bytes is null");
   int dev = p.device;
@@ -220,7 +256,11 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
 /// Launches the sparse attention (+ gate) of geometry row `Id` on `stream` (asynchronous).
 /// `p.num_local_heads` / `p.num_kv_groups` / `p.head_dim` must be the local layout of one tp
 /// value listed for `Id` in geometries.def. `workspace` holds at least
-/// `sparse_attention_workspace_size(p)` bytes (may be null when that is 0); no zero-fill needed.
+/// `sparse_attention_workspace_size(p)` bytes (may be null when that is 0). Its first
+/// `kAttentionCounterBytes` bytes (split-KV arrival counters) must be zero-filled once before its
+/// first use (e.g. cudaMemset after cudaMalloc); every launch leaves them zero, so one allocation
+/// serves every later call of any plan ordered after it (same stream, or CUDA-graph replays).
+/// Two concurrent calls must not share a workspace.
 /// Errors (nothing launched): kInvalidArgument for every rule of `validate_step` (ops/batch_check.hpp:
 /// cu_seqlens_q / seq_lens host mirrors null or inconsistent, a position >= max_blocks *
 /// block_size, topk, a too small workspace), null pointers (when T > 0), bad strides or

@@ -18,9 +18,10 @@
 ///    it plans on every call, engines keep a plan).
 /// Device pointers throughout; layouts of docs/ARCHITECTURE.md. The workspace (one allocation of
 /// `plan.workspace_bytes`) is zero-filled once before its first use (the GEMM split-K counters
-/// live in it; every launch leaves them zero). The sequence of launches depends only on host
-/// sizes. Errors as Status (the first failing launcher's message). Host code (g++-compilable);
-/// links step5::kernels (or one .cu of the engine includes step5/instantiate.cuh).
+/// and the attention split-KV counters live in it; every launch leaves them zero). The sequence
+/// of launches depends only on host sizes. Errors as Status (the first failing launcher's
+/// message). Host code (g++-compilable); links step5::kernels (or one .cu of the engine includes
+/// step5/instantiate.cuh).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

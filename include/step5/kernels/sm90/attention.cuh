@@ -26,8 +26,9 @@
 ///  5. Epilogue: `stash_warp_partials` + `merge_warps_and_store` merge the warps of a row through
 ///     shared memory; with one split they write bf16(o), the gate and the LSE
 ///     (`store_gated_output`); else the normalised fp32 partial and its log2-LSE go to the
-///     workspace and `sparse_attention_merge_kernel` combines the splits (`split_weights`,
-///     `merge_splits`, `store_gated_output`).
+///     workspace and `merge_if_last_split` elects, by an arrival counter per (tile, KV group), the
+///     last split CTA to finish, which combines the splits in split order (`split_weights`,
+///     `merge_splits`, `store_gated_output`) and resets the counter to 0 for the next launch.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -38,6 +39,7 @@
 #include "step5/kernels/sm90/bounds_fault.cuh"
 #include "step5/kernels/sm90/ptx.cuh"
 #include "step5/layout/geometry.hpp"  // kRegionSize
+#include "step5/ops/attention.hpp"      // kAttentionMaxSplits
 
 namespace step5::kernels::sm90 {
 
@@ -70,9 +72,9 @@ struct SparseAttentionArgs {
   int query_tile;
   int num_splits;
   int bitmap_words;
-  float* ws_o;       ///< [max_tiles, lg, splits, 64, D] normalised partial outputs
-  float* ws_lse;     ///< [max_tiles, lg, splits, 64] log2-domain LSE of the partials
-  int4* ws_tiles;    ///< [max_tiles] {valid, t0, nq, 0}
+  float* ws_o;             ///< [max_tiles, lg, splits, 64, D] normalised partial outputs
+  float* ws_lse;           ///< [max_tiles, lg, splits, 64] log2-domain LSE of the partials
+  unsigned* ws_counters;   ///< [max_tiles, lg] split arrival counters, zero between launches
 };
 
 namespace attn_detail {
@@ -88,6 +90,7 @@ constexpr int kRegionLog2 = ::step5::layout::kRegionLog2;
 static_assert(kRegion == 8, "sparse_attention_kernel: one mask byte and one m16n8 column block per region");
 constexpr int kStageRegions = kTileTok / kRegion;  // regions gathered per stage
 constexpr int kStageRegionsLog2 = std::countr_zero(static_cast<unsigned>(kStageRegions));
+constexpr int kMaxSplits = ::step5::ops::kAttentionMaxSplits;  // columns of the merge's weight table
 
 using namespace ::step5::kernels::sm90::ptx;  // cp.async, ldmatrix, mma.sync (ptx.cuh)
 
@@ -104,6 +107,7 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 /// Shared state of one CTA (static part).
 struct SmemStatic {
   int tile_b, tile_t0, tile_nq, tile_valid, tile_pos0;  // pos of query i = tile_pos0 + i
+  int last_split;                          // this CTA arrived last of its (tile, group): it merges
   int scan[kWarps];
   long long tok_off[2][kTileTok];          // element offset of a gathered token, -1 = zero-fill
   unsigned char mask[2][kMaxQ][kStageRegions];  // per (query, region of the stage): token bits
@@ -544,6 +548,75 @@ __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs&
   }
 }
 
+/// Split-KV merge, phase 1: for rows [0, rows) of the tile, the weight of each split
+/// (2^(lse_s - max) / Σ) into s_w[r * kMaxSplits + s] and the merged log2-LSE into s_lse[r]
+/// (shared memory). Reads the other CTAs' partials through L2 (__ldcg).
+__device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long long base, int rows, int S, int tid,
+                                              float* s_w, float* s_lse) {
+  for (int r = tid; r < rows; r += kThreads) {
+    float* w = s_w + r * kMaxSplits;
+    float mt = -INFINITY;
+    for (int s = 0; s < S; ++s) mt = fmaxf(mt, __ldcg(a.ws_lse + base + s * 64 + r));
+    float L = 0.f;
+    for (int s = 0; s < S; ++s) {
+      const float e = mt == -INFINITY ? 0.f : exp2f(__ldcg(a.ws_lse + base + s * 64 + r) - mt);
+      w[s] = e;
+      L += e;
+    }
+    for (int s = 0; s < S; ++s) w[s] = L > 0.f ? w[s] / L : 0.f;
+    s_lse[r] = L > 0.f ? mt + log2f(L) : -INFINITY;
+  }
+}
+
+/// Split-KV merge, phase 2: the weighted sum, in split order, of the splits' partial outputs of
+/// element (row r, columns d4 .. d4 + 3); `w` = the row's split weights.
+template <int D>
+__device__ __forceinline__ float4 merge_splits(const SparseAttentionArgs& a, long long base, int S, int r, int d4,
+                                               const float* w) {
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+  for (int s = 0; s < S; ++s) {
+    const float ws = w[s];
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(a.ws_o + (base + s * 64 + r) * D + d4));
+    o.x += v.x * ws;
+    o.y += v.y * ws;
+    o.z += v.z * ws;
+    o.w += v.w * ws;
+  }
+  return o;
+}
+
+/// Step 5c (num_splits > 1, after `merge_warps_and_store` wrote this split's partial): arrival on
+/// the (tile, KV group) counter — partial stores, __threadfence, barrier, one atomicAdd — elects
+/// the last split CTA; it fences, merges every split's partial in split order 0 .. S-1 (so the
+/// result does not depend on which CTA arrived last: bit-identical across launches), writes out /
+/// gate / LSE and resets the counter to 0. `smem` (>= (64 * kMaxSplits + 64) floats) is the
+/// dynamic shared memory, free again after the stash.
+template <int D, int HPG>
+__device__ __forceinline__ void merge_if_last_split(const SparseAttentionArgs& a, SmemStatic& ss, float* smem,
+                                                    const TileWork& w, int rows, int tile, int tid) {
+  const int S = a.num_splits;
+  const long long pair = static_cast<long long>(tile) * gridDim.y + w.g;
+  __threadfence();  // this thread's partial stores are visible device-wide before the arrival
+  __syncthreads();
+  if (tid == 0) ss.last_split = atomicAdd(a.ws_counters + pair, 1u) == static_cast<unsigned>(S - 1) ? 1 : 0;
+  __syncthreads();
+  if (!ss.last_split) return;
+  __threadfence();  // order the reads of the other splits' partials after their arrivals
+  const long long base = pair * S * 64;
+  float* s_w = smem;
+  float* s_lse = smem + kTileTok * kMaxSplits;
+  split_weights(a, base, rows, S, tid, s_w, s_lse);
+  __syncthreads();
+  for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
+    const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
+    const float4 o = merge_splits<D>(a, base, S, r, d4, s_w + r * kMaxSplits);
+    const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
+    store_gated_output<D>(a, t, h, d4, o, s_lse[r]);
+  }
+  if (tid == 0) a.ws_counters[pair] = 0u;  // leave the workspace ready for the next launch
+}
+
 }  // namespace attn_detail
 
 /// See the file comment (steps 1–5). Grid (max_tiles, lg, num_splits), 128 threads, dynamic smem
@@ -554,6 +627,8 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   using namespace attn_detail;
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
   static_assert(HPG == 4 || HPG == 8 || HPG == 16, "hpg_q must be 4, 8 or 16 (SPEC §2 rule 6)");
+  static_assert(2 * 2 * kTileTok * D * 2 >= (kTileTok * kMaxSplits + kTileTok) * 4,
+                "the split merge's weight table must fit in the K/V stages");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ SmemStatic ss;
   SmemPtrs sp;
@@ -569,10 +644,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   // 1. locate the tile
   if (warp == 0) locate_tile(a, ss, tile, lane);
   __syncthreads();
-  if (!ss.tile_valid) {
-    if (a.ws_tiles != nullptr && g == 0 && split == 0 && tid == 0) a.ws_tiles[tile] = make_int4(0, 0, 0, 0);
-    return;
-  }
+  if (!ss.tile_valid) return;
   TileWork w;
   w.b = ss.tile_b, w.t0 = ss.tile_t0, w.nq = ss.tile_nq, w.pos0 = ss.tile_pos0;
   w.pos_last = w.pos0 + w.nq - 1;
@@ -583,7 +655,6 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   if (a.bounds_fault != nullptr && g == 0 && split == 0 && tid == 0 &&
       (w.pos0 < 0 || static_cast<long long>(w.pos_last) >= static_cast<long long>(a.max_blocks) * a.block_size))
     report_bounds_fault(a.bounds_fault, ops::BoundsFault::kPositionBeyondRow, w.b, w.pos0 < 0 ? w.pos0 : w.pos_last, -1);
-  if (a.ws_tiles != nullptr && g == 0 && split == 0 && tid == 0) a.ws_tiles[tile] = make_int4(1, w.t0, w.nq, 0);
 
   // 2. region bitmaps, their union and its prefix counts
   build_region_bitmaps(a, sp, w, tid);
@@ -616,83 +687,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   stash_warp_partials<D>(ss, buf, warp, lane, sm, acc);
   __syncthreads();
   merge_warps_and_store<D, HPG>(a, ss, buf, w, rows, RG, TG, tile, split, tid);
-#endif
-}
-
-/// Combines the split partials: grid (max_tiles, lg, kMergeChunks), 128 threads; each thread one
-/// (row, 4 columns) element of the tile, the split loop unrolled so the loads overlap.
-template <int D>
-constexpr int merge_chunks() {
-  return (64 * (D / 4) + 127) / 128;
-}
-
-namespace attn_detail {
-
-/// Split-KV merge, phase 1: for rows [r_first, r_end) of the tile, the weight of each split
-/// (2^(lse_s - max) / Σ) and the merged log2-LSE, into shared memory.
-template <int kRowsPerBlock>
-__device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long long base, int r_first, int r_end,
-                                              int S, int tid, float (&s_w)[kRowsPerBlock][32],
-                                              float (&s_lse)[kRowsPerBlock]) {
-  for (int r = r_first + tid; r < r_end; r += blockDim.x) {
-    const int k = r - r_first;
-    float mt = -INFINITY;
-    for (int s = 0; s < S; ++s) mt = fmaxf(mt, a.ws_lse[base + s * 64 + r]);
-    float L = 0.f;
-    for (int s = 0; s < S; ++s) {
-      const float e = mt == -INFINITY ? 0.f : exp2f(a.ws_lse[base + s * 64 + r] - mt);
-      s_w[k][s] = e;
-      L += e;
-    }
-    for (int s = 0; s < S; ++s) s_w[k][s] = L > 0.f ? s_w[k][s] / L : 0.f;
-    s_lse[k] = L > 0.f ? mt + log2f(L) : -INFINITY;
-  }
-}
-
-/// Split-KV merge, phase 2: the weighted sum of the splits' partial outputs of element
-/// (row r, columns d4 .. d4 + 3).
-template <int D>
-__device__ __forceinline__ float4 merge_splits(const SparseAttentionArgs& a, long long base, int S, int r, int d4,
-                                               const float* w) {
-  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-  for (int s = 0; s < S; ++s) {
-    const float ws = w[s];
-    const float4 v = *reinterpret_cast<const float4*>(a.ws_o + (base + s * 64 + r) * D + d4);
-    o.x += v.x * ws;
-    o.y += v.y * ws;
-    o.z += v.z * ws;
-    o.w += v.w * ws;
-  }
-  return o;
-}
-
-}  // namespace attn_detail
-
-template <int D, int HPG>
-__global__ void __launch_bounds__(128) sparse_attention_merge_kernel(const SparseAttentionArgs a) {
-#if STEP5_SM90A_DEVICE
-  using namespace attn_detail;
-  constexpr int kRowsPerBlock = 128 / (D / 4) + 2;
-  __shared__ float s_w[kRowsPerBlock][32];
-  __shared__ float s_lse[kRowsPerBlock];
-  const int tile = blockIdx.x, g = blockIdx.y, tid = threadIdx.x;
-  const int4 info = a.ws_tiles[tile];
-  if (info.x == 0) return;
-  const int t0 = info.y, nq = info.z, rows = nq * HPG, S = a.num_splits;
-  const int e0 = blockIdx.z * 128;
-  if (e0 >= rows * (D / 4)) return;
-  const int r_first = e0 / (D / 4);
-  const int r_end = min(rows, (e0 + 127) / (D / 4) + 1);
-  const long long base = (static_cast<long long>(tile) * gridDim.y + g) * S * 64;
-  split_weights<kRowsPerBlock>(a, base, r_first, r_end, S, tid, s_w, s_lse);
-  __syncthreads();
-  const int idx = e0 + tid;
-  if (idx >= rows * (D / 4)) return;
-  const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4, k = r - r_first;
-  const float4 o = merge_splits<D>(a, base, S, r, d4, s_w[k]);
-  const int i = r / HPG, h = g * HPG + r % HPG, t = t0 + i;
-  store_gated_output<D>(a, t, h, d4, o, s_lse[k]);
+  if (a.num_splits > 1) merge_if_last_split<D, HPG>(a, ss, buf, w, rows, tile, tid);
 #endif
 }
 
