@@ -526,9 +526,9 @@ GPU_CASE("launcher preconditions return Status with the value") {
   p.head_dim = 192;
   p.topk = 512;
   p.block_size = 16;
-  p.max_blocks = 8;
-  p.num_blocks = 8;
-  const std::int32_t h_cu[2] = {0, 4}, h_seq[1] = {4}, h_table[8] = {};
+  p.max_blocks = 64;  // 1024 positions = 16 stages: the auto split factor for one decode tile is > 1
+  p.num_blocks = 64;
+  const std::int32_t h_cu[2] = {0, 4}, h_seq[1] = {4}, h_table[64] = {};
   p.block_table = h_table;  // never read: every case below is refused before a launch
   p.cu_seqlens_q_host = h_cu;
   p.seq_lens_host = h_seq;
@@ -568,9 +568,9 @@ GPU_CASE("launcher preconditions return Status with the value") {
   q.seq_lens_host = nullptr;
   expect_err(q, "seq_lens_host is null", "no host mirror of seq_lens");
   q = p;
-  const std::int32_t long_seq[1] = {129};  // capacity 8 x 16 = 128 positions
+  const std::int32_t long_seq[1] = {1025};  // capacity 64 x 16 = 1024 positions
   q.seq_lens_host = long_seq;
-  expect_err(q, "request 0: position 128", "position past the block-table row");
+  expect_err(q, "request 0: position 1024", "position past the block-table row");
 }
 
 STEP5_GPU_TEST_MAIN()

@@ -81,7 +81,7 @@ struct SparseAttentionParams {
 
   float softmax_scale = 0.0f;  ///< 0 = D^-0.5 (SPEC §4.7)
   int query_tile = 0;          ///< queries per CTA tile; 0 = auto (64 / hpg_q, less when smem is short)
-  int num_splits = 0;          ///< split-KV factor; 0 = auto (fill the GPU); at most kMaxSplits
+  int num_splits = 0;          ///< split-KV factor; 0 = auto (sparse_attention_plan); at most kAttentionMaxSplits
   /// With num_splits = 0: the auto split factor is lowered until the split-KV workspace fits in
   /// this many bytes (1 split needs none); 0 = no limit.
   std::size_t max_workspace_bytes = 0;
@@ -210,14 +210,39 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   plan->max_tiles = static_cast<int>(tiles);
   int splits = p.num_splits;
   if (splits == 0) {
+    // Auto split factor (split-KV over the gathered stages of a tile's union). Per split CTA: a
+    // fixed cost (bitmaps from the topk ids, union prefix, Q fragments, epilogue, partial store,
+    // the merge by the last split) of about one 64-token stage, then its stages. Stages of a
+    // tile: ceil(min(topk + 1, addressable regions) / 8) (decode: one query's selection).
+    // Slots: 2 CTAs per SM when the shared memory allows (plan.smem_bytes <=
+    // kAttentionTwoPerSmSmem), else 1. The factor minimises the modelled time
+    //   waves(S) * (ceil(stages / S) + 1),  waves(S) = ceil(CTAs(1) * S / slots),
+    // over S = 1 .. min(kAttentionMaxSplits, stages / 2): every split gathers >= 2 stages (never
+    // more splits than stages), and a last partial wave is avoided (the factor of the old rule,
+    // ceil(4 * SMs / CTAs), gave 2.1 waves at tp 8 batch 32 and 2.4 at tp 1 batch 32). Ties take
+    // the smaller S (less merge work). H200, 132 SMs x 2 = 264 slots, topk 512 = 65 stages,
+    // step5_preview D 192 (CTAs(1) = batch x KV groups):
+    //   tp 1 (4 groups)  batch 1: 22 splits (88 CTAs, 2-3 stages each), 8: 8, 16: 4, 32: 2
+    //                    (256 CTAs), >= 64: 1 (256 / 512 CTAs, no merge);
+    //   tp 8 (1 group)   batch 1-8: 22, 16: 13, 32: 8 (256 CTAs), 64: 4, 128: 2.
     const long long tq = (static_cast<long long>(p.num_tokens) + qt - 1) / qt;
-    const long long est = std::max<long long>(1, std::min<long long>(tiles, std::max<long long>(p.num_requests, tq))) *
-                          p.num_kv_groups;
-    const long long target = 4ll * std::max(1, num_sms);  // >= 2 waves of 2 CTAs per SM
-    long long s = (target + est - 1) / est;
-    s = std::min<long long>(s, std::max(1, (p.topk + 1) / 16));  // >= 2 gathered tiles per split
-    s = std::min<long long>(s, kAttentionMaxSplits);
-    splits = static_cast<int>(std::max<long long>(1, s));
+    const long long ctas = std::max<long long>(1, std::min<long long>(tiles, std::max<long long>(p.num_requests, tq))) *
+                           p.num_kv_groups;
+    const long long slots =
+        static_cast<long long>(std::max(1, num_sms)) * (plan->smem_bytes <= kAttentionTwoPerSmSmem ? 2 : 1);
+    const long long regions = std::min<long long>(p.topk + 1, std::max<long long>(1, max_tokens / layout::kRegionSize));
+    const long long stages = (regions + kAttentionTileTokens / layout::kRegionSize - 1) /
+                             (kAttentionTileTokens / layout::kRegionSize);
+    const long long s_max = std::min<long long>(kAttentionMaxSplits, std::max<long long>(1, stages / 2));
+    long long best_cost = -1;
+    splits = 1;
+    for (long long s = 1; s <= s_max; ++s) {
+      const long long cost = (ctas * s + slots - 1) / slots * ((stages + s - 1) / s + 1);
+      if (best_cost < 0 || cost < best_cost) {
+        best_cost = cost;
+        splits = static_cast<int>(s);
+      }
+    }
   }
   // the split-KV arrival counters: one per (tile, KV group) in the fixed counter space
   const long long pairs = tiles * p.num_kv_groups;

@@ -12,7 +12,8 @@
 ///     topk ids (ids outside [0, p/R] or the block table are ignored; entries after count are
 ///     never read); `build_union_prefix`: their union and its word prefix counts (shared memory).
 ///     U = union size.
-///  3. `split_union`: split s gathers union ordinals [u0, u1) in stages of 8 regions
+///  3. `split_union`: the union's stages are dealt out evenly over the splits; split s gathers
+///     union ordinals [u0, u1) in stages of 8 regions
 ///     (R = layout::kRegionSize) = 64 tokens; `prepare_stage` resolves the stage's token offsets
 ///     and per-(query, region) masks, `gather_stage` issues its cp.async copies of K and V (two
 ///     stages, rows XOR-swizzled by 16-byte chunk); tokens past the tile's last position (not yet
@@ -268,14 +269,17 @@ __device__ __forceinline__ void build_union_prefix(const SmemPtrs& sp, SmemStati
   __syncthreads();
 }
 
-/// Step 3a: split `split` of `num_splits` takes union ordinals [u0, u1), whole stages of
-/// kStageRegions regions each.
+/// Step 3a: the union's N = ceil(U / kStageRegions) stages are dealt out evenly: split `split`
+/// of S = `num_splits` gathers stages [split * N / S, (split + 1) * N / S) (floor), i.e. union
+/// ordinals [u0, u1); the splits' stage counts differ by at most one, and none is empty while
+/// N >= S.
 __device__ __forceinline__ void split_union(int U, int num_splits, int split, TileWork& w) {
-  int per_split = (U + num_splits - 1) / num_splits;
-  per_split = (per_split + kStageRegions - 1) & ~(kStageRegions - 1);
-  w.u0 = min(U, split * per_split);
-  w.u1 = min(U, w.u0 + per_split);
-  w.ntiles = (w.u1 - w.u0 + kStageRegions - 1) >> kStageRegionsLog2;
+  const int n = (U + kStageRegions - 1) >> kStageRegionsLog2;
+  const int s0 = static_cast<int>(static_cast<long long>(split) * n / num_splits);
+  const int s1 = static_cast<int>(static_cast<long long>(split + 1) * n / num_splits);
+  w.u0 = min(U, s0 * kStageRegions);
+  w.u1 = min(U, s1 * kStageRegions);
+  w.ntiles = s1 - s0;
 }
 
 /// Step 4a: the Q fragments (mma A operand) of the warp's 16 rows of row group `rg`; rows past the
