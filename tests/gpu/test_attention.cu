@@ -13,7 +13,7 @@
 // decode batches of 1, 33 and 257 requests with mixed counts; the workspace's partial space is
 // poisoned (NaN bytes) and only its counters zeroed once; the counters must be 0 after every
 // launch; 50 launches with competing work and two CUDA-graph replays must equal the first launch
-// bit for bit.
+// bit for bit. Every ring depth (pipeline_stages 2, 3, 4) on decode, MTP and prefill.
 // Quick (sanitizer) mode, step5_test::quick(): tp 1, 8 and 16 of each geometry (every head_dim ×
 // hpg_q kernel instance), contexts of at most 300 tokens and topk <= 16; every case, split count,
 // query tile, MTP, prefill, gate / no-gate and short-count scenario is kept; the decode batches
@@ -55,6 +55,7 @@ struct Scenario {
   bool gate = true;
   int num_splits = 0;   // 0 = auto
   int query_tile = 0;   // 0 = auto
+  int pipeline_stages = 0;  // K/V ring depth, 0 = auto
   bool short_counts = false;  // some rows with count 1 / 0 / a random smaller count
   bool overlap = true;        // neighbouring queries mostly share their selection
   int pad = 0;                // extra columns in out / gate rows
@@ -337,6 +338,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
   p.lse = d_lse.p;
   p.num_splits = sc.num_splits;
   p.query_tile = sc.query_tile;
+  p.pipeline_stages = sc.pipeline_stages;
   const std::vector<int> split_list = sc.split_list.empty() ? std::vector<int>{sc.num_splits} : sc.split_list;
   for (const int splits : split_list) {
     p.num_splits = splits;
@@ -509,6 +511,27 @@ GPU_CASE("fused split merge: 50 launches with competing work and 2 graph replays
   });
 }
 
+GPU_CASE("ring depth: forced pipeline_stages 2, 3, 4 on decode (1 and 7 splits), MTP and prefill") {
+  each_layout([](auto tag) {
+    for (int ns = step5::ops::kAttentionMinStages; ns <= step5::ops::kAttentionMaxStages; ++ns) {
+      const std::string tail = ", stages " + std::to_string(ns);
+      // decode: stage counts below, equal to and above the ring depth per split
+      Scenario dec{"decode" + tail, {1, 1, 1, 1}, {9, sz(200, 100), sz(1500, 250), sz(4000, 300)}, 64, sz(256, 16)};
+      dec.pipeline_stages = ns;
+      dec.split_list = {1, 7};
+      run_scenario<decltype(tag)>(dec, ++g_seed);
+      Scenario mtp{"mtp short counts" + tail, {4, 2, 3}, {sz(900, 200), 60, sz(700, 150)}, 16, sz(48, 16)};
+      mtp.pipeline_stages = ns;
+      mtp.short_counts = true;
+      run_scenario<decltype(tag)>(mtp, ++g_seed);
+      Scenario pre{"prefill" + tail, {37, 70, 19}, {87, 70, 19 + sz(517, 217)}, 16, sz(24, 16)};
+      pre.pipeline_stages = ns;
+      pre.split_list = {1, 3};
+      run_scenario<decltype(tag)>(pre, ++g_seed);
+    }
+  });
+}
+
 GPU_CASE("T = 0 and requests without rows: ok, nothing written") {
   each_layout([](auto tag) {
     Scenario sc{"no rows", {0, 0}, {10, 20}, 16, 8};
@@ -561,6 +584,9 @@ GPU_CASE("launcher preconditions return Status with the value") {
   q = p;
   q.num_splits = 0;  // auto split for 4 decode rows: a split-KV workspace is needed and none is given
   expect_err(q, "workspace_bytes = 0", "missing split-KV workspace");
+  q = p;
+  q.pipeline_stages = 1;
+  expect_err(q, "pipeline_stages = 1", "ring depth below 2");
   q = p;
   q.cu_seqlens_q_host = nullptr;
   expect_err(q, "cu_seqlens_q_host is null", "no host mirror of cu_seqlens_q");

@@ -235,16 +235,52 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
   struct Case {
     int tp, batch, splits;
   };
-  // the numbers of the planner's comment (H200: 132 SMs, 2 CTAs per SM)
-  for (const Case c : {Case{1, 1, 22}, Case{1, 8, 8}, Case{1, 16, 4}, Case{1, 32, 2}, Case{1, 64, 1}, Case{1, 128, 1},
-                       Case{8, 1, 22}, Case{8, 16, 13}, Case{8, 32, 8}, Case{8, 64, 4}, Case{8, 128, 2}}) {
+  // the numbers of the planner's comment (H200: 132 SMs): step5_preview (D 192) decode runs a
+  // 4-stage ring with one CTA per SM
+  for (const Case c : {Case{1, 1, 22}, Case{1, 2, 13}, Case{1, 4, 8}, Case{1, 8, 4}, Case{1, 16, 2}, Case{1, 32, 1},
+                       Case{1, 64, 1}, Case{1, 128, 1}, Case{8, 1, 22}, Case{8, 8, 13}, Case{8, 16, 8},
+                       Case{8, 32, 4}, Case{8, 64, 2}, Case{8, 128, 1}}) {
     CAPTURE(c.tp);
     CAPTURE(c.batch);
     ops::SparseAttentionPlan ap;
     REQUIRE(ops::sparse_attention_plan(decode(rank_of("step5_preview", c.tp, 0), c.batch, 512), sms, &ap).ok());
-    CHECK(ap.smem_bytes <= ops::kAttentionTwoPerSmSmem);  // the model's 2 CTAs per SM
+    CHECK(ap.stages == 4);
+    CHECK(ap.smem_bytes > ops::attention_two_per_sm_smem(4));  // one CTA per SM
+    CHECK(ap.smem_bytes <= ops::kAttentionMaxSmem);
     CHECK(ap.num_splits == c.splits);
     CHECK((ap.num_splits > 1) == (ap.workspace_bytes > 0));
+  }
+  // D 128: a 3-stage ring with two CTAs per SM (4 stages in flight per SM against 3)
+  for (const Case c : {Case{1, 1, 22}, Case{1, 4, 8}, Case{1, 16, 2}, Case{1, 32, 1}}) {
+    CAPTURE(c.batch);
+    ops::SparseAttentionPlan ap;
+    REQUIRE(ops::sparse_attention_plan(decode(rank_of("dsa_h64_kv8_d128", 1, 0), c.batch, 512), sms, &ap).ok());
+    CHECK(ap.stages == 3);
+    CHECK(ap.smem_bytes <= ops::attention_two_per_sm_smem(3));
+    CHECK(ap.num_splits == c.splits);
+  }
+  // prefill keeps 2 stages and the widest query tile; a forced ring depth is taken
+  {
+    const auto r = rank_of("step5_preview", 1, 0);
+    auto a = ops::detail::attention_sizes(r, 4096, 1, 512, 64, 2048, 64 * 2048);
+    ops::SparseAttentionPlan ap;
+    REQUIRE(ops::sparse_attention_plan(a, sms, &ap).ok());
+    CHECK(ap.stages == 2);
+    CHECK(ap.query_tile == 4);
+    for (const int ns : {2, 3, 4}) {
+      CAPTURE(ns);
+      a.pipeline_stages = ns;
+      REQUIRE(ops::sparse_attention_plan(a, sms, &ap).ok());
+      CHECK(ap.stages == ns);
+      auto d = decode(r, 8, 512);
+      d.pipeline_stages = ns;
+      REQUIRE(ops::sparse_attention_plan(d, sms, &ap).ok());
+      CHECK(ap.stages == ns);
+    }
+    a.pipeline_stages = 5;
+    const step5::Status s = ops::sparse_attention_plan(a, sms, &ap);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("pipeline_stages = 5") != std::string::npos);
   }
   // every split gathers >= 2 stages, never more splits than stages, at most kAttentionMaxSplits
   for (const int tp : {1, 2, 4, 8, 16})

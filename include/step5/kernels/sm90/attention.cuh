@@ -15,13 +15,14 @@
 ///  3. `split_union`: the union's stages are dealt out evenly over the splits; split s gathers
 ///     union ordinals [u0, u1) in stages of 8 regions
 ///     (R = layout::kRegionSize) = 64 tokens; `prepare_stage` resolves the stage's token offsets
-///     and per-(query, region) masks, `gather_stage` issues its cp.async copies of K and V (two
-///     stages, rows XOR-swizzled by 16-byte chunk); tokens past the tile's last position (not yet
-///     written) are zero-filled, never read.
+///     and per-(query, region) masks, `gather_stage` issues its cp.async copies of K and V (a ring
+///     of NS stages, NS = plan.stages from `ops::sparse_attention_plan`, rows XOR-swizzled by
+///     16-byte chunk); tokens past the tile's last position (not yet written) are zero-filled,
+///     never read.
 ///  4. Rows = (query, head) pairs, 16 per warp (mma.sync m16n8k16 bf16, fp32 accumulation;
 ///     `load_q_fragments`). With 64 rows each warp owns 16 rows and all 64 tokens of a stage; with
 ///     fewer rows (decode) the warps split the stage's tokens and are merged in the epilogue.
-///     `attend_stages` runs the double-buffered loop; per stage `qk_mma`, `online_softmax` (mask:
+///     `attend_stages` runs the ring loop; per stage `qk_mma`, `online_softmax` (mask:
 ///     the row's query selected the token's region and position <= the query's position; exp2
 ///     domain; row sums of fp32 P) and `pv_mma` (P rounded to bf16 before P·V).
 ///  5. Epilogue: `stash_warp_partials` + `merge_warps_and_store` merge the warps of a row through
@@ -110,10 +111,15 @@ struct SmemStatic {
   int tile_b, tile_t0, tile_nq, tile_valid, tile_pos0;  // pos of query i = tile_pos0 + i
   int last_split;                          // this CTA arrived last of its (tile, group): it merges
   int scan[kWarps];
-  long long tok_off[2][kTileTok];          // element offset of a gathered token, -1 = zero-fill
-  unsigned char mask[2][kMaxQ][kStageRegions];  // per (query, region of the stage): token bits
   float m[kWarps][16];
   float l[kWarps][16];
+};
+
+/// Shared state of the NS ring stages (static part; the K/V rows are dynamic, SmemPtrs).
+template <int NS>
+struct StageMeta {
+  long long tok_off[NS][kTileTok];               // element offset of a gathered token, -1 = zero-fill
+  unsigned char mask[NS][kMaxQ][kStageRegions];  // per (query, region of the stage): token bits
 };
 
 /// The region id of union ordinal k (k < U).
@@ -304,12 +310,14 @@ __device__ __forceinline__ void load_q_fragments(const SparseAttentionArgs& a, c
   }
 }
 
-/// Step 3b: prepares stage `st` for gathered tile `it`: threads 0..63 resolve the cache offset of
-/// one token (-1 = zero-fill: past the union, past the tile's last position, or a slot / block id
-/// outside the table), the others the per-(query, region) token masks.
+/// Step 3b: prepares a ring stage for gathered tile `it`: threads 0..63 resolve the cache offset
+/// of one token into tok_off[64] (-1 = zero-fill: past the union, past the tile's last position,
+/// or a slot / block id outside the table), the others the per-(query, region) token masks into
+/// mask[kMaxQ][kStageRegions].
 template <int D>
-__device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, SmemStatic& ss, const SmemPtrs& sp,
-                                              const TileWork& w, int it, int st, int tid) {
+__device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, const SmemPtrs& sp, const TileWork& w,
+                                              int it, long long* tok_off, unsigned char (*mask)[kStageRegions],
+                                              int tid) {
   if (tid < kTileTok) {
     const int c = tid, ord = w.u0 + it * kStageRegions + (c >> kRegionLog2);
     long long off = -1;
@@ -322,7 +330,7 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, Smem
         if (blk >= 0) off = ((blk * a.block_size + pos % a.block_size) * a.kv_heads + w.g) * D;
       }
     }
-    ss.tok_off[st][c] = off;
+    tok_off[c] = off;
   } else {
     for (int idx = tid - kTileTok; idx < kMaxQ * kStageRegions; idx += kThreads - kTileTok) {
       const int i = idx >> kStageRegionsLog2, j = idx & (kStageRegions - 1), ord = w.u0 + it * kStageRegions + j;
@@ -334,22 +342,22 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, Smem
           m = n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
         }
       }
-      ss.mask[st][i][j] = static_cast<unsigned char>(m);
+      mask[i][j] = static_cast<unsigned char>(m);
     }
   }
 }
 
-/// Step 3c: issues the cp.async copies of stage `st` (K and V rows of its 64 tokens, 16-byte
-/// chunks, swizzled; offset -1 zero-fills).
+/// Step 3c: issues the cp.async copies of ring stage `st` (K and V rows of its 64 tokens at
+/// `tok_off`, 16-byte chunks, swizzled; offset -1 zero-fills).
 template <int D>
-__device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const SmemStatic& ss, const SmemPtrs& sp,
-                                             int st, int tid) {
+__device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const long long* tok_off,
+                                             const SmemPtrs& sp, int st, int tid) {
   constexpr int kChunks = D / 8;  // 16-byte chunks of a row
   __nv_bfloat16* dk = sp.sK + st * kTileTok * D;
   __nv_bfloat16* dv = sp.sV + st * kTileTok * D;
   for (int ch = tid; ch < kTileTok * kChunks; ch += kThreads) {
     const int c = ch / kChunks, part = ch - c * kChunks;
-    const long long off = ss.tok_off[st][c];
+    const long long off = tok_off[c];
     const int bytes = off >= 0 ? 16 : 0;
     const long long src = off >= 0 ? off + part * 8 : 0;
     cp_async16(smem_u32(dk + swz<D>(c, part)), a.k_cache + src, bytes);
@@ -453,31 +461,38 @@ __device__ __forceinline__ void pv_mma(const float (&s)[NW / 8][4], const __nv_b
   }
 }
 
-/// Step 4: the gathered stages, double-buffered (prepare + cp.async of stage it+1 overlap the
-/// compute of stage it); each warp computes NW tokens (column group tg) of its 16 rows.
-template <int D, int NW>
-__device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, SmemStatic& ss, const SmemPtrs& sp,
+/// Step 4: the gathered stages through a ring of NS stages: NS - 1 stages are prepared and in
+/// flight (cp.async groups) while one is computed; each iteration prepares and issues stage
+/// it + NS - 1 into the slot freed by stage it - 1, waits for stage it and computes it. Each warp
+/// computes NW tokens (column group tg) of its 16 rows.
+template <int D, int NW, int NS>
+__device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, StageMeta<NS>& sg, const SmemPtrs& sp,
                                               const TileWork& w, int tid, int lane, int tg, int i_lo, int i_hi,
                                               const std::uint32_t (&qf)[D / 16][4], SoftmaxState& sm,
                                               float (&acc)[D / 8][4]) {
-  if (w.ntiles > 0) {
-    prepare_stage<D>(a, ss, sp, w, 0, 0, tid);
-    __syncthreads();
-    gather_stage<D>(a, ss, sp, 0, tid);
-    cp_async_commit();
+  if (w.ntiles <= 0) return;
+#pragma unroll
+  for (int j = 0; j < NS - 1; ++j)
+    if (j < w.ntiles) prepare_stage<D>(a, sp, w, j, sg.tok_off[j], sg.mask[j], tid);
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < NS - 1; ++j) {
+    if (j < w.ntiles) gather_stage<D>(a, sg.tok_off[j], sp, j, tid);
+    cp_async_commit();  // one group per stage, empty past the last: the wait count stays NS - 1
   }
   for (int it = 0; it < w.ntiles; ++it) {
-    const int st = it & 1;
-    if (it + 1 < w.ntiles) prepare_stage<D>(a, ss, sp, w, it + 1, st ^ 1, tid);
+    const int nx = it + NS - 1;
+    const int st = it % NS, nx_st = nx % NS;  // ring slots of stages it and nx
+    if (nx < w.ntiles) prepare_stage<D>(a, sp, w, nx, sg.tok_off[nx_st], sg.mask[nx_st], tid);
     __syncthreads();
-    if (it + 1 < w.ntiles) gather_stage<D>(a, ss, sp, st ^ 1, tid);
+    if (nx < w.ntiles) gather_stage<D>(a, sg.tok_off[nx_st], sp, nx_st, tid);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<NS - 1>();  // groups of stages <= it are complete
     __syncthreads();
     const int c0 = tg * NW;
     float s[NW / 8][4];
     qk_mma<D, NW>(qf, sp.sK + st * kTileTok * D, c0, lane, s);
-    online_softmax<D, NW>(&ss.mask[st][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
+    online_softmax<D, NW>(&sg.mask[st][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
     pv_mma<D, NW>(s, sp.sV + st * kTileTok * D, c0, lane, acc);
     __syncthreads();
   }
@@ -624,22 +639,27 @@ __device__ __forceinline__ void merge_if_last_split(const SparseAttentionArgs& a
 }  // namespace attn_detail
 
 /// See the file comment (steps 1–5). Grid (max_tiles, lg, num_splits), 128 threads, dynamic smem
-/// from the plan.
-template <int D, int HPG>
+/// from the plan (NS = plan.stages ring stages of K and V, then the bitmaps).
+template <int D, int HPG, int NS>
 __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAttentionArgs a) {
 #if STEP5_SM90A_DEVICE
   using namespace attn_detail;
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
   static_assert(HPG == 4 || HPG == 8 || HPG == 16, "hpg_q must be 4, 8 or 16 (SPEC §2 rule 6)");
-  static_assert(2 * 2 * kTileTok * D * 2 >= (kTileTok * kMaxSplits + kTileTok) * 4,
+  static_assert(NS >= ops::kAttentionMinStages && NS <= ops::kAttentionMaxStages, "ring stages out of range");
+  static_assert(NS * 2 * kTileTok * D * 2 >= (kTileTok * kMaxSplits + kTileTok) * 4,
                 "the split merge's weight table must fit in the K/V stages");
+  static_assert(NS * 2 * kTileTok * D * 2 >= kWarps * 16 * (D + 4) * 4, "the warp stash must fit in the K/V stages");
+  static_assert(sizeof(SmemStatic) + sizeof(StageMeta<NS>) <= ops::attention_static_smem(NS),
+                "static shared memory above the planner's bound (ops::attention_static_smem)");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ SmemStatic ss;
+  __shared__ StageMeta<NS> sg;
   SmemPtrs sp;
   sp.sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  sp.sV = sp.sK + 2 * kTileTok * D;
+  sp.sV = sp.sK + NS * kTileTok * D;
   const int words = a.bitmap_words;
-  sp.qbits = reinterpret_cast<std::uint32_t*>(sp.sV + 2 * kTileTok * D);
+  sp.qbits = reinterpret_cast<std::uint32_t*>(sp.sV + NS * kTileTok * D);
   sp.ubits = sp.qbits + a.query_tile * words;
   sp.prefix = reinterpret_cast<int*>(sp.ubits + words);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -680,9 +700,9 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   SoftmaxState sm{-INFINITY, -INFINITY, 0.f, 0.f};
   const int i_lo = (rg * 16 + (lane >> 2)) / HPG, i_hi = (rg * 16 + (lane >> 2) + 8) / HPG;
-  if (TG == 1) attend_stages<D, 64>(a, ss, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
-  else if (TG == 2) attend_stages<D, 32>(a, ss, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
-  else attend_stages<D, 16>(a, ss, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  if (TG == 1) attend_stages<D, 64, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  else if (TG == 2) attend_stages<D, 32, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  else attend_stages<D, 16, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   cp_async_wait<0>();
   __syncthreads();
 

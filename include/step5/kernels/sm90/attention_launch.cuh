@@ -61,7 +61,9 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
     a.ws_o = reinterpret_cast<float*>(ws + l.partials);
     a.ws_lse = reinterpret_cast<float*>(ws + l.lse);
   }
-  auto kernel = &sparse_attention_kernel<D, HPG>;
+  auto kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4>
+                : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3>
+                                   : &sparse_attention_kernel<D, HPG, 2>;  // ring depth from the plan
   STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(plan.smem_bytes)));
   const dim3 grid(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
