@@ -380,6 +380,7 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   }
   void* ws = nullptr;
   if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
+  if (ws_bytes) CK(cudaMemset(ws, 0, ws_bytes));  // split-KV counters: zero once before first use
   const step5::Status launched = step5::ops::sparse_attention<Tag::kId>(p, ws, ws_bytes, g_stream);
   if (!launched.ok()) {
     state.SkipWithError(launched.to_string().c_str());

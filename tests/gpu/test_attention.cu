@@ -8,6 +8,12 @@
 // has it, padding columns and guard elements unchanged. Batches of 33, 257 and 1024 decode
 // requests (mixed lengths, some without rows) cross the kernel's loop over requests in chunks of
 // one warp (32) and the 256-thread tiles.
+// The fused split merge (the last split CTA of a (tile, KV group) merges, elected by an arrival
+// counter in the workspace): every forced num_splits 1..kAttentionMaxSplits for every hpg_q on
+// decode batches of 1, 33 and 257 requests with mixed counts; the workspace's partial space is
+// poisoned (NaN bytes) and only its counters zeroed once; the counters must be 0 after every
+// launch; 50 launches with competing work and two CUDA-graph replays must equal the first launch
+// bit for bit. Every ring depth (pipeline_stages 2, 3, 4) on decode, MTP and prefill.
 // Quick (sanitizer) mode, step5_test::quick(): tp 1, 8 and 16 of each geometry (every head_dim ×
 // hpg_q kernel instance), contexts of at most 300 tokens and topk <= 16; every case, split count,
 // query tile, MTP, prefill, gate / no-gate and short-count scenario is kept; the decode batches
@@ -49,10 +55,95 @@ struct Scenario {
   bool gate = true;
   int num_splits = 0;   // 0 = auto
   int query_tile = 0;   // 0 = auto
+  int pipeline_stages = 0;  // K/V ring depth, 0 = auto
   bool short_counts = false;  // some rows with count 1 / 0 / a random smaller count
   bool overlap = true;        // neighbouring queries mostly share their selection
   int pad = 0;                // extra columns in out / gate rows
+  /// Forced split factors, each launched on a fresh workspace and checked against the same
+  /// reference (empty: the one launch with num_splits).
+  std::vector<int> split_list;
+  /// Also 50 launches (5 in quick mode) with competing work on another stream and two CUDA-graph
+  /// replays, each bit-identical to the first launch, on the same workspace (counters reset).
+  bool repeat = false;
 };
+
+/// The split-KV arrival counters (the first kAttentionCounterBytes of the workspace) are zero
+/// after a launch: the last split CTA of every (tile, group) reset its counter.
+void check_counters_zero(const std::string& lab, const void* ws, std::size_t ws_bytes) {
+  if (ws_bytes == 0) return;
+  const std::size_t n = step5::ops::kAttentionCounterBytes / 4;
+  const std::vector<std::uint32_t> c = step5_test::download(static_cast<const std::uint32_t*>(ws), n);
+  const auto nonzero = std::count_if(c.begin(), c.end(), [](std::uint32_t v) { return v != 0u; });
+  EXPECT(nonzero == 0, "%s: %lld split-KV counters not reset to 0", lab.c_str(), static_cast<long long>(nonzero));
+}
+
+/// Launches `p` `repeats` times on the same workspace while noise_kernel (a different grid each
+/// time) streams memory on another stream; outputs poisoned before each launch; every result
+/// must equal the first launch's (`out0`, `lse0`) bit for bit.
+template <class Tag>
+void repeat_launches(const std::string& lab, const step5::ops::SparseAttentionParams& p, void* ws,
+                     std::size_t ws_bytes, DevBuf<bf16>& d_out, DevBuf<float>& d_lse,
+                     const std::vector<bf16>& out_poison, const std::vector<float>& lse_poison,
+                     const std::vector<bf16>& out0, const std::vector<float>& lse0) {
+  const std::size_t noise_n = std::size_t{1} << 24;
+  DevBuf<float> noise(noise_n);
+  GPU_CHECK(cudaMemset(noise.p, 0, noise_n * 4));
+  cudaStream_t s_attn, s_noise;
+  GPU_CHECK(cudaStreamCreateWithFlags(&s_attn, cudaStreamNonBlocking));
+  GPU_CHECK(cudaStreamCreateWithFlags(&s_noise, cudaStreamNonBlocking));
+  const int repeats = step5_test::quick() ? 5 : 50;
+  int changed = 0, failed = 0;
+  for (int it = 0; it < repeats; ++it) {
+    d_out.up(out_poison);
+    d_lse.up(lse_poison);
+    GPU_CHECK(cudaDeviceSynchronize());
+    step5_test::noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(noise.p, noise_n, 1);
+    GPU_CHECK(cudaGetLastError());
+    failed += !step5::ops::sparse_attention<Tag::kId>(p, ws, ws_bytes, s_attn).ok();
+    GPU_CHECK(cudaDeviceSynchronize());
+    changed += !(step5_test::same_bits(d_out.down(), out0) && step5_test::same_bits(d_lse.down(), lse0));
+  }
+  EXPECT(failed == 0 && changed == 0, "%s: %d of %d repeated launches failed, %d differ from the first", lab.c_str(),
+         failed, repeats, changed);
+  check_counters_zero(lab + " (after repeats)", ws, ws_bytes);
+  GPU_CHECK(cudaStreamDestroy(s_attn));
+  GPU_CHECK(cudaStreamDestroy(s_noise));
+}
+
+/// Captures `p` into a CUDA graph and replays it twice on the same workspace (outputs poisoned
+/// before each replay): both replays must equal the eager launch bit for bit, which needs the
+/// counters reset by the previous launch / replay.
+template <class Tag>
+void graph_replays(const std::string& lab, const step5::ops::SparseAttentionParams& p, void* ws,
+                   std::size_t ws_bytes, DevBuf<bf16>& d_out, DevBuf<float>& d_lse,
+                   const std::vector<bf16>& out_poison, const std::vector<float>& lse_poison,
+                   const std::vector<bf16>& out0, const std::vector<float>& lse0) {
+  cudaStream_t stream;
+  GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t cg = nullptr;
+  GPU_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const step5::Status captured = step5::ops::sparse_attention<Tag::kId>(p, ws, ws_bytes, stream);
+  const cudaError_t end = cudaStreamEndCapture(stream, &cg);
+  EXPECT(captured.ok() && end == cudaSuccess, "%s: capture: %s / %s", lab.c_str(), captured.to_string().c_str(),
+         cudaGetErrorString(end));
+  if (captured.ok() && end == cudaSuccess) {
+    cudaGraphExec_t exec = nullptr;
+    GPU_CHECK(cudaGraphInstantiate(&exec, cg, 0));
+    for (int replay = 0; replay < 2; ++replay) {
+      d_out.up(out_poison);
+      d_lse.up(lse_poison);
+      GPU_CHECK(cudaDeviceSynchronize());  // the pageable uploads are done before the replay
+      GPU_CHECK(cudaGraphLaunch(exec, stream));
+      GPU_CHECK(cudaStreamSynchronize(stream));
+      EXPECT(step5_test::same_bits(d_out.down(), out0) && step5_test::same_bits(d_lse.down(), lse0),
+             "%s: graph replay %d differs from the eager launch", lab.c_str(), replay);
+      check_counters_zero(lab + " (graph replay " + std::to_string(replay) + ")", ws, ws_bytes);
+    }
+    GPU_CHECK(cudaGraphExecDestroy(exec));
+  }
+  if (cg != nullptr) GPU_CHECK(cudaGraphDestroy(cg));
+  GPU_CHECK(cudaStreamDestroy(stream));
+}
 
 template <class Tag>
 void run_scenario(const Scenario& sc, std::uint32_t seed) {
@@ -151,12 +242,75 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     if (sc.gate) ref::apply_gate(T, Hl, D, attn_ref.data(), gate.data() + 3, ldg, out_ref.data());
     else out_ref = attn_ref;
   }
-  // device
   const long long ldo = static_cast<long long>(Hl) * D + 4 * sc.pad;
   const std::size_t out_n = static_cast<std::size_t>(std::max(T, 1)) * ldo + 64;  // + guard
-  DevBuf<bf16> d_q(q), d_k(kc), d_v(vc), d_gate(gate), d_out(std::vector<bf16>(out_n, bf16{kPoison}));
+  // compare: every element, the aggregate error and the worst (token, head) row's error
+  auto check_output = [&](const std::string& lab, const std::vector<bf16>& out, const std::vector<float>& lse) {
+    std::vector<float> o_got, o_ref, l_got, l_ref;
+    int nan_count = 0, pad_changed = 0, inf_mismatch = 0;
+    double row_max = 0.0;
+    int worst_t = -1, worst_h = -1;
+    for (int t = 0; t < T; ++t) {
+      for (int h = 0; h < Hl; ++h) {
+        double num = 0.0, den = 0.0;
+        for (int d = 0; d < D; ++d) {
+          const std::size_t j = static_cast<std::size_t>(h) * D + d;
+          const double a = step5::to_float(out[static_cast<std::size_t>(t) * ldo + j]);
+          const double r = step5::to_float(out_ref[static_cast<std::size_t>(t) * Hl * D + j]);
+          num += (a - r) * (a - r);
+          den += r * r;
+        }
+        // relative to the row's norm; a row the reference leaves at zero (count 0) must be zero
+        const double e = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+        if (!(e <= row_max)) {  // NaN counts as worst
+          row_max = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
+          worst_t = t;
+          worst_h = h;
+        }
+      }
+      for (int j = 0; j < ldo; ++j) {
+        const bf16 v = out[static_cast<std::size_t>(t) * ldo + j];
+        if (j >= Hl * D) {
+          pad_changed += v.bits != kPoison;
+          continue;
+        }
+        const float f = step5::to_float(v);
+        if (std::isnan(f)) ++nan_count;
+        o_got.push_back(f);
+        o_ref.push_back(step5::to_float(out_ref[static_cast<std::size_t>(t) * Hl * D + j]));
+      }
+      for (int h = 0; h < Hl; ++h) {
+        const float a = lse[static_cast<std::size_t>(t) * Hl + h], r = lse_ref[static_cast<std::size_t>(t) * Hl + h];
+        if (std::isinf(r) || std::isinf(a) || std::isnan(a)) {
+          inf_mismatch += !(std::isinf(r) && std::isinf(a) && r < 0 && a < 0);
+        } else {
+          l_got.push_back(a);
+          l_ref.push_back(r);
+        }
+      }
+    }
+    int guard_changed = 0;
+    for (std::size_t i = static_cast<std::size_t>(T) * ldo; i < out_n; ++i) guard_changed += out[i].bits != kPoison;
+    for (std::size_t i = static_cast<std::size_t>(T) * Hl; i < lse.size(); ++i) guard_changed += !std::isnan(lse[i]);
+    const double e_o = T > 0 ? step5_test::rel_error(o_got, o_ref) : 0.0;
+    const double e_l = l_ref.empty() ? 0.0 : step5_test::rel_error(l_got, l_ref);
+    EXPECT(nan_count == 0, "%s: %d NaN outputs", lab.c_str(), nan_count);
+    EXPECT(e_o <= 1e-2, "%s: out rel error %.3g", lab.c_str(), e_o);
+    EXPECT(row_max <= 1e-2, "%s: worst (token, head) row: token %d head %d, rel error %.3g", lab.c_str(), worst_t,
+           worst_h, row_max);
+    EXPECT(e_l <= 1e-3, "%s: lse rel error %.3g", lab.c_str(), e_l);
+    EXPECT(inf_mismatch == 0, "%s: %d LSE values disagree on -inf / NaN", lab.c_str(), inf_mismatch);
+    EXPECT(pad_changed == 0 && guard_changed == 0, "%s: %d padding / %d guard elements written", lab.c_str(),
+           pad_changed, guard_changed);
+    std::printf("  %-58s T=%4d out err %.2e (worst row %.2e: t %d h %d) lse err %.2e\n", lab.c_str(), T, e_o,
+                row_max, worst_t, worst_h, e_l);
+  };
+  // device
+  const std::vector<bf16> out_poison(out_n, bf16{kPoison});
+  const std::vector<float> lse_poison(static_cast<std::size_t>(std::max(T, 1)) * Hl + 16, std::nanf(""));
+  DevBuf<bf16> d_q(q), d_k(kc), d_v(vc), d_gate(gate), d_out(out_poison);
   DevBuf<std::int32_t> d_table(table), d_cu(cu), d_seq(sc.seq_lens), d_ids(ids), d_counts(counts);
-  DevBuf<float> d_lse(std::vector<float>(static_cast<std::size_t>(std::max(T, 1)) * Hl + 16, std::nanf("")));
+  DevBuf<float> d_lse(lse_poison);
   step5::ops::SparseAttentionParams p;
   p.num_tokens = T;
   p.num_requests = B;
@@ -184,74 +338,37 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
   p.lse = d_lse.p;
   p.num_splits = sc.num_splits;
   p.query_tile = sc.query_tile;
-  std::size_t ws_bytes = 0;
-  step5::Status st = step5::ops::sparse_attention_workspace_size(p, &ws_bytes);
-  EXPECT(st.ok(), "%s: workspace_size: %s", label.c_str(), st.to_string().c_str());
-  DevBuf<unsigned char> ws(ws_bytes);
-  const step5::Status launched = step5::ops::sparse_attention<Tag::kId>(p, ws.p, ws_bytes, nullptr);
-  EXPECT(launched.ok(), "%s: launch: %s", label.c_str(), launched.to_string().c_str());
-  GPU_CHECK(cudaDeviceSynchronize());
-  const std::vector<bf16> out = d_out.down();
-  const std::vector<float> lse = d_lse.down();
-  // compare: every element, the aggregate error and the worst (token, head) row's error
-  std::vector<float> o_got, o_ref, l_got, l_ref;
-  int nan_count = 0, pad_changed = 0, inf_mismatch = 0;
-  double row_max = 0.0;
-  int worst_t = -1, worst_h = -1;
-  for (int t = 0; t < T; ++t) {
-    for (int h = 0; h < Hl; ++h) {
-      double num = 0.0, den = 0.0;
-      for (int d = 0; d < D; ++d) {
-        const std::size_t j = static_cast<std::size_t>(h) * D + d;
-        const double a = step5::to_float(out[static_cast<std::size_t>(t) * ldo + j]);
-        const double r = step5::to_float(out_ref[static_cast<std::size_t>(t) * Hl * D + j]);
-        num += (a - r) * (a - r);
-        den += r * r;
-      }
-      // relative to the row's norm; a row the reference leaves at zero (count 0) must be zero
-      const double e = den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-      if (!(e <= row_max)) {  // NaN counts as worst
-        row_max = std::isnan(e) ? std::numeric_limits<double>::infinity() : e;
-        worst_t = t;
-        worst_h = h;
-      }
+  p.pipeline_stages = sc.pipeline_stages;
+  const std::vector<int> split_list = sc.split_list.empty() ? std::vector<int>{sc.num_splits} : sc.split_list;
+  for (const int splits : split_list) {
+    p.num_splits = splits;
+    const std::string lab = sc.split_list.empty() ? label : label + " splits " + std::to_string(splits);
+    std::size_t ws_bytes = 0;
+    step5::Status st = step5::ops::sparse_attention_workspace_size(p, &ws_bytes);
+    EXPECT(st.ok(), "%s: workspace_size: %s", lab.c_str(), st.to_string().c_str());
+    if (!st.ok()) continue;
+    // partials poisoned (NaN bytes: a merge of an unwritten partial shows), counters zeroed once
+    DevBuf<unsigned char> ws(ws_bytes);
+    GPU_CHECK(cudaMemset(ws.p, 0xff, ws_bytes));
+    if (ws_bytes > 0) {
+      EXPECT(ws_bytes > step5::ops::kAttentionCounterBytes, "%s: workspace %zu bytes without room past the counters",
+             lab.c_str(), ws_bytes);
+      GPU_CHECK(cudaMemset(ws.p, 0, step5::ops::kAttentionCounterBytes));
     }
-    for (int j = 0; j < ldo; ++j) {
-      const bf16 v = out[static_cast<std::size_t>(t) * ldo + j];
-      if (j >= Hl * D) {
-        pad_changed += v.bits != kPoison;
-        continue;
-      }
-      const float f = step5::to_float(v);
-      if (std::isnan(f)) ++nan_count;
-      o_got.push_back(f);
-      o_ref.push_back(step5::to_float(out_ref[static_cast<std::size_t>(t) * Hl * D + j]));
-    }
-    for (int h = 0; h < Hl; ++h) {
-      const float a = lse[static_cast<std::size_t>(t) * Hl + h], r = lse_ref[static_cast<std::size_t>(t) * Hl + h];
-      if (std::isinf(r) || std::isinf(a) || std::isnan(a)) {
-        inf_mismatch += !(std::isinf(r) && std::isinf(a) && r < 0 && a < 0);
-      } else {
-        l_got.push_back(a);
-        l_ref.push_back(r);
-      }
+    d_out.up(out_poison);
+    d_lse.up(lse_poison);
+    const step5::Status launched = step5::ops::sparse_attention<Tag::kId>(p, ws.p, ws_bytes, nullptr);
+    EXPECT(launched.ok(), "%s: launch: %s", lab.c_str(), launched.to_string().c_str());
+    GPU_CHECK(cudaDeviceSynchronize());
+    const std::vector<bf16> out = d_out.down();
+    const std::vector<float> lse = d_lse.down();
+    check_output(lab, out, lse);
+    check_counters_zero(lab + " (first launch)", ws.p, ws_bytes);
+    if (sc.repeat && T > 0) {
+      repeat_launches<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
+      graph_replays<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
     }
   }
-  int guard_changed = 0;
-  for (std::size_t i = static_cast<std::size_t>(T) * ldo; i < out_n; ++i) guard_changed += out[i].bits != kPoison;
-  for (std::size_t i = static_cast<std::size_t>(T) * Hl; i < lse.size(); ++i) guard_changed += !std::isnan(lse[i]);
-  const double e_o = T > 0 ? step5_test::rel_error(o_got, o_ref) : 0.0;
-  const double e_l = l_ref.empty() ? 0.0 : step5_test::rel_error(l_got, l_ref);
-  EXPECT(nan_count == 0, "%s: %d NaN outputs", label.c_str(), nan_count);
-  EXPECT(e_o <= 1e-2, "%s: out rel error %.3g", label.c_str(), e_o);
-  EXPECT(row_max <= 1e-2, "%s: worst (token, head) row: token %d head %d, rel error %.3g", label.c_str(), worst_t,
-         worst_h, row_max);
-  EXPECT(e_l <= 1e-3, "%s: lse rel error %.3g", label.c_str(), e_l);
-  EXPECT(inf_mismatch == 0, "%s: %d LSE values disagree on -inf / NaN", label.c_str(), inf_mismatch);
-  EXPECT(pad_changed == 0 && guard_changed == 0, "%s: %d padding / %d guard elements written", label.c_str(),
-         pad_changed, guard_changed);
-  std::printf("  %-58s T=%4d out err %.2e (worst row %.2e: t %d h %d) lse err %.2e\n", label.c_str(), T, e_o, row_max,
-              worst_t, worst_h, e_l);
 }
 
 /// Every (geometry, tp) of the list; in quick mode only tp 1, 8 and 16 (each (head_dim, hpg_q)
@@ -352,6 +469,69 @@ GPU_CASE("decode batches: 33, 257 requests (every layout) and 1024 (tp >= 8), mi
   });
 }
 
+/// Decode batch of B requests for the split tests: B == 1 one long request with a full selection
+/// (topk 512: 65 stages, so every split up to 32 gathers >= 2 stages); else mixed lengths, some
+/// requests without a row, and mixed counts (some rows with count 0, 1 or < topk).
+Scenario split_decode_batch(int B) {
+  if (B == 1) {
+    Scenario sc{"split decode batch 1", {1}, {sz(5000, 300)}, 64, sz(512, 16)};
+    sc.overlap = false;
+    return sc;
+  }
+  std::mt19937 rng(static_cast<std::uint32_t>(B * 7919));
+  Scenario sc{"split decode batch " + std::to_string(B) + ", mixed counts", {}, {}, 16, sz(128, 16)};
+  sc.short_counts = true;
+  for (int b = 0; b < B; ++b) {
+    sc.q_lens.push_back(rng() % 9 == 0 ? 0 : 1);
+    sc.seq_lens.push_back(1 + static_cast<int>(rng() % static_cast<unsigned>(sz(1500, 600))));
+  }
+  return sc;
+}
+
+GPU_CASE("fused split merge: every forced num_splits 1..kAttentionMaxSplits, every hpg_q, decode batches 1/33/257") {
+  std::vector<int> splits;
+  for (int s = 1; s <= step5::ops::kAttentionMaxSplits; ++s)
+    if (!step5_test::quick() || s <= 3 || s == 7 || s == 16 || s == step5::ops::kAttentionMaxSplits)
+      splits.push_back(s);
+  each_layout([&](auto tag) {
+    for (int B : {1, 33, 257}) {
+      Scenario sc = split_decode_batch(B);
+      sc.split_list = splits;
+      run_scenario<decltype(tag)>(sc, ++g_seed);
+    }
+  });
+}
+
+GPU_CASE("fused split merge: 50 launches with competing work and 2 graph replays bit-identical, counters reset") {
+  each_layout([](auto tag) {
+    Scenario sc = split_decode_batch(33);
+    sc.split_list = {0, 7, step5::ops::kAttentionMaxSplits};  // auto, and forced
+    sc.repeat = true;
+    run_scenario<decltype(tag)>(sc, ++g_seed);
+  });
+}
+
+GPU_CASE("ring depth: forced pipeline_stages 2, 3, 4 on decode (1 and 7 splits), MTP and prefill") {
+  each_layout([](auto tag) {
+    for (int ns = step5::ops::kAttentionMinStages; ns <= step5::ops::kAttentionMaxStages; ++ns) {
+      const std::string tail = ", stages " + std::to_string(ns);
+      // decode: stage counts below, equal to and above the ring depth per split
+      Scenario dec{"decode" + tail, {1, 1, 1, 1}, {9, sz(200, 100), sz(1500, 250), sz(4000, 300)}, 64, sz(256, 16)};
+      dec.pipeline_stages = ns;
+      dec.split_list = {1, 7};
+      run_scenario<decltype(tag)>(dec, ++g_seed);
+      Scenario mtp{"mtp short counts" + tail, {4, 2, 3}, {sz(900, 200), 60, sz(700, 150)}, 16, sz(48, 16)};
+      mtp.pipeline_stages = ns;
+      mtp.short_counts = true;
+      run_scenario<decltype(tag)>(mtp, ++g_seed);
+      Scenario pre{"prefill" + tail, {37, 70, 19}, {87, 70, 19 + sz(517, 217)}, 16, sz(24, 16)};
+      pre.pipeline_stages = ns;
+      pre.split_list = {1, 3};
+      run_scenario<decltype(tag)>(pre, ++g_seed);
+    }
+  });
+}
+
 GPU_CASE("T = 0 and requests without rows: ok, nothing written") {
   each_layout([](auto tag) {
     Scenario sc{"no rows", {0, 0}, {10, 20}, 16, 8};
@@ -369,9 +549,9 @@ GPU_CASE("launcher preconditions return Status with the value") {
   p.head_dim = 192;
   p.topk = 512;
   p.block_size = 16;
-  p.max_blocks = 8;
-  p.num_blocks = 8;
-  const std::int32_t h_cu[2] = {0, 4}, h_seq[1] = {4}, h_table[8] = {};
+  p.max_blocks = 64;  // 1024 positions = 16 stages: the auto split factor for one decode tile is > 1
+  p.num_blocks = 64;
+  const std::int32_t h_cu[2] = {0, 4}, h_seq[1] = {4}, h_table[64] = {};
   p.block_table = h_table;  // never read: every case below is refused before a launch
   p.cu_seqlens_q_host = h_cu;
   p.seq_lens_host = h_seq;
@@ -405,15 +585,18 @@ GPU_CASE("launcher preconditions return Status with the value") {
   q.num_splits = 0;  // auto split for 4 decode rows: a split-KV workspace is needed and none is given
   expect_err(q, "workspace_bytes = 0", "missing split-KV workspace");
   q = p;
+  q.pipeline_stages = 1;
+  expect_err(q, "pipeline_stages = 1", "ring depth below 2");
+  q = p;
   q.cu_seqlens_q_host = nullptr;
   expect_err(q, "cu_seqlens_q_host is null", "no host mirror of cu_seqlens_q");
   q = p;
   q.seq_lens_host = nullptr;
   expect_err(q, "seq_lens_host is null", "no host mirror of seq_lens");
   q = p;
-  const std::int32_t long_seq[1] = {129};  // capacity 8 x 16 = 128 positions
+  const std::int32_t long_seq[1] = {1025};  // capacity 64 x 16 = 1024 positions
   q.seq_lens_host = long_seq;
-  expect_err(q, "request 0: position 128", "position past the block-table row");
+  expect_err(q, "request 0: position 1024", "position past the block-table row");
 }
 
 STEP5_GPU_TEST_MAIN()

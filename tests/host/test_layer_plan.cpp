@@ -100,14 +100,23 @@ TEST_CASE("workspace map: every buffer 256-byte aligned, disjoint, at least its 
       CHECK(m.gemm_bytes == std::size_t{3} << 20);
       CHECK(m.select_bytes >= ops::indexer_select_workspace_bytes(r, std::min<int>(64, cap.max_tokens),
                                                                   cap.max_seq_len, cap.max_requests));
-      // the decode-sized split-KV space: what the attention planner asks for 4 rows per request
-      ops::SparseAttentionPlan ap;
-      const ops::SparseAttentionParams a = ops::detail::attention_sizes(
-          r, std::min(cap.max_tokens, 4 * cap.max_requests), cap.max_requests, cap.max_topk, cap.block_size,
-          cap.max_blocks, cap.num_blocks);
-      REQUIRE(ops::sparse_attention_plan(a, 132, &ap).ok());
-      CHECK(m.attn_ws_bytes == ap.workspace_bytes);
-      CHECK(ap.num_splits > 1);  // decode on 132 SMs splits the KV range: the space is not empty
+      // the split-KV space: the largest the attention planner asks for a decode step of 1 or 4
+      // rows per request, 1 .. max_requests requests
+      std::size_t largest = 0;
+      for (int b = 1; b <= cap.max_requests; ++b)
+        for (const int rows : {1, 4}) {
+          CAPTURE(b);
+          CAPTURE(rows);
+          ops::SparseAttentionPlan ap;
+          const ops::SparseAttentionParams a = ops::detail::attention_sizes(
+              r, std::min(cap.max_tokens, rows * b), b, cap.max_topk, cap.block_size, cap.max_blocks, cap.num_blocks);
+          REQUIRE(ops::sparse_attention_plan(a, 132, &ap).ok());
+          CHECK(ap.workspace_bytes <= m.attn_ws_bytes);
+          largest = std::max(largest, ap.workspace_bytes);
+          if (b == 1) CHECK(ap.num_splits > 1);  // batch 1 on 132 SMs splits the KV range
+        }
+      CHECK(m.attn_ws_bytes == largest);
+      CHECK(m.attn_ws_bytes > 0);
       CHECK(plan.workspace_bytes == m.total);
       CHECK(m.total % 256 == 0);
     }
@@ -216,3 +225,103 @@ TEST_CASE("plan reuse: one plan serves steps of every size within capacity, unch
   CHECK(p3.workspace_bytes == plan.workspace_bytes);
 }
 #endif
+
+TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, whole waves) and its limits") {
+  // decode at 128K context (block 64, 2048 blocks per row), topk 512 = 65 stages of 64 tokens
+  auto decode = [](const layout::RankLayout& r, int batch, int topk) {
+    return ops::detail::attention_sizes(r, batch, batch, topk, 64, 2048, 64 * 2048);
+  };
+  const int sms = 132;
+  struct Case {
+    int tp, batch, splits;
+  };
+  // the numbers of the planner's comment (H200: 132 SMs): step5_preview (D 192) decode runs a
+  // 4-stage ring with one CTA per SM
+  for (const Case c : {Case{1, 1, 22}, Case{1, 2, 13}, Case{1, 4, 8}, Case{1, 8, 4}, Case{1, 16, 2}, Case{1, 32, 1},
+                       Case{1, 64, 1}, Case{1, 128, 1}, Case{8, 1, 22}, Case{8, 8, 13}, Case{8, 16, 8},
+                       Case{8, 32, 4}, Case{8, 64, 2}, Case{8, 128, 1}}) {
+    CAPTURE(c.tp);
+    CAPTURE(c.batch);
+    ops::SparseAttentionPlan ap;
+    REQUIRE(ops::sparse_attention_plan(decode(rank_of("step5_preview", c.tp, 0), c.batch, 512), sms, &ap).ok());
+    CHECK(ap.stages == 4);
+    CHECK(ap.smem_bytes > ops::attention_two_per_sm_smem(4));  // one CTA per SM
+    CHECK(ap.smem_bytes <= ops::kAttentionMaxSmem);
+    CHECK(ap.num_splits == c.splits);
+    CHECK((ap.num_splits > 1) == (ap.workspace_bytes > 0));
+  }
+  // D 128: a 3-stage ring with two CTAs per SM (4 stages in flight per SM against 3)
+  for (const Case c : {Case{1, 1, 22}, Case{1, 4, 8}, Case{1, 16, 2}, Case{1, 32, 1}}) {
+    CAPTURE(c.batch);
+    ops::SparseAttentionPlan ap;
+    REQUIRE(ops::sparse_attention_plan(decode(rank_of("dsa_h64_kv8_d128", 1, 0), c.batch, 512), sms, &ap).ok());
+    CHECK(ap.stages == 3);
+    CHECK(ap.smem_bytes <= ops::attention_two_per_sm_smem(3));
+    CHECK(ap.num_splits == c.splits);
+  }
+  // prefill keeps 2 stages and the widest query tile; a forced ring depth is taken
+  {
+    const auto r = rank_of("step5_preview", 1, 0);
+    auto a = ops::detail::attention_sizes(r, 4096, 1, 512, 64, 2048, 64 * 2048);
+    ops::SparseAttentionPlan ap;
+    REQUIRE(ops::sparse_attention_plan(a, sms, &ap).ok());
+    CHECK(ap.stages == 2);
+    CHECK(ap.query_tile == 4);
+    for (const int ns : {2, 3, 4}) {
+      CAPTURE(ns);
+      a.pipeline_stages = ns;
+      REQUIRE(ops::sparse_attention_plan(a, sms, &ap).ok());
+      CHECK(ap.stages == ns);
+      auto d = decode(r, 8, 512);
+      d.pipeline_stages = ns;
+      REQUIRE(ops::sparse_attention_plan(d, sms, &ap).ok());
+      CHECK(ap.stages == ns);
+    }
+    a.pipeline_stages = 5;
+    const step5::Status s = ops::sparse_attention_plan(a, sms, &ap);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("pipeline_stages = 5") != std::string::npos);
+  }
+  // every split gathers >= 2 stages, never more splits than stages, at most kAttentionMaxSplits
+  for (const int tp : {1, 2, 4, 8, 16})
+    for (const int topk : {1, 16, 100, 512, 1024})
+      for (int batch = 1; batch <= 300; batch += (batch < 40 ? 1 : 13)) {
+        CAPTURE(tp);
+        CAPTURE(topk);
+        CAPTURE(batch);
+        ops::SparseAttentionPlan ap;
+        REQUIRE(ops::sparse_attention_plan(decode(rank_of("step5_preview", tp, 0), batch, topk), sms, &ap).ok());
+        const int stages = (topk + 1 + 7) / 8;
+        CHECK(ap.num_splits >= 1);
+        CHECK(ap.num_splits <= ops::kAttentionMaxSplits);
+        CHECK((ap.num_splits == 1 || stages / ap.num_splits >= 2));
+      }
+  // a short context bounds the stages: 1024 positions = 128 regions = 16 stages -> <= 8 splits
+  {
+    ops::SparseAttentionPlan ap;
+    const auto a = ops::detail::attention_sizes(rank_of("step5_preview", 8, 0), 1, 1, 512, 16, 64, 64);
+    REQUIRE(ops::sparse_attention_plan(a, sms, &ap).ok());
+    CHECK(ap.num_splits == 8);
+  }
+  // forced factors are kept; the split-KV counters bound the (tile, group) pairs of a split launch
+  {
+    auto a = decode(rank_of("step5_preview", 1, 0), 32, 512);
+    a.num_splits = 5;
+    ops::SparseAttentionPlan ap;
+    REQUIRE(ops::sparse_attention_plan(a, sms, &ap).ok());
+    CHECK(ap.num_splits == 5);
+    CHECK(ap.workspace_bytes == ops::sparse_attention_workspace_layout(ap.max_tiles, 4, 5, 192).bytes);
+    CHECK(ap.workspace_bytes > ops::kAttentionCounterBytes);
+    // 4000 decode requests: (4000 / 4 + 4000) grid tiles x 4 groups = 20000 pairs > 16384 counters
+    auto big = decode(rank_of("step5_preview", 1, 0), 4000, 512);
+    big.num_splits = 2;
+    const step5::Status s = ops::sparse_attention_plan(big, sms, &ap);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("num_splits = 2") != std::string::npos);
+    CHECK(s.message().find("16384") != std::string::npos);
+    big.num_splits = 0;
+    REQUIRE(ops::sparse_attention_plan(big, sms, &ap).ok());
+    CHECK(ap.num_splits == 1);
+    CHECK(ap.workspace_bytes == 0);
+  }
+}

@@ -17,7 +17,8 @@
 /// so 64 rows of the mma M dimension); the CTA builds the union of the tile's selected regions
 /// (bitmaps in shared memory), gathers the union 64 tokens at a time from the paged cache with
 /// cp.async and masks per (query, token). Decode rows (1–4 per request) form one small tile whose
-/// token range is split over CTAs (split-KV) and merged by a second kernel (log-sum-exp merge).
+/// token range is split over CTAs (split-KV); the last split CTA of a (tile, KV group) to finish
+/// merges the splits in split order (log-sum-exp merge), one kernel launch in all.
 ///
 /// Declarations compile with g++; the launchers (kernels/sm90/attention_launch.cuh) are
 /// instantiated per geometry row by step5/instantiate.cuh (library step5::kernels, or one .cu of
@@ -80,7 +81,10 @@ struct SparseAttentionParams {
 
   float softmax_scale = 0.0f;  ///< 0 = D^-0.5 (SPEC §4.7)
   int query_tile = 0;          ///< queries per CTA tile; 0 = auto (64 / hpg_q, less when smem is short)
-  int num_splits = 0;          ///< split-KV factor; 0 = auto (fill the GPU); at most kMaxSplits
+  int num_splits = 0;          ///< split-KV factor; 0 = auto (sparse_attention_plan); at most kAttentionMaxSplits
+  /// K/V stages of the cp.async ring, kAttentionMinStages .. kAttentionMaxStages; 0 = auto
+  /// (sparse_attention_plan). Tests and benchmarks force it; production uses 0.
+  int pipeline_stages = 0;
   /// With num_splits = 0: the auto split factor is lowered until the split-KV workspace fits in
   /// this many bytes (1 split needs none); 0 = no limit.
   std::size_t max_workspace_bytes = 0;
@@ -92,11 +96,54 @@ inline constexpr int kAttentionMaxSplits = 32;
 /// Rows of one CTA tile (queries × hpg_q heads) and gathered tokens per pipeline stage.
 inline constexpr int kAttentionTileRows = 64;
 inline constexpr int kAttentionTileTokens = 64;
+/// K/V stages of the kernel's cp.async ring (a kernel instance per count): while one stage is
+/// computed, the others are in flight. The planner picks the count (sparse_attention_plan).
+inline constexpr int kAttentionMinStages = 2;
+inline constexpr int kAttentionMaxStages = 4;
+/// Upper bound of the kernel's static shared memory with `stages` ring stages: 768 bytes of tile
+/// state and softmax statistics plus, per stage, 64 token offsets (8 bytes) and the
+/// (query, region) masks (16 x 8 bytes), rounded up to 1 KiB as ptxas allocates it (2, 3, 4
+/// stages: 2048, 3072, 4096 bytes). The kernel static_asserts its layout against it.
+constexpr std::size_t attention_static_smem(int stages) {
+  return (768u + static_cast<std::size_t>(stages) * (kAttentionTileTokens * 8u + 16u * 8u) + 1023u) / 1024u * 1024u;
+}
 /// Dynamic shared memory a CTA may use on sm_90.
 inline constexpr std::size_t kAttentionMaxSmem = 232448 - 4096;  // 227 KiB less the static part
+static_assert(attention_static_smem(kAttentionMaxStages) <= 4096, "kAttentionMaxSmem leaves 4 KiB of static smem");
 /// Dynamic shared memory that still lets two CTAs share an SM (228 KiB per SM, 1 KiB reserved and
 /// the static part per CTA).
-inline constexpr std::size_t kAttentionTwoPerSmSmem = 113664;
+constexpr std::size_t attention_two_per_sm_smem(int stages) {
+  return (233472u - 2u * 1024u - 2u * attention_static_smem(stages)) / 2u;
+}
+inline constexpr std::size_t kAttentionTwoPerSmSmem = attention_two_per_sm_smem(2);  // 113664
+
+/// Bytes of split-KV arrival counters at the start of a sparse-attention workspace: one uint32 per
+/// (query tile, KV group) of a launch with num_splits > 1, at a fixed place so that launches of
+/// any plan share them. Zero-filled once when the workspace is allocated; every completed launch
+/// leaves them zero again (the last split CTA of a (tile, group) resets its counter).
+inline constexpr std::size_t kAttentionCounterBytes = 65536;
+inline constexpr long long kAttentionMaxSplitPairs = static_cast<long long>(kAttentionCounterBytes / 4);
+
+/// Byte layout of the split-KV workspace, the one place the planner (its size) and the launcher
+/// (its pointers) read it from: `[kAttentionCounterBytes]` arrival counters (uint32 per (tile,
+/// group)), then the normalised fp32 partial outputs `[tiles, lg, splits, 64, D]`, then their
+/// log2-domain LSE `[tiles, lg, splits, 64]`. No workspace (0 bytes) when splits == 1.
+struct SparseAttentionWorkspaceLayout {
+  std::size_t partials = 0;  ///< byte offset of the partial outputs
+  std::size_t lse = 0;       ///< byte offset of the partial LSE
+  std::size_t bytes = 0;     ///< total bytes
+};
+inline SparseAttentionWorkspaceLayout sparse_attention_workspace_layout(long long tiles, int num_kv_groups,
+                                                                        int num_splits, int head_dim) {
+  SparseAttentionWorkspaceLayout l;
+  if (num_splits <= 1) return l;
+  const std::size_t rows = static_cast<std::size_t>(tiles) * static_cast<std::size_t>(num_kv_groups) *
+                           static_cast<std::size_t>(num_splits) * kAttentionTileRows;
+  l.partials = kAttentionCounterBytes;
+  l.lse = l.partials + rows * static_cast<std::size_t>(head_dim) * 4u;
+  l.bytes = l.lse + rows * 4u;
+  return l;
+}
 
 /// How a launch is carried out (derived from the params and the SM count only).
 struct SparseAttentionPlan {
@@ -104,9 +151,10 @@ struct SparseAttentionPlan {
   int query_tile = 0;          ///< queries per tile
   int max_tiles = 0;           ///< grid x: ceil(T / query_tile) + B tiles (unused ones exit)
   int num_splits = 1;          ///< grid z
+  int stages = 2;              ///< K/V stages of the cp.async ring (picks the kernel instance)
   int bitmap_words = 0;        ///< 32-bit words of one region bitmap (max_blocks*block_size/8 bits)
   std::size_t smem_bytes = 0;  ///< dynamic shared memory per CTA
-  std::size_t workspace_bytes = 0;  ///< 0 when num_splits == 1
+  std::size_t workspace_bytes = 0;  ///< 0 when num_splits == 1 (sparse_attention_workspace_layout)
 };
 
 namespace detail {
@@ -152,28 +200,65 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   const int max_qt = kAttentionTileRows / hpg;
   if (p.query_tile < 0 || p.query_tile > max_qt)
     return invalid_argument(attn_msg("query_tile", p.query_tile, "0 (auto) .. 64 / hpg_q = " + std::to_string(max_qt)));
+  if (p.pipeline_stages != 0 &&
+      (p.pipeline_stages < kAttentionMinStages || p.pipeline_stages > kAttentionMaxStages))
+    return invalid_argument(attn_msg("pipeline_stages", p.pipeline_stages,
+                                     "0 (auto) or " + std::to_string(kAttentionMinStages) + " .. " +
+                                         std::to_string(kAttentionMaxStages)));
   const long long max_tokens = static_cast<long long>(p.max_blocks) * p.block_size;
   const long long regions = max_tokens / layout::kRegionSize;
   const long long words = (regions + 31) / 32;
-  const std::size_t stages = 2ull * 2ull * kAttentionTileTokens * static_cast<std::size_t>(p.head_dim) * 2ull;
-  auto smem_for = [&](int qt) {
-    return stages + static_cast<std::size_t>(qt + 1) * static_cast<std::size_t>(words) * 4u +
+  const std::size_t stage_bytes = 2ull * kAttentionTileTokens * static_cast<std::size_t>(p.head_dim) * 2ull;  // K + V
+  auto smem_for = [&](int qt, int ns) {
+    return static_cast<std::size_t>(ns) * stage_bytes +
+           static_cast<std::size_t>(qt + 1) * static_cast<std::size_t>(words) * 4u +
            static_cast<std::size_t>(words + 1) * 4u;
   };
   int qt = p.query_tile > 0 ? p.query_tile : max_qt;
-  while (qt > 1 && smem_for(qt) > kAttentionMaxSmem) --qt;
-  // Decode-like batches (<= 4 rows per request on average) prefer two CTAs per SM (more bytes
-  // in flight) over wide query tiles: their tiles hold 1-4 queries anyway.
-  if (p.query_tile == 0 && static_cast<long long>(p.num_tokens) <= 4ll * p.num_requests)
-    while (qt > 1 && smem_for(qt) > kAttentionTwoPerSmSmem) --qt;
-  if (smem_for(qt) > kAttentionMaxSmem)
-    return unsupported(attn_msg("max_blocks * block_size (tokens addressable per request)", max_tokens,
-                                "at most about " + std::to_string((kAttentionMaxSmem - stages) / 12 * 256) +
-                                    " tokens: the region bitmaps must fit in shared memory"));
+  while (qt > 1 && smem_for(qt, kAttentionMinStages) > kAttentionMaxSmem) --qt;
+  if (smem_for(qt, kAttentionMinStages) > kAttentionMaxSmem)
+    return unsupported(attn_msg(
+        "max_blocks * block_size (tokens addressable per request)", max_tokens,
+        "at most about " + std::to_string((kAttentionMaxSmem - kAttentionMinStages * stage_bytes) / 12 * 256) +
+            " tokens: the region bitmaps must fit in shared memory"));
+  // Ring depth. Prefill keeps 2 stages and the widest tile (compute-bound; two stages hide the
+  // gather). Decode-like batches (<= 4 rows per request on average; their tiles hold 1-4 queries
+  // anyway) are bandwidth-bound: they take the (stages, query tile, CTAs per SM) with the most
+  // K/V bytes in flight per SM, CTAs/SM x (stages - 1) stages (one stage is being computed);
+  // ties keep two CTAs per SM, then fewer stages. D 192 (48 KiB per stage): 2 stages x 2 CTAs = 2
+  // in flight, 3 x 1 = 2, 4 x 1 = 3 -> 4 stages, one CTA per SM; D 128 (32 KiB): 3 stages x 2
+  // CTAs = 4 in flight -> 3 stages. A forced `pipeline_stages` is taken as given.
+  int ns = kAttentionMinStages;
+  const bool decode_like = static_cast<long long>(p.num_tokens) <= 4ll * p.num_requests;
+  if (decode_like || p.pipeline_stages != 0) {
+    int best = -1, best_ns = ns, best_qt = qt;
+    for (int n = kAttentionMinStages; n <= kAttentionMaxStages; ++n) {
+      if (p.pipeline_stages != 0 && n != p.pipeline_stages) continue;
+      for (const int per_sm : {2, 1}) {
+        const std::size_t limit = per_sm == 2 ? attention_two_per_sm_smem(n) : kAttentionMaxSmem;
+        int q = qt;
+        if (p.query_tile == 0)
+          while (q > 1 && smem_for(q, n) > limit) --q;
+        if (smem_for(q, n) > limit || (per_sm == 2 && !decode_like)) continue;
+        if (per_sm * (n - 1) > best) {
+          best = per_sm * (n - 1);
+          best_ns = n;
+          best_qt = q;
+        }
+      }
+    }
+    if (best < 0)
+      return unsupported(attn_msg("pipeline_stages", p.pipeline_stages,
+                                  "a ring whose stages and region bitmaps fit in " + std::to_string(kAttentionMaxSmem) +
+                                      " bytes of shared memory"));
+    ns = best_ns;
+    qt = best_qt;
+  }
   plan->hpg_q = hpg;
   plan->query_tile = qt;
+  plan->stages = ns;
   plan->bitmap_words = static_cast<int>(words);
-  plan->smem_bytes = smem_for(qt);
+  plan->smem_bytes = smem_for(qt, ns);
   const long long tiles = (static_cast<long long>(p.num_tokens) + qt - 1) / qt + p.num_requests;
   if (tiles > (1ll << 30))
     return invalid_argument(attn_msg("num_tokens", p.num_tokens,
@@ -181,20 +266,53 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   plan->max_tiles = static_cast<int>(tiles);
   int splits = p.num_splits;
   if (splits == 0) {
+    // Auto split factor (split-KV over the gathered stages of a tile's union). Per split CTA: a
+    // fixed cost (bitmaps from the topk ids, union prefix, Q fragments, epilogue, partial store,
+    // the merge by the last split) of about one 64-token stage, then its stages. Stages of a
+    // tile: ceil(min(topk + 1, addressable regions) / 8) (decode: one query's selection).
+    // Slots: 2 CTAs per SM when the shared memory allows (plan.smem_bytes <=
+    // attention_two_per_sm_smem(plan.stages)), else 1. The factor minimises the modelled time
+    //   waves(S) * (ceil(stages / S) + 1),  waves(S) = ceil(CTAs(1) * S / slots),
+    // over S = 1 .. min(kAttentionMaxSplits, stages / 2): every split gathers >= 2 stages (never
+    // more splits than stages), and a last partial wave is avoided (the factor of the old rule,
+    // ceil(4 * SMs / CTAs), gave 2.1 waves at tp 8 batch 32 and 2.4 at tp 1 batch 32). Ties take
+    // the smaller S (less merge work). H200 (132 SMs), topk 512 = 65 stages, CTAs(1) = batch x
+    // KV groups; step5_preview D 192 decode runs 4 stages, 1 CTA per SM = 132 slots:
+    //   tp 1 (4 groups)  batch 1: 22 splits (88 CTAs, 2-3 stages each), 2: 13, 4: 8, 8: 4,
+    //                    16: 2 (128 CTAs), >= 32: 1 (128 / 256 / 512 CTAs, no merge);
+    //   tp 8 (1 group)   batch 1-4: 22, 8: 13, 16: 8, 32: 4 (128 CTAs), 64: 2, 128: 1.
+    // dsa_h64_kv8_d128 tp 1 (8 groups, D 128: 3 stages, 2 CTAs per SM = 264 slots): batch 1: 22,
+    // 4: 8, 16: 2 (256 CTAs), >= 32: 1.
     const long long tq = (static_cast<long long>(p.num_tokens) + qt - 1) / qt;
-    const long long est = std::max<long long>(1, std::min<long long>(tiles, std::max<long long>(p.num_requests, tq))) *
-                          p.num_kv_groups;
-    const long long target = 4ll * std::max(1, num_sms);  // >= 2 waves of 2 CTAs per SM
-    long long s = (target + est - 1) / est;
-    s = std::min<long long>(s, std::max(1, (p.topk + 1) / 16));  // >= 2 gathered tiles per split
-    s = std::min<long long>(s, kAttentionMaxSplits);
-    splits = static_cast<int>(std::max<long long>(1, s));
+    const long long ctas = std::max<long long>(1, std::min<long long>(tiles, std::max<long long>(p.num_requests, tq))) *
+                           p.num_kv_groups;
+    const long long slots =
+        static_cast<long long>(std::max(1, num_sms)) * (plan->smem_bytes <= attention_two_per_sm_smem(ns) ? 2 : 1);
+    const long long tile_regions = std::min<long long>(p.topk + 1, std::max<long long>(1, regions));
+    const long long stages = (tile_regions + kAttentionTileTokens / layout::kRegionSize - 1) /
+                             (kAttentionTileTokens / layout::kRegionSize);
+    const long long s_max = std::min<long long>(kAttentionMaxSplits, std::max<long long>(1, stages / 2));
+    long long best_cost = -1;
+    splits = 1;
+    for (long long s = 1; s <= s_max; ++s) {
+      const long long cost = (ctas * s + slots - 1) / slots * ((stages + s - 1) / s + 1);
+      if (best_cost < 0 || cost < best_cost) {
+        best_cost = cost;
+        splits = static_cast<int>(s);
+      }
+    }
+  }
+  // the split-KV arrival counters: one per (tile, KV group) in the fixed counter space
+  const long long pairs = tiles * p.num_kv_groups;
+  if (pairs > kAttentionMaxSplitPairs) {
+    if (p.num_splits > 1)
+      return invalid_argument(attn_msg("num_splits", p.num_splits,
+                                       "1 (or 0) for more than " + std::to_string(kAttentionMaxSplitPairs) +
+                                           " (query tile, KV group) pairs; this step has " + std::to_string(pairs)));
+    splits = 1;
   }
   auto workspace_for = [&](int s) -> std::size_t {
-    return s > 1 ? static_cast<std::size_t>(tiles) * static_cast<std::size_t>(p.num_kv_groups) * s *
-                           kAttentionTileRows * (static_cast<std::size_t>(p.head_dim) + 1) * 4u +
-                       static_cast<std::size_t>(tiles) * 16u + 256u
-                 : 0;
+    return sparse_attention_workspace_layout(tiles, p.num_kv_groups, s, p.head_dim).bytes;
   };
   if (p.num_splits == 0 && p.max_workspace_bytes > 0)
     while (splits > 1 && workspace_for(splits) > p.max_workspace_bytes) --splits;
@@ -204,7 +322,8 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
 }
 
 /// Workspace bytes `sparse_attention` needs for `p` on `p.device` (0 when no split-KV merge is
-/// needed). The same params on the same device give the same size; allocate once, reuse.
+/// needed). The same params on the same device give the same size; allocate once, zero-fill the
+/// first kAttentionCounterBytes once (see `sparse_attention`), reuse.
 inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, std::size_t* bytes) {
   if (bytes == nullptr) return invalid_argument("sparse_attention_workspace_size: bytes is null");
   int dev = p.device;
@@ -220,7 +339,11 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
 /// Launches the sparse attention (+ gate) of geometry row `Id` on `stream` (asynchronous).
 /// `p.num_local_heads` / `p.num_kv_groups` / `p.head_dim` must be the local layout of one tp
 /// value listed for `Id` in geometries.def. `workspace` holds at least
-/// `sparse_attention_workspace_size(p)` bytes (may be null when that is 0); no zero-fill needed.
+/// `sparse_attention_workspace_size(p)` bytes (may be null when that is 0). Its first
+/// `kAttentionCounterBytes` bytes (split-KV arrival counters) must be zero-filled once before its
+/// first use (e.g. cudaMemset after cudaMalloc); every launch leaves them zero, so one allocation
+/// serves every later call of any plan ordered after it (same stream, or CUDA-graph replays).
+/// Two concurrent calls must not share a workspace.
 /// Errors (nothing launched): kInvalidArgument for every rule of `validate_step` (ops/batch_check.hpp:
 /// cu_seqlens_q / seq_lens host mirrors null or inconsistent, a position >= max_blocks *
 /// block_size, topk, a too small workspace), null pointers (when T > 0), bad strides or

@@ -18,9 +18,10 @@
 ///    it plans on every call, engines keep a plan).
 /// Device pointers throughout; layouts of docs/ARCHITECTURE.md. The workspace (one allocation of
 /// `plan.workspace_bytes`) is zero-filled once before its first use (the GEMM split-K counters
-/// live in it; every launch leaves them zero). The sequence of launches depends only on host
-/// sizes. Errors as Status (the first failing launcher's message). Host code (g++-compilable);
-/// links step5::kernels (or one .cu of the engine includes step5/instantiate.cuh).
+/// and the attention split-KV counters live in it; every launch leaves them zero). The sequence
+/// of launches depends only on host sizes. Errors as Status (the first failing launcher's
+/// message). Host code (g++-compilable); links step5::kernels (or one .cu of the engine includes
+/// step5/instantiate.cuh).
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -165,14 +166,19 @@ inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const
   const int chunk = static_cast<int>(std::clamp<std::size_t>(fit, std::min<std::size_t>(64, T), T));
   m->select_bytes = indexer_select_workspace_bytes(r, chunk, cap.max_seq_len, cap.max_requests);
   m->select = take(m->select_bytes);
-  // Split-KV merge space for decode-like steps (<= 4 rows per request); larger steps use fewer
-  // splits when this does not suffice (SparseAttentionParams::max_workspace_bytes).
-  SparseAttentionPlan ap;
-  const SparseAttentionParams a = attention_sizes(r, std::min(cap.max_tokens, 4 * cap.max_requests), cap.max_requests,
-                                                  cap.max_topk, cap.block_size, cap.max_blocks, cap.num_blocks);
-  STEP5_RETURN_IF_ERROR(sparse_attention_plan(a, num_sms, &ap));
-  m->attn_ws_bytes = ap.workspace_bytes;
-  m->attn_ws = take(ap.workspace_bytes);
+  // Split-KV merge space: the largest the attention planner asks for a decode-like step (1 or 4
+  // rows per request, 1 .. max_requests requests: small batches split most); other steps lower
+  // their auto split factor to fit (SparseAttentionParams::max_workspace_bytes).
+  m->attn_ws_bytes = 0;
+  for (int b = 1; b <= cap.max_requests; ++b)
+    for (const int rows : {1, 4}) {
+      SparseAttentionPlan ap;
+      const SparseAttentionParams a = attention_sizes(r, std::min(cap.max_tokens, rows * b), b, cap.max_topk,
+                                                      cap.block_size, cap.max_blocks, cap.num_blocks);
+      STEP5_RETURN_IF_ERROR(sparse_attention_plan(a, num_sms, &ap));
+      m->attn_ws_bytes = std::max(m->attn_ws_bytes, ap.workspace_bytes);
+    }
+  m->attn_ws = take(m->attn_ws_bytes);
   m->total = off;
   return Status::Ok();
 }
@@ -417,6 +423,7 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   a.out = attn, a.lse = lse;
   a.device = plan.facts.device;
   a.max_workspace_bytes = m.attn_ws_bytes;  // the planner lowers the auto split factor to fit
+  if (m.attn_ws_bytes == 0) a.num_splits = 1;  // no split-KV space (max_workspace_bytes 0 = no limit)
   STEP5_RETURN_IF_ERROR(sparse_attention(rank, a, base + m.attn_ws, m.attn_ws_bytes, stream));
   mark("attention");
 

@@ -12,22 +12,25 @@
 ///     topk ids (ids outside [0, p/R] or the block table are ignored; entries after count are
 ///     never read); `build_union_prefix`: their union and its word prefix counts (shared memory).
 ///     U = union size.
-///  3. `split_union`: split s gathers union ordinals [u0, u1) in stages of 8 regions
+///  3. `split_union`: the union's stages are dealt out evenly over the splits; split s gathers
+///     union ordinals [u0, u1) in stages of 8 regions
 ///     (R = layout::kRegionSize) = 64 tokens; `prepare_stage` resolves the stage's token offsets
-///     and per-(query, region) masks, `gather_stage` issues its cp.async copies of K and V (two
-///     stages, rows XOR-swizzled by 16-byte chunk); tokens past the tile's last position (not yet
-///     written) are zero-filled, never read.
+///     and per-(query, region) masks, `gather_stage` issues its cp.async copies of K and V (a ring
+///     of NS stages, NS = plan.stages from `ops::sparse_attention_plan`, rows XOR-swizzled by
+///     16-byte chunk); tokens past the tile's last position (not yet written) are zero-filled,
+///     never read.
 ///  4. Rows = (query, head) pairs, 16 per warp (mma.sync m16n8k16 bf16, fp32 accumulation;
 ///     `load_q_fragments`). With 64 rows each warp owns 16 rows and all 64 tokens of a stage; with
 ///     fewer rows (decode) the warps split the stage's tokens and are merged in the epilogue.
-///     `attend_stages` runs the double-buffered loop; per stage `qk_mma`, `online_softmax` (mask:
+///     `attend_stages` runs the ring loop; per stage `qk_mma`, `online_softmax` (mask:
 ///     the row's query selected the token's region and position <= the query's position; exp2
 ///     domain; row sums of fp32 P) and `pv_mma` (P rounded to bf16 before P·V).
 ///  5. Epilogue: `stash_warp_partials` + `merge_warps_and_store` merge the warps of a row through
 ///     shared memory; with one split they write bf16(o), the gate and the LSE
 ///     (`store_gated_output`); else the normalised fp32 partial and its log2-LSE go to the
-///     workspace and `sparse_attention_merge_kernel` combines the splits (`split_weights`,
-///     `merge_splits`, `store_gated_output`).
+///     workspace and `merge_if_last_split` elects, by an arrival counter per (tile, KV group), the
+///     last split CTA to finish, which combines the splits in split order (`split_weights`,
+///     `merge_splits`, `store_gated_output`) and resets the counter to 0 for the next launch.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -38,6 +41,7 @@
 #include "step5/kernels/sm90/bounds_fault.cuh"
 #include "step5/kernels/sm90/ptx.cuh"
 #include "step5/layout/geometry.hpp"  // kRegionSize
+#include "step5/ops/attention.hpp"      // kAttentionMaxSplits
 
 namespace step5::kernels::sm90 {
 
@@ -70,9 +74,9 @@ struct SparseAttentionArgs {
   int query_tile;
   int num_splits;
   int bitmap_words;
-  float* ws_o;       ///< [max_tiles, lg, splits, 64, D] normalised partial outputs
-  float* ws_lse;     ///< [max_tiles, lg, splits, 64] log2-domain LSE of the partials
-  int4* ws_tiles;    ///< [max_tiles] {valid, t0, nq, 0}
+  float* ws_o;             ///< [max_tiles, lg, splits, 64, D] normalised partial outputs
+  float* ws_lse;           ///< [max_tiles, lg, splits, 64] log2-domain LSE of the partials
+  unsigned* ws_counters;   ///< [max_tiles, lg] split arrival counters, zero between launches
 };
 
 namespace attn_detail {
@@ -88,6 +92,7 @@ constexpr int kRegionLog2 = ::step5::layout::kRegionLog2;
 static_assert(kRegion == 8, "sparse_attention_kernel: one mask byte and one m16n8 column block per region");
 constexpr int kStageRegions = kTileTok / kRegion;  // regions gathered per stage
 constexpr int kStageRegionsLog2 = std::countr_zero(static_cast<unsigned>(kStageRegions));
+constexpr int kMaxSplits = ::step5::ops::kAttentionMaxSplits;  // columns of the merge's weight table
 
 using namespace ::step5::kernels::sm90::ptx;  // cp.async, ldmatrix, mma.sync (ptx.cuh)
 
@@ -104,11 +109,17 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 /// Shared state of one CTA (static part).
 struct SmemStatic {
   int tile_b, tile_t0, tile_nq, tile_valid, tile_pos0;  // pos of query i = tile_pos0 + i
+  int last_split;                          // this CTA arrived last of its (tile, group): it merges
   int scan[kWarps];
-  long long tok_off[2][kTileTok];          // element offset of a gathered token, -1 = zero-fill
-  unsigned char mask[2][kMaxQ][kStageRegions];  // per (query, region of the stage): token bits
   float m[kWarps][16];
   float l[kWarps][16];
+};
+
+/// Shared state of the NS ring stages (static part; the K/V rows are dynamic, SmemPtrs).
+template <int NS>
+struct StageMeta {
+  long long tok_off[NS][kTileTok];               // element offset of a gathered token, -1 = zero-fill
+  unsigned char mask[NS][kMaxQ][kStageRegions];  // per (query, region of the stage): token bits
 };
 
 /// The region id of union ordinal k (k < U).
@@ -264,14 +275,17 @@ __device__ __forceinline__ void build_union_prefix(const SmemPtrs& sp, SmemStati
   __syncthreads();
 }
 
-/// Step 3a: split `split` of `num_splits` takes union ordinals [u0, u1), whole stages of
-/// kStageRegions regions each.
+/// Step 3a: the union's N = ceil(U / kStageRegions) stages are dealt out evenly: split `split`
+/// of S = `num_splits` gathers stages [split * N / S, (split + 1) * N / S) (floor), i.e. union
+/// ordinals [u0, u1); the splits' stage counts differ by at most one, and none is empty while
+/// N >= S.
 __device__ __forceinline__ void split_union(int U, int num_splits, int split, TileWork& w) {
-  int per_split = (U + num_splits - 1) / num_splits;
-  per_split = (per_split + kStageRegions - 1) & ~(kStageRegions - 1);
-  w.u0 = min(U, split * per_split);
-  w.u1 = min(U, w.u0 + per_split);
-  w.ntiles = (w.u1 - w.u0 + kStageRegions - 1) >> kStageRegionsLog2;
+  const int n = (U + kStageRegions - 1) >> kStageRegionsLog2;
+  const int s0 = static_cast<int>(static_cast<long long>(split) * n / num_splits);
+  const int s1 = static_cast<int>(static_cast<long long>(split + 1) * n / num_splits);
+  w.u0 = min(U, s0 * kStageRegions);
+  w.u1 = min(U, s1 * kStageRegions);
+  w.ntiles = s1 - s0;
 }
 
 /// Step 4a: the Q fragments (mma A operand) of the warp's 16 rows of row group `rg`; rows past the
@@ -296,12 +310,14 @@ __device__ __forceinline__ void load_q_fragments(const SparseAttentionArgs& a, c
   }
 }
 
-/// Step 3b: prepares stage `st` for gathered tile `it`: threads 0..63 resolve the cache offset of
-/// one token (-1 = zero-fill: past the union, past the tile's last position, or a slot / block id
-/// outside the table), the others the per-(query, region) token masks.
+/// Step 3b: prepares a ring stage for gathered tile `it`: threads 0..63 resolve the cache offset
+/// of one token into tok_off[64] (-1 = zero-fill: past the union, past the tile's last position,
+/// or a slot / block id outside the table), the others the per-(query, region) token masks into
+/// mask[kMaxQ][kStageRegions].
 template <int D>
-__device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, SmemStatic& ss, const SmemPtrs& sp,
-                                              const TileWork& w, int it, int st, int tid) {
+__device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, const SmemPtrs& sp, const TileWork& w,
+                                              int it, long long* tok_off, unsigned char (*mask)[kStageRegions],
+                                              int tid) {
   if (tid < kTileTok) {
     const int c = tid, ord = w.u0 + it * kStageRegions + (c >> kRegionLog2);
     long long off = -1;
@@ -314,7 +330,7 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, Smem
         if (blk >= 0) off = ((blk * a.block_size + pos % a.block_size) * a.kv_heads + w.g) * D;
       }
     }
-    ss.tok_off[st][c] = off;
+    tok_off[c] = off;
   } else {
     for (int idx = tid - kTileTok; idx < kMaxQ * kStageRegions; idx += kThreads - kTileTok) {
       const int i = idx >> kStageRegionsLog2, j = idx & (kStageRegions - 1), ord = w.u0 + it * kStageRegions + j;
@@ -326,22 +342,22 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, Smem
           m = n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
         }
       }
-      ss.mask[st][i][j] = static_cast<unsigned char>(m);
+      mask[i][j] = static_cast<unsigned char>(m);
     }
   }
 }
 
-/// Step 3c: issues the cp.async copies of stage `st` (K and V rows of its 64 tokens, 16-byte
-/// chunks, swizzled; offset -1 zero-fills).
+/// Step 3c: issues the cp.async copies of ring stage `st` (K and V rows of its 64 tokens at
+/// `tok_off`, 16-byte chunks, swizzled; offset -1 zero-fills).
 template <int D>
-__device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const SmemStatic& ss, const SmemPtrs& sp,
-                                             int st, int tid) {
+__device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const long long* tok_off,
+                                             const SmemPtrs& sp, int st, int tid) {
   constexpr int kChunks = D / 8;  // 16-byte chunks of a row
   __nv_bfloat16* dk = sp.sK + st * kTileTok * D;
   __nv_bfloat16* dv = sp.sV + st * kTileTok * D;
   for (int ch = tid; ch < kTileTok * kChunks; ch += kThreads) {
     const int c = ch / kChunks, part = ch - c * kChunks;
-    const long long off = ss.tok_off[st][c];
+    const long long off = tok_off[c];
     const int bytes = off >= 0 ? 16 : 0;
     const long long src = off >= 0 ? off + part * 8 : 0;
     cp_async16(smem_u32(dk + swz<D>(c, part)), a.k_cache + src, bytes);
@@ -445,31 +461,38 @@ __device__ __forceinline__ void pv_mma(const float (&s)[NW / 8][4], const __nv_b
   }
 }
 
-/// Step 4: the gathered stages, double-buffered (prepare + cp.async of stage it+1 overlap the
-/// compute of stage it); each warp computes NW tokens (column group tg) of its 16 rows.
-template <int D, int NW>
-__device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, SmemStatic& ss, const SmemPtrs& sp,
+/// Step 4: the gathered stages through a ring of NS stages: NS - 1 stages are prepared and in
+/// flight (cp.async groups) while one is computed; each iteration prepares and issues stage
+/// it + NS - 1 into the slot freed by stage it - 1, waits for stage it and computes it. Each warp
+/// computes NW tokens (column group tg) of its 16 rows.
+template <int D, int NW, int NS>
+__device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, StageMeta<NS>& sg, const SmemPtrs& sp,
                                               const TileWork& w, int tid, int lane, int tg, int i_lo, int i_hi,
                                               const std::uint32_t (&qf)[D / 16][4], SoftmaxState& sm,
                                               float (&acc)[D / 8][4]) {
-  if (w.ntiles > 0) {
-    prepare_stage<D>(a, ss, sp, w, 0, 0, tid);
-    __syncthreads();
-    gather_stage<D>(a, ss, sp, 0, tid);
-    cp_async_commit();
+  if (w.ntiles <= 0) return;
+#pragma unroll
+  for (int j = 0; j < NS - 1; ++j)
+    if (j < w.ntiles) prepare_stage<D>(a, sp, w, j, sg.tok_off[j], sg.mask[j], tid);
+  __syncthreads();
+#pragma unroll
+  for (int j = 0; j < NS - 1; ++j) {
+    if (j < w.ntiles) gather_stage<D>(a, sg.tok_off[j], sp, j, tid);
+    cp_async_commit();  // one group per stage, empty past the last: the wait count stays NS - 1
   }
   for (int it = 0; it < w.ntiles; ++it) {
-    const int st = it & 1;
-    if (it + 1 < w.ntiles) prepare_stage<D>(a, ss, sp, w, it + 1, st ^ 1, tid);
+    const int nx = it + NS - 1;
+    const int st = it % NS, nx_st = nx % NS;  // ring slots of stages it and nx
+    if (nx < w.ntiles) prepare_stage<D>(a, sp, w, nx, sg.tok_off[nx_st], sg.mask[nx_st], tid);
     __syncthreads();
-    if (it + 1 < w.ntiles) gather_stage<D>(a, ss, sp, st ^ 1, tid);
+    if (nx < w.ntiles) gather_stage<D>(a, sg.tok_off[nx_st], sp, nx_st, tid);
     cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<NS - 1>();  // groups of stages <= it are complete
     __syncthreads();
     const int c0 = tg * NW;
     float s[NW / 8][4];
     qk_mma<D, NW>(qf, sp.sK + st * kTileTok * D, c0, lane, s);
-    online_softmax<D, NW>(&ss.mask[st][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
+    online_softmax<D, NW>(&sg.mask[st][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
     pv_mma<D, NW>(s, sp.sV + st * kTileTok * D, c0, lane, acc);
     __syncthreads();
   }
@@ -544,23 +567,99 @@ __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs&
   }
 }
 
+/// Split-KV merge, phase 1: for rows [0, rows) of the tile, the weight of each split
+/// (2^(lse_s - max) / Σ) into s_w[r * kMaxSplits + s] and the merged log2-LSE into s_lse[r]
+/// (shared memory). Reads the other CTAs' partials through L2 (__ldcg).
+__device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long long base, int rows, int S, int tid,
+                                              float* s_w, float* s_lse) {
+  for (int r = tid; r < rows; r += kThreads) {
+    float* w = s_w + r * kMaxSplits;
+    float mt = -INFINITY;
+    for (int s = 0; s < S; ++s) mt = fmaxf(mt, __ldcg(a.ws_lse + base + s * 64 + r));
+    float L = 0.f;
+    for (int s = 0; s < S; ++s) {
+      const float e = mt == -INFINITY ? 0.f : exp2f(__ldcg(a.ws_lse + base + s * 64 + r) - mt);
+      w[s] = e;
+      L += e;
+    }
+    for (int s = 0; s < S; ++s) w[s] = L > 0.f ? w[s] / L : 0.f;
+    s_lse[r] = L > 0.f ? mt + log2f(L) : -INFINITY;
+  }
+}
+
+/// Split-KV merge, phase 2: the weighted sum, in split order, of the splits' partial outputs of
+/// element (row r, columns d4 .. d4 + 3); `w` = the row's split weights.
+template <int D>
+__device__ __forceinline__ float4 merge_splits(const SparseAttentionArgs& a, long long base, int S, int r, int d4,
+                                               const float* w) {
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+  for (int s = 0; s < S; ++s) {
+    const float ws = w[s];
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(a.ws_o + (base + s * 64 + r) * D + d4));
+    o.x += v.x * ws;
+    o.y += v.y * ws;
+    o.z += v.z * ws;
+    o.w += v.w * ws;
+  }
+  return o;
+}
+
+/// Step 5c (num_splits > 1, after `merge_warps_and_store` wrote this split's partial): arrival on
+/// the (tile, KV group) counter — partial stores, __threadfence, barrier, one atomicAdd — elects
+/// the last split CTA; it fences, merges every split's partial in split order 0 .. S-1 (so the
+/// result does not depend on which CTA arrived last: bit-identical across launches), writes out /
+/// gate / LSE and resets the counter to 0. `smem` (>= (64 * kMaxSplits + 64) floats) is the
+/// dynamic shared memory, free again after the stash.
+template <int D, int HPG>
+__device__ __forceinline__ void merge_if_last_split(const SparseAttentionArgs& a, SmemStatic& ss, float* smem,
+                                                    const TileWork& w, int rows, int tile, int tid) {
+  const int S = a.num_splits;
+  const long long pair = static_cast<long long>(tile) * gridDim.y + w.g;
+  __threadfence();  // this thread's partial stores are visible device-wide before the arrival
+  __syncthreads();
+  if (tid == 0) ss.last_split = atomicAdd(a.ws_counters + pair, 1u) == static_cast<unsigned>(S - 1) ? 1 : 0;
+  __syncthreads();
+  if (!ss.last_split) return;
+  __threadfence();  // order the reads of the other splits' partials after their arrivals
+  const long long base = pair * S * 64;
+  float* s_w = smem;
+  float* s_lse = smem + kTileTok * kMaxSplits;
+  split_weights(a, base, rows, S, tid, s_w, s_lse);
+  __syncthreads();
+  for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
+    const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
+    const float4 o = merge_splits<D>(a, base, S, r, d4, s_w + r * kMaxSplits);
+    const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
+    store_gated_output<D>(a, t, h, d4, o, s_lse[r]);
+  }
+  if (tid == 0) a.ws_counters[pair] = 0u;  // leave the workspace ready for the next launch
+}
+
 }  // namespace attn_detail
 
 /// See the file comment (steps 1–5). Grid (max_tiles, lg, num_splits), 128 threads, dynamic smem
-/// from the plan.
-template <int D, int HPG>
+/// from the plan (NS = plan.stages ring stages of K and V, then the bitmaps).
+template <int D, int HPG, int NS>
 __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAttentionArgs a) {
 #if STEP5_SM90A_DEVICE
   using namespace attn_detail;
   static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
   static_assert(HPG == 4 || HPG == 8 || HPG == 16, "hpg_q must be 4, 8 or 16 (SPEC §2 rule 6)");
+  static_assert(NS >= ops::kAttentionMinStages && NS <= ops::kAttentionMaxStages, "ring stages out of range");
+  static_assert(NS * 2 * kTileTok * D * 2 >= (kTileTok * kMaxSplits + kTileTok) * 4,
+                "the split merge's weight table must fit in the K/V stages");
+  static_assert(NS * 2 * kTileTok * D * 2 >= kWarps * 16 * (D + 4) * 4, "the warp stash must fit in the K/V stages");
+  static_assert(sizeof(SmemStatic) + sizeof(StageMeta<NS>) <= ops::attention_static_smem(NS),
+                "static shared memory above the planner's bound (ops::attention_static_smem)");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ SmemStatic ss;
+  __shared__ StageMeta<NS> sg;
   SmemPtrs sp;
   sp.sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  sp.sV = sp.sK + 2 * kTileTok * D;
+  sp.sV = sp.sK + NS * kTileTok * D;
   const int words = a.bitmap_words;
-  sp.qbits = reinterpret_cast<std::uint32_t*>(sp.sV + 2 * kTileTok * D);
+  sp.qbits = reinterpret_cast<std::uint32_t*>(sp.sV + NS * kTileTok * D);
   sp.ubits = sp.qbits + a.query_tile * words;
   sp.prefix = reinterpret_cast<int*>(sp.ubits + words);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -569,10 +668,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   // 1. locate the tile
   if (warp == 0) locate_tile(a, ss, tile, lane);
   __syncthreads();
-  if (!ss.tile_valid) {
-    if (a.ws_tiles != nullptr && g == 0 && split == 0 && tid == 0) a.ws_tiles[tile] = make_int4(0, 0, 0, 0);
-    return;
-  }
+  if (!ss.tile_valid) return;
   TileWork w;
   w.b = ss.tile_b, w.t0 = ss.tile_t0, w.nq = ss.tile_nq, w.pos0 = ss.tile_pos0;
   w.pos_last = w.pos0 + w.nq - 1;
@@ -583,7 +679,6 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   if (a.bounds_fault != nullptr && g == 0 && split == 0 && tid == 0 &&
       (w.pos0 < 0 || static_cast<long long>(w.pos_last) >= static_cast<long long>(a.max_blocks) * a.block_size))
     report_bounds_fault(a.bounds_fault, ops::BoundsFault::kPositionBeyondRow, w.b, w.pos0 < 0 ? w.pos0 : w.pos_last, -1);
-  if (a.ws_tiles != nullptr && g == 0 && split == 0 && tid == 0) a.ws_tiles[tile] = make_int4(1, w.t0, w.nq, 0);
 
   // 2. region bitmaps, their union and its prefix counts
   build_region_bitmaps(a, sp, w, tid);
@@ -605,9 +700,9 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   SoftmaxState sm{-INFINITY, -INFINITY, 0.f, 0.f};
   const int i_lo = (rg * 16 + (lane >> 2)) / HPG, i_hi = (rg * 16 + (lane >> 2) + 8) / HPG;
-  if (TG == 1) attend_stages<D, 64>(a, ss, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
-  else if (TG == 2) attend_stages<D, 32>(a, ss, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
-  else attend_stages<D, 16>(a, ss, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  if (TG == 1) attend_stages<D, 64, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  else if (TG == 2) attend_stages<D, 32, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  else attend_stages<D, 16, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   cp_async_wait<0>();
   __syncthreads();
 
@@ -616,83 +711,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   stash_warp_partials<D>(ss, buf, warp, lane, sm, acc);
   __syncthreads();
   merge_warps_and_store<D, HPG>(a, ss, buf, w, rows, RG, TG, tile, split, tid);
-#endif
-}
-
-/// Combines the split partials: grid (max_tiles, lg, kMergeChunks), 128 threads; each thread one
-/// (row, 4 columns) element of the tile, the split loop unrolled so the loads overlap.
-template <int D>
-constexpr int merge_chunks() {
-  return (64 * (D / 4) + 127) / 128;
-}
-
-namespace attn_detail {
-
-/// Split-KV merge, phase 1: for rows [r_first, r_end) of the tile, the weight of each split
-/// (2^(lse_s - max) / Σ) and the merged log2-LSE, into shared memory.
-template <int kRowsPerBlock>
-__device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long long base, int r_first, int r_end,
-                                              int S, int tid, float (&s_w)[kRowsPerBlock][32],
-                                              float (&s_lse)[kRowsPerBlock]) {
-  for (int r = r_first + tid; r < r_end; r += blockDim.x) {
-    const int k = r - r_first;
-    float mt = -INFINITY;
-    for (int s = 0; s < S; ++s) mt = fmaxf(mt, a.ws_lse[base + s * 64 + r]);
-    float L = 0.f;
-    for (int s = 0; s < S; ++s) {
-      const float e = mt == -INFINITY ? 0.f : exp2f(a.ws_lse[base + s * 64 + r] - mt);
-      s_w[k][s] = e;
-      L += e;
-    }
-    for (int s = 0; s < S; ++s) s_w[k][s] = L > 0.f ? s_w[k][s] / L : 0.f;
-    s_lse[k] = L > 0.f ? mt + log2f(L) : -INFINITY;
-  }
-}
-
-/// Split-KV merge, phase 2: the weighted sum of the splits' partial outputs of element
-/// (row r, columns d4 .. d4 + 3).
-template <int D>
-__device__ __forceinline__ float4 merge_splits(const SparseAttentionArgs& a, long long base, int S, int r, int d4,
-                                               const float* w) {
-  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-  for (int s = 0; s < S; ++s) {
-    const float ws = w[s];
-    const float4 v = *reinterpret_cast<const float4*>(a.ws_o + (base + s * 64 + r) * D + d4);
-    o.x += v.x * ws;
-    o.y += v.y * ws;
-    o.z += v.z * ws;
-    o.w += v.w * ws;
-  }
-  return o;
-}
-
-}  // namespace attn_detail
-
-template <int D, int HPG>
-__global__ void __launch_bounds__(128) sparse_attention_merge_kernel(const SparseAttentionArgs a) {
-#if STEP5_SM90A_DEVICE
-  using namespace attn_detail;
-  constexpr int kRowsPerBlock = 128 / (D / 4) + 2;
-  __shared__ float s_w[kRowsPerBlock][32];
-  __shared__ float s_lse[kRowsPerBlock];
-  const int tile = blockIdx.x, g = blockIdx.y, tid = threadIdx.x;
-  const int4 info = a.ws_tiles[tile];
-  if (info.x == 0) return;
-  const int t0 = info.y, nq = info.z, rows = nq * HPG, S = a.num_splits;
-  const int e0 = blockIdx.z * 128;
-  if (e0 >= rows * (D / 4)) return;
-  const int r_first = e0 / (D / 4);
-  const int r_end = min(rows, (e0 + 127) / (D / 4) + 1);
-  const long long base = (static_cast<long long>(tile) * gridDim.y + g) * S * 64;
-  split_weights<kRowsPerBlock>(a, base, r_first, r_end, S, tid, s_w, s_lse);
-  __syncthreads();
-  const int idx = e0 + tid;
-  if (idx >= rows * (D / 4)) return;
-  const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4, k = r - r_first;
-  const float4 o = merge_splits<D>(a, base, S, r, d4, s_w[k]);
-  const int i = r / HPG, h = g * HPG + r % HPG, t = t0 + i;
-  store_gated_output<D>(a, t, h, d4, o, s_lse[k]);
+  if (a.num_splits > 1) merge_if_last_split<D, HPG>(a, ss, buf, w, rows, tile, tid);
 #endif
 }
 

@@ -2,7 +2,8 @@
 /// \file step5/kernels/sm90/attention_launch.cuh
 /// Host launcher of the sparse attention kernels (SPEC.md §4 steps 7–8) for one geometry row:
 /// checks every precondition of `ops::sparse_attention` (returning a Status that names the value),
-/// plans the launch and starts `sparse_attention_kernel` (+ the split merge). Instantiated by
+/// plans the launch and starts `sparse_attention_kernel` (one launch; the split merge is fused into
+/// the last split CTA of each tile). Instantiated by
 /// step5/instantiate.cuh.
 #include <cuda_runtime.h>
 
@@ -53,27 +54,22 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
   a.num_splits = plan.num_splits;
   a.bitmap_words = plan.bitmap_words;
   if (plan.num_splits > 1) {
-    const std::size_t rows = static_cast<std::size_t>(plan.max_tiles) * p.num_kv_groups * plan.num_splits * 64;
+    const ops::SparseAttentionWorkspaceLayout l =
+        ops::sparse_attention_workspace_layout(plan.max_tiles, p.num_kv_groups, plan.num_splits, D);
     char* ws = static_cast<char*>(workspace);
-    a.ws_o = reinterpret_cast<float*>(ws);
-    a.ws_lse = a.ws_o + rows * D;
-    const std::size_t tiles_off = ((rows * (D + 1) * 4 + 255) / 256) * 256;
-    a.ws_tiles = reinterpret_cast<int4*>(ws + tiles_off);
+    a.ws_counters = reinterpret_cast<unsigned*>(ws);
+    a.ws_o = reinterpret_cast<float*>(ws + l.partials);
+    a.ws_lse = reinterpret_cast<float*>(ws + l.lse);
   }
-  auto kernel = &sparse_attention_kernel<D, HPG>;
+  auto kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4>
+                : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3>
+                                   : &sparse_attention_kernel<D, HPG, 2>;  // ring depth from the plan
   STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(plan.smem_bytes)));
   const dim3 grid(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
                   static_cast<unsigned>(plan.num_splits));
   kernel<<<grid, 128, plan.smem_bytes, stream>>>(a);
   STEP5_CUDA_RETURN(cudaGetLastError());
-  if (plan.num_splits > 1) {
-    sparse_attention_merge_kernel<D, HPG>
-        <<<dim3(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
-                 static_cast<unsigned>(merge_chunks<D>())),
-                128, 0, stream>>>(a);
-    STEP5_CUDA_RETURN(cudaGetLastError());
-  }
   return Status::Ok();
 }
 
