@@ -569,16 +569,24 @@ __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs&
 
 /// Split-KV merge, phase 1: for rows [0, rows) of the tile, the weight of each split
 /// (2^(lse_s - max) / Σ) into s_w[r * kMaxSplits + s] and the merged log2-LSE into s_lse[r]
-/// (shared memory). Reads the other CTAs' partials through L2 (__ldcg).
+/// (shared memory). Reads the other CTAs' partials through L2 (__ldcg). All threads of the CTA
+/// call it: the S × rows LSE values are first loaded in parallel (one load per thread, coalesced
+/// over rows) — a per-row loop over the splits was a chain of S dependent L2 round trips (18.6 µs
+/// for S = 32 in the former merge kernel, bench/RESULTS.md "Where decode time goes").
 __device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long long base, int rows, int S, int tid,
                                               float* s_w, float* s_lse) {
+  for (int i = tid; i < S * rows; i += kThreads) {
+    const int s = i / rows, r = i - s * rows;
+    s_w[r * kMaxSplits + s] = __ldcg(a.ws_lse + base + s * 64 + r);
+  }
+  __syncthreads();
   for (int r = tid; r < rows; r += kThreads) {
     float* w = s_w + r * kMaxSplits;
     float mt = -INFINITY;
-    for (int s = 0; s < S; ++s) mt = fmaxf(mt, __ldcg(a.ws_lse + base + s * 64 + r));
+    for (int s = 0; s < S; ++s) mt = fmaxf(mt, w[s]);
     float L = 0.f;
     for (int s = 0; s < S; ++s) {
-      const float e = mt == -INFINITY ? 0.f : exp2f(__ldcg(a.ws_lse + base + s * 64 + r) - mt);
+      const float e = mt == -INFINITY ? 0.f : exp2f(w[s] - mt);
       w[s] = e;
       L += e;
     }
