@@ -327,7 +327,7 @@ inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan
   if (c.path == GemmPath::kAuto) return;
   g->path = c.path;
   g->config = c.config;
-  g->split_k = c.path == GemmPath::kSplitK ? c.split_k : 0;
+  g->split_k = c.split_k;  // both split paths (0 in the large-T plan: the launcher's per-T choice)
 }
 }  // namespace detail
 

@@ -3,16 +3,27 @@
 /// Large-T projection GEMM for sm_90a (SPEC §3/§4.1): `C[T, N] = X[T, K] @ W[N, K]^T`, bf16
 /// in/out, fp32 accumulation.
 ///
-/// Structure: a persistent grid (one CTA per SM) walks the 128×BN output tiles; each CTA has
+/// Structure: a persistent grid (one CTA per SM, at most one per work unit) walks the work
+/// units (128×BN output tile, k split): unit u is tile u / splits, K range [z * k_tiles_per_split,
+/// (z + 1) * k_tiles_per_split) × 64 with z = u % splits (splits = 1: whole K). Each CTA has
 ///  * one producer warpgroup (setmaxnreg.dec to 40 registers) whose elected thread issues TMA
 ///    copies (cp.async.bulk.tensor.2d, 128-byte swizzle, tensor maps passed as __grid_constant__)
-///    of X[128, 64] and W[BN, 64] into a STAGES-deep ring guarded by full/empty mbarriers;
+///    of X[128, 64] and W[BN, 64] into a STAGES-deep ring guarded by full/empty mbarriers (the
+///    ring's stage and phase run on across units);
 ///  * two consumer warpgroups (setmaxnreg.inc to 232) each computing 64 token rows × BN
-///    columns with `wgmma.mma_async m64nBNk16` (both operands K-major from shared memory),
-///    then storing bf16 straight from the accumulators.
-/// Out-of-range rows/columns of the tiles are zero-filled by TMA; stores are bounds-checked.
+///    columns with `wgmma.mma_async m64nBNk16` (both operands K-major from shared memory).
+///    splits = 1: they store bf16 straight from the accumulators. splits > 1 (split-K, for shapes
+///    whose tiles leave SMs idle): each warpgroup with a valid token row stores its fp32 partial
+///    (valid 16-row slabs only, `wgmma_partial_offset`) to the workspace, __threadfence, then one
+///    thread adds 1 to the half-tile's arrival counter; the warpgroup that brings it to `splits`
+///    fences, sums the partials of splits 0, 1, ... in that order (its own re-read, so the bits do
+///    not depend on arrival order), stores bf16 and resets the counter to 0 for the next launch.
+///    Nothing waits on another CTA, so any residency works.
+/// Out-of-range rows/columns of the tiles are zero-filled by TMA (also the last partial k-tile);
+/// stores are bounds-checked.
 /// Preconditions (host launcher): X, W 16-byte aligned, ldx, ldw multiples of 8, K a multiple
-/// of 8, ldc even, C 4-byte aligned.
+/// of 8, ldc even, C 4-byte aligned; splits > 1: a workspace with kGemmCounterBytes of zeroed
+/// counters (tiles × kWgmmaCountersPerTile of them fit) followed by the partials (16-byte aligned).
 #include <cuda.h>  // CUtensorMap (types only; the driver entry point is fetched at run time)
 
 #include "step5/kernels/sm90/gemm_common.cuh"
@@ -138,15 +149,37 @@ struct WgmmaConfig {
   static constexpr int kBBytes = BN * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kThreads = 384;
-  /// dynamic shared memory: 1 KB alignment slack + stages + 2*stages mbarriers
-  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+  /// dynamic shared memory: 1 KB alignment slack + stages + 2*stages mbarriers + 2 split-K flags
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8 + 16;
+  static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N must be a multiple of 8 in [8, 256]");
+  static_assert(kStageBytes % 1024 == 0, "stages must stay 1024-byte aligned (128B swizzle atoms)");
 };
+
+/// Split-K partials of the wgmma path: 16-token slabs (one consumer warp's rows) of BN fp32
+/// columns, stored in the accumulator fragment order (float4 index j*32 + lane of the warp holds
+/// acc[4j .. 4j+3]); only slabs with a valid token row exist (ceil(T/16) per weight tile).
+/// Float offset of slab `slab` of weight tile `nt`, split `z`; with z = splits (and nt = slab = 0)
+/// it is the partial area's size in floats — the one formula of the kernel and the workspace size.
+__host__ __device__ constexpr long long wgmma_partial_offset(int z, int nt, int slab, int n_tiles, int slabs,
+                                                             int bn) {
+  return ((static_cast<long long>(z) * n_tiles + nt) * slabs + slab) * (16LL * bn);
+}
+/// Arrival counters of the wgmma split-K path per 128 × BN tile (one per 64-token half).
+inline constexpr int kWgmmaCountersPerTile = 2;
 
 struct WgmmaArgs {
   __nv_bfloat16* c;
   int T, N, K;
   long long ldc;
+  int splits;             ///< K splits per tile (1 = none): work units = tiles × splits
+  int k_tiles_per_split;  ///< BK-tiles of K per split (the last split may have fewer, never 0)
+  float* partials;        ///< splits > 1: wgmma_partial_offset(splits, 0, 0, ...) floats
+  unsigned* counters;     ///< splits > 1: [tiles][kWgmmaCountersPerTile], zero between launches
 };
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 /// kInFlight: 0 = wait for each k-tile's wgmmas before releasing its stage; 1 = keep one
 /// k-tile of wgmmas in flight and release the previous stage (better overlap).
@@ -157,6 +190,7 @@ __global__ void __launch_bounds__(384, 1)
 #if STEP5_SM90A_DEVICE
   using namespace gemm_detail;
   using Cfg = WgmmaConfig<BN>;
+  static_assert(BN == 128 || BN == 256, "wgmma wrappers exist for N = 128 and N = 256");
   constexpr int STAGES = Cfg::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const std::uint32_t raw = smem_u32(smem_raw);
@@ -164,11 +198,14 @@ __global__ void __launch_bounds__(384, 1)
   unsigned char* smem = smem_raw + (base - raw);
   std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem + STAGES * Cfg::kStageBytes);
   std::uint64_t* empty = full + STAGES;
+  volatile unsigned* last_flag = reinterpret_cast<volatile unsigned*>(empty + STAGES);  // [2], per consumer
 
   const int m_tiles = (a.T + Cfg::kBM - 1) / Cfg::kBM;
   const int n_tiles = (a.N + BN - 1) / BN;
   const int num_tiles = m_tiles * n_tiles;
   const int k_tiles = (a.K + Cfg::kBK - 1) / Cfg::kBK;
+  const int splits = a.splits;
+  const int num_units = num_tiles * splits;  // unit u: tile u / splits, k split u % splits
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -186,11 +223,13 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x == 0) {
       int stage = 0;
-      unsigned phase = 0;
-      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      unsigned phase = 0;  // the ring's stage/phase continue across units
+      for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+        const int tile = u / splits, z = u - tile * splits;
         const int m0 = (tile % m_tiles) * Cfg::kBM;
         const int n0 = (tile / m_tiles) * BN;
-        for (int kt = 0; kt < k_tiles; ++kt) {
+        const int kt_end = min(k_tiles, (z + 1) * a.k_tiles_per_split);
+        for (int kt = z * a.k_tiles_per_split; kt < kt_end; ++kt) {
           mbar_wait(&empty[stage], phase ^ 1u);
           mbar_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
           const std::uint32_t sa = base + stage * Cfg::kStageBytes;
@@ -207,15 +246,20 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int cw = wg - 1;  // consumer 0/1: token rows [64*cw, 64*cw + 64) of the tile
     const int lt = threadIdx.x % 128, warp = lt / 32, lane = lt % 32;
+    const int slabs = (a.T + 15) / 16;  // split-K partial slabs per weight tile
     int stage = 0, prev_stage = 0;
     unsigned phase = 0;
     float acc[BN / 2];
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+      const int tile = u / splits, z = u - tile * splits;
       const int m0 = (tile % m_tiles) * Cfg::kBM;
-      const int n0 = (tile / m_tiles) * BN;
+      const int nt = tile / m_tiles;
+      const int n0 = nt * BN;
+      const int kt_begin = z * a.k_tiles_per_split;
+      const int kt_end = min(k_tiles, kt_begin + a.k_tiles_per_split);
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-      for (int kt = 0; kt < k_tiles; ++kt) {
+      for (int kt = kt_begin; kt < kt_end; ++kt) {
         mbar_wait(&full[stage], phase);
         const std::uint32_t sa = base + stage * Cfg::kStageBytes + cw * (64 * 128);
         const std::uint32_t sb = base + stage * Cfg::kStageBytes + Cfg::kABytes;
@@ -238,7 +282,7 @@ __global__ void __launch_bounds__(384, 1)
         } else {
           wgmma_wait<1>();
           fence_regs<BN / 2>(acc);
-          if (kt > 0 && lt == 0) mbar_arrive(&empty[prev_stage]);
+          if (kt > kt_begin && lt == 0) mbar_arrive(&empty[prev_stage]);
           prev_stage = stage;
         }
         if (++stage == STAGES) {
@@ -249,7 +293,46 @@ __global__ void __launch_bounds__(384, 1)
       if constexpr (kInFlight != 0) {
         wgmma_wait<0>();
         fence_regs<BN / 2>(acc);
-        if (k_tiles > 0 && lt == 0) mbar_arrive(&empty[prev_stage]);
+        if (kt_end > kt_begin && lt == 0) mbar_arrive(&empty[prev_stage]);
+      }
+      if (splits > 1) {
+        // This warpgroup's 64 rows: no valid token row -> no partial and no arrival (the
+        // counter of this half is never used). Uniform over the warpgroup.
+        if (m0 + cw * 64 >= a.T) continue;
+        const int slab = m0 / 16 + cw * 4 + warp;  // this warp's 16 rows
+        const bool slab_valid = slab < slabs;
+        if (slab_valid) {
+          float4* my = reinterpret_cast<float4*>(a.partials + wgmma_partial_offset(z, nt, slab, n_tiles, slabs, BN));
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j)
+            __stcg(my + j * 32 + lane, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+        }
+        __threadfence();  // partial stores, then the arrival
+        named_barrier_sync(1 + cw, 128);
+        unsigned* counter = a.counters + tile * kWgmmaCountersPerTile + cw;
+        if (lt == 0) last_flag[cw] = atomicAdd(counter, 1u) == static_cast<unsigned>(splits - 1) ? 1u : 0u;
+        named_barrier_sync(1 + cw, 128);
+        if (last_flag[cw] == 0u) continue;  // another split of this tile finishes it
+        __threadfence();  // the other splits' partials are visible after their arrivals
+        // Sum every split's partial (this unit's own re-read) in split order z = 0, 1, ...: the
+        // result does not depend on which unit arrived last (bit-reproducible across launches).
+        if (slab_valid) {
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+          for (int zz = 0; zz < splits; ++zz) {
+            const float4* part =
+                reinterpret_cast<const float4*>(a.partials + wgmma_partial_offset(zz, nt, slab, n_tiles, slabs, BN));
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+              const float4 v = __ldcg(part + j * 32 + lane);
+              acc[4 * j] += v.x;
+              acc[4 * j + 1] += v.y;
+              acc[4 * j + 2] += v.z;
+              acc[4 * j + 3] += v.w;
+            }
+          }
+        }
+        if (lt == 0) *counter = 0u;  // leave the workspace ready for the next launch
       }
       // Accumulator layout (per n8 block j): acc[4j+0..1] row lane/4, cols 2*(lane%4)+{0,1};
       // acc[4j+2..3] row lane/4 + 8.
