@@ -59,8 +59,10 @@ inline constexpr GemmTile kGemmSplitKTiles[] = {{64, 16, 6},  {64, 32, 6},  {64,
 
 /// THE table of wgmma tile widths BN (weight rows per tile; tiles are 128 tokens × BN): the
 /// launcher instantiates one kernel per entry and plans over them; `GemmParams::config` = i + 1
-/// forces entry i on the wgmma path (tests, benchmarks).
-inline constexpr int kGemmWgmmaTileN[] = {128, 256};
+/// forces entry i on the wgmma path (tests, benchmarks; 1 = 128, 2 = 256 as before). 152 fits the
+/// tp 1 fused projections in one wave of 132 SMs at T <= 128 (N = 18512 / 19040: 122 / 126 tiles
+/// where 128-wide tiles make 145 / 149, a second wave mostly empty).
+inline constexpr int kGemmWgmmaTileN[] = {128, 256, 152};
 
 /// Arguments of `gemm_bf16`. All pointers are device pointers to bf16 (`step5::bf16`, the
 /// bit pattern, layout-compatible with __nv_bfloat16).

@@ -238,16 +238,25 @@ inline StreamPlan plan_stream(std::int64_t T, std::int64_t N, std::int64_t K, in
 inline constexpr int kNumWgmmaKinds = static_cast<int>(sizeof(kGemmWgmmaTileN) / sizeof(kGemmWgmmaTileN[0]));
 
 /// Cost model of a wgmma launch, in estimated ns (the planner compares candidates; re-fit the
-/// constants from bench_gemm when the kernel changes):
-///  * kWgmmaKTileNs: one 128×128×64 k-tile on one SM — measured on an H200: step5_preview tp 8,
-///    T = 64 (28 tiles × 64 k-tiles, one per SM) took 22.6 us = 353 ns per k-tile; a 128×BN
-///    k-tile costs BN/128 of that, 128×256 tiles at 0.9 of the rate (measured: equal to 128×128
-///    at T = 1024/4096 on full waves, 10-20 % ahead at T = 16384);
-///  * kWgmmaHbmBytesPerNs: the weight stream's floor (W read once, 3.6 TB/s);
+/// constants from bench_gemm's forced-split rows when the kernel changes):
+///  * per k-tile of a unit on one SM: the larger of the wgmma time and the operand bytes at one
+///    SM's streaming rate. kWgmmaKTileNs is one 128×128×64 k-tile with both consumer warpgroups
+///    busy (measured on an H200: step5_preview tp 8, T = 64, 28 tiles × 64 k-tiles, one per SM,
+///    took 22.6 us = 353 ns per k-tile when both halves still ran); a 128×BN k-tile costs BN/128
+///    of that, 128×256 tiles at 0.9 of the rate (measured: equal to 128×128 on full waves at
+///    T = 1024/4096, 10-20 % ahead at T = 16384); a warpgroup without a token row skips its
+///    wgmmas (T <= 64: half). kWgmmaSmBytesPerNs (an estimate) bounds one SM's TMA stream of
+///    the BN weight rows + min(T, 128) token rows per k-tile; it stays below the wgmma time on
+///    full tiles, so large-T choices are the wave-efficiency rule of before;
+///  * the busiest SM runs waves = ceil(units / sms) units of kt_per_split k-tiles;
+///  * kWgmmaHbmBytesPerNs: the weight stream's floor (W read once, 3.6 TB/s). The SM time and
+///    the floor combine as sqrt(sm^2 + hbm^2), not max: near the floor they overlap imperfectly
+///    and more SMs streaming (more bytes in flight) still help; far from it the larger one rules;
 ///  * split-K: the partials' write + read, 4 B per valid output element and split each way,
 ///    through L2 (kWgmmaL2BytesPerNs), plus kWgmmaReduceNsPerSplit of reduction latency per split
 ///    (the last unit re-reads every split's slab).
 inline constexpr double kWgmmaKTileNs = 353.0;
+inline constexpr double kWgmmaSmBytesPerNs = 120.0;
 inline constexpr double kWgmmaHbmBytesPerNs = 3600.0;
 inline constexpr double kWgmmaL2BytesPerNs = 8000.0;
 inline constexpr double kWgmmaReduceNsPerSplit = 300.0;
@@ -264,10 +273,12 @@ inline double wgmma_cost(std::int64_t T, std::int64_t N, std::int64_t K, int sms
   const std::int64_t n_tiles = (N + bn - 1) / bn, tiles = ((T + 127) / 128) * n_tiles;
   const std::int64_t units = tiles * ks.splits;
   const double waves = static_cast<double>((units + sms - 1) / sms);
-  const double ktile_ns = kWgmmaKTileNs * bn / 128.0 * (bn >= 256 ? 0.9 : 1.0);
-  const double sm_ns = waves * ks.kt_per_split * ktile_ns;
+  const double halves = T >= 128 ? 1.0 : static_cast<double>((T + 63) / 64) / 2.0;  // busy consumer warpgroups
+  const double mma_ns = kWgmmaKTileNs * bn / 128.0 * (bn >= 256 ? 0.9 : 1.0) * halves;
+  const double load_ns = static_cast<double>(bn + std::min<std::int64_t>(T, 128)) * 64 * 2 / kWgmmaSmBytesPerNs;
+  const double sm_ns = waves * ks.kt_per_split * std::max(mma_ns, load_ns);
   const double hbm_ns = 2.0 * static_cast<double>(N) * static_cast<double>(K) / kWgmmaHbmBytesPerNs;
-  double cost = std::max(sm_ns, hbm_ns);
+  double cost = std::sqrt(sm_ns * sm_ns + hbm_ns * hbm_ns);
   if (ks.splits > 1)
     cost += 2.0 * 4.0 * ks.splits * static_cast<double>(T) * static_cast<double>(n_tiles * bn) / kWgmmaL2BytesPerNs +
             kWgmmaReduceNsPerSplit * ks.splits;
@@ -292,7 +303,7 @@ inline WgmmaPlan plan_wgmma_kind(std::int64_t T, std::int64_t N, std::int64_t K,
     double best = 0;
     for (int sp = 1; sp <= max_auto_splits(k_tiles); ++sp) {
       const double c = wgmma_cost(T, N, K, sms, p.bn, normalise_split(k_tiles, sp));
-      if (sp == 1 || c < best * 0.98) {  // a split must win by 2 %
+      if (sp == 1 || c < best * 0.95) {  // a split must win by 5 % (the model is coarse)
         best = c;
         splits = sp;
       }

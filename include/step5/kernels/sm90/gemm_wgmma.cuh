@@ -11,7 +11,8 @@
 ///    of X[128, 64] and W[BN, 64] into a STAGES-deep ring guarded by full/empty mbarriers (the
 ///    ring's stage and phase run on across units);
 ///  * two consumer warpgroups (setmaxnreg.inc to 232) each computing 64 token rows × BN
-///    columns with `wgmma.mma_async m64nBNk16` (both operands K-major from shared memory).
+///    columns with `wgmma.mma_async m64nBNk16` (both operands K-major from shared memory); a
+///    warpgroup whose 64 rows hold no token (e.g. T = 64) only waits for and releases the stages.
 ///    splits = 1: they store bf16 straight from the accumulators. splits > 1 (split-K, for shapes
 ///    whose tiles leave SMs idle): each warpgroup with a valid token row stores its fp32 partial
 ///    (valid 16-row slabs only, `wgmma_partial_offset`) to the workspace, __threadfence, then one
@@ -57,6 +58,35 @@ __device__ __forceinline__ void wgmma_m64n128k16(float* d, std::uint64_t desc_a,
 #endif
 }
 
+/// wgmma m64n152k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
+__device__ __forceinline__ void wgmma_m64n152k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+#if STEP5_SM90A_DEVICE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %78, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n152k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75}, "
+      "%76, %77, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
 /// wgmma m64n256k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
 __device__ __forceinline__ void wgmma_m64n256k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
 #if STEP5_SM90A_DEVICE
@@ -93,6 +123,18 @@ __device__ __forceinline__ void wgmma_m64n256k16(float* d, std::uint64_t desc_a,
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 #endif
+}
+
+/// wgmma m64nBNk16 accumulate (d += A*B) for the tile widths that have a wrapper.
+template <int BN>
+__device__ __forceinline__ void wgmma_m64nBNk16(float* d, std::uint64_t desc_a, std::uint64_t desc_b) {
+  static_assert(BN == 128 || BN == 152 || BN == 256, "wgmma wrappers exist for N = 128, 152 and 256");
+  if constexpr (BN == 256)
+    wgmma_m64n256k16(d, desc_a, desc_b, 1);
+  else if constexpr (BN == 152)
+    wgmma_m64n152k16(d, desc_a, desc_b, 1);
+  else
+    wgmma_m64n128k16(d, desc_a, desc_b, 1);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -190,7 +232,6 @@ __global__ void __launch_bounds__(384, 1)
 #if STEP5_SM90A_DEVICE
   using namespace gemm_detail;
   using Cfg = WgmmaConfig<BN>;
-  static_assert(BN == 128 || BN == 256, "wgmma wrappers exist for N = 128 and N = 256");
   constexpr int STAGES = Cfg::kStages;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const std::uint32_t raw = smem_u32(smem_raw);
@@ -259,46 +300,59 @@ __global__ void __launch_bounds__(384, 1)
       const int kt_end = min(k_tiles, kt_begin + a.k_tiles_per_split);
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-      for (int kt = kt_begin; kt < kt_end; ++kt) {
-        mbar_wait(&full[stage], phase);
-        const std::uint32_t sa = base + stage * Cfg::kStageBytes + cw * (64 * 128);
-        const std::uint32_t sb = base + stage * Cfg::kStageBytes + Cfg::kABytes;
-        fence_regs<BN / 2>(acc);
-        wgmma_fence();
+      // A warpgroup whose 64 rows hold no token (the last token tile at T % 128 in (0, 64], e.g.
+      // T = 64) skips its wgmmas but still consumes and releases every stage. Uniform per warpgroup.
+      const bool active = m0 + cw * 64 < a.T;
+      // Two separate loops (not a branch inside one) so that no wgmma is in flight where the
+      // paths merge (ptxas would otherwise serialise the wgmmas, C7518).
+      if (active) {
+        for (int kt = kt_begin; kt < kt_end; ++kt) {
+          mbar_wait(&full[stage], phase);
+          const std::uint32_t sa = base + stage * Cfg::kStageBytes + cw * (64 * 128);
+          const std::uint32_t sb = base + stage * Cfg::kStageBytes + Cfg::kABytes;
+          fence_regs<BN / 2>(acc);
+          wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Cfg::kBK / 16; ++kk) {
-          const std::uint64_t da = make_desc_sw128(sa + kk * 32);
-          const std::uint64_t db = make_desc_sw128(sb + kk * 32);
-          if constexpr (BN == 256)
-            wgmma_m64n256k16(acc, da, db, 1);
-          else
-            wgmma_m64n128k16(acc, da, db, 1);
+          for (int kk = 0; kk < Cfg::kBK / 16; ++kk) {
+            const std::uint64_t da = make_desc_sw128(sa + kk * 32);
+            const std::uint64_t db = make_desc_sw128(sb + kk * 32);
+            wgmma_m64nBNk16<BN>(acc, da, db);
+          }
+          wgmma_commit();
+          if constexpr (kInFlight == 0) {
+            wgmma_wait<0>();
+            fence_regs<BN / 2>(acc);
+            if (lt == 0) mbar_arrive(&empty[stage]);
+          } else {
+            wgmma_wait<1>();
+            fence_regs<BN / 2>(acc);
+            if (kt > kt_begin && lt == 0) mbar_arrive(&empty[prev_stage]);
+            prev_stage = stage;
+          }
+          if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1u;
+          }
         }
-        wgmma_commit();
-        if constexpr (kInFlight == 0) {
+        if constexpr (kInFlight != 0) {
           wgmma_wait<0>();
           fence_regs<BN / 2>(acc);
+          if (kt_end > kt_begin && lt == 0) mbar_arrive(&empty[prev_stage]);
+        }
+      } else {
+        for (int kt = kt_begin; kt < kt_end; ++kt) {
+          mbar_wait(&full[stage], phase);
           if (lt == 0) mbar_arrive(&empty[stage]);
-        } else {
-          wgmma_wait<1>();
-          fence_regs<BN / 2>(acc);
-          if (kt > kt_begin && lt == 0) mbar_arrive(&empty[prev_stage]);
-          prev_stage = stage;
+          if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1u;
+          }
         }
-        if (++stage == STAGES) {
-          stage = 0;
-          phase ^= 1u;
-        }
-      }
-      if constexpr (kInFlight != 0) {
-        wgmma_wait<0>();
-        fence_regs<BN / 2>(acc);
-        if (kt_end > kt_begin && lt == 0) mbar_arrive(&empty[prev_stage]);
       }
       if (splits > 1) {
         // This warpgroup's 64 rows: no valid token row -> no partial and no arrival (the
         // counter of this half is never used). Uniform over the warpgroup.
-        if (m0 + cw * 64 >= a.T) continue;
+        if (!active) continue;
         const int slab = m0 / 16 + cw * 4 + warp;  // this warp's 16 rows
         const bool slab_valid = slab < slabs;
         if (slab_valid) {
