@@ -17,6 +17,7 @@
 ///                the workspace and the last split of a tile to arrive sums the partials in split
 ///                order (bit-reproducible) and stores bf16. BN and the split factor come from a
 ///                cost model (waves × k-tiles per unit, the weight bytes, the partial traffic);
+///                K is split only while the unsplit tiles number fewer than the SMs;
 ///  * `kSplitK` — tensor-core (mma.sync) kernel with a cp.async pipeline and split-K that
 ///                streams W at memory speed for small T (decode); tiles: `kGemmSplitKTiles`;
 ///  * `kGeneric`— a simple tiled kernel for any shape/stride/alignment (slow, always correct).
@@ -76,8 +77,9 @@ struct GemmParams {
   std::int64_t ldx = 0;              ///< >= k
   std::int64_t ldw = 0;              ///< >= k
   std::int64_t ldc = 0;              ///< >= n
-  /// Workspace of at least `gemm_workspace_bytes(...)` bytes for split-K on either path (may be
-  /// null when that is 0; `gemm_plan` gives this launch's need). Its first `kGemmCounterBytes` bytes (arrival counters) must be zero-filled before
+  /// Workspace of at least `gemm_workspace_bytes(...)` bytes for split-K on either path, 16-byte
+  /// aligned (may be null when that is 0; `gemm_plan` gives this launch's need). Its first
+  /// `kGemmCounterBytes` bytes (arrival counters) must be zero-filled before
   /// its first use; every launch leaves them zero again, so one allocation serves every later
   /// call ordered after it (same stream). Two concurrent GEMMs must not share a workspace.
   void* workspace = nullptr;
@@ -106,8 +108,9 @@ struct GemmPlan {
 Status gemm_plan(const GemmParams& p, GemmPlan* plan);
 
 /// Workspace bytes needed by any launch with at most `max_tokens` tokens and these n, k
-/// (path kAuto, or a path forced without config/split_k overrides; both split paths counted).
-/// Allocate once with this size and zero-fill it.
+/// (path kAuto, or kWgmma forced, without config/split_k overrides; both split paths counted;
+/// `gemm_plan` gives one launch's need, also with overrides). Allocate once with this size and
+/// zero-fill it (16-byte aligned, e.g. cudaMalloc).
 /// Returns 0 when no split-K launch is possible or the device cannot be queried.
 std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int device = -1);
 

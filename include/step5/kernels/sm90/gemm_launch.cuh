@@ -338,12 +338,13 @@ inline WgmmaPlan plan_wgmma(std::int64_t T, std::int64_t N, std::int64_t K, int 
   return best;
 }
 
-/// The largest workspace any kAuto wgmma launch with T in (kWgmmaMinT, max_tokens] needs. Beyond
-/// the T where even the widest tiles fill the SMs no launch splits, so the scan stops there.
+/// The largest workspace a wgmma launch without overrides (config = split_k = 0) with T in
+/// [1, max_tokens] needs (kAuto runs T > kWgmmaMinT there; from T = 1 a forced kWgmma is covered
+/// too). Beyond the T where even the widest tiles fill the SMs no launch splits: the scan stops.
 inline std::size_t wgmma_workspace_max(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int sms) {
   const int widest = *std::max_element(std::begin(kGemmWgmmaTileN), std::end(kGemmWgmmaTileN));
   std::size_t best = 0;
-  for (std::int64_t t = kWgmmaMinT + 1; t <= max_tokens; ++t) {
+  for (std::int64_t t = 1; t <= max_tokens; ++t) {
     if (((t + 127) / 128) * ((n + widest - 1) / widest) >= sms) break;
     best = std::max(best, plan_wgmma(t, n, k, sms, 0, 0).workspace);
   }
@@ -584,7 +585,7 @@ inline std::size_t workspace_bytes(std::int64_t max_tokens, std::int64_t n, std:
   for (std::int64_t t = 1; t <= tmax; ++t) {
     best = std::max(best, plan_stream(t, n, k, info.sms, 0, 0).workspace);
   }
-  // kAuto sends T > kWgmmaMinT to the wgmma path; a forced kSplitK at larger T is an override.
+  // kAuto sends T > kWgmmaMinT to the wgmma path (a kSplitK forced at larger T is an override).
   return std::max(best, wgmma_workspace_max(max_tokens, n, k, info.sms));
 }
 
