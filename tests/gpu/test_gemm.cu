@@ -9,7 +9,8 @@
 // launches reusing one workspace (counters reset).
 // Quick (sanitizer) mode, step5_test::quick(): tp 1 and 8 of each geometry, T in {1, 17, 129} at
 // K = 256 (every variant at T 17 and 129), plus T = 1 at K = hidden (4096, split-K decode) for
-// tp 8; the odd shapes with T capped at 129. Same checks and tolerances.
+// tp 8; the odd shapes with T capped at 129; the wgmma split-K cases at their (small) full size,
+// 5 instead of 20 repeats. Same checks and tolerances.
 #include <cuda_runtime.h>
 
 #include <algorithm>
