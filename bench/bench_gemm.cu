@@ -4,7 +4,8 @@
 //   unfused/<geometry>/tp:N/tokens:T   separate cuBLASLt GEMMs: qkv, indexer (q|k|z), gate, sparse_indexer_w
 //   copy/d2d                           the shared copy ceiling of bench_common.hpp (1 GiB D2D, median,
 //                                      bytes read + written / s)
-//   gemm_stream/..., gemm_wgmma<BN>/... a path / wgmma tile width forced (crossover checks);
+//   gemm_stream/..., gemm_wgmma<BN>/... a path / wgmma tile width forced (crossover checks; the
+//                                      wgmma widths at T >= 64, 128 also at T = 32);
 //   gemm_wgmma_sk<S>/...               the wgmma path with S K splits forced (T = 64..256), to
 //                                      re-fit the launcher's split cost model
 // The label and the table's path column: "wgmma <BN>[, split-K <S>]" or "stream[, split-K <S>]".
@@ -364,8 +365,8 @@ int main(int argc, char** argv) {
           benchmark::RegisterBenchmark(("gemm_wgmma_sk" + std::to_string(sk) + "/" + k).c_str(), bm_ours, s, T,
                                        step5::ops::GemmPath::kWgmma, 0, sk)
               ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      // every wgmma tile width of kGemmWgmmaTileN forced (names gemm_wgmma<BN>/...)
-      if (T >= 1024)
+      // every wgmma tile width of kGemmWgmmaTileN forced (names gemm_wgmma<BN>/...; K splits planned)
+      if (T >= 64)
         for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)); ++c)
           benchmark::RegisterBenchmark(
               ("gemm_wgmma" + std::to_string(step5::ops::kGemmWgmmaTileN[c - 1]) + "/" + k).c_str(), bm_ours, s, T,
