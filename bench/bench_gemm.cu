@@ -4,6 +4,11 @@
 //   unfused/<geometry>/tp:N/tokens:T   separate cuBLASLt GEMMs: qkv, indexer (q|k|z), gate, sparse_indexer_w
 //   copy/d2d                           the shared copy ceiling of bench_common.hpp (1 GiB D2D, median,
 //                                      bytes read + written / s)
+//   gemm_stream/..., gemm_wgmma<BN>/... a path / wgmma tile width forced (crossover checks; the
+//                                      wgmma widths at T >= 64, 128 also at T = 32);
+//   gemm_wgmma_sk<S>/...               the wgmma path with S K splits forced (T = 64..256), to
+//                                      re-fit the launcher's split cost model
+// The label and the table's path column: "wgmma <BN>[, split-K <S>]" or "stream[, split-K <S>]".
 // Timing: CUDA events around a CUDA graph of `batch` launches that rotate over several copies
 // of W (together > 4× L2), so the weights come from HBM; UseManualTime. A table is printed last.
 #include <benchmark/benchmark.h>
@@ -14,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <string>
@@ -248,7 +254,18 @@ const char* path_name(step5::ops::GemmPath p) {
   }
 }
 
-void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, int config) {
+/// "wgmma 128, split-K 4", "stream, split-K 7", "wgmma 256": the path, the wgmma tile width and
+/// the K splits of either split path.
+std::string plan_label(const step5::ops::GemmPlan& plan) {
+  std::string l = path_name(plan.path);
+  if (plan.path == step5::ops::GemmPath::kWgmma && plan.config >= 1 &&
+      plan.config <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)))
+    l += " " + std::to_string(step5::ops::kGemmWgmmaTileN[plan.config - 1]);
+  if (plan.split_k > 1) l += ", split-K " + std::to_string(plan.split_k);
+  return l;
+}
+
+void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, int config, int split_k) {
   ShapeBuffers& b = buffers(s, kMaxT);
   step5::ops::GemmParams p;
   p.x = static_cast<const step5::bf16*>(b.x);
@@ -259,6 +276,7 @@ void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, in
   p.workspace_bytes = b.ws_bytes;
   p.path = path;
   p.config = config;
+  p.split_k = split_k;
   step5::ops::GemmPlan plan;
   step5::Status ps = step5::ops::gemm_plan(p, &plan);
   if (!ps.ok()) {
@@ -288,9 +306,9 @@ void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, in
   const double us = gt.measure(st);
   const std::string key = row_key(s, T);
   Row& r = g_rows[key];
-  if (path == step5::ops::GemmPath::kAuto && config == 0) {
+  if (path == step5::ops::GemmPath::kAuto && config == 0 && split_k == 0) {
     r.ours_us = us;
-    r.path = std::string(path_name(plan.path)) + (plan.split_k > 1 ? "/sk" + std::to_string(plan.split_k) : "");
+    r.path = plan_label(plan);
     g_order.push_back(key);
   }
   const double wgbs = 2.0 * b.N * b.K / (us * 1e-6) / 1e9;
@@ -299,7 +317,7 @@ void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, in
   if (g_copy_gbs > 0) st.counters["x_copyBW"] = wgbs / g_copy_gbs;
   if (r.lt_us > 0) st.counters["x_cublasLt"] = r.lt_us / us;
   if (r.unf_us > 0) st.counters["x_unfused"] = r.unf_us / us;
-  st.SetLabel(std::string(path_name(plan.path)) + " split_k " + std::to_string(plan.split_k));
+  st.SetLabel(plan_label(plan));
 }
 
 }  // namespace
@@ -332,19 +350,27 @@ int main(int argc, char** argv) {
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark(("unfused/" + k).c_str(), bm_unfused, s, T)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("gemm/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0)
+      benchmark::RegisterBenchmark(("gemm/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       // the other path / tile choices around the launcher's crossovers
       if (T >= 32 && T <= 128)
-        benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kSplitK, 0)
+        benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kSplitK, 0, 0)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       if (T == 32)
-        benchmark::RegisterBenchmark(("gemm_wgmma128/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kWgmma, 1)
+        benchmark::RegisterBenchmark(("gemm_wgmma128/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kWgmma, 1, 0)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      if (T >= 4096)
-        for (int c = 1; c <= 2; ++c)
-          benchmark::RegisterBenchmark(("gemm_wgmma" + std::string(c == 1 ? "128" : "256") + "/" + k).c_str(), bm_ours,
-                                       s, T, step5::ops::GemmPath::kWgmma, c)
+      // the wgmma path's K splits forced (its tile width planned), to re-fit the split cost model
+      if (T >= 64 && T <= 256)
+        for (int sk : {1, 2, 3, 4, 6, 8})
+          benchmark::RegisterBenchmark(("gemm_wgmma_sk" + std::to_string(sk) + "/" + k).c_str(), bm_ours, s, T,
+                                       step5::ops::GemmPath::kWgmma, 0, sk)
+              ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      // every wgmma tile width of kGemmWgmmaTileN forced (names gemm_wgmma<BN>/...; K splits planned)
+      if (T >= 64)
+        for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)); ++c)
+          benchmark::RegisterBenchmark(
+              ("gemm_wgmma" + std::to_string(step5::ops::kGemmWgmmaTileN[c - 1]) + "/" + k).c_str(), bm_ours, s, T,
+              step5::ops::GemmPath::kWgmma, c, 0)
               ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
     }
   benchmark::Initialize(&argc, argv);
@@ -352,12 +378,12 @@ int main(int argc, char** argv) {
   benchmark::Shutdown();
 
   std::printf("\ncopy D2D bandwidth (read+write): %.0f GB/s\n", g_copy_gbs);
-  std::printf("%-40s %-12s %9s %9s %9s %8s %7s %7s %7s %7s\n", "shape", "path", "ours_us", "lt_us", "unf_us",
+  std::printf("%-40s %-22s %9s %9s %9s %8s %7s %7s %7s %7s\n", "shape", "path", "ours_us", "lt_us", "unf_us",
               "wGB/s", "xcopy", "xLt", "xUnf", "TFLOP/s");
   for (const std::string& k : g_order) {
     const Row& r = g_rows[k];
     const double wgbs = r.weight_bytes / (r.ours_us * 1e-6) / 1e9;
-    std::printf("%-40s %-12s %9.1f %9.1f %9.1f %8.0f %7.2f %7.2f %7.2f %7.1f\n", k.c_str(), r.path.c_str(),
+    std::printf("%-40s %-22s %9.1f %9.1f %9.1f %8.0f %7.2f %7.2f %7.2f %7.1f\n", k.c_str(), r.path.c_str(),
                 r.ours_us, r.lt_us, r.unf_us, wgbs, g_copy_gbs > 0 ? wgbs / g_copy_gbs : 0.0, r.lt_us / r.ours_us,
                 r.unf_us / r.ours_us, r.flops / (r.ours_us * 1e-6) / 1e12);
   }

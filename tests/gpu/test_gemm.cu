@@ -1,10 +1,16 @@
 // GPU test of the projection GEMM (step5/ops/gemm.hpp, SPEC §3/§4.1) against the CPU reference
 // `step5::reference::gemm_bf16_f32out`: every geometry × tp of geometries.def (N = padded_rows
-// of rank 0, K = hidden), T in {1, 2, 3, 17, 64, 127, 129, 1000, 4096}, every path (auto,
-// generic, stream, wgmma), padded row strides, poisoned outputs, plus precondition errors.
+// of rank 0, K = hidden), T in {1, 2, 3, 17, 64, 127, 128, 129, 256, 1000, 4096}, every path
+// (auto, generic, stream, wgmma), padded row strides, poisoned outputs, plus precondition
+// errors. The wgmma path's split-K: every tile width of kGemmWgmmaTileN × every split 1..8 at odd
+// shapes (T % 64 != 0, N % BN != 0, a partial last k-tile), the plan splitting the tp 8 fused
+// shapes at T = 64/128/256, bit-identical output over 20 launches with other work running and
+// equal to the in-split-order sum of the partials left in the workspace, and back-to-back
+// launches reusing one workspace (counters reset).
 // Quick (sanitizer) mode, step5_test::quick(): tp 1 and 8 of each geometry, T in {1, 17, 129} at
 // K = 256 (every variant at T 17 and 129), plus T = 1 at K = hidden (4096, split-K decode) for
-// tp 8; the odd shapes with T capped at 129. Same checks and tolerances.
+// tp 8; the odd shapes with T capped at 129; the wgmma split-K cases at their (small) full size,
+// 5 instead of 20 repeats. Same checks and tolerances.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -20,6 +26,7 @@
 #include "gpu/gpu_test.hpp"
 #include "step5/core/numeric.hpp"
 #include "step5/kernels/sm90/gemm_stream.cuh"
+#include "step5/kernels/sm90/gemm_wgmma.cuh"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/gemm.hpp"
 #include "step5/reference/gemm.hpp"
@@ -66,6 +73,63 @@ struct DevBuf {
   template <class T>
   T* as() const { return static_cast<T*>(p); }
 };
+
+/// The verdict on GPU output `hc` (`[T, ldc]` bf16) against the fp32 reference `ref` (`[rows.size(),
+/// N]`, row i = output row rows[i]): each element within 1e-2 relative + 1e-3 of its row's RMS
+/// (bf16 output rounding plus fp32 summation order), the padding columns [N, ldc) still poison
+/// (0xFFFF). NaN is never within tolerance.
+struct Judgement {
+  long long bad = 0, checked = 0;
+  double max_rel = 0;
+  int first_t = -1, first_n = -1;
+  float first_o = 0, first_r = 0;
+};
+Judgement judge_output(const std::vector<float>& ref, const std::vector<int>& rows, int N, int ldc,
+                       const std::vector<bf16>& hc) {
+  Judgement j;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const float* rr = &ref[i * static_cast<std::size_t>(N)];
+    double ss = 0;
+    for (int n = 0; n < N; ++n) ss += static_cast<double>(rr[n]) * rr[n];
+    const double rms = std::sqrt(ss / N);
+    const bf16* cr = &hc[static_cast<std::size_t>(rows[i]) * ldc];
+    for (int n = 0; n < N; ++n) {
+      const float o = step5::to_float(cr[n]);
+      const double err = std::fabs(static_cast<double>(o) - rr[n]);
+      const double tol = 1e-2 * std::fabs(rr[n]) + 1e-3 * rms;
+      ++j.checked;
+      if (!(err <= tol)) {
+        if (j.bad++ == 0) { j.first_t = rows[i]; j.first_n = n; j.first_o = o; j.first_r = rr[n]; }
+      } else if (std::fabs(rr[n]) > rms * 1e-2) {
+        j.max_rel = std::max(j.max_rel, err / std::fabs(rr[n]));
+      }
+    }
+    for (int n = N; n < ldc; ++n)  // padding columns stay untouched
+      if (cr[n].bits != 0xFFFF) {
+        if (j.bad++ == 0) { j.first_t = rows[i]; j.first_n = n; j.first_o = step5::to_float(cr[n]); j.first_r = NAN; }
+      }
+  }
+  return j;
+}
+
+/// Every row 0 .. T-1 and the reference `[T, N]` of X `[T, ldx]` @ W^T.
+std::vector<float> reference_all_rows(int T, int N, int K, const std::vector<bf16>& hx, int ldx,
+                                      const std::vector<bf16>& hw, int ldw, std::vector<int>* rows) {
+  rows->resize(static_cast<std::size_t>(T));
+  for (int t = 0; t < T; ++t) (*rows)[static_cast<std::size_t>(t)] = t;
+  std::vector<float> ref(static_cast<std::size_t>(T) * N);
+  step5::reference::gemm_bf16_f32out(T, N, K, hx.data(), ldx, hw.data(), ldw, ref.data(), N);
+  return ref;
+}
+
+/// The split factor the launcher runs for a forced `forced` splits over K: at most one per 64-wide
+/// k-tile, no empty split (kt_per = ceil(k_tiles / forced), splits = ceil(k_tiles / kt_per)).
+int expected_splits(int K, int forced) {
+  const int k_tiles = (K + 63) / 64;
+  const int f = std::min(forced, k_tiles);
+  const int per = (k_tiles + f - 1) / f;
+  return (k_tiles + per - 1) / per;
+}
 
 /// One problem: W [N, ldw], X [T, ldx]; checks C [T, ldc] of `paths` against the reference on
 /// `check_rows` rows (all rows when T <= 160, else a spread sample incl. first and last).
@@ -124,37 +188,12 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
     GPU_CHECK(cudaGetLastError());
     GPU_CHECK(cudaDeviceSynchronize());
     GPU_CHECK(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
-    long long bad = 0, checked = 0;
-    double max_rel = 0;
-    int first_t = -1, first_n = -1;
-    float first_o = 0, first_r = 0;
-    for (int i = 0; i < R; ++i) {
-      const float* rr = &ref[static_cast<std::size_t>(i) * N];
-      double ss = 0;
-      for (int n = 0; n < N; ++n) ss += static_cast<double>(rr[n]) * rr[n];
-      const double rms = std::sqrt(ss / N);
-      const bf16* cr = &hc[static_cast<std::size_t>(rows[i]) * ldc];
-      for (int n = 0; n < N; ++n) {
-        const float o = step5::to_float(cr[n]);
-        const double err = std::fabs(static_cast<double>(o) - rr[n]);
-        const double tol = 1e-2 * std::fabs(rr[n]) + 1e-3 * rms;
-        ++checked;
-        if (!(err <= tol)) {
-          if (bad++ == 0) { first_t = rows[i]; first_n = n; first_o = o; first_r = rr[n]; }
-        } else if (std::fabs(rr[n]) > rms * 1e-2) {
-          max_rel = std::max(max_rel, err / std::fabs(rr[n]));
-        }
-      }
-      for (int n = N; n < ldc; ++n)  // padding columns stay untouched
-        if (cr[n].bits != 0xFFFF) {
-          if (bad++ == 0) { first_t = rows[i]; first_n = n; first_o = step5::to_float(cr[n]); first_r = NAN; }
-        }
-    }
-    EXPECT(bad == 0, "%s path %s (plan %s, split_k %d): %lld of %lld elements off; first at t=%d n=%d: got %g, want %g",
-           name.c_str(), pn.c_str(), path_name(plan.path), plan.split_k, bad, checked, first_t, first_n,
-           first_o, first_r);
-    std::printf("  %-44s %-12s -> %-7s split_k %2d rows %4d: max rel err %.2e %s\n", name.c_str(), pn.c_str(),
-                path_name(plan.path), plan.split_k, R, max_rel, bad ? "FAIL" : "ok");
+    const Judgement j = judge_output(ref, rows, N, ldc, hc);
+    EXPECT(j.bad == 0, "%s path %s (plan %s, config %d, split_k %d): %lld of %lld elements off; first at t=%d n=%d: got %g, want %g",
+           name.c_str(), pn.c_str(), path_name(plan.path), plan.config, plan.split_k, j.bad, j.checked, j.first_t,
+           j.first_n, j.first_o, j.first_r);
+    std::printf("  %-44s %-12s -> %-7s c%d split_k %2d rows %4d: max rel err %.2e %s\n", name.c_str(), pn.c_str(),
+                path_name(plan.path), plan.config, plan.split_k, R, j.max_rel, j.bad ? "FAIL" : "ok");
   }
 }
 
@@ -168,8 +207,12 @@ std::vector<Variant> all_variants() {
   v.push_back({GemmPath::kSplitK, 0, 1});
   v.push_back({GemmPath::kSplitK, 0, 3});
   v.push_back({GemmPath::kSplitK, 2, 16});
-  v.push_back({GemmPath::kWgmma, 1, 0});
-  v.push_back({GemmPath::kWgmma, 2, 0});
+  // every wgmma tile width (config = entry + 1), unsplit, planned and split 3
+  for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)); ++c) {
+    v.push_back({GemmPath::kWgmma, c, 0});
+    v.push_back({GemmPath::kWgmma, c, 1});
+    v.push_back({GemmPath::kWgmma, c, 3});
+  }
   return v;
 }
 
@@ -186,7 +229,7 @@ GPU_CASE("gemm: every geometry x tp, T list, every path, vs CPU reference") {
     // (K, T list): full size K = hidden; quick mode K = 256 and, at tp 8, one decode row at K = hidden
     std::vector<std::pair<int, std::vector<int>>> runs;
     if (!quick) {
-      runs.push_back({hidden, {1, 2, 3, 17, 64, 127, 129, 1000, 4096}});
+      runs.push_back({hidden, {1, 2, 3, 17, 64, 127, 128, 129, 256, 1000, 4096}});
     } else {
       runs.push_back({256, {1, 17, 129}});
       if (tp == 8) runs.push_back({hidden, {1}});
@@ -207,7 +250,7 @@ GPU_CASE("gemm: every geometry x tp, T list, every path, vs CPU reference") {
         const std::string name = std::string(Tag::kEntry.name) + "/tp" + std::to_string(tp) + "/N" +
                                  std::to_string(N) + (K != hidden ? "/K" + std::to_string(K) : "") + "/T" +
                                  std::to_string(T);
-        const bool many = T == 17 || T == 129 || (T == 1000 && tp == 8);
+        const bool many = T == 17 || T == 129 || (T == 1000 && tp == 8) || (T == 256 && tp == 8);
         run_case(name, T, N, K, ldx, ldw, ldc, hw, dw.as<bf16>(), dws.p, ws, many ? all_variants() : kAllPaths);
       }
     }
@@ -341,6 +384,257 @@ GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with ot
   }
 }
 
+GPU_CASE("gemm: wgmma split-K, every tile width x split 1..8 at odd shapes, vs CPU reference") {
+  // T % 64 != 0 (partial 16-row slabs, a token tile whose second half is empty or partly valid),
+  // N % BN != 0 for every BN, K with a partial last k-tile; T = 64 (second half empty) with one
+  // k-tile per split at 8 splits; an o_proj-like shape. Every forced split runs as planned.
+  struct Shape { int T, N, K, ldx, ldw, ldc; };
+  const Shape shapes[] = {
+      {100, 1000, 1000, 1000, 1000, 1000},  // 16 k-tiles, the last 40 wide
+      {200, 520, 2056, 2064, 2056, 522},    // two token tiles (the second 72 rows), 33 k-tiles
+      {64, 768, 512, 512, 512, 776},        // 8 k-tiles: split 8 = one k-tile per unit
+      {40, 4096, 1536, 1536, 1536, 4096},   // o_proj at tp 8 (Hl*D = 8*192), T = 40
+  };
+  for (const Shape& sh : shapes) {
+    std::vector<bf16> hw(static_cast<std::size_t>(sh.N) * sh.ldw);
+    fill_random(hw, 0.125f);
+    DevBuf dw(hw.size() * 2);
+    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    std::vector<Variant> variants;
+    for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)); ++c)
+      for (int sp = 1; sp <= 8; ++sp) {
+        variants.push_back({GemmPath::kWgmma, c, sp});
+        // the plan runs the forced tile width and split factor (normalised: no empty split)
+        GemmParams p;
+        p.x = dw.as<bf16>(), p.w = dw.as<bf16>(), p.c = dw.as<bf16>();  // only alignment is read
+        p.tokens = sh.T, p.n = sh.N, p.k = sh.K, p.ldx = sh.ldx, p.ldw = sh.ldw, p.ldc = sh.ldc;
+        p.path = GemmPath::kWgmma, p.config = c, p.split_k = sp;
+        step5::ops::GemmPlan plan;
+        const step5::Status st = step5::ops::gemm_plan(p, &plan);
+        EXPECT(st.ok() && plan.path == GemmPath::kWgmma && plan.config == c &&
+                   plan.split_k == expected_splits(sh.K, sp) && (plan.split_k > 1) == (plan.workspace_bytes > 0),
+               "T=%d N=%d K=%d c%d s%d: plan %s path %d config %d split_k %d (want %d) workspace %zu", sh.T, sh.N,
+               sh.K, c, sp, st.to_string().c_str(), static_cast<int>(plan.path), plan.config, plan.split_k,
+               expected_splits(sh.K, sp), plan.workspace_bytes);
+      }
+    const std::string name = "wgmma-sk/T" + std::to_string(sh.T) + "/N" + std::to_string(sh.N) + "/K" +
+                             std::to_string(sh.K);
+    // run_case gives each variant a zero-filled workspace of the plan's size
+    run_case(name, sh.T, sh.N, sh.K, sh.ldx, sh.ldw, sh.ldc, hw, dw.as<bf16>(), nullptr, 0, variants);
+  }
+}
+
+GPU_CASE("gemm: the plan splits K on the wgmma path where tiles leave SMs idle; gemm_workspace_bytes covers it") {
+  int device = 0, sms = 0;
+  GPU_CHECK(cudaGetDevice(&device));
+  GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  alignas(16) static const bf16 kAligned[8] = {};  // gemm_plan reads only the pointers' alignment
+  auto plan_for = [&](int T, int N, int K) {
+    GemmParams p;
+    p.x = kAligned, p.w = kAligned, p.c = const_cast<bf16*>(kAligned);
+    p.tokens = T, p.n = N, p.k = K, p.ldx = K, p.ldw = K, p.ldc = N;
+    step5::ops::GemmPlan plan;
+    const step5::Status st = step5::ops::gemm_plan(p, &plan);
+    EXPECT(st.ok(), "plan T=%d N=%d K=%d: %s", T, N, K, st.to_string().c_str());
+    return plan;
+  };
+  step5::layout::for_each_layout([&](auto tag) {
+    using Tag = decltype(tag);
+    const int tp = Tag::kParallel.tp_size;
+    const int N = Tag::Layout::kRank0.padded_rows, K = Tag::kEntry.hidden;
+    const std::string g = std::string(Tag::kEntry.name) + "/tp" + std::to_string(tp);
+    if (tp == 8) {
+      // the narrow tp 8 fused shapes: 128-wide tiles leave most SMs idle at T <= 256 (issue 14)
+      for (int T : {64, 128, 256}) {
+        const step5::ops::GemmPlan plan = plan_for(T, N, K);
+        const int tiles128 = (T + 127) / 128 * ((N + 127) / 128);
+        EXPECT(plan.path == GemmPath::kWgmma && (tiles128 >= sms / 2 || plan.split_k > 1),
+               "%s T=%d: plan path %d config %d split_k %d (128-wide tiles: %d on %d SMs)", g.c_str(), T,
+               static_cast<int>(plan.path), plan.config, plan.split_k, tiles128, sms);
+      }
+    }
+    // one allocation of gemm_workspace_bytes(max_T) serves every T <= max_T of the auto plan
+    constexpr int kMaxT = 1100;
+    const std::size_t ws = step5::ops::gemm_workspace_bytes(kMaxT, N, K, device);
+    int over = 0, first_over = -1;
+    for (int T = 1; T <= kMaxT; T += (T < 300 ? 1 : 7)) {
+      const step5::ops::GemmPlan plan = plan_for(T, N, K);
+      if (plan.workspace_bytes > ws && over++ == 0) first_over = T;
+    }
+    EXPECT(over == 0, "%s: %d plans need more than gemm_workspace_bytes(%d) = %zu (first at T = %d)", g.c_str(), over,
+           kMaxT, ws, first_over);
+  });
+  // o_proj at T = 64 (N = hidden 4096, K = Hl*D = 64*192): 32 tiles of 128 -> split
+  const step5::ops::GemmPlan o = plan_for(64, 4096, 12288);
+  EXPECT(o.path == GemmPath::kWgmma && o.split_k > 1, "o_proj T=64: path %d split_k %d", static_cast<int>(o.path),
+         o.split_k);
+}
+
+GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with other kernels running") {
+  // Like the stream path's check: C equals, bit for bit, the fp32 sum of the partials left in the
+  // workspace taken in split order 0, 1, ... (fails whenever the reduction depends on which unit
+  // arrived last), C is the same over repeated launches while another kernel streams memory on a
+  // second stream, the counters are zero after every launch, and C is the right product.
+  const int N = 3472, K = 4096, T = 100;  // step5_preview tp 8 fused rows; partial 16-row slab at T = 100
+  for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)); ++c) {
+    const int BN = step5::ops::kGemmWgmmaTileN[c - 1];
+    constexpr int kSplits = 4;
+    std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
+    fill_random(hw, 0.125f);
+    fill_random(hx, 1.0f);
+    DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * N * 2);
+    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    GemmParams p;
+    p.x = dx.as<bf16>();
+    p.w = dw.as<bf16>();
+    p.c = dc.as<bf16>();
+    p.tokens = T; p.n = N; p.k = K; p.ldx = K; p.ldw = K; p.ldc = N;
+    p.path = GemmPath::kWgmma;
+    p.config = c;
+    p.split_k = kSplits;
+    step5::ops::GemmPlan plan;
+    const step5::Status planned = step5::ops::gemm_plan(p, &plan);
+    const int n_tiles = (N + BN - 1) / BN, slabs = (T + 15) / 16;
+    const std::size_t part_floats =
+        static_cast<std::size_t>(step5::kernels::sm90::wgmma_partial_offset(kSplits, 0, 0, n_tiles, slabs, BN));
+    EXPECT(planned.ok() && plan.split_k == kSplits &&
+               plan.workspace_bytes == step5::ops::kGemmCounterBytes + part_floats * sizeof(float),
+           "BN=%d: plan %s, split_k %d, workspace %zu (want %zu)", BN, planned.to_string().c_str(), plan.split_k,
+           plan.workspace_bytes, step5::ops::kGemmCounterBytes + part_floats * sizeof(float));
+    if (!planned.ok() || plan.split_k != kSplits) continue;
+    const std::size_t ws = plan.workspace_bytes;
+    DevBuf dws(ws);
+    GPU_CHECK(cudaMemset(dws.p, 0, ws));
+    p.workspace = dws.p;
+    p.workspace_bytes = ws;
+    const std::size_t noise_n = std::size_t(1) << 26;
+    DevBuf noise(noise_n * 4);
+    GPU_CHECK(cudaMemset(noise.p, 0, noise_n * 4));
+    cudaStream_t s_gemm, s_noise;
+    GPU_CHECK(cudaStreamCreateWithFlags(&s_gemm, cudaStreamNonBlocking));
+    GPU_CHECK(cudaStreamCreateWithFlags(&s_noise, cudaStreamNonBlocking));
+    std::vector<std::uint16_t> first, cur(static_cast<std::size_t>(T) * N);
+    std::vector<unsigned> counters(step5::ops::kGemmCounterBytes / sizeof(unsigned));
+    const int repeats = step5_test::quick() ? 5 : 20;
+    int changed = 0, counters_left = 0;
+    for (int it = 0; it < repeats; ++it) {
+      GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * N * 2));  // poison (NaN)
+      GPU_CHECK(cudaDeviceSynchronize());
+      step5_test::noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(noise.as<float>(), noise_n, 1);
+      GPU_CHECK(cudaGetLastError());
+      const step5::Status st = step5::ops::gemm_bf16(p, s_gemm);
+      EXPECT(st.ok(), "BN=%d wgmma split-K gemm: %s", BN, st.to_string().c_str());
+      GPU_CHECK(cudaDeviceSynchronize());
+      GPU_CHECK(cudaMemcpy(cur.data(), dc.p, cur.size() * 2, cudaMemcpyDeviceToHost));
+      GPU_CHECK(cudaMemcpy(counters.data(), dws.p, step5::ops::kGemmCounterBytes, cudaMemcpyDeviceToHost));
+      for (unsigned v : counters) counters_left += v != 0;
+      if (it == 0) first = cur;
+      else changed += cur != first;
+    }
+    EXPECT(changed == 0, "BN=%d: wgmma split-K output changed in %d of %d repeated launches", BN, changed, repeats - 1);
+    EXPECT(counters_left == 0, "BN=%d: %d arrival counters left non-zero after the launches", BN, counters_left);
+    {  // C == bf16(fp32 sum of the partials in split order), from the last launch's workspace
+      std::vector<float> part(part_floats);
+      GPU_CHECK(cudaMemcpy(part.data(), static_cast<char*>(dws.p) + step5::ops::kGemmCounterBytes, part.size() * 4,
+                           cudaMemcpyDeviceToHost));
+      int mismatched = 0, checked = 0;
+      for (int nt = 0; nt < n_tiles; ++nt)
+        for (int slab = 0; slab < slabs; ++slab)
+          for (int j = 0; j < BN / 8; ++j)
+            for (int lane = 0; lane < 32; ++lane)
+              for (int e = 0; e < 4; ++e) {  // fragment order: float4 j*32 + lane = acc[4j .. 4j+3]
+                const int t = slab * 16 + lane / 4 + 8 * (e >> 1), n = nt * BN + j * 8 + 2 * (lane % 4) + (e & 1);
+                if (t >= T || n >= N) continue;
+                float sum = 0.f;
+                for (int z = 0; z < kSplits; ++z)
+                  sum += part[static_cast<std::size_t>(
+                                  step5::kernels::sm90::wgmma_partial_offset(z, nt, slab, n_tiles, slabs, BN)) +
+                              static_cast<std::size_t>(j * 32 + lane) * 4 + e];
+                mismatched += step5::float_to_bf16_bits(sum) != cur[static_cast<std::size_t>(t) * N + n];
+                ++checked;
+              }
+      EXPECT(checked == T * N, "BN=%d: reconstructed %d of %d outputs", BN, checked, T * N);
+      EXPECT(mismatched == 0, "BN=%d: %d outputs differ from the in-order sum of the split-K partials", BN, mismatched);
+    }
+    // and it is the right product: spot-check against fp64 on a few outputs (NaN counts as wrong)
+    int bad = 0;
+    for (int t = 0; t < T; t += 3)
+      for (int n = 0; n < N; n += 97) {
+        double ref = 0;
+        for (int k = 0; k < K; ++k)
+          ref += static_cast<double>(step5::to_float(hx[static_cast<std::size_t>(t) * K + k])) *
+                 step5::to_float(hw[static_cast<std::size_t>(n) * K + k]);
+        bf16 got;
+        std::memcpy(&got, &first[static_cast<std::size_t>(t) * N + n], 2);
+        const float v = step5::to_float(got);
+        if (!std::isfinite(v) || !(std::abs(v - ref) <= 1e-2 * (1.0 + std::abs(ref)))) ++bad;
+      }
+    EXPECT(bad == 0, "BN=%d: %d spot-checked outputs off the fp64 product", BN, bad);
+    GPU_CHECK(cudaStreamDestroy(s_gemm));
+    GPU_CHECK(cudaStreamDestroy(s_noise));
+  }
+}
+
+GPU_CASE("gemm: back-to-back wgmma split-K launches reuse one workspace (counters reset), vs CPU reference") {
+  // Three launches enqueued without a host synchronisation between them, on one workspace: two of
+  // the same shape (the same counters reused) and a smaller T (other slabs, fewer tiles). A counter
+  // left non-zero would make the next launch finish a tile early (from missing partials) or never
+  // (poison left): every output is checked against the reference.
+  const int N = 1000, K = 1000, ldc = 1008;
+  constexpr int kSplits = 5;
+  for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)); ++c) {
+    std::vector<bf16> hw(static_cast<std::size_t>(N) * K);
+    fill_random(hw, 0.125f);
+    DevBuf dw(hw.size() * 2);
+    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    const int Ts[3] = {100, 100, 37};
+    std::vector<bf16> hx[3], hc[3];
+    std::unique_ptr<DevBuf> dx[3], dc[3];
+    GemmParams p[3];
+    std::size_t ws = 0;
+    for (int i = 0; i < 3; ++i) {
+      hx[i].resize(static_cast<std::size_t>(Ts[i]) * K);
+      fill_random(hx[i], 1.0f);
+      dx[i] = std::make_unique<DevBuf>(hx[i].size() * 2);
+      dc[i] = std::make_unique<DevBuf>(static_cast<std::size_t>(Ts[i]) * ldc * 2);
+      GPU_CHECK(cudaMemcpy(dx[i]->p, hx[i].data(), hx[i].size() * 2, cudaMemcpyHostToDevice));
+      GPU_CHECK(cudaMemset(dc[i]->p, 0xff, static_cast<std::size_t>(Ts[i]) * ldc * 2));  // poison (NaN)
+      p[i].x = dx[i]->as<bf16>(), p[i].w = dw.as<bf16>(), p[i].c = dc[i]->as<bf16>();
+      p[i].tokens = Ts[i], p[i].n = N, p[i].k = K, p[i].ldx = K, p[i].ldw = K, p[i].ldc = ldc;
+      p[i].path = GemmPath::kWgmma, p[i].config = c, p[i].split_k = kSplits;
+      step5::ops::GemmPlan plan;
+      const step5::Status st = step5::ops::gemm_plan(p[i], &plan);
+      EXPECT(st.ok() && plan.split_k == expected_splits(K, kSplits) && plan.split_k > 1, "c%d T=%d: plan %s split_k %d",
+             c, Ts[i], st.to_string().c_str(), plan.split_k);
+      ws = std::max(ws, plan.workspace_bytes);
+    }
+    DevBuf dws(ws);
+    GPU_CHECK(cudaMemset(dws.p, 0, ws));
+    GPU_CHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < 3; ++i) {
+      p[i].workspace = dws.p;
+      p[i].workspace_bytes = ws;
+      const step5::Status st = step5::ops::gemm_bf16(p[i], nullptr);
+      EXPECT(st.ok(), "c%d launch %d: %s", c, i, st.to_string().c_str());
+    }
+    GPU_CHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < 3; ++i) {
+      hc[i].resize(static_cast<std::size_t>(Ts[i]) * ldc);
+      GPU_CHECK(cudaMemcpy(hc[i].data(), dc[i]->p, hc[i].size() * 2, cudaMemcpyDeviceToHost));
+      std::vector<int> rows;
+      const std::vector<float> ref = reference_all_rows(Ts[i], N, K, hx[i], K, hw, K, &rows);
+      const Judgement j = judge_output(ref, rows, N, ldc, hc[i]);
+      EXPECT(j.bad == 0, "c%d launch %d (T=%d): %lld of %lld elements off; first at t=%d n=%d: got %g, want %g", c, i,
+             Ts[i], j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
+    }
+    std::vector<unsigned> counters(step5::ops::kGemmCounterBytes / sizeof(unsigned));
+    GPU_CHECK(cudaMemcpy(counters.data(), dws.p, step5::ops::kGemmCounterBytes, cudaMemcpyDeviceToHost));
+    const long long left = std::count_if(counters.begin(), counters.end(), [](unsigned v) { return v != 0; });
+    EXPECT(left == 0, "c%d: %lld arrival counters left non-zero", c, left);
+  }
+}
+
 GPU_CASE("gemm: preconditions return Status naming the values") {
   DevBuf buf(1 << 20);
   GemmParams good;
@@ -378,6 +672,27 @@ GPU_CASE("gemm: preconditions return Status naming the values") {
            s.to_string().c_str(), plan.split_k);
     expect_err(p, step5::StatusCode::kInvalidArgument, "workspace", "missing workspace");
   }
+  {  // wgmma split-K: a missing, too small or misaligned workspace is an error naming the bytes
+    GemmParams p = good; p.path = GemmPath::kWgmma; p.config = 1; p.split_k = 4;
+    p.tokens = 64; p.n = 512; p.ldc = 512; p.k = 1024; p.ldx = 1024; p.ldw = 1024;  // fits in `buf`
+    step5::ops::GemmPlan plan;
+    const step5::Status s = step5::ops::gemm_plan(p, &plan);
+    EXPECT(s.ok() && plan.split_k == 4 && plan.workspace_bytes > step5::ops::kGemmCounterBytes,
+           "forced wgmma split-K plan: %s split %d workspace %zu", s.to_string().c_str(), plan.split_k,
+           plan.workspace_bytes);
+    const std::string bytes = std::to_string(plan.workspace_bytes) + " bytes";
+    expect_err(p, step5::StatusCode::kInvalidArgument, bytes.c_str(), "wgmma split-K without workspace");
+    DevBuf ws(plan.workspace_bytes + 16);
+    p.workspace = ws.p;
+    p.workspace_bytes = plan.workspace_bytes - 4;
+    expect_err(p, step5::StatusCode::kInvalidArgument, bytes.c_str(), "wgmma split-K workspace too small");
+    p.workspace = static_cast<char*>(ws.p) + 4;
+    p.workspace_bytes = plan.workspace_bytes;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "misaligned", "wgmma split-K workspace misaligned");
+  }
+  { GemmParams p = good; p.path = GemmPath::kWgmma; p.config = static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)) + 1;
+    const std::string needle = "config = " + std::to_string(p.config);
+    expect_err(p, step5::StatusCode::kInvalidArgument, needle.c_str(), "bad wgmma config"); }
   { GemmParams p = good; p.path = GemmPath::kSplitK; p.config = static_cast<int>(std::size(step5::ops::kGemmSplitKTiles)) + 1;
     const std::string needle = "config = " + std::to_string(p.config);
     expect_err(p, step5::StatusCode::kInvalidArgument, needle.c_str(), "bad config"); }

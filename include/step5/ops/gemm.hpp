@@ -10,7 +10,14 @@
 ///
 /// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: unaligned shapes -> kGeneric,
 /// T <= 32 -> kSplitK, T > 32 -> kWgmma):
-///  * `kWgmma`  — sm_90a TMA + wgmma, warp-specialised, persistent (large T);
+///  * `kWgmma`  — sm_90a TMA + wgmma, warp-specialised, persistent (T > 32). Tiles of 128 tokens ×
+///                BN weight rows (BN from `kGemmWgmmaTileN`); when those tiles leave SMs idle
+///                (narrow N, e.g. tp 8 at T <= 256, or o_proj at T = 64) K is split too: the work
+///                units are (token tile, weight tile, k split), each split's fp32 partial goes to
+///                the workspace and the last split of a tile to arrive sums the partials in split
+///                order (bit-reproducible) and stores bf16. BN and the split factor come from a
+///                cost model (waves × k-tiles per unit, the weight bytes, the partial traffic);
+///                K is split only while the unsplit tiles number fewer than the SMs;
 ///  * `kSplitK` — tensor-core (mma.sync) kernel with a cp.async pipeline and split-K that
 ///                streams W at memory speed for small T (decode); tiles: `kGemmSplitKTiles`;
 ///  * `kGeneric`— a simple tiled kernel for any shape/stride/alignment (slow, always correct).
@@ -29,7 +36,9 @@
 
 namespace step5::ops {
 
-/// Bytes of split-K arrival counters at the start of a GEMM workspace (zero-filled once).
+/// Bytes of split-K arrival counters at the start of a GEMM workspace (zero-filled once). Both
+/// split paths keep their per-tile counters there (4 bytes each; the wgmma path two per tile,
+/// one per 64-token half) and split K only while the counters fit; the fp32 partials follow.
 inline constexpr std::size_t kGemmCounterBytes = 16384;
 
 /// Which kernel runs a GEMM.
@@ -49,6 +58,13 @@ struct GemmTile {
 inline constexpr GemmTile kGemmSplitKTiles[] = {{64, 16, 6},  {64, 32, 6},  {64, 64, 5},
                                                 {128, 64, 4}, {64, 128, 4}, {128, 128, 4}};
 
+/// THE table of wgmma tile widths BN (weight rows per tile; tiles are 128 tokens × BN): the
+/// launcher instantiates one kernel per entry and plans over them; `GemmParams::config` = i + 1
+/// forces entry i on the wgmma path (tests, benchmarks; 1 = 128, 2 = 256 as before). 152 fits the
+/// tp 1 fused projections in one wave of 132 SMs at T <= 128 (N = 18512 / 19040: 122 / 126 tiles
+/// where 128-wide tiles make 145 / 149, a second wave mostly empty).
+inline constexpr int kGemmWgmmaTileN[] = {128, 256, 152};
+
 /// Arguments of `gemm_bf16`. All pointers are device pointers to bf16 (`step5::bf16`, the
 /// bit pattern, layout-compatible with __nv_bfloat16).
 struct GemmParams {
@@ -61,8 +77,9 @@ struct GemmParams {
   std::int64_t ldx = 0;              ///< >= k
   std::int64_t ldw = 0;              ///< >= k
   std::int64_t ldc = 0;              ///< >= n
-  /// Workspace of at least `gemm_workspace_bytes(...)` bytes for split-K (may be null when that
-  /// is 0). Its first `kGemmCounterBytes` bytes (arrival counters) must be zero-filled before
+  /// Workspace of at least `gemm_workspace_bytes(...)` bytes for split-K on either path, 16-byte
+  /// aligned (may be null when that is 0; `gemm_plan` gives this launch's need). Its first
+  /// `kGemmCounterBytes` bytes (arrival counters) must be zero-filled before
   /// its first use; every launch leaves them zero again, so one allocation serves every later
   /// call ordered after it (same stream). Two concurrent GEMMs must not share a workspace.
   void* workspace = nullptr;
@@ -70,7 +87,9 @@ struct GemmParams {
   GemmPath path = GemmPath::kAuto;  ///< force a path (tests/benchmarks); kAuto in production
   /// Tuning overrides for tests/benchmarks (0 = the launcher's choice, use 0 in production).
   /// config: split-K path 1..size(kGemmSplitKTiles) = row config-1 of kGemmSplitKTiles;
-  /// wgmma path 1 = 128×128, 2 = 128×256 tiles. split_k: the split-K path's K splits.
+  /// wgmma path 1..size(kGemmWgmmaTileN) = tiles of 128 × kGemmWgmmaTileN[config-1].
+  /// split_k: the K splits of either path (1 = no split; capped at the number of 64-wide
+  /// k-tiles, and 1 when the tiles' arrival counters would not fit in kGemmCounterBytes).
   int config = 0;
   int split_k = 0;
   int device = -1;                  ///< CUDA device of the pointers; -1 = the current device
@@ -80,22 +99,25 @@ struct GemmParams {
 /// launching. Returns an error Status for invalid parameters (same checks as `gemm_bf16`).
 struct GemmPlan {
   GemmPath path = GemmPath::kGeneric;
-  int split_k = 1;                 ///< >1: the split-K path reduces partials through the workspace
+  int split_k = 1;                 ///< K splits (either path); >1: partials reduced through the workspace
   std::size_t workspace_bytes = 0; ///< bytes of workspace this launch needs
   /// The tile configuration chosen (the `GemmParams::config` value that forces the same choice):
-  /// split-K path 1..kGemmSplitKTiles.size(), wgmma path 1..2, 0 for the generic path.
+  /// split-K path 1..size(kGemmSplitKTiles), wgmma path 1..size(kGemmWgmmaTileN), 0 for generic.
   int config = 0;
 };
 Status gemm_plan(const GemmParams& p, GemmPlan* plan);
 
 /// Workspace bytes needed by any launch with at most `max_tokens` tokens and these n, k
-/// (path kAuto or kSplitK, no overrides). Allocate once with this size and zero-fill it.
+/// (path kAuto, or kWgmma forced, without config/split_k overrides; both split paths counted;
+/// `gemm_plan` gives one launch's need, also with overrides). Allocate once with this size and
+/// zero-fill it (16-byte aligned, e.g. cudaMalloc).
 /// Returns 0 when no split-K launch is possible or the device cannot be queried.
 std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int device = -1);
 
 /// Launches `C = X @ W^T` on `stream` (asynchronous). Errors (as Status, nothing launched):
 /// kInvalidArgument for null pointers (when tokens > 0), negative sizes, ld < row length,
-/// a forced fast path whose alignment rules fail, a too small workspace; kUnsupported for a
+/// a forced fast path whose alignment rules fail, a config out of range, a too small workspace
+/// (the message names the bytes needed and given); kUnsupported for a
 /// device that is not sm_90; kCudaError for a failed launch or driver call (the message
 /// names it). tokens == 0 (or n == 0) returns Ok without launching. When k == 0, C = 0.
 Status gemm_bf16(const GemmParams& p, cudaStream_t stream);

@@ -329,11 +329,14 @@ inline Status dsa_layer_workspace_bytes(const layout::RankLayout& rank, int hidd
 namespace detail {
 /// The GEMM choice of `plan` for `tokens` (forced into `g`; kAuto leaves it to the launcher).
 inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan& large, int tokens, GemmParams* g) {
-  const GemmPlan& c = tokens <= static_cast<int>(table.size()) ? table[static_cast<std::size_t>(tokens - 1)] : large;
+  const bool per_t = tokens <= static_cast<int>(table.size());
+  const GemmPlan& c = per_t ? table[static_cast<std::size_t>(tokens - 1)] : large;
   if (c.path == GemmPath::kAuto) return;
   g->path = c.path;
   g->config = c.config;
-  g->split_k = c.path == GemmPath::kSplitK ? c.split_k : 0;
+  // A per-T plan fixes the K splits of either split path; for larger T the wgmma splits stay the
+  // launcher's per-T choice (within gemm_workspace_bytes).
+  g->split_k = per_t || c.path == GemmPath::kSplitK ? c.split_k : 0;
 }
 }  // namespace detail
 

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <mutex>
 #include <string>
 #include <type_traits>
@@ -35,8 +36,10 @@ namespace k90 = ::step5::kernels::sm90;
 inline constexpr std::int64_t kWgmmaMinT = 32;
 /// Whether the wgmma kernel keeps one k-tile of wgmmas in flight (1) or drains each (0).
 inline constexpr int kWgmmaInFlight = 1;
-/// Minimum BK-tiles (64 K elements each) per split of the stream path.
+/// Minimum BK-tiles (64 K elements each) per split the planners choose (both split paths).
 inline constexpr int kMinKTilesPerSplit = 4;
+/// Most K splits the planners choose by themselves (a forced split_k may go up to k_tiles).
+inline constexpr int kMaxAutoSplits = 16;
 
 inline std::string s(std::int64_t v) { return std::to_string(v); }
 
@@ -106,6 +109,46 @@ inline Status stream_bps(int kind, int device, int* bps) {
   });
 }
 
+// ---- split-K rules shared by both split paths ------------------------------------------------
+/// Whether `counters` 4-byte arrival counters fit in the workspace's counter area.
+inline bool counters_fit(std::int64_t counters) {
+  return counters <= static_cast<std::int64_t>(kGemmCounterBytes / sizeof(unsigned));
+}
+/// Splits the planner may try for `k_tiles` BK-tiles: 1 .. this (>= kMinKTilesPerSplit each).
+inline int max_auto_splits(int k_tiles) {
+  return std::max(1, std::min(kMaxAutoSplits, k_tiles / kMinKTilesPerSplit));
+}
+/// A forced split factor as launched: at most one split per k-tile; 1 when the counters do not fit.
+inline int forced_splits(int forced, int k_tiles, std::int64_t counters_per_split_launch) {
+  if (!counters_fit(counters_per_split_launch)) return 1;
+  return std::max(1, std::min(forced, k_tiles));
+}
+struct KSplit {
+  int splits = 1, kt_per_split = 0;
+};
+/// `splits` normalised so that no split is empty: kt_per_split = ceil(k_tiles / splits), then
+/// splits = ceil(k_tiles / kt_per_split) (e.g. 64 k-tiles at 5 splits -> 13 per split, 5 splits;
+/// at 9 splits -> 8 per split, 8 splits).
+inline KSplit normalise_split(int k_tiles, int splits) {
+  KSplit r;
+  r.kt_per_split = (k_tiles + splits - 1) / splits;
+  r.splits = r.kt_per_split > 0 ? (k_tiles + r.kt_per_split - 1) / r.kt_per_split : 1;
+  return r;
+}
+/// One rule for both split paths: kInvalidArgument naming the bytes when `p`'s workspace cannot
+/// hold `needed` bytes (counters + partials) or is not 16-byte aligned.
+inline Status check_workspace(const GemmParams& p, std::size_t needed, const char* path) {
+  if (needed == 0) return Status::Ok();
+  if (p.workspace == nullptr || p.workspace_bytes < needed || !aligned16(p.workspace))
+    return invalid_argument(std::string("gemm_bf16: the ") + path + " path needs a zero-filled, 16-byte aligned workspace of " +
+                            s(static_cast<std::int64_t>(needed)) + " bytes, got " +
+                            s(static_cast<std::int64_t>(p.workspace_bytes)) + " bytes at " +
+                            (p.workspace ? (aligned16(p.workspace) ? "a non-null pointer" : "a misaligned pointer")
+                                         : "null") +
+                            " (see gemm_workspace_bytes / gemm_plan)");
+  return Status::Ok();
+}
+
 struct StreamPlan {
   int kind = 0;
   int tiles_n = 0, tiles_t = 0, splits = 1, kt_per_split = 0;
@@ -127,7 +170,7 @@ inline double stream_cost(std::int64_t T, std::int64_t N, std::int64_t K, int sm
   return per_sm_blocks * std::max(mem, mma) + partial;
 }
 
-inline StreamPlan plan_stream_kind(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int kind, int forced_splits) {
+inline StreamPlan plan_stream_kind(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int kind, int forced) {
   StreamPlan p;
   p.kind = kind;
   const GemmTile& sk = kGemmSplitKTiles[kind];
@@ -135,13 +178,10 @@ inline StreamPlan plan_stream_kind(std::int64_t T, std::int64_t N, std::int64_t 
   p.tiles_t = static_cast<int>((T + sk.tokens - 1) / sk.tokens);
   const int k_tiles = static_cast<int>((K + 63) / 64);
   const std::int64_t tiles = static_cast<std::int64_t>(p.tiles_n) * p.tiles_t;
-  const int max_splits = tiles > static_cast<std::int64_t>(kGemmCounterBytes / 4)
-                             ? 1
-                             : std::max(1, std::min(16, k_tiles / kMinKTilesPerSplit));
+  const int max_splits = counters_fit(tiles) ? max_auto_splits(k_tiles) : 1;
   int splits = 1;
-  if (forced_splits > 0) {
-    splits = std::min(forced_splits, std::max(1, k_tiles));
-    if (tiles > static_cast<std::int64_t>(kGemmCounterBytes / 4)) splits = 1;
+  if (forced > 0) {
+    splits = forced_splits(forced, k_tiles, tiles);
   } else {
     double best = 0;
     for (int sp = 1; sp <= max_splits; ++sp) {
@@ -164,16 +204,17 @@ inline StreamPlan plan_stream_kind(std::int64_t T, std::int64_t N, std::int64_t 
       }
     }
   }
-  p.kt_per_split = (k_tiles + splits - 1) / splits;
-  p.splits = p.kt_per_split > 0 ? (k_tiles + p.kt_per_split - 1) / p.kt_per_split : 1;
+  const KSplit ks = normalise_split(k_tiles, splits);
+  p.kt_per_split = ks.kt_per_split;
+  p.splits = ks.splits;
   if (p.splits > 1)
     p.workspace = kGemmCounterBytes + static_cast<std::size_t>(tiles) * p.splits * sk.w_rows * sk.tokens * 4;
   return p;
 }
 
 /// The cheapest stream configuration for T (config > 0 forces kind config-1).
-inline StreamPlan plan_stream(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int config, int forced_splits) {
-  if (config > 0) return plan_stream_kind(T, N, K, sms, config - 1, forced_splits);
+inline StreamPlan plan_stream(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int config, int forced) {
+  if (config > 0) return plan_stream_kind(T, N, K, sms, config - 1, forced);
   StreamPlan best;
   double best_cost = 0;
   bool have = false;
@@ -182,7 +223,7 @@ inline StreamPlan plan_stream(std::int64_t T, std::int64_t N, std::int64_t K, in
     const std::int64_t want = std::min<std::int64_t>(T, 128);
     if (sk.tokens < want && sk.tokens < 128) continue;        // too few tokens per tile
     if (sk.tokens > 16 && sk.tokens >= 2 * T) continue;        // mostly empty token tiles
-    const StreamPlan p = plan_stream_kind(T, N, K, sms, kind, forced_splits);
+    const StreamPlan p = plan_stream_kind(T, N, K, sms, kind, forced);
     const double c = stream_cost(T, N, K, sms, sk, p.splits);
     if (!have || c < best_cost) {
       best = p;
@@ -194,19 +235,120 @@ inline StreamPlan plan_stream(std::int64_t T, std::int64_t N, std::int64_t K, in
 }
 
 // ---- wgmma path ---------------------------------------------------------------------------------
-/// BN of the wgmma tile: 128 when 128×128 tiles do not fill the GPU (more CTAs busy: measured
-/// 23.6 us vs 43.8 us for 128×256 at T = 256, N = 3472 on an H200), else by wave efficiency
-/// with 128×128 tiles counted at 0.9 of the 128×256 rate (measured: equal at T = 1024/4096,
-/// 128×256 ahead by 10-20% at T = 16384).
-inline int wgmma_bn(std::int64_t T, std::int64_t N, int sms) {
-  const std::int64_t m_tiles = (T + 127) / 128;
-  const std::int64_t t256 = m_tiles * ((N + 255) / 256), t128 = m_tiles * ((N + 127) / 128);
-  if (t128 <= sms) return 128;
-  auto eff = [&](std::int64_t tiles, double base) {
-    const std::int64_t waves = (tiles + sms - 1) / sms;
-    return base * static_cast<double>(tiles) / static_cast<double>(waves * sms);
-  };
-  return eff(t256, 1.0) >= eff(t128, 0.9) ? 256 : 128;
+inline constexpr int kNumWgmmaKinds = static_cast<int>(sizeof(kGemmWgmmaTileN) / sizeof(kGemmWgmmaTileN[0]));
+
+/// Cost model of a wgmma launch, in estimated ns (the planner compares candidates; re-fit the
+/// constants from bench_gemm's forced-split rows when the kernel changes):
+///  * per k-tile of a unit on one SM: the larger of the wgmma time and the operand bytes at one
+///    SM's streaming rate. kWgmmaKTileNs is one 128×128×64 k-tile with both consumer warpgroups
+///    busy (measured on an H200: step5_preview tp 8, T = 64, 28 tiles × 64 k-tiles, one per SM,
+///    took 22.6 us = 353 ns per k-tile when both halves still ran); a 128×BN k-tile costs BN/128
+///    of that, 128×256 tiles at 0.9 of the rate (measured: equal to 128×128 on full waves at
+///    T = 1024/4096, 10-20 % ahead at T = 16384); a warpgroup without a token row skips its
+///    wgmmas (T <= 64: half). kWgmmaSmBytesPerNs (an estimate) bounds one SM's TMA stream of
+///    the BN weight rows + min(T, 128) token rows per k-tile; it stays below the wgmma time on
+///    full tiles, so large-T choices are the wave-efficiency rule of before;
+///  * the busiest SM runs waves = ceil(units / sms) units of kt_per_split k-tiles;
+///  * kWgmmaHbmBytesPerNs: the weight stream's floor (W read once, 3.6 TB/s). The SM time and
+///    the floor combine as sqrt(sm^2 + hbm^2), not max: near the floor they overlap imperfectly
+///    and more SMs streaming (more bytes in flight) still help; far from it the larger one rules;
+///  * split-K: the partials' write + read, 4 B per valid output element and split each way,
+///    through L2 (kWgmmaL2BytesPerNs), plus kWgmmaReduceNsPerSplit of reduction latency per split
+///    (the last unit re-reads every split's slab).
+inline constexpr double kWgmmaKTileNs = 353.0;
+inline constexpr double kWgmmaSmBytesPerNs = 120.0;
+inline constexpr double kWgmmaHbmBytesPerNs = 3600.0;
+inline constexpr double kWgmmaL2BytesPerNs = 8000.0;
+inline constexpr double kWgmmaReduceNsPerSplit = 300.0;
+
+struct WgmmaPlan {
+  int kind = 0;  ///< index into kGemmWgmmaTileN
+  int bn = 128;
+  std::int64_t tiles = 0;  ///< 128 × bn output tiles
+  int splits = 1, kt_per_split = 0;
+  std::size_t workspace = 0;
+};
+
+inline double wgmma_cost(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int bn, const KSplit& ks) {
+  const std::int64_t n_tiles = (N + bn - 1) / bn, tiles = ((T + 127) / 128) * n_tiles;
+  const std::int64_t units = tiles * ks.splits;
+  const double waves = static_cast<double>((units + sms - 1) / sms);
+  const double halves = T >= 128 ? 1.0 : static_cast<double>((T + 63) / 64) / 2.0;  // busy consumer warpgroups
+  const double mma_ns = kWgmmaKTileNs * bn / 128.0 * (bn >= 256 ? 0.9 : 1.0) * halves;
+  const double load_ns = static_cast<double>(bn + std::min<std::int64_t>(T, 128)) * 64 * 2 / kWgmmaSmBytesPerNs;
+  const double sm_ns = waves * ks.kt_per_split * std::max(mma_ns, load_ns);
+  const double hbm_ns = 2.0 * static_cast<double>(N) * static_cast<double>(K) / kWgmmaHbmBytesPerNs;
+  double cost = std::sqrt(sm_ns * sm_ns + hbm_ns * hbm_ns);
+  if (ks.splits > 1)
+    cost += 2.0 * 4.0 * ks.splits * static_cast<double>(T) * static_cast<double>(n_tiles * bn) / kWgmmaL2BytesPerNs +
+            kWgmmaReduceNsPerSplit * ks.splits;
+  return cost;
+}
+
+/// The plan for tile width kGemmWgmmaTileN[kind]: `forced` > 0 splits (forced_splits rules), else
+/// the cheapest split factor by wgmma_cost. The planner splits K only while the unsplit tiles
+/// leave SMs idle (tiles < sms) and the counters fit.
+inline WgmmaPlan plan_wgmma_kind(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int kind, int forced) {
+  WgmmaPlan p;
+  p.kind = kind;
+  p.bn = kGemmWgmmaTileN[kind];
+  const std::int64_t n_tiles = (N + p.bn - 1) / p.bn;
+  p.tiles = ((T + 127) / 128) * n_tiles;
+  const int k_tiles = static_cast<int>((K + 63) / 64);
+  const std::int64_t counters = p.tiles * k90::kWgmmaCountersPerTile;
+  int splits = 1;
+  if (forced > 0) {
+    splits = forced_splits(forced, k_tiles, counters);
+  } else if (p.tiles < sms && counters_fit(counters)) {
+    double best = 0;
+    for (int sp = 1; sp <= max_auto_splits(k_tiles); ++sp) {
+      const double c = wgmma_cost(T, N, K, sms, p.bn, normalise_split(k_tiles, sp));
+      if (sp == 1 || c < best * 0.95) {  // a split must win by 5 % (the model is coarse)
+        best = c;
+        splits = sp;
+      }
+    }
+  }
+  const KSplit ks = normalise_split(k_tiles, splits);
+  p.splits = ks.splits;
+  p.kt_per_split = ks.kt_per_split;
+  if (p.splits > 1) {
+    const int slabs = static_cast<int>((T + 15) / 16);
+    p.workspace = kGemmCounterBytes + sizeof(float) * static_cast<std::size_t>(k90::wgmma_partial_offset(
+                                                          p.splits, 0, 0, static_cast<int>(n_tiles), slabs, p.bn));
+  }
+  return p;
+}
+
+/// The cheapest (BN, splits) by wgmma_cost (config > 0 forces kGemmWgmmaTileN[config - 1]). With
+/// one split on full waves this is the earlier wave-efficiency rule (128×256 tiles counted at
+/// 1/0.9 the rate of 128×128); below one wave it weighs splitting against the partial traffic.
+inline WgmmaPlan plan_wgmma(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int config, int forced) {
+  if (config > 0) return plan_wgmma_kind(T, N, K, sms, config - 1, forced);
+  WgmmaPlan best;
+  double best_cost = 0;
+  for (int kind = 0; kind < kNumWgmmaKinds; ++kind) {
+    const WgmmaPlan p = plan_wgmma_kind(T, N, K, sms, kind, forced);
+    const double c = wgmma_cost(T, N, K, sms, p.bn, KSplit{p.splits, p.kt_per_split});
+    if (kind == 0 || c < best_cost) {
+      best = p;
+      best_cost = c;
+    }
+  }
+  return best;
+}
+
+/// The largest workspace a wgmma launch without overrides (config = split_k = 0) with T in
+/// [1, max_tokens] needs (kAuto runs T > kWgmmaMinT there; from T = 1 a forced kWgmma is covered
+/// too). Beyond the T where even the widest tiles fill the SMs no launch splits: the scan stops.
+inline std::size_t wgmma_workspace_max(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int sms) {
+  const int widest = *std::max_element(std::begin(kGemmWgmmaTileN), std::end(kGemmWgmmaTileN));
+  std::size_t best = 0;
+  for (std::int64_t t = 1; t <= max_tokens; ++t) {
+    if (((t + 127) / 128) * ((n + widest - 1) / widest) >= sms) break;
+    best = std::max(best, plan_wgmma(t, n, k, sms, 0, 0).workspace);
+  }
+  return best;
 }
 
 inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn(cudaError_t* err_out) {
@@ -243,7 +385,7 @@ inline Status make_map(CUtensorMap* map, const void* ptr, std::int64_t rows, std
 }
 
 template <int BN, int kInFlight>
-inline Status launch_wgmma(const GemmParams& p, int device, int sms, cudaStream_t stream) {
+inline Status launch_wgmma_bn(const GemmParams& p, const WgmmaPlan& wp, int device, int sms, cudaStream_t stream) {
   using Cfg = k90::WgmmaConfig<BN>;
   static std::atomic<std::uint64_t> prepared{0};
   const auto kernel = &k90::gemm_wgmma_kernel<BN, kInFlight>;
@@ -254,13 +396,41 @@ inline Status launch_wgmma(const GemmParams& p, int device, int sms, cudaStream_
   CUtensorMap mx, mw;
   STEP5_RETURN_IF_ERROR(make_map(&mx, p.x, p.tokens, p.k, p.ldx, Cfg::kBM, "X"));
   STEP5_RETURN_IF_ERROR(make_map(&mw, p.w, p.n, p.k, p.ldw, BN, "W"));
-  const std::int64_t tiles = ((p.tokens + 127) / 128) * ((p.n + BN - 1) / BN);
-  const int grid = static_cast<int>(std::min<std::int64_t>(tiles, sms));
-  k90::WgmmaArgs a{reinterpret_cast<__nv_bfloat16*>(p.c), static_cast<int>(p.tokens), static_cast<int>(p.n),
-                   static_cast<int>(p.k), p.ldc};
+  const std::int64_t units = wp.tiles * wp.splits;
+  const int grid = static_cast<int>(std::min<std::int64_t>(units, sms));
+  k90::WgmmaArgs a{};
+  a.c = reinterpret_cast<__nv_bfloat16*>(p.c);
+  a.T = static_cast<int>(p.tokens);
+  a.N = static_cast<int>(p.n);
+  a.K = static_cast<int>(p.k);
+  a.ldc = p.ldc;
+  a.splits = wp.splits;
+  a.k_tiles_per_split = wp.kt_per_split;
+  a.counters = wp.splits > 1 ? static_cast<unsigned*>(p.workspace) : nullptr;
+  a.partials = wp.splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(p.workspace) + kGemmCounterBytes) : nullptr;
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(mx, mw, a);
   STEP5_CUDA_RETURN(cudaGetLastError());
   return Status::Ok();
+}
+
+/// Calls `f(std::integral_constant<int, i>{})` for the wgmma tile kind `kind` (one switch over
+/// kGemmWgmmaTileN, instantiated once per entry).
+template <int I = 0, class F>
+inline Status with_wgmma_kind(int kind, F&& f) {
+  if constexpr (I == kNumWgmmaKinds) {
+    return Status(StatusCode::kInternal, "gemm: bad wgmma tile kind " + std::to_string(kind));
+  } else {
+    if (kind == I) return f(std::integral_constant<int, I>{});
+    return with_wgmma_kind<I + 1>(kind, f);
+  }
+}
+
+inline Status launch_wgmma(const GemmParams& p, const WgmmaPlan& wp, int device, int sms, cudaStream_t stream) {
+  return with_wgmma_kind(wp.kind, [&](auto i) {
+    constexpr int bn = kGemmWgmmaTileN[decltype(i)::value];
+    // kWgmmaInFlight: 1 = one k-tile of wgmmas kept in flight (see gemm_wgmma.cuh).
+    return launch_wgmma_bn<bn, kWgmmaInFlight>(p, wp, device, sms, stream);
+  });
 }
 
 template <int BM, int BN, int ST>
@@ -347,7 +517,7 @@ inline Status resolve_device(const GemmParams& p, int* device) {
 struct FullPlan {
   GemmPlan plan;
   StreamPlan stream;
-  int wgmma_bn = 0;
+  WgmmaPlan wgmma;
   int device = 0, sms = 0;
 };
 
@@ -374,11 +544,13 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
     }
   }
   if (path == GemmPath::kWgmma) {
-    if (p.config < 0 || p.config > 2)
-      return invalid_argument("gemm_bf16: config = " + s(p.config) + " for the wgmma path; expected 0..2");
-    if (p.config > 0) fp->wgmma_bn = p.config == 1 ? 128 : 256;
-    else fp->wgmma_bn = wgmma_bn(p.tokens, p.n, info.sms);
-    fp->plan.config = fp->wgmma_bn == 128 ? 1 : 2;
+    if (p.config < 0 || p.config > kNumWgmmaKinds)
+      return invalid_argument("gemm_bf16: config = " + s(p.config) + " for the wgmma path; expected 0.." +
+                              s(kNumWgmmaKinds));
+    fp->wgmma = plan_wgmma(p.tokens, p.n, p.k, info.sms, p.config, p.split_k);
+    fp->plan.split_k = fp->wgmma.splits;
+    fp->plan.config = fp->wgmma.kind + 1;
+    fp->plan.workspace_bytes = fp->wgmma.workspace;
   }
   if (path == GemmPath::kSplitK) {
     if (p.config < 0 || p.config > kNumStreamKinds)
@@ -413,7 +585,8 @@ inline std::size_t workspace_bytes(std::int64_t max_tokens, std::int64_t n, std:
   for (std::int64_t t = 1; t <= tmax; ++t) {
     best = std::max(best, plan_stream(t, n, k, info.sms, 0, 0).workspace);
   }
-  return best;
+  // kAuto sends T > kWgmmaMinT to the wgmma path (a kSplitK forced at larger T is an override).
+  return std::max(best, wgmma_workspace_max(max_tokens, n, k, info.sms));
 }
 
 inline Status launch(const GemmParams& p, cudaStream_t stream) {
@@ -423,20 +596,11 @@ inline Status launch(const GemmParams& p, cudaStream_t stream) {
   switch (fp.plan.path) {
     case GemmPath::kGeneric: return launch_generic(p, stream);
     case GemmPath::kSplitK:
-      if (fp.stream.workspace > 0 && (p.workspace == nullptr || p.workspace_bytes < fp.stream.workspace))
-        return invalid_argument("gemm_bf16: the split-K path needs a zero-filled workspace of " +
-                                s(static_cast<std::int64_t>(fp.stream.workspace)) + " bytes, got " +
-                                s(static_cast<std::int64_t>(p.workspace_bytes)) + " bytes at " +
-                                (p.workspace ? "a non-null pointer" : "null") +
-                                " (see gemm_workspace_bytes)");
+      STEP5_RETURN_IF_ERROR(check_workspace(p, fp.stream.workspace, "split-K"));
       return launch_stream(p, fp.stream, stream);
     case GemmPath::kWgmma:
-      // kWgmmaInFlight: 1 = one k-tile of wgmmas kept in flight (see gemm_wgmma.cuh).
-      if (fp.wgmma_bn == 128)
-        return kWgmmaInFlight ? launch_wgmma<128, 1>(p, fp.device, fp.sms, stream)
-                              : launch_wgmma<128, 0>(p, fp.device, fp.sms, stream);
-      return kWgmmaInFlight ? launch_wgmma<256, 1>(p, fp.device, fp.sms, stream)
-                            : launch_wgmma<256, 0>(p, fp.device, fp.sms, stream);
+      STEP5_RETURN_IF_ERROR(check_workspace(p, fp.wgmma.workspace, "wgmma split-K"));
+      return launch_wgmma(p, fp.wgmma, fp.device, fp.sms, stream);
     default: break;
   }
   return Status(StatusCode::kInternal, "gemm_bf16: unknown path");

@@ -3,16 +3,28 @@
 /// Large-T projection GEMM for sm_90a (SPEC §3/§4.1): `C[T, N] = X[T, K] @ W[N, K]^T`, bf16
 /// in/out, fp32 accumulation.
 ///
-/// Structure: a persistent grid (one CTA per SM) walks the 128×BN output tiles; each CTA has
+/// Structure: a persistent grid (one CTA per SM, at most one per work unit) walks the work
+/// units (128×BN output tile, k split): unit u is tile u / splits, K range [z * k_tiles_per_split,
+/// (z + 1) * k_tiles_per_split) × 64 with z = u % splits (splits = 1: whole K). Each CTA has
 ///  * one producer warpgroup (setmaxnreg.dec to 40 registers) whose elected thread issues TMA
 ///    copies (cp.async.bulk.tensor.2d, 128-byte swizzle, tensor maps passed as __grid_constant__)
-///    of X[128, 64] and W[BN, 64] into a STAGES-deep ring guarded by full/empty mbarriers;
+///    of X[128, 64] and W[BN, 64] into a STAGES-deep ring guarded by full/empty mbarriers (the
+///    ring's stage and phase run on across units);
 ///  * two consumer warpgroups (setmaxnreg.inc to 232) each computing 64 token rows × BN
-///    columns with `wgmma.mma_async m64nBNk16` (both operands K-major from shared memory),
-///    then storing bf16 straight from the accumulators.
-/// Out-of-range rows/columns of the tiles are zero-filled by TMA; stores are bounds-checked.
+///    columns with `wgmma.mma_async m64nBNk16` (both operands K-major from shared memory); a
+///    warpgroup whose 64 rows hold no token (e.g. T = 64) only waits for and releases the stages.
+///    splits = 1: they store bf16 straight from the accumulators. splits > 1 (split-K, for shapes
+///    whose tiles leave SMs idle): each warpgroup with a valid token row stores its fp32 partial
+///    (valid 16-row slabs only, `wgmma_partial_offset`) to the workspace, __threadfence, then one
+///    thread adds 1 to the half-tile's arrival counter; the warpgroup that brings it to `splits`
+///    fences, sums the partials of splits 0, 1, ... in that order (its own re-read, so the bits do
+///    not depend on arrival order), stores bf16 and resets the counter to 0 for the next launch.
+///    Nothing waits on another CTA, so any residency works.
+/// Out-of-range rows/columns of the tiles are zero-filled by TMA (also the last partial k-tile);
+/// stores are bounds-checked.
 /// Preconditions (host launcher): X, W 16-byte aligned, ldx, ldw multiples of 8, K a multiple
-/// of 8, ldc even, C 4-byte aligned.
+/// of 8, ldc even, C 4-byte aligned; splits > 1: a workspace with kGemmCounterBytes of zeroed
+/// counters (tiles × kWgmmaCountersPerTile of them fit) followed by the partials (16-byte aligned).
 #include <cuda.h>  // CUtensorMap (types only; the driver entry point is fetched at run time)
 
 #include "step5/kernels/sm90/gemm_common.cuh"
@@ -42,6 +54,35 @@ __device__ __forceinline__ void wgmma_m64n128k16(float* d, std::uint64_t desc_a,
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+/// wgmma m64n152k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
+__device__ __forceinline__ void wgmma_m64n152k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+#if STEP5_SM90A_DEVICE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %78, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n152k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75}, "
+      "%76, %77, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 #endif
 }
@@ -82,6 +123,18 @@ __device__ __forceinline__ void wgmma_m64n256k16(float* d, std::uint64_t desc_a,
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 #endif
+}
+
+/// wgmma m64nBNk16 accumulate (d += A*B) for the tile widths that have a wrapper.
+template <int BN>
+__device__ __forceinline__ void wgmma_m64nBNk16(float* d, std::uint64_t desc_a, std::uint64_t desc_b) {
+  static_assert(BN == 128 || BN == 152 || BN == 256, "wgmma wrappers exist for N = 128, 152 and 256");
+  if constexpr (BN == 256)
+    wgmma_m64n256k16(d, desc_a, desc_b, 1);
+  else if constexpr (BN == 152)
+    wgmma_m64n152k16(d, desc_a, desc_b, 1);
+  else
+    wgmma_m64n128k16(d, desc_a, desc_b, 1);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
@@ -138,15 +191,37 @@ struct WgmmaConfig {
   static constexpr int kBBytes = BN * kBK * 2;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kThreads = 384;
-  /// dynamic shared memory: 1 KB alignment slack + stages + 2*stages mbarriers
-  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8;
+  /// dynamic shared memory: 1 KB alignment slack + stages + 2*stages mbarriers + 2 split-K flags
+  static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8 + 16;
+  static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N must be a multiple of 8 in [8, 256]");
+  static_assert(kStageBytes % 1024 == 0, "stages must stay 1024-byte aligned (128B swizzle atoms)");
 };
+
+/// Split-K partials of the wgmma path: 16-token slabs (one consumer warp's rows) of BN fp32
+/// columns, stored in the accumulator fragment order (float4 index j*32 + lane of the warp holds
+/// acc[4j .. 4j+3]); only slabs with a valid token row exist (ceil(T/16) per weight tile).
+/// Float offset of slab `slab` of weight tile `nt`, split `z`; with z = splits (and nt = slab = 0)
+/// it is the partial area's size in floats — the one formula of the kernel and the workspace size.
+__host__ __device__ constexpr long long wgmma_partial_offset(int z, int nt, int slab, int n_tiles, int slabs,
+                                                             int bn) {
+  return ((static_cast<long long>(z) * n_tiles + nt) * slabs + slab) * (16LL * bn);
+}
+/// Arrival counters of the wgmma split-K path per 128 × BN tile (one per 64-token half).
+inline constexpr int kWgmmaCountersPerTile = 2;
 
 struct WgmmaArgs {
   __nv_bfloat16* c;
   int T, N, K;
   long long ldc;
+  int splits;             ///< K splits per tile (1 = none): work units = tiles × splits
+  int k_tiles_per_split;  ///< BK-tiles of K per split (the last split may have fewer, never 0)
+  float* partials;        ///< splits > 1: wgmma_partial_offset(splits, 0, 0, ...) floats
+  unsigned* counters;     ///< splits > 1: [tiles][kWgmmaCountersPerTile], zero between launches
 };
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 /// kInFlight: 0 = wait for each k-tile's wgmmas before releasing its stage; 1 = keep one
 /// k-tile of wgmmas in flight and release the previous stage (better overlap).
@@ -164,11 +239,14 @@ __global__ void __launch_bounds__(384, 1)
   unsigned char* smem = smem_raw + (base - raw);
   std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem + STAGES * Cfg::kStageBytes);
   std::uint64_t* empty = full + STAGES;
+  volatile unsigned* last_flag = reinterpret_cast<volatile unsigned*>(empty + STAGES);  // [2], per consumer
 
   const int m_tiles = (a.T + Cfg::kBM - 1) / Cfg::kBM;
   const int n_tiles = (a.N + BN - 1) / BN;
   const int num_tiles = m_tiles * n_tiles;
   const int k_tiles = (a.K + Cfg::kBK - 1) / Cfg::kBK;
+  const int splits = a.splits;
+  const int num_units = num_tiles * splits;  // unit u: tile u / splits, k split u % splits
   const int wg = threadIdx.x / 128;
 
   if (threadIdx.x == 0) {
@@ -186,11 +264,13 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
     if (threadIdx.x == 0) {
       int stage = 0;
-      unsigned phase = 0;
-      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      unsigned phase = 0;  // the ring's stage/phase continue across units
+      for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+        const int tile = u / splits, z = u - tile * splits;
         const int m0 = (tile % m_tiles) * Cfg::kBM;
         const int n0 = (tile / m_tiles) * BN;
-        for (int kt = 0; kt < k_tiles; ++kt) {
+        const int kt_end = min(k_tiles, (z + 1) * a.k_tiles_per_split);
+        for (int kt = z * a.k_tiles_per_split; kt < kt_end; ++kt) {
           mbar_wait(&empty[stage], phase ^ 1u);
           mbar_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
           const std::uint32_t sa = base + stage * Cfg::kStageBytes;
@@ -207,49 +287,106 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int cw = wg - 1;  // consumer 0/1: token rows [64*cw, 64*cw + 64) of the tile
     const int lt = threadIdx.x % 128, warp = lt / 32, lane = lt % 32;
+    const int slabs = (a.T + 15) / 16;  // split-K partial slabs per weight tile
     int stage = 0, prev_stage = 0;
     unsigned phase = 0;
     float acc[BN / 2];
-    for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
+      const int tile = u / splits, z = u - tile * splits;
       const int m0 = (tile % m_tiles) * Cfg::kBM;
-      const int n0 = (tile / m_tiles) * BN;
+      const int nt = tile / m_tiles;
+      const int n0 = nt * BN;
+      const int kt_begin = z * a.k_tiles_per_split;
+      const int kt_end = min(k_tiles, kt_begin + a.k_tiles_per_split);
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        mbar_wait(&full[stage], phase);
-        const std::uint32_t sa = base + stage * Cfg::kStageBytes + cw * (64 * 128);
-        const std::uint32_t sb = base + stage * Cfg::kStageBytes + Cfg::kABytes;
-        fence_regs<BN / 2>(acc);
-        wgmma_fence();
+      // A warpgroup whose 64 rows hold no token (the last token tile at T % 128 in (0, 64], e.g.
+      // T = 64) skips its wgmmas but still consumes and releases every stage. Uniform per warpgroup.
+      const bool active = m0 + cw * 64 < a.T;
+      // Two separate loops (not a branch inside one) so that no wgmma is in flight where the
+      // paths merge (ptxas would otherwise serialise the wgmmas, C7518).
+      if (active) {
+        for (int kt = kt_begin; kt < kt_end; ++kt) {
+          mbar_wait(&full[stage], phase);
+          const std::uint32_t sa = base + stage * Cfg::kStageBytes + cw * (64 * 128);
+          const std::uint32_t sb = base + stage * Cfg::kStageBytes + Cfg::kABytes;
+          fence_regs<BN / 2>(acc);
+          wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < Cfg::kBK / 16; ++kk) {
-          const std::uint64_t da = make_desc_sw128(sa + kk * 32);
-          const std::uint64_t db = make_desc_sw128(sb + kk * 32);
-          if constexpr (BN == 256)
-            wgmma_m64n256k16(acc, da, db, 1);
-          else
-            wgmma_m64n128k16(acc, da, db, 1);
+          for (int kk = 0; kk < Cfg::kBK / 16; ++kk) {
+            const std::uint64_t da = make_desc_sw128(sa + kk * 32);
+            const std::uint64_t db = make_desc_sw128(sb + kk * 32);
+            wgmma_m64nBNk16<BN>(acc, da, db);
+          }
+          wgmma_commit();
+          if constexpr (kInFlight == 0) {
+            wgmma_wait<0>();
+            fence_regs<BN / 2>(acc);
+            if (lt == 0) mbar_arrive(&empty[stage]);
+          } else {
+            wgmma_wait<1>();
+            fence_regs<BN / 2>(acc);
+            if (kt > kt_begin && lt == 0) mbar_arrive(&empty[prev_stage]);
+            prev_stage = stage;
+          }
+          if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1u;
+          }
         }
-        wgmma_commit();
-        if constexpr (kInFlight == 0) {
+        if constexpr (kInFlight != 0) {
           wgmma_wait<0>();
           fence_regs<BN / 2>(acc);
-          if (lt == 0) mbar_arrive(&empty[stage]);
-        } else {
-          wgmma_wait<1>();
-          fence_regs<BN / 2>(acc);
-          if (kt > 0 && lt == 0) mbar_arrive(&empty[prev_stage]);
-          prev_stage = stage;
+          if (kt_end > kt_begin && lt == 0) mbar_arrive(&empty[prev_stage]);
         }
-        if (++stage == STAGES) {
-          stage = 0;
-          phase ^= 1u;
+      } else {
+        for (int kt = kt_begin; kt < kt_end; ++kt) {
+          mbar_wait(&full[stage], phase);
+          if (lt == 0) mbar_arrive(&empty[stage]);
+          if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1u;
+          }
         }
       }
-      if constexpr (kInFlight != 0) {
-        wgmma_wait<0>();
-        fence_regs<BN / 2>(acc);
-        if (k_tiles > 0 && lt == 0) mbar_arrive(&empty[prev_stage]);
+      if (splits > 1) {
+        // This warpgroup's 64 rows: no valid token row -> no partial and no arrival (the
+        // counter of this half is never used). Uniform over the warpgroup.
+        if (!active) continue;
+        const int slab = m0 / 16 + cw * 4 + warp;  // this warp's 16 rows
+        const bool slab_valid = slab < slabs;
+        if (slab_valid) {
+          float4* my = reinterpret_cast<float4*>(a.partials + wgmma_partial_offset(z, nt, slab, n_tiles, slabs, BN));
+#pragma unroll
+          for (int j = 0; j < BN / 8; ++j)
+            __stcg(my + j * 32 + lane, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
+        }
+        __threadfence();  // partial stores, then the arrival
+        named_barrier_sync(1 + cw, 128);
+        unsigned* counter = a.counters + tile * kWgmmaCountersPerTile + cw;
+        if (lt == 0) last_flag[cw] = atomicAdd(counter, 1u) == static_cast<unsigned>(splits - 1) ? 1u : 0u;
+        named_barrier_sync(1 + cw, 128);
+        if (last_flag[cw] == 0u) continue;  // another split of this tile finishes it
+        __threadfence();  // the other splits' partials are visible after their arrivals
+        // Sum every split's partial (this unit's own re-read) in split order z = 0, 1, ...: the
+        // result does not depend on which unit arrived last (bit-reproducible across launches).
+        if (slab_valid) {
+#pragma unroll
+          for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+          for (int zz = 0; zz < splits; ++zz) {
+            const float4* part =
+                reinterpret_cast<const float4*>(a.partials + wgmma_partial_offset(zz, nt, slab, n_tiles, slabs, BN));
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+              const float4 v = __ldcg(part + j * 32 + lane);
+              acc[4 * j] += v.x;
+              acc[4 * j + 1] += v.y;
+              acc[4 * j + 2] += v.z;
+              acc[4 * j + 3] += v.w;
+            }
+          }
+        }
+        if (lt == 0) *counter = 0u;  // leave the workspace ready for the next launch
       }
       // Accumulator layout (per n8 block j): acc[4j+0..1] row lane/4, cols 2*(lane%4)+{0,1};
       // acc[4j+2..3] row lane/4 + 8.
