@@ -36,6 +36,7 @@
 #include <type_traits>
 
 #include "step5/kernels/sm90/bounds_fault.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 #include "step5/kernels/sm90/ptx.cuh"
 #include "step5/layout/geometry.hpp"  // kRegionSize
 
@@ -565,6 +566,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   sp.prefix = reinterpret_cast<int*>(sp.ubits + words);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int tile = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+  pdl_wait();  // q, the selections and the caches belong to the previous kernels of the step
 
   // 1. locate the tile
   if (warp == 0) locate_tile(a, ss, tile, lane);
@@ -610,6 +612,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   else attend_stages<D, 16>(a, ss, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   cp_async_wait<0>();
   __syncthreads();
+  pdl_launch_dependents();
 
   // 5. epilogue: merge the warps of each row, store (gate, LSE) or write the split partials
   float* buf = reinterpret_cast<float*>(smem_raw);
@@ -677,6 +680,7 @@ __global__ void __launch_bounds__(128) sparse_attention_merge_kernel(const Spars
   __shared__ float s_w[kRowsPerBlock][32];
   __shared__ float s_lse[kRowsPerBlock];
   const int tile = blockIdx.x, g = blockIdx.y, tid = threadIdx.x;
+  pdl_wait();  // the split partials belong to sparse_attention_kernel
   const int4 info = a.ws_tiles[tile];
   if (info.x == 0) return;
   const int t0 = info.y, nq = info.z, rows = nq * HPG, S = a.num_splits;
@@ -687,6 +691,7 @@ __global__ void __launch_bounds__(128) sparse_attention_merge_kernel(const Spars
   const long long base = (static_cast<long long>(tile) * gridDim.y + g) * S * 64;
   split_weights<kRowsPerBlock>(a, base, r_first, r_end, S, tid, s_w, s_lse);
   __syncthreads();
+  pdl_launch_dependents();
   const int idx = e0 + tid;
   if (idx >= rows * (D / 4)) return;
   const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4, k = r - r_first;

@@ -13,6 +13,7 @@
 
 #include "step5/core/cuda_check.hpp"
 #include "step5/kernels/sm90/attention.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/attention.hpp"
 #include "step5/ops/dispatch.hpp"
@@ -65,14 +66,14 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
                                          static_cast<int>(plan.smem_bytes)));
   const dim3 grid(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
                   static_cast<unsigned>(plan.num_splits));
-  kernel<<<grid, 128, plan.smem_bytes, stream>>>(a);
-  STEP5_CUDA_RETURN(cudaGetLastError());
+  STEP5_RETURN_IF_ERROR(launch_kernel("sparse_attention_kernel launch", kernel, {grid, dim3(128), plan.smem_bytes}, stream, a));
   if (plan.num_splits > 1) {
-    sparse_attention_merge_kernel<D, HPG>
-        <<<dim3(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
-                 static_cast<unsigned>(merge_chunks<D>())),
-                128, 0, stream>>>(a);
-    STEP5_CUDA_RETURN(cudaGetLastError());
+    STEP5_RETURN_IF_ERROR(launch_kernel("sparse_attention_merge_kernel launch", &sparse_attention_merge_kernel<D, HPG>,
+                                        {dim3(static_cast<unsigned>(plan.max_tiles),
+                                              static_cast<unsigned>(p.num_kv_groups),
+                                              static_cast<unsigned>(merge_chunks<D>())),
+                                         dim3(128)},
+                                        stream, a));
   }
   return Status::Ok();
 }
