@@ -235,6 +235,7 @@ void graph_replay_case(const char* label) {
       p->seq.up(seq), p->x.up(x);
       GPU_CHECK(cudaMemset(p->partial.p, 0xff, p->partial.n * sizeof(bf16)));  // poison
     }
+    GPU_CHECK(cudaDeviceSynchronize());  // the copies and memsets (legacy stream) precede the step
     // competing work on another stream, a different grid each step
     step5_test::noise_kernel<<<33 + 17 * (s % 13), 256, 0, s_noise>>>(noise.p, noise_n, 2);
     GPU_CHECK(cudaGetLastError());
@@ -257,7 +258,8 @@ void graph_replay_case(const char* label) {
     const auto ws0 = base.ws.down();
     // the split-K counters at the start of the GEMM workspace are left zero by every launch
     const std::size_t counters = step5::ops::kGemmCounterBytes;  // inside the region (layer_workspace_map)
-    EXPECT(std::all_of(ws0.begin() + map.gemm, ws0.begin() + map.gemm + counters, [](unsigned char c) { return c == 0; }),
+    EXPECT(std::all_of(ws0.begin() + map.gemm, ws0.begin() + map.gemm + counters,
+                       [](unsigned char c) { return c == 0; }),
            "%s: step %d: GEMM split-K counters not back to zero", label, s);
     const auto k_0 = base.k.down(), v_0 = base.v.down();
     const auto sum_0 = base.summary.down();
@@ -313,7 +315,9 @@ void graph_replay_case(const char* label) {
 
 }  // namespace
 
-GPU_CASE("graph: one decode step, PDL off == PDL on == graph replays (PDL on and off), 50 steps with growing lengths and concurrent work, every geometry") {
+GPU_CASE(
+    "graph: one decode step, PDL off == PDL on == graph replays (PDL on and off), 50 steps with growing lengths "
+    "and concurrent work, every geometry") {
   layout::for_each_layout([](auto tag) {
     using Tag = decltype(tag);
     if constexpr (Tag::kParallel.tp_size == 1 || Tag::kParallel.tp_size == 8) {

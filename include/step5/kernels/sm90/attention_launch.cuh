@@ -66,7 +66,8 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
                                          static_cast<int>(plan.smem_bytes)));
   const dim3 grid(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
                   static_cast<unsigned>(plan.num_splits));
-  STEP5_RETURN_IF_ERROR(launch_kernel("sparse_attention_kernel launch", kernel, {grid, dim3(128), plan.smem_bytes}, stream, a));
+  STEP5_RETURN_IF_ERROR(
+      launch_kernel("sparse_attention_kernel launch", kernel, {grid, dim3(128), plan.smem_bytes}, stream, a));
   if (plan.num_splits > 1) {
     STEP5_RETURN_IF_ERROR(launch_kernel("sparse_attention_merge_kernel launch", &sparse_attention_merge_kernel<D, HPG>,
                                         {dim3(static_cast<unsigned>(plan.max_tiles),

@@ -152,7 +152,8 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   a.weights = p.weights;
   a.index_k = reinterpret_cast<__nv_bfloat16*>(p.index_k);
   return kernels::sm90::launch_kernel(
-      "indexer_prepare_kernel launch", &kernels::sm90::indexer_prepare_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx>,
+      "indexer_prepare_kernel launch",
+      &kernels::sm90::indexer_prepare_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx>,
       {dim3(static_cast<unsigned>(p.batch.num_tokens)), dim3(kernels::sm90::kPrepareThreads)}, stream, a);
 }
 
@@ -190,8 +191,9 @@ Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream)
   // regions completed by one request in this step <= q_len/R + 1 <= T/R + 1
   const int y = std::max(1, std::min(p.batch.num_tokens / layout::kRegionSize + 1, 2048));
   const dim3 grid(static_cast<unsigned>(y), static_cast<unsigned>(p.batch.num_requests));
-  return kernels::sm90::launch_kernel("indexer_summaries_kernel launch", &kernels::sm90::indexer_summaries_kernel<G.proxy_dim>,
-                                      {grid, dim3(G.proxy_dim)}, stream, a);
+  return kernels::sm90::launch_kernel("indexer_summaries_kernel launch",
+                                      &kernels::sm90::indexer_summaries_kernel<G.proxy_dim>, {grid, dim3(G.proxy_dim)},
+                                      stream, a);
 }
 
 template <layout::GeometryId Id>
@@ -229,7 +231,8 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   if (sp.region_chunks > 65535 || sp.tiles_upper > 0x7fffffff)
     return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " or num_tokens = " + num(T) +
                             " exceeds the launch grid");
-  STEP5_RETURN_IF_ERROR(kernels::sm90::launch_kernel("indexer_plan_kernel launch", &kernels::sm90::indexer_plan_kernel<>,
+  STEP5_RETURN_IF_ERROR(kernels::sm90::launch_kernel("indexer_plan_kernel launch",
+                                                     &kernels::sm90::indexer_plan_kernel<>,
                                                      {dim3(1), dim3(kernels::sm90::kPlanThreads)}, stream,
                                                      p.batch.cu_seqlens_q, B, sp.tok_tile, tile_start));
 
