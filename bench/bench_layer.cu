@@ -24,6 +24,15 @@
 //   <stage>_us, <stage>_floor_us, <stage>_x_floor, <stage>_bytes, <stage>_flops, <stage>_GBps, <stage>_TFLOPs
 //   for stage in fused_gemm prepare summaries select attention o_proj_gemm, plus copy_GBps, gemm_TFLOPs,
 //   tp, tokens, ctx, batch, nonfinite_out (non-finite values among the first output rows; must be 0).
+// Decode cases (ctx > 0) also replay the step from a CUDA graph, the way engines run decode: the
+// step (no per-stage events) is captured once with programmatic dependent launch as
+// `ops::pdl_enabled()` says (on unless STEP5_PDL=0) and once with it off, then each graph is timed
+// like the layer (per replay: L2 flushed, GPU spin, CUDA events around one cudaGraphLaunch; medians):
+//   graph_us (PDL as at capture), graph_x_floor = graph_us / floor_us, graph_nopdl_us (PDL off),
+//   graph_pdl (1 when graph_us was captured with PDL on).
+// layer_us and the stage times come from eager launches with an event recorded after every stage
+// (an event between two kernels may keep them from overlapping under PDL); graph_us has no events
+// inside the step.
 // Floor of a stage (SPEC §9) = max(bytes / copy bandwidth, flops / bf16 GEMM rate), the bytes
 // being the minimum traffic of the stage (see `layer_costs`). Note: the indexer's score GEMM runs
 // on e4m3 tensor cores (2× the bf16 rate), its floor still uses the bf16 rate (it is
@@ -53,6 +62,7 @@
 #include "step5/core/numeric.hpp"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/layer.hpp"
+#include "step5/ops/pdl.hpp"
 #include "step5/reference/rope.hpp"
 #if defined(STEP5_BENCH_HAVE_NCCL)
 #include <nccl.h>
@@ -319,6 +329,7 @@ struct EventHook final : ops::DsaLayerHook {
 struct Row {
   std::string name;
   double layer_us = 0, floor_us = 0;
+  double graph_us = 0;  ///< 0: not measured (prefill)
   std::array<double, kStages> us{}, floor{};
 };
 std::vector<Row> g_rows;
@@ -327,6 +338,44 @@ int bf16_nonfinite(const std::vector<std::uint16_t>& h) {
   int n = 0;
   for (std::uint16_t v : h) n += (v & 0x7f80u) == 0x7f80u;
   return n;
+}
+
+/// Median seconds of `reps` replays of one step captured into a CUDA graph with PDL `pdl` (the
+/// switch is restored), each after an L2 flush and a GPU spin of `spin_us`, timed by CUDA events
+/// around the cudaGraphLaunch. Returns an error message, empty on success.
+template <class Run>
+std::string time_graph(Run&& run, bool pdl, int reps, double spin_us, sb::L2Flusher& flusher, cudaStream_t s,
+                       double* seconds) {
+  const bool was = ops::pdl_enabled();
+  ops::set_pdl_enabled(pdl);
+  cudaGraph_t graph = nullptr;
+  STEP5_BENCH_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  const step5::Status st = run();
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  ops::set_pdl_enabled(was);
+  if (!st.ok()) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return "dsa_layer_run under capture: " + st.to_string();
+  }
+  STEP5_BENCH_CUDA(end);
+  cudaGraphExec_t exec = nullptr;
+  STEP5_BENCH_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  STEP5_BENCH_CUDA(cudaGraphLaunch(exec, s));  // warm-up (upload)
+  STEP5_BENCH_CUDA(cudaStreamSynchronize(s));
+  sb::EventTimer timer;
+  std::vector<double> v;
+  for (int r = 0; r < reps; ++r) {
+    flusher.flush(s);
+    sb::gpu_sleep(s, spin_us);
+    timer.start(s);
+    STEP5_BENCH_CUDA(cudaGraphLaunch(exec, s));
+    v.push_back(timer.stop(s));
+  }
+  STEP5_BENCH_CUDA(cudaGraphExecDestroy(exec));
+  STEP5_BENCH_CUDA(cudaGraphDestroy(graph));
+  *seconds = sb::median(v);
+  return {};
 }
 
 void bm_layer(benchmark::State& state, Case c, std::string name) {
@@ -414,6 +463,20 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
   STEP5_BENCH_CUDA(cudaGetLastError());
   if (layer_v.empty()) return;
 
+  // Decode: the step replayed from a CUDA graph (see the file comment).
+  double graph_s = 0, graph_nopdl_s = 0;
+  const bool graph_pdl = ops::pdl_enabled();
+  if (c.ctx > 0) {
+    auto run = [&]() { return ops::dsa_layer_run(plan, w, caches, step, x.p, partial.p, ws.p, ws_bytes, s); };
+    const int reps = static_cast<int>(layer_v.size());
+    std::string e = time_graph(run, graph_pdl, reps, spin_us, flusher, s, &graph_s);
+    if (e.empty()) e = time_graph(run, false, reps, spin_us, flusher, s, &graph_nopdl_s);
+    if (!e.empty()) {
+      state.SkipWithError(e.c_str());
+      return;
+    }
+  }
+
   const auto cost = layer_costs(r, kHidden, c);
   Row row;
   row.name = name;
@@ -444,6 +507,13 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
   ctr["ctx"] = c.ctx;
   ctr["batch"] = B;
   ctr["nonfinite_out"] = nonfinite;
+  if (c.ctx > 0) {
+    row.graph_us = graph_s * 1e6;
+    ctr["graph_us"] = row.graph_us;
+    ctr["graph_x_floor"] = row.graph_us / row.floor_us;
+    ctr["graph_nopdl_us"] = graph_nopdl_s * 1e6;
+    ctr["graph_pdl"] = graph_pdl ? 1 : 0;
+  }
   if (nonfinite > 0) std::fprintf(stderr, "WARNING %s: %d non-finite values in the first output rows\n", name.c_str(), nonfinite);
   g_rows.push_back(row);
 }
@@ -720,11 +790,14 @@ void print_table() {
   if (g_rows.empty()) return;
   std::printf("\nSPEC §9 floors: copy %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s\n",
               sb::copy_ceiling(g_stream).gbs, sb::gemm_ceiling(g_stream).tflops);
-  std::printf("%-44s %10s %10s %6s |", "layer (us: achieved/floor)", "layer_us", "floor_us", "x");
+  std::printf("%-44s %10s %10s %6s %10s %6s |", "layer (us: achieved/floor)", "layer_us", "floor_us", "x", "graph_us",
+              "x");
   for (const char* n : kStageNames) std::printf(" %17s", n);
   std::printf("\n");
   for (const Row& r : g_rows) {
-    std::printf("%-44s %10.1f %10.1f %6.2f |", r.name.c_str(), r.layer_us, r.floor_us, r.layer_us / r.floor_us);
+    std::printf("%-44s %10.1f %10.1f %6.2f", r.name.c_str(), r.layer_us, r.floor_us, r.layer_us / r.floor_us);
+    if (r.graph_us > 0) std::printf(" %10.1f %6.2f |", r.graph_us, r.graph_us / r.floor_us);
+    else std::printf(" %10s %6s |", "-", "-");
     for (int i = 0; i < kStages; ++i) std::printf(" %8.1f/%-8.1f", r.us[i], r.floor[i]);
     std::printf("\n");
   }

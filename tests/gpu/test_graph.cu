@@ -1,24 +1,29 @@
 // CUDA-graph capture and replay of one DSA layer step (step5/ops/layer.hpp `dsa_layer_plan` once, `dsa_layer_run`:
 // fused GEMM, preparation + KV-cache write, region summaries, scores + selection, sparse
-// attention, o_proj), the way an engine replays a captured decode step while the lengths change.
+// attention, o_proj), the way an engine replays a captured decode step while the lengths change,
+// with and without programmatic dependent launch (PDL, step5/kernels/sm90/pdl.cuh).
 //
-// One decode step of B requests (one row each) is captured once into a CUDA graph; it is then
-// replayed for S steps while the device metadata (seq_lens: every request one token longer, so
-// regions complete and summaries are written at different steps per request) and the input rows
-// change between replays. Each replay is compared with the same step launched eagerly on an
-// identical copy of the caches, bit for bit, after every step: every output of the layer — the
-// caches (k, v, summaries, pending tail rows), the intermediates in the workspace (fused GEMM
-// output, q, indexer q / weights / k, scores, selections and counts, attention output and LSE)
-// and the o_proj partial. Every reduction of the layer (GEMM split-K, scores, selection,
-// attention splits) is bit-reproducible, so the replay must equal the eager launch exactly. The
-// launch sequence of the layer depends only on host sizes (T, B, topk, the capacity), which stay
-// fixed: that is what makes the step capturable (SPEC §5: "CUDA-graph safe").
+// One decode step of B requests (one row each) runs four ways on four identical copies of the
+// caches: eagerly with PDL off (the baseline), eagerly with PDL on, and replayed from two CUDA
+// graphs captured once each, one with PDL on (the capture must hold programmatic edges) and one
+// with PDL off. Over S = 50 steps the device metadata (seq_lens: every request one token longer,
+// so regions complete and summaries are written at different steps per request) and the input
+// rows change between replays, while a memory-streaming kernel of varying grid size runs on
+// another stream. After every step every output of the layer must equal the baseline's bit for
+// bit: the caches (k, v, summaries, pending tail rows), the intermediates in the workspace (fused
+// GEMM output, q, indexer q / weights / k, scores, selections and counts, attention output and
+// LSE) and the o_proj partial (poisoned before each step). Every reduction of the layer (GEMM
+// split-K, scores, selection, attention splits) is bit-reproducible, and PDL only moves when a
+// kernel is scheduled, never what it computes, so all four must agree exactly. The launch
+// sequence of the layer depends only on host sizes (T, B, topk, the capacity), which stay fixed:
+// that is what makes the step capturable (SPEC §5: "CUDA-graph safe").
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -26,6 +31,7 @@
 #include "gpu/gpu_test.hpp"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/layer.hpp"
+#include "step5/ops/pdl.hpp"
 #include "step5/reference/rope.hpp"
 
 using step5::bf16;
@@ -52,17 +58,60 @@ struct Path {
         ws(ws_bytes) {}
 };
 
+/// Kernel nodes of `g`.
+std::size_t kernel_nodes(cudaGraph_t g) {
+  std::size_t n = 0;
+  GPU_CHECK(cudaGraphGetNodes(g, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0) GPU_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
+  std::size_t k = 0;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType t{};
+    GPU_CHECK(cudaGraphNodeGetType(node, &t));
+    k += t == cudaGraphNodeTypeKernel;
+  }
+  return k;
+}
+
+/// Edges of `g` of type cudaGraphDependencyTypeProgrammatic (the PDL edges a capture keeps).
+std::size_t programmatic_edges(cudaGraph_t g) {
+  std::size_t n = 0;
+#if CUDART_VERSION >= 13000
+  GPU_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
+#else
+  GPU_CHECK(cudaGraphGetEdges_v2(g, nullptr, nullptr, nullptr, &n));
+#endif
+  if (n == 0) return 0;
+  std::vector<cudaGraphNode_t> from(n), to(n);
+  std::vector<cudaGraphEdgeData> data(n);
+#if CUDART_VERSION >= 13000
+  GPU_CHECK(cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n));
+#else
+  GPU_CHECK(cudaGraphGetEdges_v2(g, from.data(), to.data(), data.data(), &n));
+#endif
+  std::size_t k = 0;
+  for (std::size_t i = 0; i < n; ++i) k += data[i].type == cudaGraphDependencyTypeProgrammatic;
+  return k;
+}
+
+/// Restores the PDL switch on scope exit.
+struct PdlRestore {
+  bool was = step5::ops::pdl_enabled();
+  ~PdlRestore() { step5::ops::set_pdl_enabled(was); }
+};
+
 template <class Tag>
 void graph_replay_case(const char* label) {
   using L = typename Tag::Layout;
   const layout::RankLayout rank = L::template rank<0>();
   const auto& g = rank.geometry;
-  const int hidden = 256, B = 4, S = 12, topk = 16, block_size = 64;
-  const std::vector<int> start = {37, 200, 1001, 64};  // KV lengths before the first replay
+  const int hidden = 256, B = 4, S = step5_test::sz(50, 6), topk = 16, block_size = 64;
+  const std::vector<int> start = {37, 200, 1001, 64};  // KV lengths before the first step
   const int max_seq_len = *std::max_element(start.begin(), start.end()) + S;
   const int max_blocks = (max_seq_len + block_size - 1) / block_size;
   const int num_blocks = B * max_blocks;
   std::mt19937 rng(20261130u);
+  PdlRestore restore;
 
   // Weights (random, never zero) and RoPE tables.
   DevBuf<bf16> fused(random_bf16(static_cast<std::size_t>(rank.padded_rows) * hidden, rng, 0.05f));
@@ -81,7 +130,7 @@ void graph_replay_case(const char* label) {
   step5::ops::DsaLayerCapacity cap;
   cap.max_tokens = B, cap.max_requests = B, cap.max_seq_len = max_seq_len, cap.max_topk = topk;
   cap.block_size = block_size, cap.max_blocks = max_blocks, cap.num_blocks = num_blocks;
-  // plan once (outside capture); the eager steps and the captured step run the same plan
+  // plan once (outside capture); the eager steps and the captured steps run the same plan
   step5::ops::DsaLayerPlan plan;
   const step5::Status plan_status = step5::ops::dsa_layer_plan(rank, hidden, cap, &plan);
   EXPECT(plan_status.ok(), "%s: plan: %s", label, plan_status.to_string().c_str());
@@ -103,9 +152,17 @@ void graph_replay_case(const char* label) {
   std::shuffle(table.begin(), table.end(), rng);  // non-contiguous block tables
   const std::vector<std::int32_t> cu = {0, 1, 2, 3, 4}, slots = {0, 1, 2, 3};
 
-  Path eager(kv, tail_n, sum_n, B, table.size(), static_cast<std::size_t>(B) * hidden, ws_bytes);
-  Path graph(kv, tail_n, sum_n, B, table.size(), static_cast<std::size_t>(B) * hidden, ws_bytes);
-  for (Path* p : {&eager, &graph}) {
+  // paths[0]: eager, PDL off (the baseline); [1]: eager, PDL on; [2]: graph captured with PDL on;
+  // [3]: graph captured with PDL off.
+  constexpr int kPaths = 4;
+  const char* const path_name[kPaths] = {"eager (PDL off)", "eager (PDL on)", "graph replay (PDL on)",
+                                         "graph replay (PDL off)"};
+  const bool path_pdl[kPaths] = {false, true, true, false};
+  std::vector<std::unique_ptr<Path>> paths;
+  for (int i = 0; i < kPaths; ++i) {
+    paths.push_back(std::make_unique<Path>(kv, tail_n, sum_n, B, table.size(), static_cast<std::size_t>(B) * hidden,
+                                           ws_bytes));
+    Path* p = paths.back().get();
     p->k.up(k0), p->v.up(v0), p->tail.up(tail0), p->summary.up(sum0), p->cu.up(cu), p->table.up(table);
     p->slots.up(slots);
     GPU_CHECK(cudaMemset(p->ws.p, 0, ws_bytes));
@@ -128,84 +185,139 @@ void graph_replay_case(const char* label) {
     c.k_cache = p.k.p, c.v_cache = p.v.p, c.summary_cache = p.summary.p, c.tail = p.tail.p, c.num_slots = 4;
     return c;
   };
+  auto run = [&](Path& p, cudaStream_t s) {
+    return step5::ops::dsa_layer_run(plan, w, caches_of(p), make_step(p), p.x.p, p.partial.p, p.ws.p, ws_bytes, s);
+  };
 
-  cudaStream_t stream;
+  cudaStream_t stream, s_noise;
   GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  // Capture once (lengths of step 0 uploaded before each replay, so the captured values do not matter).
-  for (int b = 0; b < B; ++b) seq[b] = start[b] + 1;
-  graph.seq.up(seq);
-  cudaGraph_t cg = nullptr;
-  GPU_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  const step5::Status captured = step5::ops::dsa_layer_run(plan, w, caches_of(graph), make_step(graph), graph.x.p,
-                                                           graph.partial.p, graph.ws.p, ws_bytes, stream);
-  const cudaError_t end = cudaStreamEndCapture(stream, &cg);
-  EXPECT(captured.ok(), "%s: launch under capture: %s", label, captured.to_string().c_str());
-  EXPECT(end == cudaSuccess, "%s: cudaStreamEndCapture: %s", label, cudaGetErrorString(end));
-  if (!captured.ok() || end != cudaSuccess) {
-    cudaGetLastError();
-    cudaStreamDestroy(stream);
-    return;
-  }
-  cudaGraphExec_t exec = nullptr;
-  GPU_CHECK(cudaGraphInstantiate(&exec, cg, 0));
+  GPU_CHECK(cudaStreamCreateWithFlags(&s_noise, cudaStreamNonBlocking));
+  const std::size_t noise_n = std::size_t(1) << 24;
+  DevBuf<float> noise(noise_n);
+  GPU_CHECK(cudaMemset(noise.p, 0, noise_n * sizeof(float)));
 
-  for (int s = 0; s < S; ++s) {
+  // Capture each graph once (lengths of step 0 uploaded before each replay, so the captured values
+  // do not matter).
+  for (int b = 0; b < B; ++b) seq[b] = start[b] + 1;
+  cudaGraphExec_t exec[kPaths] = {};
+  cudaGraph_t graph[kPaths] = {};
+  bool captured_all = true;
+  for (int i = 2; i < kPaths; ++i) {
+    paths[i]->seq.up(seq);
+    step5::ops::set_pdl_enabled(path_pdl[i]);
+    GPU_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const step5::Status captured = run(*paths[i], stream);
+    const cudaError_t end = cudaStreamEndCapture(stream, &graph[i]);
+    EXPECT(captured.ok(), "%s: %s: launch under capture: %s", label, path_name[i], captured.to_string().c_str());
+    EXPECT(end == cudaSuccess, "%s: %s: cudaStreamEndCapture: %s", label, path_name[i], cudaGetErrorString(end));
+    if (!captured.ok() || end != cudaSuccess) {
+      cudaGetLastError();
+      captured_all = false;
+      break;
+    }
+    // the step is a chain of kernels (>= 8: GEMM, prepare, summaries, plan, scores, selection,
+    // attention, o_proj); the PDL capture links each to the next by a programmatic edge, the other
+    // capture by none
+    const std::size_t kn = kernel_nodes(graph[i]), pe = programmatic_edges(graph[i]);
+    EXPECT(kn >= 8, "%s: %s: %zu kernel nodes in the captured step, expected >= 8", label, path_name[i], kn);
+    if (path_pdl[i])
+      EXPECT(kn > 0 && pe == kn - 1, "%s: %s: %zu programmatic edges among %zu kernel nodes, expected %zu", label,
+             path_name[i], pe, kn, kn > 0 ? kn - 1 : 0);
+    else
+      EXPECT(pe == 0, "%s: %s: %zu programmatic edges captured with PDL off", label, path_name[i], pe);
+    GPU_CHECK(cudaGraphInstantiate(&exec[i], graph[i], 0));
+  }
+
+  for (int s = 0; captured_all && s < S; ++s) {
     for (int b = 0; b < B; ++b) seq[b] = start[b] + s + 1;  // the row sits at position start + s
     const std::vector<bf16> x = random_bf16(static_cast<std::size_t>(B) * hidden, rng, 1.0f);
-    eager.seq.up(seq), eager.x.up(x), graph.seq.up(seq), graph.x.up(x);
-    GPU_CHECK(cudaMemset(eager.partial.p, 0xff, eager.partial.n * sizeof(bf16)));  // poison
-    GPU_CHECK(cudaMemset(graph.partial.p, 0xff, graph.partial.n * sizeof(bf16)));
-    const step5::Status st = step5::ops::dsa_layer_run(plan, w, caches_of(eager), make_step(eager), eager.x.p,
-                                                       eager.partial.p, eager.ws.p, ws_bytes, stream);
-    EXPECT(st.ok(), "%s: eager step %d: %s", label, s, st.to_string().c_str());
-    GPU_CHECK(cudaGraphLaunch(exec, stream));
+    for (auto& p : paths) {
+      p->seq.up(seq), p->x.up(x);
+      GPU_CHECK(cudaMemset(p->partial.p, 0xff, p->partial.n * sizeof(bf16)));  // poison
+    }
+    GPU_CHECK(cudaDeviceSynchronize());  // the copies and memsets (legacy stream) precede the step
+    // competing work on another stream, a different grid each step
+    step5_test::noise_kernel<<<33 + 17 * (s % 13), 256, 0, s_noise>>>(noise.p, noise_n, 2);
+    GPU_CHECK(cudaGetLastError());
+    for (int i = 0; i < 2; ++i) {
+      step5::ops::set_pdl_enabled(path_pdl[i]);
+      const step5::Status st = run(*paths[i], stream);
+      EXPECT(st.ok(), "%s: %s: step %d: %s", label, path_name[i], s, st.to_string().c_str());
+    }
+    step5_test::noise_kernel<<<41 + 23 * (s % 7), 256, 0, s_noise>>>(noise.p, noise_n, 2);
+    GPU_CHECK(cudaGetLastError());
+    for (int i = 2; i < kPaths; ++i) GPU_CHECK(cudaGraphLaunch(exec[i], stream));
     GPU_CHECK(cudaStreamSynchronize(stream));
-    const std::vector<bf16> a = eager.partial.down(), c = graph.partial.down();
+    GPU_CHECK(cudaStreamSynchronize(s_noise));
+
+    const Path& base = *paths[0];
+    const std::vector<bf16> out0 = base.partial.down();
     bool finite = true;
-    for (bf16 v : a) finite = finite && std::isfinite(step5::to_float(v));
-    EXPECT(finite, "%s: step %d: eager output has non-finite values (poison left?)", label, s);
-    EXPECT(same_bits(a, c), "%s: step %d: o_proj partial of the graph replay differs from the eager launch", label, s);
-    // every intermediate output in the workspace, region by region
-    const auto ws_a = eager.ws.down(), ws_g = graph.ws.down();
-    const struct {
-      const char* name;
-      std::size_t off, bytes;
-    } regions[] = {{"fused GEMM output", map.c, map.q - map.c},
-                   {"q", map.q, map.index_q - map.q},
-                   {"index_q", map.index_q, map.weights - map.index_q},
-                   {"weights", map.weights, map.index_k - map.weights},
-                   {"index_k", map.index_k, map.ids - map.index_k},
-                   {"topk_ids", map.ids, map.counts - map.ids},
-                   {"counts", map.counts, map.attn - map.counts},
-                   {"attention output", map.attn, map.lse - map.attn},
-                   {"lse", map.lse, map.gemm - map.lse},
-                   {"select workspace (scores)", map.select, map.select_bytes}};
-    for (const auto& r : regions)
-      EXPECT(std::memcmp(ws_a.data() + r.off, ws_g.data() + r.off, r.bytes) == 0,
-             "%s: step %d: %s differs between the replay and the eager launch", label, s, r.name);
-    EXPECT(same_bits(eager.k.down(), graph.k.down()) && same_bits(eager.v.down(), graph.v.down()),
-           "%s: step %d: k or v caches differ between the replay and the eager launch", label, s);
-    EXPECT(same_bits(eager.summary.down(), graph.summary.down()),
-           "%s: step %d: summary caches differ between the replay and the eager launch", label, s);
+    for (bf16 v : out0) finite = finite && std::isfinite(step5::to_float(v));
+    EXPECT(finite, "%s: step %d: baseline output has non-finite values (poison left?)", label, s);
+    const auto ws0 = base.ws.down();
+    // the split-K counters at the start of the GEMM workspace are left zero by every launch
+    const std::size_t counters = step5::ops::kGemmCounterBytes;  // inside the region (layer_workspace_map)
+    EXPECT(std::all_of(ws0.begin() + map.gemm, ws0.begin() + map.gemm + counters,
+                       [](unsigned char c) { return c == 0; }),
+           "%s: step %d: GEMM split-K counters not back to zero", label, s);
+    const auto k_0 = base.k.down(), v_0 = base.v.down();
+    const auto sum_0 = base.summary.down();
+    for (int i = 1; i < kPaths; ++i) {
+      const Path& p = *paths[i];
+      EXPECT(same_bits(out0, p.partial.down()), "%s: step %d: o_proj partial of %s differs from %s", label, s,
+             path_name[i], path_name[0]);
+      // every intermediate output in the workspace, region by region
+      const auto ws_i = p.ws.down();
+      const struct {
+        const char* name;
+        std::size_t off, bytes;
+      } regions[] = {{"fused GEMM output", map.c, map.q - map.c},
+                     {"q", map.q, map.index_q - map.q},
+                     {"index_q", map.index_q, map.weights - map.index_q},
+                     {"weights", map.weights, map.index_k - map.weights},
+                     {"index_k", map.index_k, map.ids - map.index_k},
+                     {"topk_ids", map.ids, map.counts - map.ids},
+                     {"counts", map.counts, map.attn - map.counts},
+                     {"attention output", map.attn, map.lse - map.attn},
+                     {"lse", map.lse, map.gemm - map.lse},
+                     {"GEMM split-K workspace", map.gemm, std::max(map.gemm_bytes, step5::ops::kGemmCounterBytes)},
+                     {"select workspace (scores)", map.select, map.select_bytes}};
+      for (const auto& r : regions)
+        EXPECT(std::memcmp(ws0.data() + r.off, ws_i.data() + r.off, r.bytes) == 0,
+               "%s: step %d: %s differs between %s and %s", label, s, r.name, path_name[i], path_name[0]);
+      EXPECT(same_bits(k_0, p.k.down()) && same_bits(v_0, p.v.down()),
+             "%s: step %d: k or v caches of %s differ from %s", label, s, path_name[i], path_name[0]);
+      EXPECT(same_bits(sum_0, p.summary.down()), "%s: step %d: summary caches of %s differ from %s", label, s,
+             path_name[i], path_name[0]);
+    }
   }
-  EXPECT(!same_bits(eager.summary.down(), sum0), "%s: no summary was written (regions should complete)", label);
+  EXPECT(!same_bits(paths[0]->summary.down(), sum0), "%s: no summary was written (regions should complete)", label);
   // Pending tail rows: compare the rows that are pending after the last step.
-  const std::vector<bf16> ta = eager.tail.down(), tg = graph.tail.down();
-  bool tails = true;
-  for (int b = 0; b < B; ++b) {
-    const int pending = (start[b] + S) % kR;
-    const std::size_t row = static_cast<std::size_t>(2) * g.proxy_dim;
-    tails = tails && std::memcmp(&ta[b * kR * row], &tg[b * kR * row], pending * row * sizeof(bf16)) == 0;
+  const std::vector<bf16> ta = paths[0]->tail.down();
+  for (int i = 1; captured_all && i < kPaths; ++i) {
+    const std::vector<bf16> tg = paths[i]->tail.down();
+    bool tails = true;
+    for (int b = 0; b < B; ++b) {
+      const int pending = (start[b] + S) % kR;
+      const std::size_t row = static_cast<std::size_t>(2) * g.proxy_dim;
+      tails = tails && std::memcmp(&ta[b * kR * row], &tg[b * kR * row], pending * row * sizeof(bf16)) == 0;
+    }
+    EXPECT(tails, "%s: pending tail rows of %s differ from %s", label, path_name[i], path_name[0]);
   }
-  EXPECT(tails, "%s: pending tail rows differ", label);
-  GPU_CHECK(cudaGraphExecDestroy(exec));
-  GPU_CHECK(cudaGraphDestroy(cg));
+  for (int i = 2; i < kPaths; ++i) {
+    if (exec[i] != nullptr) GPU_CHECK(cudaGraphExecDestroy(exec[i]));
+    if (graph[i] != nullptr) GPU_CHECK(cudaGraphDestroy(graph[i]));
+  }
+  GPU_CHECK(cudaStreamDestroy(s_noise));
   GPU_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace
 
-GPU_CASE("graph: one decode step captured once, replayed with growing lengths == eager, every geometry") {
+GPU_CASE(
+    "graph: one decode step, PDL off == PDL on == graph replays (PDL on and off), 50 steps with growing lengths "
+    "and concurrent work, every geometry") {
   layout::for_each_layout([](auto tag) {
     using Tag = decltype(tag);
     if constexpr (Tag::kParallel.tp_size == 1 || Tag::kParallel.tp_size == 8) {

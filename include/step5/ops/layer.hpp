@@ -16,6 +16,9 @@
 ///    the launches. No allocation, no re-planning: safe inside `cudaStreamBeginCapture`.
 ///  * `dsa_layer_forward(...)` = plan + run in one call (convenience for one-off calls and tests;
 ///    it plans on every call, engines keep a plan).
+/// The kernels are launched with programmatic dependent launch while `ops::pdl_enabled()`
+/// (step5/ops/pdl.hpp; a captured graph keeps the programmatic edges); results are bit-identical
+/// either way.
 /// Device pointers throughout; layouts of docs/ARCHITECTURE.md. The workspace (one allocation of
 /// `plan.workspace_bytes`) is zero-filled once before its first use (the GEMM split-K counters
 /// and the attention split-KV counters live in it; every launch leaves them zero). The sequence

@@ -39,6 +39,7 @@
 #include <type_traits>
 
 #include "step5/kernels/sm90/bounds_fault.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 #include "step5/kernels/sm90/ptx.cuh"
 #include "step5/layout/geometry.hpp"  // kRegionSize
 #include "step5/ops/attention.hpp"      // kAttentionMaxSplits
@@ -672,6 +673,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   sp.prefix = reinterpret_cast<int*>(sp.ubits + words);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int tile = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+  pdl_wait();  // q, the selections and the caches belong to the previous kernels of the step
 
   // 1. locate the tile
   if (warp == 0) locate_tile(a, ss, tile, lane);
@@ -713,6 +715,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   else attend_stages<D, 16, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   cp_async_wait<0>();
   __syncthreads();
+  pdl_launch_dependents();
 
   // 5. epilogue: merge the warps of each row, store (gate, LSE) or write the split partials
   float* buf = reinterpret_cast<float*>(smem_raw);

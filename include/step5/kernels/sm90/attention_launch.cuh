@@ -14,6 +14,7 @@
 
 #include "step5/core/cuda_check.hpp"
 #include "step5/kernels/sm90/attention.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/attention.hpp"
 #include "step5/ops/dispatch.hpp"
@@ -68,8 +69,8 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
                                          static_cast<int>(plan.smem_bytes)));
   const dim3 grid(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
                   static_cast<unsigned>(plan.num_splits));
-  kernel<<<grid, 128, plan.smem_bytes, stream>>>(a);
-  STEP5_CUDA_RETURN(cudaGetLastError());
+  STEP5_RETURN_IF_ERROR(
+      launch_kernel("sparse_attention_kernel launch", kernel, {grid, dim3(128), plan.smem_bytes}, stream, a));
   return Status::Ok();
 }
 

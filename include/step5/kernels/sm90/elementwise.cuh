@@ -12,6 +12,7 @@
 
 #include "step5/core/cuda_check.hpp"
 #include "step5/kernels/sm90/arch.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 #include "step5/ops/elementwise.hpp"
 
 namespace step5::kernels::sm90 {
@@ -21,9 +22,11 @@ inline constexpr int kElementwiseThreads = 256;
 template <int = 0>
 __global__ void residual_to_bf16_kernel(const float* __restrict__ r, __nv_bfloat16* __restrict__ x, std::size_t n) {
 #if STEP5_SM90A_DEVICE
+  pdl_wait();
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
     x[i] = __float2bfloat16_rn(r[i]);
+  pdl_launch_dependents();
 #endif
 }
 
@@ -31,12 +34,14 @@ template <int = 0>
 __global__ void add_partials_kernel(const __nv_bfloat16* const* __restrict__ parts, int np, float* __restrict__ r,
                                     std::size_t n) {
 #if STEP5_SM90A_DEVICE
+  pdl_wait();
   for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
     float s = 0.0f;
     for (int p = 0; p < np; ++p) s += __bfloat162float(parts[p][i]);
     r[i] += __bfloat162float(__float2bfloat16_rn(s));
   }
+  pdl_launch_dependents();
 #endif
 }
 
@@ -60,9 +65,9 @@ inline Status residual_to_bf16(const float* residual, bf16* x, std::size_t n, cu
   if (residual == nullptr || x == nullptr)
     return invalid_argument("residual_to_bf16: null pointer with n = " + std::to_string(n));
   STEP5_RETURN_IF_ERROR(check_device("residual_to_bf16"));
-  kernels::sm90::residual_to_bf16_kernel<><<<grid_for(n), kernels::sm90::kElementwiseThreads, 0, stream>>>(
-      residual, reinterpret_cast<__nv_bfloat16*>(x), n);
-  return cuda_status(cudaGetLastError(), "residual_to_bf16 launch");
+  return kernels::sm90::launch_kernel("residual_to_bf16 launch", &kernels::sm90::residual_to_bf16_kernel<>,
+                                      {dim3(grid_for(n)), dim3(kernels::sm90::kElementwiseThreads)}, stream, residual,
+                                      reinterpret_cast<__nv_bfloat16*>(x), n);
 }
 
 inline Status add_partials_to_residual(const bf16* const* partials, int num_partials, float* residual, std::size_t n,
@@ -74,9 +79,10 @@ inline Status add_partials_to_residual(const bf16* const* partials, int num_part
   if (partials == nullptr || residual == nullptr)
     return invalid_argument("add_partials_to_residual: null pointer with n = " + std::to_string(n));
   STEP5_RETURN_IF_ERROR(check_device("add_partials_to_residual"));
-  kernels::sm90::add_partials_kernel<><<<grid_for(n), kernels::sm90::kElementwiseThreads, 0, stream>>>(
-      reinterpret_cast<const __nv_bfloat16* const*>(partials), num_partials, residual, n);
-  return cuda_status(cudaGetLastError(), "add_partials_to_residual launch");
+  return kernels::sm90::launch_kernel("add_partials_to_residual launch", &kernels::sm90::add_partials_kernel<>,
+                                      {dim3(grid_for(n)), dim3(kernels::sm90::kElementwiseThreads)}, stream,
+                                      reinterpret_cast<const __nv_bfloat16* const*>(partials), num_partials, residual,
+                                      n);
 }
 
 }  // namespace step5::ops::elementwise_detail

@@ -5,6 +5,7 @@
 /// shared memory with scalar bounds-checked loads, fp32 accumulation. Slow but always correct;
 /// the launcher uses it only when the fast paths' preconditions fail.
 #include "step5/kernels/sm90/gemm_common.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 
 namespace step5::kernels::sm90 {
 
@@ -27,6 +28,7 @@ __global__ void __launch_bounds__(256) gemm_generic_kernel(GenericArgs a) {
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const long long t0 = static_cast<long long>(blockIdx.y) * TM, n0 = static_cast<long long>(blockIdx.x) * TN;
   float acc[4][4] = {};
+  pdl_wait();
   for (long long k0 = 0; k0 < a.K; k0 += TK) {
     for (int i = threadIdx.x; i < TM * TK; i += 256) {
       const int r = i / TK, kk = i % TK;
@@ -50,6 +52,7 @@ __global__ void __launch_bounds__(256) gemm_generic_kernel(GenericArgs a) {
     }
     __syncthreads();
   }
+  pdl_launch_dependents();
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll

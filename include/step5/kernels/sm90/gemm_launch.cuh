@@ -23,6 +23,7 @@
 #include "step5/kernels/sm90/gemm_generic.cuh"
 #include "step5/kernels/sm90/gemm_stream.cuh"
 #include "step5/kernels/sm90/gemm_wgmma.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 #include "step5/ops/gemm.hpp"
 
 namespace step5::ops::gemm_detail {
@@ -408,9 +409,8 @@ inline Status launch_wgmma_bn(const GemmParams& p, const WgmmaPlan& wp, int devi
   a.k_tiles_per_split = wp.kt_per_split;
   a.counters = wp.splits > 1 ? static_cast<unsigned*>(p.workspace) : nullptr;
   a.partials = wp.splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(p.workspace) + kGemmCounterBytes) : nullptr;
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(mx, mw, a);
-  STEP5_CUDA_RETURN(cudaGetLastError());
-  return Status::Ok();
+  return k90::launch_kernel("gemm_wgmma_kernel launch", kernel, {dim3(grid), dim3(Cfg::kThreads), Cfg::kSmemBytes},
+                           stream, mx, mw, a);
 }
 
 /// Calls `f(std::integral_constant<int, i>{})` for the wgmma tile kind `kind` (one switch over
@@ -452,9 +452,8 @@ inline Status launch_stream_kind(const GemmParams& p, const StreamPlan& sp, cuda
   a.partials = sp.splits > 1 ? reinterpret_cast<float*>(static_cast<char*>(p.workspace) + kGemmCounterBytes)
                              : nullptr;
   const dim3 grid(sp.tiles_n, sp.tiles_t, sp.splits);
-  k90::gemm_stream_kernel<BM, BN, ST><<<grid, BM * 2, stream_smem<BM, BN, ST>(), stream>>>(a);
-  STEP5_CUDA_RETURN(cudaGetLastError());
-  return Status::Ok();
+  return k90::launch_kernel("gemm_stream_kernel launch", &k90::gemm_stream_kernel<BM, BN, ST>,
+                           {grid, dim3(BM * 2), static_cast<std::size_t>(stream_smem<BM, BN, ST>())}, stream, a);
 }
 
 inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStream_t stream) {
@@ -468,9 +467,7 @@ inline Status launch_generic(const GemmParams& p, cudaStream_t stream) {
   k90::GenericArgs a{reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<const __nv_bfloat16*>(p.w),
                      reinterpret_cast<__nv_bfloat16*>(p.c), p.tokens, p.n, p.k, p.ldx, p.ldw, p.ldc};
   const dim3 grid(static_cast<unsigned>((p.n + 63) / 64), static_cast<unsigned>((p.tokens + 63) / 64));
-  k90::gemm_generic_kernel<><<<grid, 256, 0, stream>>>(a);
-  STEP5_CUDA_RETURN(cudaGetLastError());
-  return Status::Ok();
+  return k90::launch_kernel("gemm_generic_kernel launch", &k90::gemm_generic_kernel<>, {grid, dim3(256)}, stream, a);
 }
 
 /// Checks sizes and pointers (not the device). Sets *fast to whether the fast paths apply and

@@ -14,6 +14,7 @@
 /// Preconditions (checked by the host launcher, step5/ops/gemm.hpp): X, W, C 16-byte aligned,
 /// ldx, ldw multiples of 8, K a multiple of 8, ldc even.
 #include "step5/kernels/sm90/gemm_common.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 
 namespace step5::kernels::sm90 {
 
@@ -52,6 +53,7 @@ __global__ void __launch_bounds__(BM * 2) gemm_stream_kernel(StreamArgs a) {
   const int kt_begin = blockIdx.z * a.k_tiles_per_split;
   const int kt_end = min(k_tiles, kt_begin + a.k_tiles_per_split);
   const int nkt = max(0, kt_end - kt_begin);
+  pdl_wait();  // X, C and the split-K workspace belong to the previous kernels of the step
 
   // Producer part: every thread copies a few 16-byte chunks of the stage.
   auto load_stage = [&](int stage, int kt) {
@@ -121,6 +123,7 @@ __global__ void __launch_bounds__(BM * 2) gemm_stream_kernel(StreamArgs a) {
     }
   }
   cp_async_wait<0>();
+  pdl_launch_dependents();
 
   const int splits = gridDim.z;
   if (splits > 1) {

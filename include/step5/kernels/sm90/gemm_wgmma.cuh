@@ -28,6 +28,7 @@
 #include <cuda.h>  // CUtensorMap (types only; the driver entry point is fetched at run time)
 
 #include "step5/kernels/sm90/gemm_common.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 
 namespace step5::kernels::sm90 {
 
@@ -259,6 +260,7 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&tm_w)) : "memory");
   }
   __syncthreads();
+  pdl_wait();  // X (and C) belong to the previous kernels of the step
 
   if (wg == 0) {
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
@@ -283,6 +285,7 @@ __global__ void __launch_bounds__(384, 1)
         }
       }
     }
+    pdl_launch_dependents();
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
     const int cw = wg - 1;  // consumer 0/1: token rows [64*cw, 64*cw + 64) of the tile
@@ -388,6 +391,7 @@ __global__ void __launch_bounds__(384, 1)
         }
         if (lt == 0) *counter = 0u;  // leave the workspace ready for the next launch
       }
+      pdl_launch_dependents();
       // Accumulator layout (per n8 block j): acc[4j+0..1] row lane/4, cols 2*(lane%4)+{0,1};
       // acc[4j+2..3] row lane/4 + 8.
       const int row0 = m0 + cw * 64 + warp * 16 + lane / 4;

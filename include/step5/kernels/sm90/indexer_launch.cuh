@@ -17,6 +17,7 @@
 #include "step5/kernels/sm90/indexer_scores.cuh"
 #include "step5/kernels/sm90/indexer_summaries.cuh"
 #include "step5/kernels/sm90/indexer_topk.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 #include "step5/layout/geometry.hpp"
 #include "step5/ops/indexer.hpp"
 
@@ -87,9 +88,11 @@ Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream
   a.tok_tile = sp.tok_tile;
   a.regions_per_cta = sp.regions_per_cta;
   a.cols_cap = sp.cols_cap;
-  kern<<<dim3(static_cast<unsigned>(sp.tiles_upper), static_cast<unsigned>(sp.region_chunks)),
-         kernels::sm90::kScoreWarps * 32, sp.smem_bytes, stream>>>(a);
-  return cuda_status(cudaGetLastError(), "indexer_scores_kernel launch");
+  return kernels::sm90::launch_kernel(
+      "indexer_scores_kernel launch", kern,
+      {dim3(static_cast<unsigned>(sp.tiles_upper), static_cast<unsigned>(sp.region_chunks)),
+       dim3(kernels::sm90::kScoreWarps * 32), static_cast<std::size_t>(sp.smem_bytes)},
+      stream, a);
 }
 
 template <layout::GeometryId Id>
@@ -148,9 +151,10 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   a.index_q = p.index_q;
   a.weights = p.weights;
   a.index_k = reinterpret_cast<__nv_bfloat16*>(p.index_k);
-  kernels::sm90::indexer_prepare_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx>
-      <<<p.batch.num_tokens, kernels::sm90::kPrepareThreads, 0, stream>>>(a);
-  return cuda_status(cudaGetLastError(), "indexer_prepare_kernel launch");
+  return kernels::sm90::launch_kernel(
+      "indexer_prepare_kernel launch",
+      &kernels::sm90::indexer_prepare_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx>,
+      {dim3(static_cast<unsigned>(p.batch.num_tokens)), dim3(kernels::sm90::kPrepareThreads)}, stream, a);
 }
 
 template <layout::GeometryId Id>
@@ -187,8 +191,9 @@ Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream)
   // regions completed by one request in this step <= q_len/R + 1 <= T/R + 1
   const int y = std::max(1, std::min(p.batch.num_tokens / layout::kRegionSize + 1, 2048));
   const dim3 grid(static_cast<unsigned>(y), static_cast<unsigned>(p.batch.num_requests));
-  kernels::sm90::indexer_summaries_kernel<G.proxy_dim><<<grid, G.proxy_dim, 0, stream>>>(a);
-  return cuda_status(cudaGetLastError(), "indexer_summaries_kernel launch");
+  return kernels::sm90::launch_kernel("indexer_summaries_kernel launch",
+                                      &kernels::sm90::indexer_summaries_kernel<G.proxy_dim>, {grid, dim3(G.proxy_dim)},
+                                      stream, a);
 }
 
 template <layout::GeometryId Id>
@@ -226,9 +231,10 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   if (sp.region_chunks > 65535 || sp.tiles_upper > 0x7fffffff)
     return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " or num_tokens = " + num(T) +
                             " exceeds the launch grid");
-  kernels::sm90::indexer_plan_kernel<><<<1, kernels::sm90::kPlanThreads, 0, stream>>>(p.batch.cu_seqlens_q, B,
-                                                                                     sp.tok_tile, tile_start);
-  STEP5_RETURN_IF_ERROR(cuda_status(cudaGetLastError(), "indexer_plan_kernel launch"));
+  STEP5_RETURN_IF_ERROR(kernels::sm90::launch_kernel("indexer_plan_kernel launch",
+                                                     &kernels::sm90::indexer_plan_kernel<>,
+                                                     {dim3(1), dim3(kernels::sm90::kPlanThreads)}, stream,
+                                                     p.batch.cu_seqlens_q, B, sp.tok_tile, tile_start));
 
   for (int t0 = 0; t0 < T; t0 += chunk) {
     const int t1 = std::min(T, t0 + chunk);

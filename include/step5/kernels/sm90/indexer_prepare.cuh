@@ -16,6 +16,7 @@
 
 #include "step5/kernels/sm90/bounds_fault.cuh"
 #include "step5/kernels/sm90/arch.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 
 namespace step5::kernels::sm90 {
 
@@ -155,6 +156,7 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
   __shared__ float sbuf[kWarps][kBuf];
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  pdl_wait();  // c is the fused GEMM's output; the caches may be read by the previous step
   const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
   const int cu0 = __ldg(a.cu_seqlens_q + b), cu1 = __ldg(a.cu_seqlens_q + b + 1);
   const int pos = __ldg(a.seq_lens + b) - (cu1 - cu0) + (t - cu0);
@@ -242,6 +244,7 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
       detail::store_head_bf16<P>(a.index_k + static_cast<std::int64_t>(t) * P, x, lane);
     }
   }
+  pdl_launch_dependents();
 #endif
 }
 

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "step5/kernels/sm90/arch.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 #include <cub/block/block_scan.cuh>
 
 #include "step5/kernels/sm90/indexer_prepare.cuh"
@@ -80,6 +81,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
 
   const int tile = blockIdx.x;
   const int B = a.num_requests;
+  pdl_wait();  // tile_start, index_q, weights and the summaries belong to the previous kernels
   if (tile >= __ldg(a.tile_start + B)) return;
   int lo = 0, hi = B - 1;  // last b with tile_start[b] <= tile
   while (lo < hi) {
@@ -190,6 +192,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
       }
     }
   }
+  pdl_launch_dependents();
 #endif
 }
 
@@ -201,6 +204,7 @@ __global__ void __launch_bounds__(kThreads) indexer_plan_kernel(const std::int32
 #if STEP5_SM90A_DEVICE
   using Scan = cub::BlockScan<int, kThreads>;
   __shared__ typename Scan::TempStorage tmp;
+  pdl_wait();  // tile_start may still be read by the previous chunk's or step's kernels
   int carry = 0;
   for (int base = 0; base < B; base += kThreads) {
     const int b = base + threadIdx.x;
@@ -211,6 +215,7 @@ __global__ void __launch_bounds__(kThreads) indexer_plan_kernel(const std::int32
     carry += total;
     __syncthreads();
   }
+  pdl_launch_dependents();
   if (threadIdx.x == 0) tile_start[B] = carry;
 #endif
 }

@@ -17,6 +17,7 @@
 
 #include "step5/kernels/sm90/bounds_fault.cuh"
 #include "step5/kernels/sm90/arch.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 #include "step5/layout/geometry.hpp"  // kRegionSize
 
 namespace step5::kernels::sm90 {
@@ -45,6 +46,7 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
   __shared__ float red[P / 32];
   const int b = blockIdx.y;
   const int d = threadIdx.x;
+  pdl_wait();  // index_k and c belong to the previous kernels of the step
   const int cu0 = __ldg(a.cu_seqlens_q + b), cu1 = __ldg(a.cu_seqlens_q + b + 1);
   const int q_len = cu1 - cu0;
   if (q_len <= 0) return;
@@ -99,6 +101,7 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
       a.summary_cache[(blk * (a.block_size / R) + sl) * P + d] =
           static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(sb, __NV_SATFINITE, __NV_E4M3));
   }
+  pdl_launch_dependents();
   if (blockIdx.x != 0 || !slot_ok) return;
   __syncthreads();  // every read of the tail by this CTA precedes the writes below
   __nv_bfloat16* tail_w = a.tail + static_cast<std::int64_t>(slot) * R * 2 * P;

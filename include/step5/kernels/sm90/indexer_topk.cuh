@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "step5/kernels/sm90/arch.cuh"
+#include "step5/kernels/sm90/pdl.cuh"
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 #include <string>
@@ -109,6 +110,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
   const int r = static_cast<int>(blockIdx.x) / kC;
   const int crank = static_cast<int>(blockIdx.x) % kC;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  pdl_wait();  // the scores belong to the previous kernel
   const TopkRow row = topk_row(a, r);
   const int n = row.n;
   const int k = n < a.topk ? n : a.topk;
@@ -215,6 +217,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     need = krem;
   }
 
+  pdl_launch_dependents();
   // compaction in id order: selected = (key & mask) > prefix, or == prefix among the first `need`
   const bool staged = kSmem && k != n;
   unsigned long long carry = 0;  // (eq << 32) | gt over lower ids
@@ -278,21 +281,15 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
 #endif
 }
 
-/// Launch configuration of the selection kernel: `rows` rows of kc CTAs, `smem` dynamic bytes.
-inline cudaLaunchConfig_t topk_launch_config(int rows, int kc, int smem, cudaStream_t stream,
-                                             cudaLaunchAttribute (&attr)[1]) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(rows) * static_cast<unsigned>(kc));
-  cfg.blockDim = dim3(kTopkThreads);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
-  cfg.stream = stream;
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = static_cast<unsigned>(kc);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = kc > 1 ? 1 : 0;
-  return cfg;
+/// Launch shape of the selection kernel: `rows` rows of kc CTAs (a cluster when kc > 1), `smem`
+/// dynamic bytes.
+inline LaunchShape topk_launch_shape(int rows, int kc, int smem) {
+  LaunchShape s;
+  s.grid = dim3(static_cast<unsigned>(rows) * static_cast<unsigned>(kc));
+  s.block = dim3(kTopkThreads);
+  s.smem = static_cast<std::size_t>(smem);
+  s.cluster_x = static_cast<unsigned>(kc);
+  return s;
 }
 
 /// Lets `kernel` use up to kTopkSmemKeys keys of dynamic shared memory. Always the same value, so
@@ -318,8 +315,9 @@ inline ::step5::Status topk_clusters_available(int dev, bool* available) {
   }
   auto kernel = topk_select_kernel<kTopkCluster, true>;
   STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));
-  cudaLaunchAttribute attr[1];
-  const cudaLaunchConfig_t cfg = topk_launch_config(1, kTopkCluster, kTopkSmemKeys * 4, nullptr, attr);
+  cudaLaunchAttribute attr[2];
+  const cudaLaunchConfig_t cfg = make_launch_config(topk_launch_shape(1, kTopkCluster, kTopkSmemKeys * 4), nullptr,
+                                                    false, attr);
   int clusters = 0;
   STEP5_CUDA_RETURN(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
   *available = clusters > 0;
@@ -361,9 +359,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
   const int smem = smem_keys ? static_cast<int>(slice) * 4 : 0;
   auto launch = [&](auto kernel, int kc) -> ::step5::Status {
     if (smem > 48 * 1024) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));
-    cudaLaunchAttribute attr[1];
-    const cudaLaunchConfig_t cfg = topk_launch_config(rows, kc, smem, stream, attr);
-    return ::step5::cuda_status(cudaLaunchKernelEx(&cfg, kernel, a), "topk_select_kernel launch");
+    return launch_kernel("topk_select_kernel launch", kernel, topk_launch_shape(rows, kc, smem), stream, a);
   };
   if (cluster_size == kTopkCluster)
     return smem_keys ? launch(topk_select_kernel<kTopkCluster, true>, kTopkCluster)
