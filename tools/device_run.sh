@@ -7,7 +7,8 @@
 #   consumer (ctest -L consumer: the downstream projects, run on the GPU) |
 #   driver (the README main command on the GPU, --check, --json) | sanitize (the gpu tests under
 #   compute-sanitizer memcheck and racecheck, STEP5_GPU_TEST_QUICK=1; SAN_TESTS / SAN_ONLY select) | bench (every bench binary,
-#   JSON per binary; BENCH_FILTER limits them).
+#   JSON per binary; BENCH_FILTER, or BENCH_FILTER_<binary> for one binary, limits them; BENCH_CAP
+#   seconds per binary, default 150).
 set -u
 OUT=${OUT:-/tmp/step5-out}; mkdir -p "$OUT"
 RES=$OUT          # JSON results come back as they are
@@ -65,7 +66,8 @@ for phase in "$@"; do
     bench)
       for b in ${BENCH_ONLY:-bench_layer bench_gemm bench_attention bench_indexer}; do
         [ -x $B/bench/$b ] || { note "$b: not built"; continue; }
-        timeout "$(cap 150)" $B/bench/$b --benchmark_filter="${BENCH_FILTER:-.}" \
+        f=BENCH_FILTER_$b; f=${!f:-${BENCH_FILTER:-.}}   # BENCH_FILTER_<binary> overrides BENCH_FILTER
+        timeout "$(cap ${BENCH_CAP:-150})" $B/bench/$b --benchmark_filter="$f" \
           --benchmark_out="$RES/$b.json" --benchmark_out_format=json > "$OUT/$b.txt" 2>&1
         note "$b: rc=$?"
         tail -25 "$OUT/$b.txt"
