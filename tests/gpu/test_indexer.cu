@@ -859,7 +859,7 @@ GPU_CASE("indexer: decode batches of 1, 16, 64, 257 at every geometry x tp (odd 
   // Decode steps as engines run them, for every row and tp of geometries.def: one token per request
   // (a tile per token: the tile starts are cu_seqlens_q, no plan kernel), histories with odd region
   // counts (positions 8m + 1 .. 8m + 7 too), shorter than topk (everything selected), 0, and long
-  // (16384 regions = 128K tokens at batch 1; 32K tokens at batch 16, 16K at 64 and 257); the same
+  // (16384 regions = 128K tokens at batch 1; 32K tokens at batch 16, 16K at 64, 4K at 257); the same
   // batches with every summary equal (ties decided by id); and an MTP step at batch 16 (2 tokens per
   // request: tiles of 2 tokens, tile starts from the plan kernel).
   // Quick: batches 1 and 16, histories up to 8192 and 4096 positions.
@@ -871,7 +871,7 @@ GPU_CASE("indexer: decode batches of 1, 16, 64, 257 at every geometry x tp (odd 
       const int tp = e.tp_values[i];
       for (int batch : batches) {
         std::mt19937 rng(static_cast<std::uint32_t>(1000 * tp + batch));
-        const int long_max = batch == 1 ? sz(131072, 8192) : batch == 16 ? sz(32768, 4096) : sz(16384, 2048);
+        const int long_max = batch == 1 ? sz(131072, 8192) : batch == 16 ? sz(32768, 4096) : batch == 64 ? 16384 : 4096;
         std::vector<int> q(static_cast<std::size_t>(batch), 1), seq(static_cast<std::size_t>(batch));
         for (int b = 0; b < batch; ++b) {
           const int kind = b % 4;
