@@ -16,8 +16,8 @@
 /// histograms in rank order through distributed shared memory (identical results everywhere), and
 /// the compaction offsets of a slice are the (gt, eq) totals of the lower ranks.
 /// Rows whose history fits (k == n) skip the radix passes. Keys are staged in dynamic shared memory
-/// when a CTA's slice fits (kSmem; loaded with several independent loads in flight per thread), else
-/// re-read from global memory each pass.
+/// when a CTA's slice fits (kSmem; loaded with several independent loads in flight per thread, the
+/// first pass's histogram counted while staging), else re-read from global memory each pass.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -96,6 +96,18 @@ __device__ __forceinline__ TopkRow topk_row(const TopkArgs& a, int r) {
   return {(a.seq_lens[b] - (cu1 - cu0) + (t - cu0)) / layout::kRegionSize, static_cast<std::int64_t>(g) * a.num_tokens + t};
 }
 
+/// Adds one key's `digit` (kTopkBins: the key is not counted) to histogram `h`; called by all 32
+/// lanes of the warp together. A warp whose 32 keys share one digit (plateaus) adds once, so equal
+/// scores do not serialise on one bin; otherwise one atomic per counted key.
+__device__ __forceinline__ void topk_hist_add(unsigned* h, unsigned digit, int lane) {
+  const unsigned d0 = __shfl_sync(0xffffffffu, digit, 0);
+  if (__all_sync(0xffffffffu, digit == d0)) {
+    if (lane == 0 && d0 < static_cast<unsigned>(kTopkBins)) atomicAdd(&h[d0], 32u);
+  } else if (digit < static_cast<unsigned>(kTopkBins)) {
+    atomicAdd(&h[digit], 1u);
+  }
+}
+
 /// Barrier over the CTAs that share a row: the cluster (kC > 1) or the CTA.
 template <int kC>
 __device__ __forceinline__ void row_sync() {
@@ -143,7 +155,10 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     unsigned krem = static_cast<unsigned>(k);
     for (int i = tid; i < 2 * kTopkBins; i += kTopkThreads) hist[i / kTopkBins][i % kTopkBins] = 0;  // both buffers
     if constexpr (kSmem) {
-      // stage the slice's keys: kStage independent loads in flight per thread
+      // stage the slice's keys (kStage independent loads in flight per thread) and count the first
+      // pass's digits on the way (every key matches the empty prefix), so pass 0 does not sweep the
+      // keys again
+      __syncthreads();  // the histograms are clear before any thread counts
       constexpr int kStage = 8;
       for (int base = 0; base < len; base += kTopkThreads * kStage) {
         float v[kStage];
@@ -155,7 +170,9 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
 #pragma unroll
         for (int j = 0; j < kStage; ++j) {
           const int i = base + j * kTopkThreads + tid;
-          if (i < len) skeys[i] = score_key(v[j]);
+          const std::uint32_t key = score_key(v[j]);
+          if (i < len) skeys[i] = key;
+          topk_hist_add(hist[0], i < len ? key >> topk_digit_shift(0) : static_cast<unsigned>(kTopkBins), lane);
         }
       }
     }
@@ -167,17 +184,12 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
       const int shift = topk_digit_shift(pass);
       const std::uint32_t dmask = topk_digit_mask(pass);
       unsigned* h = hist[buf];
-      for (int i = tid; i < len_up; i += kTopkThreads) {
-        std::uint32_t key = 0;
-        if (i < len) key = kSmem ? skeys[i] : score_key(src[i]);
-        const bool match = i < len && (key & mask) == prefix;
-        const unsigned digit = match ? (key >> shift) & dmask : static_cast<unsigned>(kTopkBins);
-        // a warp whose 32 keys share one digit (plateaus) adds once; otherwise per-key atomics
-        const unsigned d0 = __shfl_sync(0xffffffffu, digit, 0);
-        if (__all_sync(0xffffffffu, digit == d0)) {
-          if (lane == 0 && d0 < static_cast<unsigned>(kTopkBins)) atomicAdd(&h[d0], 32u);
-        } else if (match) {
-          atomicAdd(&h[digit], 1u);
+      if (!kSmem || pass > 0) {  // staged keys: pass 0 was counted while staging
+        for (int i = tid; i < len_up; i += kTopkThreads) {
+          std::uint32_t key = 0;
+          if (i < len) key = kSmem ? skeys[i] : score_key(src[i]);
+          const bool match = i < len && (key & mask) == prefix;
+          topk_hist_add(h, match ? (key >> shift) & dmask : static_cast<unsigned>(kTopkBins), lane);
         }
       }
       row_sync<kC>();  // every rank's histogram of this pass is complete
