@@ -258,9 +258,9 @@ double time_scores_only(SelectSetup& s) {
   CK(cudaGetDevice(&dev));
   CKS(device_sm_count(dev, &sms));
   const ops::detail::ScorePlan sp = ops::detail::score_plan<kId>(Il, T, B, ld, p.table.block_size, sms);
-  auto* tile_start = static_cast<std::int32_t*>(p.workspace);
-  kernels::sm90::indexer_plan_kernel<><<<1, kernels::sm90::kPlanThreads, 0, g_stream>>>(p.batch.cu_seqlens_q, B,
-                                                                                      sp.tok_tile, tile_start);
+  const std::int32_t* tile_start = nullptr;
+  CKS(ops::detail::score_tile_starts(sp, p.batch.cu_seqlens_q, B, static_cast<std::int32_t*>(p.workspace), g_stream,
+                                     &tile_start));
   return time_it(
       [&] {
         for (int t0 = 0; t0 < T; t0 += chunk) {

@@ -740,6 +740,159 @@ GPU_CASE("indexer: scores + selection at 1M tokens of context (131072 regions; q
     GPU_CHECK(cudaFree(p));
 }
 
+namespace {
+
+/// indexer_select on directly given inputs — random e4m3 summaries and q (every summary equal with
+/// `all_equal`: the scores of a row are all equal, so the selection is decided by region id alone) —
+/// judged as run_step judges: the GPU's scores (read from the workspace) against the reference
+/// scores of the same inputs within the same tolerance, the GPU selection equal to the reference
+/// selection of the GPU's own scores exactly, and against the reference scores up to ties within
+/// rounding at the k-th place (judge_row). Outputs are poisoned first.
+void check_select_direct(const step5::layout::GeometryEntry& e, int tp, const std::vector<int>& q_lens,
+                         const std::vector<int>& seq_lens, int topk, bool all_equal, std::uint32_t seed,
+                         const std::string& what) {
+  const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
+  const int P = rl.geometry.proxy_dim, Il = rl.index_local_heads, lg = rl.local_kv_groups, hpg = rl.hpg_i;
+  const int B = static_cast<int>(q_lens.size());
+  std::vector<std::int32_t> cu(static_cast<std::size_t>(B) + 1, 0), seq(seq_lens.begin(), seq_lens.end());
+  for (int b = 0; b < B; ++b) cu[b + 1] = cu[b] + q_lens[b];
+  const int T = cu[B];
+  const int max_seq = std::max(1, *std::max_element(seq.begin(), seq.end()));
+  const int block_size = 64, max_blocks = (max_seq + block_size - 1) / block_size;
+  const int num_blocks = B * max_blocks;
+  std::mt19937 rng(seed);
+  std::vector<std::int32_t> bt(static_cast<std::size_t>(num_blocks));
+  std::iota(bt.begin(), bt.end(), 0);
+  std::shuffle(bt.begin(), bt.end(), rng);
+  std::vector<std::uint8_t> sum(static_cast<std::size_t>(num_blocks) * (block_size / kR) * P);
+  std::vector<std::uint8_t> iq(static_cast<std::size_t>(std::max(T, 1)) * Il * P);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& x : iq) x = step5::float_to_e4m3_bits(nd(rng));
+  if (all_equal) {
+    std::vector<std::uint8_t> one(static_cast<std::size_t>(P));
+    for (auto& x : one) x = step5::float_to_e4m3_bits(std::abs(nd(rng)) + 0.25f);
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = one[i % P];
+  } else {
+    for (auto& x : sum) x = step5::float_to_e4m3_bits(nd(rng));
+  }
+  std::vector<float> wts(static_cast<std::size_t>(std::max(T, 1)) * Il);
+  for (auto& x : wts) x = nd(rng) * 0.5f;
+  auto* d_cu = dalloc<std::int32_t>(cu.size()); up(d_cu, cu);
+  auto* d_seq = dalloc<std::int32_t>(seq.size()); up(d_seq, seq);
+  auto* d_bt = dalloc<std::int32_t>(bt.size()); up(d_bt, bt);
+  auto* d_sum = dalloc<std::uint8_t>(sum.size()); up(d_sum, sum);
+  auto* d_iq = dalloc<std::uint8_t>(iq.size()); up(d_iq, iq);
+  auto* d_w = dalloc<float>(wts.size()); up(d_w, wts);
+  const std::size_t nids = static_cast<std::size_t>(lg) * T * (topk + 1);
+  auto* d_ids = dalloc<std::int32_t>(std::max<std::size_t>(nids, 1));
+  auto* d_cnt = dalloc<std::int32_t>(std::max<std::size_t>(static_cast<std::size_t>(lg) * T, 1));
+  GPU_CHECK(cudaMemset(d_ids, 0x7b, std::max<std::size_t>(nids, 1) * 4));
+  GPU_CHECK(cudaMemset(d_cnt, 0x7b, std::max<std::size_t>(static_cast<std::size_t>(lg) * T, 1) * 4));
+  const std::size_t ws_bytes = step5::ops::indexer_select_workspace_bytes(rl, T, max_seq, B);
+  auto* d_ws = dalloc<char>(ws_bytes);
+  const std::int64_t ld = step5::ops::detail::score_ld(max_seq);
+  const std::size_t ws_fixed = step5::ops::detail::plan_bytes(B);
+  GPU_CHECK(cudaMemset(d_ws, 0x7f, ws_bytes));  // poison: unwritten scores read as NaN
+  step5::ops::IndexerSelectParams se;
+  se.rank = rl;
+  se.batch = {d_cu, d_seq, B, T, cu.data(), seq.data()};
+  se.table = {d_bt, max_blocks, block_size, num_blocks};
+  se.index_q = d_iq;
+  se.weights = d_w;
+  se.summary_cache = d_sum;
+  se.topk = topk;
+  se.max_seq_len = max_seq;
+  se.topk_ids = d_ids;
+  se.counts = d_cnt;
+  se.workspace = d_ws;
+  se.workspace_bytes = ws_bytes;
+  const step5::Status st = step5::ops::indexer_select(se, nullptr);
+  EXPECT(st.ok(), "%s: indexer_select: %s", what.c_str(), st.to_string().c_str());
+  GPU_CHECK(cudaDeviceSynchronize());
+  const auto ids = down(d_ids, nids);
+  const auto counts = down(d_cnt, static_cast<std::size_t>(lg) * T);
+  const auto gsc = down(reinterpret_cast<const float*>(d_ws + ws_fixed), static_cast<std::size_t>(T) * lg * ld);
+  const ref::BatchView bv{B, cu.data(), seq.data()};
+  const ref::BlockTableView tv{bt.data(), max_blocks, block_size, num_blocks};
+  std::vector<float> rs(static_cast<std::size_t>(lg) * T * ld);
+  ref::compute_scores(bv, tv, lg, hpg, P, iq.data(), wts.data(), sum.data(), rs.data(), static_cast<int>(ld));
+  const auto pos = ref::token_positions(bv);
+  int ties = 0, bad_rows = 0, own_bad = 0, score_bad = 0, equal_rows = 0;
+  for (int t = 0; t < T; ++t)
+    for (int g = 0; g < lg; ++g) {
+      const int n = pos[t] / kR;
+      const std::size_t row = static_cast<std::size_t>(g) * T + t;
+      const float* rrow = rs.data() + row * ld;
+      const float* gs = gsc.data() + (static_cast<std::size_t>(t) * lg + g) * ld;
+      const std::int32_t* grow = ids.data() + row * (topk + 1);
+      float rmax = 0.f;
+      for (int i = 0; i < n; ++i) rmax = std::max(rmax, std::abs(rrow[i]));
+      for (int i = 0; i < n; ++i) score_bad += !(std::abs(gs[i] - rrow[i]) <= 1e-3f * rmax + 1e-30f);
+      std::vector<std::int32_t> own(static_cast<std::size_t>(topk + 1));
+      const int oc = ref::select_row(gs, n, topk, n, own.data());
+      own_bad += !(oc == counts[row] && std::equal(own.begin(), own.end(), grow));
+      bad_rows += !judge_row(rrow, n, topk, grow, counts[row], &ties);
+      if (all_equal && n > 0) {
+        // equal summaries: the GPU's scores of the row are bit-identical, and the lowest ids win
+        bool same = true;
+        for (int i = 1; i < n; ++i) same = same && std::bit_cast<std::uint32_t>(gs[i]) == std::bit_cast<std::uint32_t>(gs[0]);
+        bool lowest = counts[row] == std::min(topk, n) + 1;
+        for (int i = 0; lowest && i < std::min(topk, n); ++i) lowest = grow[i] == i;
+        equal_rows += same && lowest;
+        EXPECT(same && lowest, "%s row (t %d, g %d, n %d): equal summaries must give equal scores (%d) and ids 0.. (%d)",
+               what.c_str(), t, g, n, int(same), int(lowest));
+      }
+    }
+  EXPECT(score_bad == 0, "%s: %d scores off by > 1e-3 of the row max", what.c_str(), score_bad);
+  EXPECT(own_bad == 0, "%s: %d rows where the GPU selection != reference selection of the GPU's own scores", what.c_str(),
+         own_bad);
+  EXPECT(bad_rows == 0, "%s: %d selection rows differ beyond ties within rounding", what.c_str(), bad_rows);
+  std::printf("  %s: %d rows, %d tolerated ties%s\n", what.c_str(), lg * T, ties,
+              all_equal ? (", " + std::to_string(equal_rows) + " all-equal rows by id").c_str() : "");
+  for (void* p : std::initializer_list<void*>{d_cu, d_seq, d_bt, d_sum, d_iq, d_w, d_ids, d_cnt, d_ws})
+    GPU_CHECK(cudaFree(p));
+}
+
+}  // namespace
+
+GPU_CASE("indexer: decode batches of 1, 16, 64, 257 at every geometry x tp (odd region counts, short rows, all-equal ties, MTP)") {
+  // Decode steps as engines run them, for every row and tp of geometries.def: one token per request
+  // (a tile per token: the tile starts are cu_seqlens_q, no plan kernel), histories with odd region
+  // counts (positions 8m + 1 .. 8m + 7 too), shorter than topk (everything selected), 0, and long
+  // (16384 regions = 128K tokens at batch 1; 32K tokens at batch 16, 16K at 64, 4K at 257); the same
+  // batches with every summary equal (ties decided by id); and an MTP step at batch 16 (2 tokens per
+  // request: tiles of 2 tokens, tile starts from the plan kernel).
+  // Quick: batches 1 and 16, histories up to 8192 and 4096 positions.
+  const int topk = 512;
+  std::vector<int> batches = {1, 16, 64, 257};
+  if (step5_test::quick()) batches = {1, 16};
+  for (const auto& e : step5::layout::kGeometries)
+    for (int i = 0; i < e.num_tp_values; ++i) {
+      const int tp = e.tp_values[i];
+      for (int batch : batches) {
+        std::mt19937 rng(static_cast<std::uint32_t>(1000 * tp + batch));
+        const int long_max = batch == 1 ? sz(131072, 8192) : batch == 16 ? sz(32768, 4096) : batch == 64 ? 16384 : 4096;
+        std::vector<int> q(static_cast<std::size_t>(batch), 1), seq(static_cast<std::size_t>(batch));
+        for (int b = 0; b < batch; ++b) {
+          const int kind = b % 4;
+          const int odd = 2 * static_cast<int>(rng() % (kind == 1 ? 32 : long_max / 16)) + 1;  // odd region count
+          if (kind == 0) seq[b] = long_max;                                          // full length
+          else if (kind == 3) seq[b] = static_cast<int>(rng() % 8) + 1;              // no history region
+          else seq[b] = 8 * odd + 1 + static_cast<int>(rng() % 7);  // 1: < topk regions, 2: up to long_max
+        }
+        if (batch == 1) seq[0] = long_max + 7;  // long_max / 8 regions (16384 at full size)
+        const std::string base = std::string(e.name) + " tp " + std::to_string(tp) + " batch " + std::to_string(batch);
+        check_select_direct(e, tp, q, seq, topk, false, rng(), base);
+        check_select_direct(e, tp, q, seq, topk, true, rng(), base + " all-equal");
+        if (batch == 16) {  // MTP: 2 tokens per request
+          std::vector<int> q2(q.size(), 2), seq2(seq);
+          for (auto& x : seq2) x += 1;
+          check_select_direct(e, tp, q2, seq2, topk, false, rng(), base + " MTP");
+        }
+      }
+    }
+}
+
 GPU_CASE("indexer: bad arguments are refused with messages naming the values") {
   const auto& e = step5::layout::kGeometries[0];
   const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, 1), 0).layout;

@@ -1,19 +1,22 @@
 // GPU test of the deterministic top-k selection (SPEC.md §4.6): step5::ops::topk_select fed the
 // same fp32 scores as the CPU reference (step5/reference/select.hpp); rows and counts must be equal
-// exactly, on hard patterns (plateaus, ±inf, NaN, −0, near-equal values), every kernel variant
-// (one CTA per row and a cluster of kTopkCluster CTAs per row, each with keys staged in shared
-// memory or re-read from global memory; 131072-region rows), at engine batch sizes (33, 257 and
-// 1024 decode rows of mixed histories, some empty), and bit-identical over 100 launches while a
+// exactly, on hard patterns (plateaus, ±inf, NaN, −0, near-equal values, keys on both sides of the
+// radix digit boundaries), every kernel variant (one CTA per row and a cluster of kTopkCluster CTAs
+// per row, each with keys staged in shared memory or re-read from global memory; 131072-region
+// rows), at engine batch sizes (33, 257 and 1024 decode rows of mixed histories, some empty; 1, 16,
+// 64 and 257 rows of 16384 regions), and bit-identical over 100 launches while a
 // memory-streaming kernel is launched on another stream each time (no assertion depends on
 // whether the two overlap).
 // Quick (sanitizer) mode, step5_test::quick(): the edge cases unchanged; the shared-memory case
 // with one 16384-region row plus every pattern at 9999 and 513; the long-row case on 50000-region
 // rows instead of 131072 (above kTopkSmemKeys = 49152 of kernels/sm90/indexer_topk.cuh, so the
 // forced one-CTA run still re-reads keys from global memory, and the launcher's own choice is a
-// cluster); the batch case at 33 and 257 rows (not 1024); 5 repeated launches instead of 100.
+// cluster); the batch case at 33 and 257 rows (not 1024); the 16384-region decode rows at 1 and 16
+// rows; 5 repeated launches instead of 100.
 #include <cstdint>
 #include <algorithm>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -26,7 +29,7 @@
 
 namespace {
 
-enum class Pattern { kRandom, kAllEqual, kInf, kNaN, kZeroPlateau, kNearEqual, kFewDistinct, kNegative };
+enum class Pattern { kRandom, kAllEqual, kInf, kNaN, kZeroPlateau, kNearEqual, kFewDistinct, kNegative, kDigitEdges };
 const char* pattern_name(Pattern p) {
   switch (p) {
     case Pattern::kRandom: return "random";
@@ -37,6 +40,7 @@ const char* pattern_name(Pattern p) {
     case Pattern::kNearEqual: return "near-equal";
     case Pattern::kFewDistinct: return "few-distinct";
     case Pattern::kNegative: return "negative";
+    case Pattern::kDigitEdges: return "digit-edges";
   }
   return "?";
 }
@@ -92,6 +96,19 @@ void fill_row(float* s, int n, int topk, Pattern p, std::mt19937& rng) {
     case Pattern::kNegative:
       for (int i = 0; i < n; ++i) s[i] = -std::abs(s[i]) * 1e-30f;  // tiny negatives, subnormal-ish
       break;
+    case Pattern::kDigitEdges: {
+      // keys on both sides of the radix digit boundaries (key bits 10 and 21: digits [31:21],
+      // [20:10], [9:0] of kernels/sm90/indexer_topk.cuh): values sharing the upper digits and
+      // differing just below or across a boundary, many repeated, negatives too (keys inverted)
+      static constexpr std::uint32_t kOffsets[] = {0u,     1u,      0x3ffu,    0x400u,    0x401u,   0x7ffu,
+                                                   0x800u, 0x1fffffu, 0x200000u, 0x200001u, 0x3fffffu};
+      for (int i = 0; i < n; ++i) {
+        std::uint32_t b = 0x3f800000u + kOffsets[ui(rng) % std::size(kOffsets)] + static_cast<std::uint32_t>(ui(rng) % 3);
+        if (ui(rng) % 4 == 0) b |= 0x80000000u;
+        std::memcpy(&s[i], &b, 4);
+      }
+      break;
+    }
   }
 }
 
@@ -217,7 +234,9 @@ void check_against_reference(const Rows& R, const char* what_base) {
 }
 
 const Pattern kAll[] = {Pattern::kRandom,      Pattern::kAllEqual,  Pattern::kInf,         Pattern::kNaN,
-                        Pattern::kZeroPlateau, Pattern::kNearEqual, Pattern::kFewDistinct, Pattern::kNegative};
+                        Pattern::kZeroPlateau, Pattern::kNearEqual, Pattern::kFewDistinct, Pattern::kNegative,
+                        Pattern::kDigitEdges};
+constexpr int kNumPatterns = static_cast<int>(std::size(kAll));
 
 }  // namespace
 
@@ -291,9 +310,27 @@ GPU_CASE("topk: batches of 33, 257 and 1024 decode rows (quick: 33, 257), mixed 
     for (int r = 0; r < rows; ++r) {
       const int kind = r % 5;
       const int n = kind == 0 ? 0 : kind == 1 ? shorter(rng) : kind == 2 ? R.topk + (r % 3) - 1 : longer(rng);
-      R.add(n, kAll[(r / 5) % 8], rng);
+      R.add(n, kAll[(r / 5) % kNumPatterns], rng);
     }
     check_against_reference(R, ("batch of " + std::to_string(rows) + " rows").c_str());
+  }
+}
+
+GPU_CASE("topk: decode-shaped rows of 16384 regions (128K tokens), 1, 16, 64 and 257 rows (quick: 1, 16), every variant") {
+  // the row counts of decode batches 1-64 at tp 8 (one group) and 257: the launcher's choice moves
+  // from a cluster per row (few rows) to one CTA per row; histories full, odd (16383, 12345), just
+  // above and below topk, and 0; every pattern cycles through
+  std::mt19937 rng(7);
+  std::vector<int> counts = {1, 16};
+  if (!step5_test::quick()) counts.insert(counts.end(), {64, 257});
+  for (int rows : counts) {
+    Rows R;
+    R.topk = 512;
+    R.ld = 16384;
+    const int hist[] = {16384, 16383, 12345, 513, 511, 0};
+    for (int r = 0; r < rows; ++r)
+      R.add(rows == 1 ? 16384 : hist[r % 6], kAll[(r + rows) % kNumPatterns], rng);
+    check_against_reference(R, ("decode rows x" + std::to_string(rows)).c_str());
   }
 }
 

@@ -7,8 +7,9 @@
 ///     indexer k LayerNorm + RoPE → `index_k`, score weights × hpg_i^-0.5 (SPEC §4.2–4.3). One launch.
 ///  2. `indexer_summaries` — region summaries of the regions completed by this step (tail rows +
 ///     new rows) into the paged e4m3 summary cache; leftover rows go to the tail buffer (SPEC §4.4).
-///  3. `indexer_select`    — scores (e4m3 tensor cores, SPEC §4.5) + deterministic top-k selection
-///     (SPEC §4.6) for every (token, local group); prefill chunks and decode rows in one batch.
+///  3. `indexer_select`    — scores (tensor cores; the e4m3 operands are exact in fp16, SPEC §4.5) +
+///     deterministic top-k selection (SPEC §4.6) for every (token, local group); prefill chunks and
+///     decode rows in one batch.
 ///  `topk_select` is step 6 alone on given fp32 scores (tests, benchmarks, other score producers).
 ///
 /// Data layouts: docs/ARCHITECTURE.md "Shared data conventions". All pointers are device pointers;

@@ -60,7 +60,8 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   const int mean_q = B > 0 ? (T + B - 1) / B : 1;
   s.tok_tile = std::max(1, std::min(kernels::sm90::kScoreCols / Il, mean_q));
   s.cols_cap = (s.tok_tile * Il + 7) / 8 * 8;
-  s.tiles_upper = (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile + B;
+  // Σ_b ceil(q_len_b / tok_tile) <= T / tok_tile + B; exactly T with one token per tile
+  s.tiles_upper = s.tok_tile == 1 ? T : (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile + B;
   constexpr int kStep = 16 * kernels::sm90::kScoreWarps;
   int rpc = 4 * kStep;
   while (rpc > kStep && s.tiles_upper * ((ld + rpc - 1) / rpc) < 2ll * num_sms) rpc /= 2;
@@ -69,6 +70,21 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   s.bt_cap = rpc * layout::kRegionSize / block_size + 2;
   s.smem_bytes = kernels::sm90::score_smem_bytes(G.proxy_dim, s.cols_cap, s.bt_cap);
   return s;
+}
+
+/// The score tiles' starts of plan `sp` (tile_start[b], b in [0, B]): with one token per tile (decode)
+/// they are cu_seqlens_q itself and nothing is launched; else indexer_plan_kernel writes them to
+/// `plan` (plan_bytes(B) of the workspace). `*tile_start` receives the array the kernel reads.
+inline Status score_tile_starts(const ScorePlan& sp, const std::int32_t* cu_seqlens_q, int B, std::int32_t* plan,
+                                cudaStream_t stream, const std::int32_t** tile_start) {
+  if (sp.tok_tile == 1) {
+    *tile_start = cu_seqlens_q;
+    return Status::Ok();
+  }
+  *tile_start = plan;
+  return kernels::sm90::launch_kernel("indexer_plan_kernel launch", &kernels::sm90::indexer_plan_kernel<>,
+                                      {dim3(1), dim3(kernels::sm90::kPlanThreads)}, stream, cu_seqlens_q, B,
+                                      sp.tok_tile, plan);
 }
 
 /// Launches the score kernel of plan `sp` for the token chunk [a.t0, a.t1) (the plan fields of `a`
@@ -222,7 +238,6 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   if (Il > kernels::sm90::kScoreCols)
     return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
   const int chunk = static_cast<int>(std::min<std::size_t>(T, (p.workspace_bytes - fixed) / per_token));
-  auto* tile_start = static_cast<std::int32_t*>(p.workspace);
   float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
   int dev = 0, sms = 0;
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
@@ -231,10 +246,9 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   if (sp.region_chunks > 65535 || sp.tiles_upper > 0x7fffffff)
     return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " or num_tokens = " + num(T) +
                             " exceeds the launch grid");
-  STEP5_RETURN_IF_ERROR(kernels::sm90::launch_kernel("indexer_plan_kernel launch",
-                                                     &kernels::sm90::indexer_plan_kernel<>,
-                                                     {dim3(1), dim3(kernels::sm90::kPlanThreads)}, stream,
-                                                     p.batch.cu_seqlens_q, B, sp.tok_tile, tile_start));
+  const std::int32_t* tile_start = nullptr;
+  STEP5_RETURN_IF_ERROR(score_tile_starts(sp, p.batch.cu_seqlens_q, B, static_cast<std::int32_t*>(p.workspace), stream,
+                                          &tile_start));
 
   for (int t0 = 0; t0 < T; t0 += chunk) {
     const int t1 = std::min(T, t0 + chunk);

@@ -1,18 +1,24 @@
 #pragma once
 /// \file step5/kernels/sm90/indexer_scores.cuh
-/// Indexer scores (SPEC.md §4.5) on e4m3 tensor cores (mma.sync m16n8k32, fp32 accumulation):
+/// Indexer scores (SPEC.md §4.5) on the fp16 tensor cores (mma.sync m16n8k16, fp32 accumulation):
 ///   score[t, g, r] = Σ_{h<hpg_i} ReLU(<q_e4m3[t, g, h], S[r]>) · w[t, g, h]   (heads in order,
 ///   score = fma(relu_h, w_h, score) as the reference kernel and step5/reference/scores.hpp)
 /// for every history region r < p_t / 8.
 ///
+/// Why fp16: Hopper has no e4m3 mma.sync (ptxas emulates m16n8k32 e4m3 by converting both operands
+/// to fp16 for every instruction, NVIDIA/cutlass#1986). Every e4m3 value is exactly an fp16 value,
+/// so the kernel converts once instead: q when it is staged in shared memory, a summary fragment
+/// once per 16-region m-tile (cvt.rn.f16x2.e4m3x2), whatever the number of q column tiles.
+///
 /// Work split: a *tile* is up to `tok_tile` consecutive tokens of one request (tok_tile · Il ≤ 128
 /// mma columns, column = token · Il + head, so one pass over a request's summaries serves all its
 /// local groups and all its MTP/prefill rows); grid (tiles, region chunks). A CTA stages its tile's
-/// q (e4m3), weights and the block-table entries of its regions in shared memory (decode tiles stage
-/// only their own columns); each warp streams 16-region m-tiles of summaries straight from the paged
-/// cache into registers (A fragments) and multiplies them with every n-tile of q.
-/// The K order inside a 256-byte row is permuted identically for A and B (thread quad lane c reads
-/// bytes [64i + 16c, +16)), which keeps loads 16-byte vectors and is exact for a dot product.
+/// q (as fp16), weights, the score row and history of each (token, group) and the block-table
+/// entries of its regions in shared memory (decode tiles stage only their own columns); each warp
+/// streams 16-region m-tiles of summaries straight from the paged cache into registers (16-byte
+/// loads) and multiplies them with two n-tiles of q at a time.
+/// The K order inside a row is permuted identically for A and B (quad lane c owns bytes
+/// [64i + 16c, +16) of a row), which keeps loads 16-byte vectors and is exact for a dot product.
 /// Scores land in the fp32 workspace, row (t - t0)·lg + g, column r (row stride ld).
 #include <cuda_runtime.h>
 
@@ -51,33 +57,111 @@ struct ScoreArgs {
 inline constexpr int kScoreWarps = 8;
 inline constexpr int kScoreCols = 128;  // max mma columns (token x head) per CTA
 
+/// Bytes of one staged q column in shared memory: P fp16 values and 16 bytes of padding (a row
+/// stride of 16 mod 128 bytes: the quads' 32-byte fragment loads are bank-conflict free).
+__host__ __device__ constexpr int score_q_row_bytes(int P) { return 2 * P + 16; }
 /// Dynamic shared memory bytes of the score kernel for proxy dim P, `cols_cap` staged q columns
-/// and `bt_cap` staged block-table entries.
-constexpr int score_smem_bytes(int P, int cols_cap, int bt_cap) { return cols_cap * (P + 64 + 4) + bt_cap * 4; }
+/// (an fp16 q row, a weight, and the score row and history of a column group) and `bt_cap` staged
+/// block-table entries.
+constexpr int score_smem_bytes(int P, int cols_cap, int bt_cap) {
+  return cols_cap * (score_q_row_bytes(P) + 4 + 8) + bt_cap * 4;
+}
 
-__device__ __forceinline__ void mma_e4m3_16832(float (&c)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
-                                               std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
+__device__ __forceinline__ void mma_f16_16816(float (&c)[4], std::uint32_t a0, std::uint32_t a1, std::uint32_t a2,
+                                              std::uint32_t a3, std::uint32_t b0, std::uint32_t b1) {
   asm volatile(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/// Two e4m3 values (bits [7:0] and [15:8] of `v`) as an fp16x2 word, exactly (every e4m3 value,
+/// NaN included, is an fp16 value); `hi` selects the upper two bytes of `v`.
+__device__ __forceinline__ std::uint32_t e4m3x2_to_f16x2(std::uint32_t v, bool hi) {
+  const unsigned short h = static_cast<unsigned short>(hi ? v >> 16 : v & 0xffffu);
+  std::uint32_t r;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(h));
+  return r;
+}
+
 __device__ __forceinline__ float relu_keep_nan(float x) { return x < 0.f ? 0.f : x; }
 
+/// Register epilogue of one n-tile `nt` (q columns nt·8 .. nt·8 + 7) of the 16-region m-tile at `rb`.
+/// The m16n8 accumulator gives lane (g, c) columns 2c, 2c + 1 of rows (regions) rb + g and rb + g + 8,
+/// i.e. heads 2c, 2c + 1 of one (token, group) column group: a group's hpg_i heads sit in kChain =
+/// hpg_i / 2 consecutive lanes of a quad. The SPEC's sequential head sum (§4.5: score = fma(relu_h,
+/// w_h, score), h in order, from +0.0) runs down that chain: lane j adds its two heads to the partial
+/// sum of lane j - 1 (one shuffle per row and link), and the chain's last lane stores. hpg_i = 1:
+/// every column is its own group.
+template <int HPG>
+__device__ __forceinline__ void score_epilogue(const ScoreArgs& a, const float (&acc)[4], const float* sw,
+                                               const std::int32_t* srow, const std::int32_t* shist, int nt, int rb,
+                                               int g, int c) {
+  const float p0 = relu_keep_nan(acc[0]), p1 = relu_keep_nan(acc[1]);  // row g, heads 2c, 2c + 1
+  const float p2 = relu_keep_nan(acc[2]), p3 = relu_keep_nan(acc[3]);  // row g + 8
+  const float2 w = *reinterpret_cast<const float2*>(sw + nt * 8 + 2 * c);
+  const int r0 = rb + g, r1 = rb + g + 8;
+  if constexpr (HPG == 1) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int gc = nt * 8 + 2 * c + e;
+      const int row = srow[gc], hist = shist[gc];
+      const float we = e ? w.y : w.x;
+      if (row >= 0) {
+        float* dst = a.scores + static_cast<std::int64_t>(row) * a.ld;
+        if (r0 < hist) dst[r0] = __fmaf_rn(e ? p1 : p0, we, 0.f);
+        if (r1 < hist) dst[r1] = __fmaf_rn(e ? p3 : p2, we, 0.f);
+      }
+    }
+  } else {
+    constexpr int kChain = HPG / 2;
+    const int link = c % kChain;  // position of this lane in its chain
+    // seeded with +0.0 as the reference: a zero score is +0.0 (SPEC §4 "Signed zero")
+    float in0 = 0.f, in1 = 0.f, s0 = 0.f, s1 = 0.f;
+#pragma unroll
+    for (int step = 0; step < kChain; ++step) {
+      s0 = __fmaf_rn(p1, w.y, __fmaf_rn(p0, w.x, in0));
+      s1 = __fmaf_rn(p3, w.y, __fmaf_rn(p2, w.x, in1));
+      if (step + 1 < kChain) {
+        const float u0 = __shfl_up_sync(0xffffffffu, s0, 1), u1 = __shfl_up_sync(0xffffffffu, s1, 1);
+        if (link == step + 1) {
+          in0 = u0;
+          in1 = u1;
+        }
+      }
+    }
+    if (link == kChain - 1) {
+      const int gc = (nt * 8 + 2 * c) / HPG;
+      const int row = srow[gc], hist = shist[gc];
+      if (row >= 0) {
+        float* dst = a.scores + static_cast<std::int64_t>(row) * a.ld;
+        if (r0 < hist) dst[r0] = s0;
+        if (r1 < hist) dst[r1] = s1;
+      }
+    }
+  }
+}
+
+/// CTAs per SM the score kernel is compiled for (__launch_bounds__): 4 at proxy_dim <= 256 (<= 64
+/// registers, no spills: 32 warps per SM to hide the summary loads; prefill tiles of 128 columns
+/// are held to 3 by their shared memory), else 2 (a lane holds P/8 summary words).
+__host__ __device__ constexpr int score_min_ctas(int P) { return P <= 256 ? 4 : 2; }
+
 template <int P, int HPG>
-__global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(ScoreArgs a) {
+__global__ void __launch_bounds__(kScoreWarps * 32, score_min_ctas(P)) indexer_scores_kernel(ScoreArgs a) {
   static_assert(P % 64 == 0 && P <= 512, "indexer_scores_kernel: proxy_dim must be a multiple of 64 (<= 512)");
   static_assert(HPG >= 1 && 8 % HPG == 0, "indexer_scores_kernel: hpg_i must divide 8 (1, 2, 4 or 8)");  // mma n8
 #if STEP5_SM90A_DEVICE
   constexpr int R = layout::kRegionSize;
-  constexpr int kRow = P + 64;  // padded smem row (bank-conflict free fragment loads)
+  constexpr int kRow = score_q_row_bytes(P);
   constexpr int kChunks = P / 64;
   extern __shared__ __align__(16) std::uint8_t smem[];
   std::uint8_t* sq = smem;
   float* sw = reinterpret_cast<float*>(smem + a.cols_cap * kRow);
-  std::int32_t* sbt = reinterpret_cast<std::int32_t*>(sw + a.cols_cap);
+  std::int32_t* srow = reinterpret_cast<std::int32_t*>(sw + a.cols_cap);  // [cols_cap / HPG] score row or -1
+  std::int32_t* shist = srow + a.cols_cap;                                // [cols_cap / HPG] history regions
+  std::int32_t* sbt = shist + a.cols_cap;
 
   const int tile = blockIdx.x;
   const int B = a.num_requests;
@@ -104,16 +188,28 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
   const int Il = a.Il;
   const int cols = ntok * Il;
 
-  // stage q (e4m3) and weights of the tile, and the block-table entries of [r_begin, r_end)
+  // stage q (converted to fp16) and weights of the tile, the score row and history of each (token, group) column
+  // group, and the block-table entries of [r_begin, r_end)
   for (int idx = threadIdx.x; idx < a.cols_cap * (P / 16); idx += kScoreWarps * 32) {
     const int col = idx / (P / 16), ch = idx % (P / 16);
     uint4 v = make_uint4(0, 0, 0, 0);
     if (col < cols)
       v = __ldg(reinterpret_cast<const uint4*>(a.index_q + (static_cast<std::int64_t>(tb) * Il + col) * P) + ch);
-    *reinterpret_cast<uint4*>(sq + col * kRow + ch * 16) = v;
+    // 16 e4m3 values -> 16 fp16 values, in order
+    uint4* dst = reinterpret_cast<uint4*>(sq + col * kRow + ch * 32);
+    dst[0] = make_uint4(e4m3x2_to_f16x2(v.x, false), e4m3x2_to_f16x2(v.x, true), e4m3x2_to_f16x2(v.y, false),
+                        e4m3x2_to_f16x2(v.y, true));
+    dst[1] = make_uint4(e4m3x2_to_f16x2(v.z, false), e4m3x2_to_f16x2(v.z, true), e4m3x2_to_f16x2(v.w, false),
+                        e4m3x2_to_f16x2(v.w, true));
   }
   for (int col = threadIdx.x; col < a.cols_cap; col += kScoreWarps * 32)
     sw[col] = col < cols ? __ldg(a.weights + static_cast<std::int64_t>(tb) * Il + col) : 0.f;
+  for (int gc = threadIdx.x; gc < a.cols_cap / HPG; gc += kScoreWarps * 32) {
+    const int col0 = gc * HPG, tl = col0 / Il;
+    const int t = tb + tl;
+    srow[gc] = tl < ntok ? (t - a.t0) * a.lg + (col0 % Il) / HPG : -1;
+    shist[gc] = tl < ntok ? (past + (t - cu0)) / R : 0;
+  }
   // block ids of the regions [r_begin, r_end); a slot outside the row or an id outside
   // [0, num_blocks) is reported (checked mode) and staged as block 0, so the main loop below
   // stays free of bounds tests and never reads out of bounds (the regions of such a slot score
@@ -132,6 +228,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
   const int n_tiles = (cols + 7) / 8;
   const int slots = a.block_size / R;
 
+#pragma unroll 1
   for (int rb = r_begin + warp * 16; rb < r_end; rb += kScoreWarps * 16) {
     uint4 ra[kChunks], rc[kChunks];  // rows rb + g and rb + g + 8
 #pragma unroll
@@ -139,9 +236,10 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
       const int r = rb + g + 8 * half;
       uint4* dst = half ? rc : ra;
       if (r < r_end) {
-        const std::int64_t blk = sbt[(R * r) / a.block_size - page0];
+        const int page = r / slots;
+        const std::int64_t blk = sbt[page - page0];
         const uint4* src = reinterpret_cast<const uint4*>(
-            a.summary_cache + (blk * slots + (R * r % a.block_size) / R) * P + c * 16);
+            a.summary_cache + (blk * slots + (r - page * slots)) * P + c * 16);
 #pragma unroll
         for (int i = 0; i < kChunks; ++i) dst[i] = __ldg(src + i * 4);
       } else {
@@ -149,47 +247,39 @@ __global__ void __launch_bounds__(kScoreWarps * 32, 2) indexer_scores_kernel(Sco
         for (int i = 0; i < kChunks; ++i) dst[i] = make_uint4(0, 0, 0, 0);
       }
     }
-    for (int nt = 0; nt < n_tiles; ++nt) {
-      const std::uint8_t* qb = sq + (nt * 8 + g) * kRow + c * 16;
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    // two n-tiles (16 q columns) per pass: a summary fragment is converted once per pass, so a
+    // decode tile of <= 16 columns (hpg_i * local groups <= 16) converts it exactly once
+#pragma unroll 1
+    for (int nt = 0; nt < n_tiles; nt += 2) {
+      const bool two = nt + 1 < n_tiles;  // uniform over the CTA
+      const std::uint8_t* qb0 = sq + (nt * 8 + g) * kRow + c * 32;
+      const std::uint8_t* qb1 = qb0 + 8 * kRow;
+      float acc0[4] = {0.f, 0.f, 0.f, 0.f}, acc1[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int i = 0; i < kChunks; ++i) {
-        const uint4 bq = *reinterpret_cast<const uint4*>(qb + i * 64);
-        mma_e4m3_16832(acc, ra[i].x, rc[i].x, ra[i].y, rc[i].y, bq.x, bq.y);
-        mma_e4m3_16832(acc, ra[i].z, rc[i].z, ra[i].w, rc[i].w, bq.z, bq.w);
-      }
-      // epilogue: ReLU of columns 2c, 2c+1 for rows g (acc0, acc1) and g + 8 (acc2, acc3); lane
-      // c = 0 gathers row g, lane c = 1 row g + 8, then score = fma(relu_h, w_h, score) over h in order
-      const float p0 = relu_keep_nan(acc[0]), p1 = relu_keep_nan(acc[1]);
-      const float p2 = relu_keep_nan(acc[2]), p3 = relu_keep_nan(acc[3]);
-      float v[8];
+        // this lane's 16 e4m3 values of chunk i (rows g, g + 8) and the matching 16 fp16 q values
+        const std::uint32_t wa[4] = {ra[i].x, ra[i].y, ra[i].z, ra[i].w};
+        const std::uint32_t wc[4] = {rc[i].x, rc[i].y, rc[i].z, rc[i].w};
+        const uint4 q0a = *reinterpret_cast<const uint4*>(qb0 + i * 128);
+        const uint4 q0b = *reinterpret_cast<const uint4*>(qb0 + i * 128 + 16);
+        const std::uint32_t b0[8] = {q0a.x, q0a.y, q0a.z, q0a.w, q0b.x, q0b.y, q0b.z, q0b.w};
+        std::uint32_t b1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (two) {
+          const uint4 q1a = *reinterpret_cast<const uint4*>(qb1 + i * 128);
+          const uint4 q1b = *reinterpret_cast<const uint4*>(qb1 + i * 128 + 16);
+          b1[0] = q1a.x, b1[1] = q1a.y, b1[2] = q1a.z, b1[3] = q1a.w;
+          b1[4] = q1b.x, b1[5] = q1b.y, b1[6] = q1b.z, b1[7] = q1b.w;
+        }
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int srcl = (lane & ~3) + j;
-        const float x0 = __shfl_sync(0xffffffffu, p0, srcl), x1 = __shfl_sync(0xffffffffu, p1, srcl);
-        const float y0 = __shfl_sync(0xffffffffu, p2, srcl), y1 = __shfl_sync(0xffffffffu, p3, srcl);
-        v[2 * j] = c == 0 ? x0 : y0;
-        v[2 * j + 1] = c == 0 ? x1 : y1;
-      }
-      if (c < 2) {
-        const int r = rb + g + 8 * c;
-#pragma unroll
-        for (int grp = 0; grp < 8 / HPG; ++grp) {
-          float s = 0.f;  // seeded with +0.0 as the reference: a zero score is +0.0 (SPEC §4 "Signed zero")
-#pragma unroll
-          for (int h = 0; h < HPG; ++h) s = __fmaf_rn(v[grp * HPG + h], sw[nt * 8 + grp * HPG + h], s);
-          const int col0 = nt * 8 + grp * HPG;
-          const int tl = col0 / Il;
-          if (tl < ntok) {
-            const int t = tb + tl;
-            const int hist = (past + (t - cu0)) / R;
-            if (r < hist) {
-              const int gi = (col0 % Il) / HPG;
-              a.scores[(static_cast<std::int64_t>(t - a.t0) * a.lg + gi) * a.ld + r] = s;
-            }
-          }
+        for (int st = 0; st < 4; ++st) {  // k16 step: bytes 4st .. 4st + 3 of the lane's 16
+          const std::uint32_t a0 = e4m3x2_to_f16x2(wa[st], false), a1 = e4m3x2_to_f16x2(wc[st], false);
+          const std::uint32_t a2 = e4m3x2_to_f16x2(wa[st], true), a3 = e4m3x2_to_f16x2(wc[st], true);
+          mma_f16_16816(acc0, a0, a1, a2, a3, b0[2 * st], b0[2 * st + 1]);
+          if (two) mma_f16_16816(acc1, a0, a1, a2, a3, b1[2 * st], b1[2 * st + 1]);
         }
       }
+      score_epilogue<HPG>(a, acc0, sw, srow, shist, nt, rb, g, c);
+      if (two) score_epilogue<HPG>(a, acc1, sw, srow, shist, nt + 1, rb, g, c);
     }
   }
   pdl_launch_dependents();
