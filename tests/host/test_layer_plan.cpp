@@ -235,18 +235,17 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
   struct Case {
     int tp, batch, splits;
   };
-  // the numbers of the planner's comment (H200: 132 SMs): step5_preview (D 192) decode runs a
-  // 4-stage ring with one CTA per SM
-  for (const Case c : {Case{1, 1, 22}, Case{1, 2, 13}, Case{1, 4, 8}, Case{1, 8, 4}, Case{1, 16, 2}, Case{1, 32, 1},
-                       Case{1, 64, 1}, Case{1, 128, 1}, Case{8, 1, 22}, Case{8, 8, 13}, Case{8, 16, 8},
-                       Case{8, 32, 4}, Case{8, 64, 2}, Case{8, 128, 1}}) {
+  // H200 (132 SMs): step5_preview (D 192) decode keeps two CTAs per SM (264 slots) with a
+  // 2-stage ring — measured faster than 4 stages x 1 CTA (ops/attention.hpp, bench/RESULTS.md)
+  for (const Case c : {Case{1, 1, 22}, Case{1, 2, 22}, Case{1, 4, 13}, Case{1, 8, 8}, Case{1, 16, 4}, Case{1, 32, 2},
+                       Case{1, 64, 1}, Case{1, 128, 1}, Case{8, 1, 22}, Case{8, 8, 22}, Case{8, 16, 13},
+                       Case{8, 32, 8}, Case{8, 64, 4}, Case{8, 128, 2}}) {
     CAPTURE(c.tp);
     CAPTURE(c.batch);
     ops::SparseAttentionPlan ap;
     REQUIRE(ops::sparse_attention_plan(decode(rank_of("step5_preview", c.tp, 0), c.batch, 512), sms, &ap).ok());
-    CHECK(ap.stages == 4);
-    CHECK(ap.smem_bytes > ops::attention_two_per_sm_smem(4));  // one CTA per SM
-    CHECK(ap.smem_bytes <= ops::kAttentionMaxSmem);
+    CHECK(ap.stages == 2);
+    CHECK(ap.smem_bytes <= ops::attention_two_per_sm_smem(2));  // two CTAs per SM
     CHECK(ap.num_splits == c.splits);
     CHECK((ap.num_splits > 1) == (ap.workspace_bytes > 0));
   }

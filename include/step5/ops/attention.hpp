@@ -223,11 +223,14 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
             " tokens: the region bitmaps must fit in shared memory"));
   // Ring depth. Prefill keeps 2 stages and the widest tile (compute-bound; two stages hide the
   // gather). Decode-like batches (<= 4 rows per request on average; their tiles hold 1-4 queries
-  // anyway) are bandwidth-bound: they take the (stages, query tile, CTAs per SM) with the most
-  // K/V bytes in flight per SM, CTAs/SM x (stages - 1) stages (one stage is being computed);
-  // ties keep two CTAs per SM, then fewer stages. D 192 (48 KiB per stage): 2 stages x 2 CTAs = 2
-  // in flight, 3 x 1 = 2, 4 x 1 = 3 -> 4 stages, one CTA per SM; D 128 (32 KiB): 3 stages x 2
-  // CTAs = 4 in flight -> 3 stages. A forced `pipeline_stages` is taken as given.
+  // anyway) are bandwidth-bound: they keep two CTAs per SM whenever the shared memory allows,
+  // with the deepest ring that still fits two; one CTA per SM only when two never fit. Measured
+  // on the H200 (bench_attention decode at 128K, step5_preview D 192, 48 KiB per stage, the same
+  // split model; bench/RESULTS.md): 2 stages x 2 CTAs 221.6 µs (tp 1, batch 64) and 84.6 µs (tp 8,
+  // batch 64) against 351.4 and 110.6 µs for 4 stages x 1 CTA and 346.2 / 107.8 µs for 3 x 1: a
+  // second CTA hides the other's serial per-stage work (block-table reads, masks, softmax), which
+  // more bytes in flight in one CTA does not. D 128 (32 KiB): 3 stages x 2 CTAs. A forced
+  // `pipeline_stages` is taken as given.
   int ns = kAttentionMinStages;
   const bool decode_like = static_cast<long long>(p.num_tokens) <= 4ll * p.num_requests;
   if (decode_like || p.pipeline_stages != 0) {
@@ -240,8 +243,8 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
         if (p.query_tile == 0)
           while (q > 1 && smem_for(q, n) > limit) --q;
         if (smem_for(q, n) > limit || (per_sm == 2 && !decode_like)) continue;
-        if (per_sm * (n - 1) > best) {
-          best = per_sm * (n - 1);
+        if (per_sm * 16 + n > best) {  // two CTAs per SM first, then the deepest ring
+          best = per_sm * 16 + n;
           best_ns = n;
           best_qt = q;
         }
@@ -277,7 +280,8 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     // more splits than stages), and a last partial wave is avoided (the factor of the old rule,
     // ceil(4 * SMs / CTAs), gave 2.1 waves at tp 8 batch 32 and 2.4 at tp 1 batch 32). Ties take
     // the smaller S (less merge work). H200 (132 SMs), topk 512 = 65 stages, CTAs(1) = batch x
-    // KV groups; step5_preview D 192 decode runs 4 stages, 1 CTA per SM = 132 slots:
+    // KV groups; step5_preview D 192 decode runs 2 stages, 2 CTAs per SM = 264 slots (the figures
+    // below were worked out for 4 stages and 132 slots; `test_layer_plan` pins the current table):
     //   tp 1 (4 groups)  batch 1: 22 splits (88 CTAs, 2-3 stages each), 2: 13, 4: 8, 8: 4,
     //                    16: 2 (128 CTAs), >= 32: 1 (128 / 256 / 512 CTAs, no merge);
     //   tp 8 (1 group)   batch 1-4: 22, 8: 13, 16: 8, 32: 4 (128 CTAs), 64: 2, 128: 1.

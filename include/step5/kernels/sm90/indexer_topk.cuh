@@ -6,18 +6,16 @@
 ///
 /// Order: scores are mapped to order-preserving uint32 keys (NaN → 0xffffffff above +inf, −0 → +0);
 /// the selection is the first k of (key descending, region id ascending), which is unique, so the
-/// result never depends on thread timing. A 3-pass radix select over 11-, 11- and 10-bit digits
-/// (bits [31:21], [20:10], [9:0]; 2048-bin shared-memory histograms, the digit found by one block
-/// scan; a warp whose 32 keys share one digit adds once, so plateaus of equal scores do not
-/// serialise: three dependent passes, where 8-bit digits took four) finds
+/// result never depends on thread timing. A 4-pass 8-bit radix select (shared-memory histograms; a
+/// warp whose 32 keys share one digit adds once, so plateaus of equal scores do not serialise) finds
 /// the k-th key K* and how many keys equal to K* are taken (`need`); a compaction pass in id order
 /// (cub::BlockScan) then writes ids with key > K*, and the first `need` ids with key == K*, ascending.
 /// In a cluster, CTA rank c owns an id-contiguous slice of the row: every rank sums the ranks'
 /// histograms in rank order through distributed shared memory (identical results everywhere), and
 /// the compaction offsets of a slice are the (gt, eq) totals of the lower ranks.
 /// Rows whose history fits (k == n) skip the radix passes. Keys are staged in dynamic shared memory
-/// when a CTA's slice fits (kSmem; loaded with several independent loads in flight per thread, the
-/// first pass's histogram counted while staging), else re-read from global memory each pass.
+/// when a CTA's slice fits (kSmem; loaded with several independent loads in flight per thread), else
+/// re-read from global memory each pass.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -67,22 +65,6 @@ inline constexpr int kTopkSmemKeys = 49152;
 /// CTAs per row of the cluster variant (a thread-block cluster; histograms and compaction offsets
 /// are exchanged through distributed shared memory).
 inline constexpr int kTopkCluster = 8;
-/// Radix digits of the selection: kTopkPasses passes, the first kTopkPasses - 1 of kTopkDigitBits
-/// bits, the last of the remaining 32 - (kTopkPasses - 1) · kTopkDigitBits; kTopkBins bins each.
-inline constexpr int kTopkPasses = 3;
-inline constexpr int kTopkDigitBits = 11;
-inline constexpr int kTopkBins = 1 << kTopkDigitBits;
-inline constexpr int kTopkBinsPerThread = kTopkBins / kTopkThreads;  // the digit scan's bins per thread
-static_assert(kTopkBins % kTopkThreads == 0 && kTopkBinsPerThread == 4, "the digit scan loads 4 bins (16 bytes)");
-static_assert((kTopkPasses - 1) * kTopkDigitBits < 32 && 32 - (kTopkPasses - 1) * kTopkDigitBits <= kTopkDigitBits,
-              "the passes cover the 32 key bits");
-/// Lowest key bit of the digit of pass `pass` (0 = most significant digit) and its bin mask.
-__host__ __device__ constexpr int topk_digit_shift(int pass) { return 32 - (pass + 1) * kTopkDigitBits < 0 ? 0 : 32 - (pass + 1) * kTopkDigitBits; }
-__host__ __device__ constexpr std::uint32_t topk_digit_mask(int pass) {
-  return (pass + 1 < kTopkPasses ? (1u << kTopkDigitBits) : (1u << (32 - (kTopkPasses - 1) * kTopkDigitBits))) - 1u;
-}
-static_assert(topk_digit_shift(0) == 21 && topk_digit_shift(1) == 10 && topk_digit_shift(2) == 0 &&
-              topk_digit_mask(2) == 0x3ffu, "11-, 11- and 10-bit digits");
 
 /// Regions `n` and output row of selection row `r` (see TopkArgs).
 struct TopkRow {
@@ -95,18 +77,6 @@ __device__ __forceinline__ TopkRow topk_row(const TopkArgs& a, int r) {
   const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
   const int cu0 = a.cu_seqlens_q[b], cu1 = a.cu_seqlens_q[b + 1];
   return {(a.seq_lens[b] - (cu1 - cu0) + (t - cu0)) / layout::kRegionSize, static_cast<std::int64_t>(g) * a.num_tokens + t};
-}
-
-/// Adds one key's `digit` (kTopkBins: the key is not counted) to histogram `h`; called by all 32
-/// lanes of the warp together. A warp whose 32 keys share one digit (plateaus) adds once, so equal
-/// scores do not serialise on one bin; otherwise one atomic per counted key.
-__device__ __forceinline__ void topk_hist_add(unsigned* h, unsigned digit, int lane) {
-  const unsigned d0 = __shfl_sync(0xffffffffu, digit, 0);
-  if (__all_sync(0xffffffffu, digit == d0)) {
-    if (lane == 0 && d0 < static_cast<unsigned>(kTopkBins)) atomicAdd(&h[d0], 32u);
-  } else if (digit < static_cast<unsigned>(kTopkBins)) {
-    atomicAdd(&h[digit], 1u);
-  }
 }
 
 /// Barrier over the CTAs that share a row: the cluster (kC > 1) or the CTA.
@@ -131,15 +101,15 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
 #if STEP5_SM90A_DEVICE
   using Scan = cub::BlockScan<unsigned long long, kTopkThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ __align__(16) unsigned hist[2][kTopkBins];  // double-buffered: remote ranks may still read the previous pass
-  __shared__ __align__(16) unsigned hsum[kC > 1 ? kTopkBins : 4];  // cluster: the row's histogram (sum over ranks)
+  __shared__ unsigned hist[2][256];  // double-buffered: remote ranks may still read the previous pass
+  __shared__ unsigned hsum[kC > 1 ? 256 : 1];  // cluster: the row's histogram (sum over ranks)
   __shared__ unsigned s_digit, s_above, s_count;
   __shared__ unsigned long long s_total;  // (eq << 32) | gt of this CTA's slice
   extern __shared__ std::uint32_t skeys[];
 
   const int r = static_cast<int>(blockIdx.x) / kC;
   const int crank = static_cast<int>(blockIdx.x) % kC;
-  const int tid = threadIdx.x, lane = tid & 31;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   pdl_wait();  // the scores belong to the previous kernel
   const TopkRow row = topk_row(a, r);
   const int n = row.n;
@@ -155,12 +125,9 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     need = static_cast<unsigned>(n);
   } else {
     unsigned krem = static_cast<unsigned>(k);
-    for (int i = tid; i < 2 * kTopkBins; i += kTopkThreads) hist[i / kTopkBins][i % kTopkBins] = 0;  // both buffers
+    if (tid < 512) hist[tid >> 8][tid & 255] = 0;  // both buffers
     if constexpr (kSmem) {
-      // stage the slice's keys (kStage independent loads in flight per thread) and count the first
-      // pass's digits on the way (every key matches the empty prefix), so pass 0 does not sweep the
-      // keys again
-      __syncthreads();  // the histograms are clear before any thread counts
+      // stage the slice's keys: kStage independent loads in flight per thread
       constexpr int kStage = 8;
       for (int base = 0; base < len; base += kTopkThreads * kStage) {
         float v[kStage];
@@ -172,9 +139,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
 #pragma unroll
         for (int j = 0; j < kStage; ++j) {
           const int i = base + j * kTopkThreads + tid;
-          const std::uint32_t key = score_key(v[j]);
-          if (i < len) skeys[i] = key;
-          topk_hist_add(hist[0], i < len ? key >> topk_digit_shift(0) : static_cast<unsigned>(kTopkBins), lane);
+          if (i < len) skeys[i] = score_key(v[j]);
         }
       }
     }
@@ -182,57 +147,71 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     const int len_up = (len + kTopkThreads - 1) / kTopkThreads * kTopkThreads;
     int buf = 0;
 #pragma unroll 1
-    for (int pass = 0; pass < kTopkPasses; ++pass, buf ^= 1) {
-      const int shift = topk_digit_shift(pass);
-      const std::uint32_t dmask = topk_digit_mask(pass);
+    for (int shift = 24; shift >= 0; shift -= 8, buf ^= 1) {
       unsigned* h = hist[buf];
-      if (!kSmem || pass > 0) {  // staged keys: pass 0 was counted while staging
-        for (int i = tid; i < len_up; i += kTopkThreads) {
-          std::uint32_t key = 0;
-          if (i < len) key = kSmem ? skeys[i] : score_key(src[i]);
-          const bool match = i < len && (key & mask) == prefix;
-          topk_hist_add(h, match ? (key >> shift) & dmask : static_cast<unsigned>(kTopkBins), lane);
+      for (int i = tid; i < len_up; i += kTopkThreads) {
+        std::uint32_t key = 0;
+        if (i < len) key = kSmem ? skeys[i] : score_key(src[i]);
+        const bool match = i < len && (key & mask) == prefix;
+        const unsigned digit = match ? (key >> shift) & 0xffu : 256u;
+        // a warp whose 32 keys share one digit (plateaus) adds once; otherwise per-key atomics
+        const unsigned d0 = __shfl_sync(0xffffffffu, digit, 0);
+        if (__all_sync(0xffffffffu, digit == d0)) {
+          if (lane == 0 && d0 < 256u) atomicAdd(&h[d0], 32u);
+        } else if (match) {
+          atomicAdd(&h[digit], 1u);
         }
       }
       row_sync<kC>();  // every rank's histogram of this pass is complete
       const unsigned* hs = h;
       if constexpr (kC > 1) {
-        // each thread sums kTopkBinsPerThread bins over the ranks (independent DSMEM loads in
-        // flight), in rank order: every rank gets identical sums
-        uint4 v[kC];
+        // 256 threads each sum one bin over the ranks (kC independent DSMEM loads in flight), in rank
+        // order: every rank gets identical sums; the other 256 clear the other buffer, last read
+        // (remotely too) in the previous pass, before this barrier
+        if (tid < 256) {
+          unsigned v[kC];
 #pragma unroll
-        for (int q = 0; q < kC; ++q) v[q] = reinterpret_cast<const uint4*>(rank_smem<kC>(h, q))[tid];
-        uint4 sum = make_uint4(0, 0, 0, 0);
+          for (int q = 0; q < kC; ++q) v[q] = rank_smem<kC>(h, q)[tid];
+          unsigned sum = 0;
 #pragma unroll
-        for (int q = 0; q < kC; ++q) sum.x += v[q].x, sum.y += v[q].y, sum.z += v[q].z, sum.w += v[q].w;
-        reinterpret_cast<uint4*>(hsum)[tid] = sum;
+          for (int q = 0; q < kC; ++q) sum += v[q];
+          hsum[tid] = sum;
+        } else if (tid < 512) {
+          hist[buf ^ 1][tid - 256] = 0;
+        }
+        __syncthreads();
         hs = hsum;
       }
-      // the other buffer, last read (remotely too) in the previous pass, before this pass's barrier
-      reinterpret_cast<uint4*>(hist[buf ^ 1])[tid] = make_uint4(0, 0, 0, 0);
-      if constexpr (kC > 1) __syncthreads();
-      // the digit of the k-th key: thread u holds bins 4(511 - u) .. 4(511 - u) + 3 (thread 0 the
-      // highest); an exclusive scan over the threads gives the count above each thread's bins
-      const uint4 cb = reinterpret_cast<const uint4*>(hs)[kTopkThreads - 1 - tid];
-      const unsigned c4[4] = {cb.w, cb.z, cb.y, cb.x};  // descending bins
-      const unsigned s4 = c4[0] + c4[1] + c4[2] + c4[3];
-      unsigned long long above_ull, total_ull;
-      Scan(scan_tmp).ExclusiveSum(static_cast<unsigned long long>(s4), above_ull, total_ull);
-      unsigned higher = static_cast<unsigned>(above_ull);  // keys in bins above bin j
+      if (warp == 0) {
+        unsigned c[8], s = 0;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (higher < krem && higher + c4[j] >= krem) {  // exactly one (thread, j) over the CTA
-          s_digit = static_cast<unsigned>(4 * (kTopkThreads - 1 - tid) + 3 - j);
-          s_above = higher;
-          s_count = c4[j];
+        for (int j = 0; j < 8; ++j) c[j] = hs[255 - 8 * lane - j];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) s += c[j];
+        unsigned incl = s;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+          const unsigned v = __shfl_up_sync(0xffffffffu, incl, off);
+          if (lane >= off) incl += v;
         }
-        higher += c4[j];
+        unsigned above = incl - s;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          if (above < krem && above + c[j] >= krem) {
+            s_digit = 255 - 8 * lane - j;
+            s_above = above;
+            s_count = c[j];
+          }
+          above += c[j];
+        }
+      } else if (kC == 1 && tid >= 256 && tid < 512) {
+        hist[buf ^ 1][tid - 256] = 0;  // the other buffer was last read in the previous pass
       }
       __syncthreads();
       const unsigned d = s_digit, above = s_above, cnt = s_count;
       krem -= above;
       prefix |= d << shift;
-      mask |= dmask << shift;
+      mask |= 0xffu << shift;
       if (cnt == krem) break;  // every key with this prefix is taken (uniform over the row)
     }
     need = krem;
