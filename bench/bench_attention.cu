@@ -346,6 +346,11 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
     return;
   }
 
+  // Tuning A/B without a rebuild: STEP5_BENCH_ATTN_SPLITS / STEP5_BENCH_ATTN_STAGES force the
+  // plan's num_splits / pipeline_stages (unset = the planner's choice; the case name is unchanged,
+  // so compare such runs only with each other).
+  if (const char* e = std::getenv("STEP5_BENCH_ATTN_SPLITS")) p.num_splits = std::atoi(e);
+  if (const char* e = std::getenv("STEP5_BENCH_ATTN_STAGES")) p.pipeline_stages = std::atoi(e);
   std::size_t ws_bytes = 0;
   const step5::Status st = step5::ops::sparse_attention_workspace_size(p, &ws_bytes);
   if (!st.ok()) {
