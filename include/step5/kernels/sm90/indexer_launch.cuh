@@ -167,10 +167,17 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   a.index_q = p.index_q;
   a.weights = p.weights;
   a.index_k = reinterpret_cast<__nv_bfloat16*>(p.index_k);
+  int dev = 0, sms = 0;
+  STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+  STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
+  const int items = a.local_heads + 2 * a.local_kv_heads + a.index_local_heads + 1;
+  const int per_token = kernels::sm90::prepare_ctas_per_token(p.batch.num_tokens, items, sms);
   return kernels::sm90::launch_kernel(
       "indexer_prepare_kernel launch",
       &kernels::sm90::indexer_prepare_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx>,
-      {dim3(static_cast<unsigned>(p.batch.num_tokens)), dim3(kernels::sm90::kPrepareThreads)}, stream, a);
+      {dim3(static_cast<unsigned>(p.batch.num_tokens), static_cast<unsigned>(per_token)),
+       dim3(kernels::sm90::kPrepareThreads)},
+      stream, a);
 }
 
 template <layout::GeometryId Id>

@@ -1,7 +1,8 @@
 #pragma once
 /// \file step5/kernels/sm90/indexer_prepare.cuh
-/// Post-projection preparation (SPEC.md §4.2–4.3), one CTA per packed token, one warp per head:
-/// reads the token's row of the fused GEMM output C once and writes
+/// Post-projection preparation (SPEC.md §4.2–4.3), gridDim.y CTAs per packed token, one warp per
+/// head (the token's heads dealt out over the CTAs' warps: `prepare_ctas_per_token`):
+/// reads the token's row of the fused GEMM output C and writes
 ///  - main q: zero-centred RMSNorm x·rsqrt(mean(x²)+eps)·(1+w) → bf16 → NeoX RoPE (rot_main) → q_out
 ///  - main k: same with k_norm → k_cache; v copied → v_cache (paged, SPEC §5)
 ///  - indexer q: RMSNorm with (1 + bf16(w)) → bf16 → RoPE (rot_idx) → e4m3 (RNE, satfinite)
@@ -142,8 +143,21 @@ __device__ __forceinline__ void rms_norm_head(float (&x)[N / 32], const float* w
 
 }  // namespace detail
 
-/// Grid: one CTA per packed token (gridDim.x = T), kPrepareThreads threads (8 warps).
+/// Grid: (T, CTAs per token), kPrepareThreads threads (8 warps).
 inline constexpr int kPrepareThreads = 256;
+
+/// CTAs per packed token: enough that each warp of a small batch prepares one head item (the
+/// token's Hl + 2·KVl + Il + 1 items: q, k, v, indexer q heads and the indexer k row), as long as
+/// the grid stays within two waves of `num_sms` (one CTA per token from 2 × num_sms tokens).
+/// Measured with one CTA per token (H200, bench/RESULTS.md "Where decode time goes"): 16.5 µs for
+/// one step5_preview token at tp 1 (89 items on 8 warps: 12 dependent rounds of load, norm, RoPE).
+inline int prepare_ctas_per_token(int num_tokens, int items, int num_sms) {
+  constexpr int kWarps = kPrepareThreads / 32;
+  const int per_items = (items + kWarps - 1) / kWarps;
+  const int per_grid = num_tokens > 0 ? (2 * num_sms + num_tokens - 1) / num_tokens : 1;
+  const int y = per_items < per_grid ? per_items : per_grid;
+  return y < 1 ? 1 : (y > 65535 ? 65535 : y);
+}
 
 template <int D, int P, int ROT_MAIN, int ROT_IDX>
 __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(PrepareArgs a) {
@@ -165,11 +179,12 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
   // the token; one outside the block-table row or a block id outside [0, num_blocks) skips its
   // KV-cache write (reported in checked mode).
   if (pos < 0 || pos >= a.max_position) {
-    if (threadIdx.x == 0) report_bounds_fault(a.bounds_fault, ops::BoundsFault::kPositionBeyondRope, b, pos, -1);
+    if (threadIdx.x == 0 && blockIdx.y == 0)
+      report_bounds_fault(a.bounds_fault, ops::BoundsFault::kPositionBeyondRope, b, pos, -1);
     return;
   }
   const std::int64_t blk = checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b, pos,
-                                         threadIdx.x == 0 ? a.bounds_fault : nullptr);
+                                         threadIdx.x == 0 && blockIdx.y == 0 ? a.bounds_fault : nullptr);
   const std::int64_t kv_row = (blk * a.block_size + pos % a.block_size) * a.local_kv_heads;
   const __nv_bfloat16* cm = a.cos_main + static_cast<std::int64_t>(pos) * (ROT_MAIN / 2);
   const __nv_bfloat16* sm = a.sin_main + static_cast<std::int64_t>(pos) * (ROT_MAIN / 2);
@@ -177,12 +192,13 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
   const __nv_bfloat16* si = a.sin_idx + static_cast<std::int64_t>(pos) * (ROT_IDX / 2);
 
   const int Hl = a.local_heads, KVl = a.local_kv_heads, Il = a.index_local_heads;
-  // weights: threads of the whole CTA, before the per-head work
-  for (int i = threadIdx.x; i < Il; i += kPrepareThreads)
-    a.weights[static_cast<std::int64_t>(t) * Il + i] = __bfloat162float(row[a.col_w + i]) * a.weight_scale;
+  // weights: the threads of the token's first CTA, before the per-head work
+  if (blockIdx.y == 0)
+    for (int i = threadIdx.x; i < Il; i += kPrepareThreads)
+      a.weights[static_cast<std::int64_t>(t) * Il + i] = __bfloat162float(row[a.col_w + i]) * a.weight_scale;
 
   const int items = Hl + 2 * KVl + Il + 1;
-  for (int it = warp; it < items; it += kWarps) {
+  for (int it = blockIdx.y * kWarps + warp; it < items; it += kWarps * gridDim.y) {
     float* buf = sbuf[warp];
     if (it < Hl + KVl) {  // main q or k head
       const bool is_q = it < Hl;
