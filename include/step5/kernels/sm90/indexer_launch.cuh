@@ -170,7 +170,7 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   int dev = 0, sms = 0;
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
   STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
-  const int items = a.local_heads + 2 * a.local_kv_heads + a.index_local_heads + 1;
+  const int items = kernels::sm90::prepare_items(a.local_heads, a.local_kv_heads, a.index_local_heads);
   const int per_token = kernels::sm90::prepare_ctas_per_token(p.batch.num_tokens, items, sms);
   return kernels::sm90::launch_kernel(
       "indexer_prepare_kernel launch",

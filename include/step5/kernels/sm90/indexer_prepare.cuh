@@ -146,8 +146,14 @@ __device__ __forceinline__ void rms_norm_head(float (&x)[N / 32], const float* w
 /// Grid: (T, CTAs per token), kPrepareThreads threads (8 warps).
 inline constexpr int kPrepareThreads = 256;
 
+/// Warp work items of one token: its q heads, k heads, v heads, indexer q heads and the indexer
+/// k row (the kernel's item loop and the launcher's CTAs-per-token choice).
+__host__ __device__ constexpr int prepare_items(int local_heads, int local_kv_heads, int index_local_heads) {
+  return local_heads + 2 * local_kv_heads + index_local_heads + 1;
+}
+
 /// CTAs per packed token: enough that each warp of a small batch prepares one head item (the
-/// token's Hl + 2·KVl + Il + 1 items: q, k, v, indexer q heads and the indexer k row), as long as
+/// token's `prepare_items`), as long as
 /// the grid stays within two waves of `num_sms` (one CTA per token from 2 × num_sms tokens).
 /// Measured with one CTA per token (H200, bench/RESULTS.md "Where decode time goes"): 16.5 µs for
 /// one step5_preview token at tp 1 (89 items on 8 warps: 12 dependent rounds of load, norm, RoPE).
@@ -197,7 +203,7 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
     for (int i = threadIdx.x; i < Il; i += kPrepareThreads)
       a.weights[static_cast<std::int64_t>(t) * Il + i] = __bfloat162float(row[a.col_w + i]) * a.weight_scale;
 
-  const int items = Hl + 2 * KVl + Il + 1;
+  const int items = prepare_items(Hl, KVl, Il);
   for (int it = blockIdx.y * kWarps + warp; it < items; it += kWarps * gridDim.y) {
     float* buf = sbuf[warp];
     if (it < Hl + KVl) {  // main q or k head
