@@ -91,6 +91,9 @@ struct SparseAttentionParams {
   int device = -1;             ///< CUDA device of the pointers; -1 = the current device
 };
 
+/// A batch is decode-like (bandwidth-bound: two CTAs per SM and the deepest ring that keeps two)
+/// when it has at most this many query rows per request on average (decode, MTP).
+inline constexpr int kAttentionDecodeRowsPerRequest = 4;
 /// Upper bound of `num_splits`.
 inline constexpr int kAttentionMaxSplits = 32;
 /// Rows of one CTA tile (queries × hpg_q heads) and gathered tokens per pipeline stage.
@@ -115,7 +118,6 @@ static_assert(attention_static_smem(kAttentionMaxStages) <= 4096, "kAttentionMax
 constexpr std::size_t attention_two_per_sm_smem(int stages) {
   return (233472u - 2u * 1024u - 2u * attention_static_smem(stages)) / 2u;
 }
-inline constexpr std::size_t kAttentionTwoPerSmSmem = attention_two_per_sm_smem(2);  // 113664
 
 /// Bytes of split-KV arrival counters at the start of a sparse-attention workspace: one uint32 per
 /// (query tile, KV group) of a launch with num_splits > 1, at a fixed place so that launches of
@@ -232,7 +234,8 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   // more bytes in flight in one CTA does not. D 128 (32 KiB): 3 stages x 2 CTAs. A forced
   // `pipeline_stages` is taken as given.
   int ns = kAttentionMinStages;
-  const bool decode_like = static_cast<long long>(p.num_tokens) <= 4ll * p.num_requests;
+  const bool decode_like =
+      static_cast<long long>(p.num_tokens) <= static_cast<long long>(kAttentionDecodeRowsPerRequest) * p.num_requests;
   if (decode_like || p.pipeline_stages != 0) {
     int best = -1, best_ns = ns, best_qt = qt;
     for (int n = kAttentionMinStages; n <= kAttentionMaxStages; ++n) {
@@ -280,11 +283,11 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     // more splits than stages), and a last partial wave is avoided (the factor of the old rule,
     // ceil(4 * SMs / CTAs), gave 2.1 waves at tp 8 batch 32 and 2.4 at tp 1 batch 32). Ties take
     // the smaller S (less merge work). H200 (132 SMs), topk 512 = 65 stages, CTAs(1) = batch x
-    // KV groups; step5_preview D 192 decode runs 2 stages, 2 CTAs per SM = 264 slots (the figures
-    // below were worked out for 4 stages and 132 slots; `test_layer_plan` pins the current table):
-    //   tp 1 (4 groups)  batch 1: 22 splits (88 CTAs, 2-3 stages each), 2: 13, 4: 8, 8: 4,
-    //                    16: 2 (128 CTAs), >= 32: 1 (128 / 256 / 512 CTAs, no merge);
-    //   tp 8 (1 group)   batch 1-4: 22, 8: 13, 16: 8, 32: 4 (128 CTAs), 64: 2, 128: 1.
+    // KV groups; step5_preview D 192 decode runs 2 stages, 2 CTAs per SM = 264 slots
+    // (`test_layer_plan` pins this table):
+    //   tp 1 (4 groups)  batch 1-2: 22 splits (88 / 176 CTAs, 2-3 stages each), 4: 13, 8: 8,
+    //                    16: 4 (256 CTAs), 32: 2, >= 64: 1 (256 / 512 CTAs, no merge);
+    //   tp 8 (1 group)   batch 1-8: 22, 16: 13, 32: 8, 64: 4 (256 CTAs), 128: 2.
     // dsa_h64_kv8_d128 tp 1 (8 groups, D 128: 3 stages, 2 CTAs per SM = 264 slots): batch 1: 22,
     // 4: 8, 16: 2 (256 CTAs), >= 32: 1.
     const long long tq = (static_cast<long long>(p.num_tokens) + qt - 1) / qt;

@@ -169,12 +169,13 @@ inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const
   const int chunk = static_cast<int>(std::clamp<std::size_t>(fit, std::min<std::size_t>(64, T), T));
   m->select_bytes = indexer_select_workspace_bytes(r, chunk, cap.max_seq_len, cap.max_requests);
   m->select = take(m->select_bytes);
-  // Split-KV merge space: the largest the attention planner asks for a decode-like step (1 or 4
-  // rows per request, 1 .. max_requests requests: small batches split most); other steps lower
-  // their auto split factor to fit (SparseAttentionParams::max_workspace_bytes).
+  // Split-KV merge space: the largest the attention planner asks for a decode-like step (1 or
+  // kAttentionDecodeRowsPerRequest rows per request, 1 .. max_requests requests: small batches
+  // split most); other steps lower their auto split factor to fit
+  // (SparseAttentionParams::max_workspace_bytes).
   m->attn_ws_bytes = 0;
   for (int b = 1; b <= cap.max_requests; ++b)
-    for (const int rows : {1, 4}) {
+    for (const int rows : {1, kAttentionDecodeRowsPerRequest}) {
       SparseAttentionPlan ap;
       const SparseAttentionParams a = attention_sizes(r, std::min(cap.max_tokens, rows * b), b, cap.max_topk,
                                                       cap.block_size, cap.max_blocks, cap.num_blocks);
