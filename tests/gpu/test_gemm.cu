@@ -112,6 +112,26 @@ Judgement judge_output(const std::vector<float>& ref, const std::vector<int>& ro
   return j;
 }
 
+/// Outputs of `out` (bf16 bits, [T, N]) at every `t_step`-th row and every 97th column that are
+/// not finite or differ from the fp64 product of hx [T, K] and hw [N, K]ᵀ by more than
+/// 1e-2 · (1 + |ref|): a spot check that the split-K sum is the right product.
+int fp64_spot_check_failures(const std::vector<bf16>& hx, const std::vector<bf16>& hw,
+                             const std::vector<std::uint16_t>& out, int T, int N, int K, int t_step) {
+  int bad = 0;
+  for (int t = 0; t < T; t += t_step)
+    for (int n = 0; n < N; n += 97) {
+      double ref = 0;
+      for (int k = 0; k < K; ++k)
+        ref += static_cast<double>(step5::to_float(hx[static_cast<std::size_t>(t) * K + k])) *
+               step5::to_float(hw[static_cast<std::size_t>(n) * K + k]);
+      bf16 got;
+      std::memcpy(&got, &out[static_cast<std::size_t>(t) * N + n], 2);
+      const float v = step5::to_float(got);
+      if (!std::isfinite(v) || !(std::abs(v - ref) <= 1e-2 * (1.0 + std::abs(ref)))) ++bad;
+    }
+  return bad;
+}
+
 /// Every row 0 .. T-1 and the reference `[T, N]` of X `[T, ldx]` @ W^T.
 std::vector<float> reference_all_rows(int T, int N, int K, const std::vector<bf16>& hx, int ldx,
                                       const std::vector<bf16>& hw, int ldw, std::vector<int>* rows) {
@@ -366,18 +386,7 @@ GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with ot
       EXPECT(mismatched == 0, "T=%d: %d outputs differ from the in-order sum of the split-K partials", T, mismatched);
     }
     // and it is the right product: spot-check against fp64 on a few outputs (NaN counts as wrong)
-    int bad = 0;
-    for (int t = 0; t < T; ++t)
-      for (int n = 0; n < N; n += 97) {
-        double ref = 0;
-        for (int k = 0; k < K; ++k)
-          ref += static_cast<double>(step5::to_float(hx[static_cast<std::size_t>(t) * K + k])) *
-                 step5::to_float(hw[static_cast<std::size_t>(n) * K + k]);
-        bf16 got;
-        std::memcpy(&got, &first[static_cast<std::size_t>(t) * N + n], 2);
-        const float v = step5::to_float(got);
-        if (!std::isfinite(v) || !(std::abs(v - ref) <= 1e-2 * (1.0 + std::abs(ref)))) ++bad;
-      }
+    const int bad = fp64_spot_check_failures(hx, hw, first, T, N, K, 1);
     EXPECT(bad == 0, "T=%d: %d spot-checked outputs off the fp64 product", T, bad);
     GPU_CHECK(cudaStreamDestroy(s_gemm));
     GPU_CHECK(cudaStreamDestroy(s_noise));
@@ -558,18 +567,7 @@ GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with oth
       EXPECT(mismatched == 0, "BN=%d: %d outputs differ from the in-order sum of the split-K partials", BN, mismatched);
     }
     // and it is the right product: spot-check against fp64 on a few outputs (NaN counts as wrong)
-    int bad = 0;
-    for (int t = 0; t < T; t += 3)
-      for (int n = 0; n < N; n += 97) {
-        double ref = 0;
-        for (int k = 0; k < K; ++k)
-          ref += static_cast<double>(step5::to_float(hx[static_cast<std::size_t>(t) * K + k])) *
-                 step5::to_float(hw[static_cast<std::size_t>(n) * K + k]);
-        bf16 got;
-        std::memcpy(&got, &first[static_cast<std::size_t>(t) * N + n], 2);
-        const float v = step5::to_float(got);
-        if (!std::isfinite(v) || !(std::abs(v - ref) <= 1e-2 * (1.0 + std::abs(ref)))) ++bad;
-      }
+    const int bad = fp64_spot_check_failures(hx, hw, first, T, N, K, 3);
     EXPECT(bad == 0, "BN=%d: %d spot-checked outputs off the fp64 product", BN, bad);
     GPU_CHECK(cudaStreamDestroy(s_gemm));
     GPU_CHECK(cudaStreamDestroy(s_noise));

@@ -13,7 +13,9 @@
 // bit: the caches (k, v, summaries, pending tail rows), the intermediates in the workspace (fused
 // GEMM output, q, indexer q / weights / k, scores, selections and counts, attention output and
 // LSE) and the o_proj partial (poisoned before each step). Every reduction of the layer (GEMM
-// split-K, scores, selection, attention splits) is bit-reproducible, and PDL only moves when a
+// split-K, scores, selection) is bit-reproducible (at this test's topk 16 the attention runs one
+// split; the fused split merge's graph replays are test_attention's "fused split merge" cases),
+// and PDL only moves when a
 // kernel is scheduled, never what it computes, so all four must agree exactly. The launch
 // sequence of the layer depends only on host sizes (T, B, topk, the capacity), which stay fixed:
 // that is what makes the step capturable (SPEC §5: "CUDA-graph safe").

@@ -97,11 +97,13 @@ void fill_row(float* s, int n, int topk, Pattern p, std::mt19937& rng) {
       for (int i = 0; i < n; ++i) s[i] = -std::abs(s[i]) * 1e-30f;  // tiny negatives, subnormal-ish
       break;
     case Pattern::kDigitEdges: {
-      // keys on both sides of the radix digit boundaries (key bits 10 and 21: digits [31:21],
-      // [20:10], [9:0] of kernels/sm90/indexer_topk.cuh): values sharing the upper digits and
+      // keys on both sides of radix digit boundaries: the 8-bit digits of
+      // kernels/sm90/indexer_topk.cuh (bits 8, 16, 24: 0x3f80ffff / 0x3f810000, 0x3fffffff /
+      // 0x40000000, ...) and 10/11-bit ones (bits 10 and 21): values sharing the upper digits and
       // differing just below or across a boundary, many repeated, negatives too (keys inverted)
-      static constexpr std::uint32_t kOffsets[] = {0u,     1u,      0x3ffu,    0x400u,    0x401u,   0x7ffu,
-                                                   0x800u, 0x1fffffu, 0x200000u, 0x200001u, 0x3fffffu};
+      static constexpr std::uint32_t kOffsets[] = {0u,       1u,        0xffu,     0x100u,    0x3ffu,    0x400u,
+                                                   0x401u,   0x7ffu,    0x800u,    0xffffu,   0x10000u,  0x1fffffu,
+                                                   0x200000u, 0x200001u, 0x3fffffu, 0x7fffffu, 0x800000u};
       for (int i = 0; i < n; ++i) {
         std::uint32_t b = 0x3f800000u + kOffsets[ui(rng) % std::size(kOffsets)] + static_cast<std::uint32_t>(ui(rng) % 3);
         if (ui(rng) % 4 == 0) b |= 0x80000000u;
