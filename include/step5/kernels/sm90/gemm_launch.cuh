@@ -91,16 +91,23 @@ inline Status stream_blocks_per_sm(int device, int* bps) {
   return Status::Ok();
 }
 
-/// Calls `f(std::integral_constant<int, i>{})` for the split-K tile kind `kind` (one switch over
-/// the table, instantiated once per row of kGemmSplitKTiles).
-template <int I = 0, class F>
-inline Status with_stream_kind(int kind, F&& f) {
-  if constexpr (I == kNumStreamKinds) {
-    return Status(StatusCode::kInternal, "gemm: bad split-K tile kind " + std::to_string(kind));
+/// Calls `f(std::integral_constant<int, i>{})` for the run-time index `kind` of a table of `N`
+/// compile-time tile kinds (one switch, instantiated once per entry); kInternal naming `what` for
+/// an index outside [0, N).
+template <int N, int I = 0, class F>
+inline Status with_tile_kind(int kind, const char* what, F&& f) {
+  if constexpr (I == N) {
+    return Status(StatusCode::kInternal, std::string("gemm: bad ") + what + " " + std::to_string(kind));
   } else {
     if (kind == I) return f(std::integral_constant<int, I>{});
-    return with_stream_kind<I + 1>(kind, f);
+    return with_tile_kind<N, I + 1>(kind, what, f);
   }
+}
+
+/// with_tile_kind over the rows of kGemmSplitKTiles.
+template <class F>
+inline Status with_stream_kind(int kind, F&& f) {
+  return with_tile_kind<kNumStreamKinds>(kind, "split-K tile kind", f);
 }
 
 inline Status stream_bps(int kind, int device, int* bps) {
@@ -413,16 +420,10 @@ inline Status launch_wgmma_bn(const GemmParams& p, const WgmmaPlan& wp, int devi
                            stream, mx, mw, a);
 }
 
-/// Calls `f(std::integral_constant<int, i>{})` for the wgmma tile kind `kind` (one switch over
-/// kGemmWgmmaTileN, instantiated once per entry).
-template <int I = 0, class F>
+/// with_tile_kind over the entries of kGemmWgmmaTileN.
+template <class F>
 inline Status with_wgmma_kind(int kind, F&& f) {
-  if constexpr (I == kNumWgmmaKinds) {
-    return Status(StatusCode::kInternal, "gemm: bad wgmma tile kind " + std::to_string(kind));
-  } else {
-    if (kind == I) return f(std::integral_constant<int, I>{});
-    return with_wgmma_kind<I + 1>(kind, f);
-  }
+  return with_tile_kind<kNumWgmmaKinds>(kind, "wgmma tile kind", f);
 }
 
 inline Status launch_wgmma(const GemmParams& p, const WgmmaPlan& wp, int device, int sms, cudaStream_t stream) {
