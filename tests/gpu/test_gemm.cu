@@ -112,6 +112,44 @@ Judgement judge_output(const std::vector<float>& ref, const std::vector<int>& ro
   return j;
 }
 
+/// Launches `p` (workspace zero-filled) `repeats` times on a stream of its own while a
+/// memory-streaming kernel of varying grid runs on a second stream, C [tokens, ldc] poisoned (NaN)
+/// before each launch; `first` / `last` receive C (bf16 bits) of the first and the last launch. Returns
+/// how many launches gave a C different from the first one's. With `counters_left`, adds the split-K
+/// arrival counters (the workspace's first kGemmCounterBytes) found non-zero after each launch.
+int repeat_with_noise(const GemmParams& p, int repeats, const std::string& what, std::vector<std::uint16_t>* first,
+                      std::vector<std::uint16_t>* last, int* counters_left) {
+  const std::size_t c_elems = static_cast<std::size_t>(p.tokens) * p.ldc;
+  const std::size_t noise_n = std::size_t(1) << 26;
+  DevBuf noise(noise_n * 4);
+  GPU_CHECK(cudaMemset(noise.p, 0, noise_n * 4));
+  cudaStream_t s_gemm, s_noise;
+  GPU_CHECK(cudaStreamCreateWithFlags(&s_gemm, cudaStreamNonBlocking));
+  GPU_CHECK(cudaStreamCreateWithFlags(&s_noise, cudaStreamNonBlocking));
+  std::vector<unsigned> counters(step5::ops::kGemmCounterBytes / sizeof(unsigned));
+  last->assign(c_elems, 0);
+  int changed = 0;
+  for (int it = 0; it < repeats; ++it) {
+    GPU_CHECK(cudaMemset(p.c, 0xff, c_elems * 2));  // poison (NaN)
+    GPU_CHECK(cudaDeviceSynchronize());
+    step5_test::noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(noise.as<float>(), noise_n, 1);
+    GPU_CHECK(cudaGetLastError());
+    const step5::Status st = step5::ops::gemm_bf16(p, s_gemm);
+    EXPECT(st.ok(), "%s: %s", what.c_str(), st.to_string().c_str());
+    GPU_CHECK(cudaDeviceSynchronize());
+    GPU_CHECK(cudaMemcpy(last->data(), p.c, c_elems * 2, cudaMemcpyDeviceToHost));
+    if (counters_left != nullptr) {
+      GPU_CHECK(cudaMemcpy(counters.data(), p.workspace, step5::ops::kGemmCounterBytes, cudaMemcpyDeviceToHost));
+      for (unsigned v : counters) *counters_left += v != 0;
+    }
+    if (it == 0) *first = *last;
+    else changed += *last != *first;
+  }
+  GPU_CHECK(cudaStreamDestroy(s_gemm));
+  GPU_CHECK(cudaStreamDestroy(s_noise));
+  return changed;
+}
+
 /// Outputs of `out` (bf16 bits, [T, N]) at every `t_step`-th row and every 97th column that are
 /// not finite or differ from the fp64 product of hx [T, K] and hw [N, K]ᵀ by more than
 /// 1e-2 · (1 + |ref|): a spot check that the split-K sum is the right product.
@@ -337,26 +375,10 @@ GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with ot
     GPU_CHECK(cudaMemset(dws.p, 0, ws));
     p.workspace = dws.p;
     p.workspace_bytes = ws;
-    const std::size_t noise_n = std::size_t(1) << 26;
-    DevBuf noise(noise_n * 4);
-    GPU_CHECK(cudaMemset(noise.p, 0, noise_n * 4));
-    cudaStream_t s_gemm, s_noise;
-    GPU_CHECK(cudaStreamCreateWithFlags(&s_gemm, cudaStreamNonBlocking));
-    GPU_CHECK(cudaStreamCreateWithFlags(&s_noise, cudaStreamNonBlocking));
-    std::vector<std::uint16_t> first, cur(static_cast<std::size_t>(T) * N);
+    std::vector<std::uint16_t> first, cur;
     const int repeats = step5_test::quick() ? 5 : 50;
-    int changed = 0;
-    for (int it = 0; it < repeats; ++it) {
-      GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * N * 2));  // poison (NaN)
-      GPU_CHECK(cudaDeviceSynchronize());
-      step5_test::noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(noise.as<float>(), noise_n, 1);
-      const step5::Status st = step5::ops::gemm_bf16(p, s_gemm);
-      EXPECT(st.ok(), "T=%d split-K gemm: %s", T, st.to_string().c_str());
-      GPU_CHECK(cudaDeviceSynchronize());
-      GPU_CHECK(cudaMemcpy(cur.data(), dc.p, cur.size() * 2, cudaMemcpyDeviceToHost));
-      if (it == 0) first = cur;
-      else changed += cur != first;
-    }
+    const int changed = repeat_with_noise(p, repeats, "T=" + std::to_string(T) + " split-K gemm", &first,
+                                          &cur, nullptr);
     EXPECT(changed == 0, "T=%d: split-K output changed in %d of %d repeated launches", T, changed, repeats - 1);
     {  // C == bf16(fp32 sum of the 8 partials in split order), from the last launch's workspace
       constexpr int BM = 64, BN = 16, kSplits = 8;
@@ -388,8 +410,6 @@ GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with ot
     // and it is the right product: spot-check against fp64 on a few outputs (NaN counts as wrong)
     const int bad = fp64_spot_check_failures(hx, hw, first, T, N, K, 1);
     EXPECT(bad == 0, "T=%d: %d spot-checked outputs off the fp64 product", T, bad);
-    GPU_CHECK(cudaStreamDestroy(s_gemm));
-    GPU_CHECK(cudaStreamDestroy(s_noise));
   }
 }
 
@@ -517,30 +537,11 @@ GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with oth
     GPU_CHECK(cudaMemset(dws.p, 0, ws));
     p.workspace = dws.p;
     p.workspace_bytes = ws;
-    const std::size_t noise_n = std::size_t(1) << 26;
-    DevBuf noise(noise_n * 4);
-    GPU_CHECK(cudaMemset(noise.p, 0, noise_n * 4));
-    cudaStream_t s_gemm, s_noise;
-    GPU_CHECK(cudaStreamCreateWithFlags(&s_gemm, cudaStreamNonBlocking));
-    GPU_CHECK(cudaStreamCreateWithFlags(&s_noise, cudaStreamNonBlocking));
-    std::vector<std::uint16_t> first, cur(static_cast<std::size_t>(T) * N);
-    std::vector<unsigned> counters(step5::ops::kGemmCounterBytes / sizeof(unsigned));
+    std::vector<std::uint16_t> first, cur;
     const int repeats = step5_test::quick() ? 5 : 20;
-    int changed = 0, counters_left = 0;
-    for (int it = 0; it < repeats; ++it) {
-      GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * N * 2));  // poison (NaN)
-      GPU_CHECK(cudaDeviceSynchronize());
-      step5_test::noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(noise.as<float>(), noise_n, 1);
-      GPU_CHECK(cudaGetLastError());
-      const step5::Status st = step5::ops::gemm_bf16(p, s_gemm);
-      EXPECT(st.ok(), "BN=%d wgmma split-K gemm: %s", BN, st.to_string().c_str());
-      GPU_CHECK(cudaDeviceSynchronize());
-      GPU_CHECK(cudaMemcpy(cur.data(), dc.p, cur.size() * 2, cudaMemcpyDeviceToHost));
-      GPU_CHECK(cudaMemcpy(counters.data(), dws.p, step5::ops::kGemmCounterBytes, cudaMemcpyDeviceToHost));
-      for (unsigned v : counters) counters_left += v != 0;
-      if (it == 0) first = cur;
-      else changed += cur != first;
-    }
+    int counters_left = 0;
+    const int changed = repeat_with_noise(p, repeats, "BN=" + std::to_string(BN) + " wgmma split-K gemm",
+                                          &first, &cur, &counters_left);
     EXPECT(changed == 0, "BN=%d: wgmma split-K output changed in %d of %d repeated launches", BN, changed, repeats - 1);
     EXPECT(counters_left == 0, "BN=%d: %d arrival counters left non-zero after the launches", BN, counters_left);
     {  // C == bf16(fp32 sum of the partials in split order), from the last launch's workspace
@@ -569,8 +570,6 @@ GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with oth
     // and it is the right product: spot-check against fp64 on a few outputs (NaN counts as wrong)
     const int bad = fp64_spot_check_failures(hx, hw, first, T, N, K, 3);
     EXPECT(bad == 0, "BN=%d: %d spot-checked outputs off the fp64 product", BN, bad);
-    GPU_CHECK(cudaStreamDestroy(s_gemm));
-    GPU_CHECK(cudaStreamDestroy(s_noise));
   }
 }
 
