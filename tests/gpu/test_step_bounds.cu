@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <string>
 #include <vector>
@@ -211,6 +212,25 @@ GPU_CASE("issue 12 §1: decode at position 128 with capacity 128 is refused by e
   EXPECT(same_bits(w.tail.down(), w.tail0), "tail buffer changed");
 }
 
+/// After a host-valid step whose device values fault (request 0): in checked mode the fault is
+/// reported as kInvalidArgument naming each of `names`; in both modes the only cache write is the
+/// legitimate one, request 1's row at position 10 (block 2, row 10), and no region completes (the
+/// summary cache is unchanged).
+void expect_fault_contained(World& w, bool checked, std::initializer_list<const char*> names) {
+  const char* mode = checked ? "checked" : "unchecked";
+  if (checked) {
+    const step5::Status f =
+        ops::read_bounds_fault(w.d_fault.p, {kBlockSize, kMaxBlocks, kNumBlocks, kMaxPosition}, nullptr);
+    EXPECT(f.code() == StatusCode::kInvalidArgument, "fault not reported: %s", f.to_string().c_str());
+    for (const char* n : names)
+      EXPECT(f.message().find(n) != std::string::npos, "'%s' lacks '%s'", f.message().c_str(), n);
+  }
+  const std::size_t row = static_cast<std::size_t>(w.KVl) * w.D;
+  EXPECT(kv_same_except(w.k.down(), w.k0, row, {{2, 10}}) && kv_same_except(w.v.down(), w.v0, row, {{2, 10}}),
+         "%s: KV cache bytes outside request 1's new row changed", mode);
+  EXPECT(same_bits(w.summary.down(), w.sum0), "%s: summary cache changed (no region completes)", mode);
+}
+
 GPU_CASE("checked mode: a block id outside [0, num_blocks) is reported, not accessed; other cache bytes untouched") {
   for (const bool checked : {true, false}) {
     World w;
@@ -222,19 +242,7 @@ GPU_CASE("checked mode: a block id outside [0, num_blocks) is reported, not acce
     EXPECT(reset.ok(), "reset_bounds_fault: %s", reset.to_string().c_str());
     const step5::Status s = w.layer(checked ? w.d_fault.p : nullptr);
     EXPECT(s.ok(), "dsa_layer_forward (host-valid step): %s", s.to_string().c_str());
-    if (checked) {
-      const step5::Status f =
-          ops::read_bounds_fault(w.d_fault.p, {kBlockSize, kMaxBlocks, kNumBlocks, kMaxPosition}, nullptr);
-      EXPECT(f.code() == StatusCode::kInvalidArgument, "fault not reported: %s", f.to_string().c_str());
-      for (const char* n : {"request 0", "= 99", "num_blocks = 4"})
-        EXPECT(f.message().find(n) != std::string::npos, "'%s' lacks '%s'", f.message().c_str(), n);
-    }
-    // the only legitimate cache write: request 1's row at position 10 (block 2, row 10)
-    const std::size_t row = static_cast<std::size_t>(w.KVl) * w.D;
-    EXPECT(kv_same_except(w.k.down(), w.k0, row, {{2, 10}}) && kv_same_except(w.v.down(), w.v0, row, {{2, 10}}),
-           "%s: KV cache bytes outside request 1's new row changed", checked ? "checked" : "unchecked");
-    EXPECT(same_bits(w.summary.down(), w.sum0), "%s: summary cache changed (no region completes)",
-           checked ? "checked" : "unchecked");
+    expect_fault_contained(w, checked, {"request 0", "= 99", "num_blocks = 4"});
   }
 }
 
@@ -246,19 +254,8 @@ GPU_CASE("checked mode: device seq_lens past the row (graph replay) is reported;
     GPU_CHECK(cudaMemset(w.d_fault.p, 0, ops::kBoundsFaultWords * 4));
     const step5::Status s = w.layer(checked ? w.d_fault.p : nullptr);
     EXPECT(s.ok(), "dsa_layer_forward (host-valid step): %s", s.to_string().c_str());
-    if (checked) {
-      const step5::Status f =
-          ops::read_bounds_fault(w.d_fault.p, {kBlockSize, kMaxBlocks, kNumBlocks, kMaxPosition}, nullptr);
-      EXPECT(f.code() == StatusCode::kInvalidArgument, "fault not reported: %s", f.to_string().c_str());
-      for (const char* n : {"request 0", "position 128", "capacity 128"})
-        EXPECT(f.message().find(n) != std::string::npos, "'%s' lacks '%s'", f.message().c_str(), n);
-    }
-    // before the fix the KV row of position 128 went to block_table[0][2] = request 1's block 2, row 0
-    const std::size_t row = static_cast<std::size_t>(w.KVl) * w.D;
-    EXPECT(kv_same_except(w.k.down(), w.k0, row, {{2, 10}}) && kv_same_except(w.v.down(), w.v0, row, {{2, 10}}),
-           "%s: KV cache bytes outside request 1's new row changed (request 1's position 0 overwritten?)",
-           checked ? "checked" : "unchecked");
-    EXPECT(same_bits(w.summary.down(), w.sum0), "%s: summary cache changed", checked ? "checked" : "unchecked");
+    // (before the fix the KV row of position 128 went to block_table[0][2] = request 1's block 2, row 0)
+    expect_fault_contained(w, checked, {"request 0", "position 128", "capacity 128"});
   }
 }
 
