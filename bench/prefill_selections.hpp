@@ -15,20 +15,17 @@
 #include <vector>
 
 #include "step5/layout/geometry.hpp"
+#include "step5/reference/common.hpp"
 
 namespace step5::bench {
 
-/// Positions of the packed tokens (SPEC §5): token i of request b sits at
-/// `seq_lens[b] - q_len_b + i`. `cu_seqlens_q [B+1]`, `seq_lens [B]` (host arrays).
+/// Positions of the packed tokens (SPEC §5), as `reference::token_positions` computes them (token i
+/// of request b at `seq_lens[b] - q_len_b + i`), widened to the 64-bit positions used here.
+/// `cu_seqlens_q [B+1]`, `seq_lens [B]` (host arrays).
 inline std::vector<long long> token_positions(int num_requests, const std::int32_t* cu_seqlens_q,
                                               const std::int32_t* seq_lens) {
-  std::vector<long long> pos(num_requests > 0 ? static_cast<std::size_t>(cu_seqlens_q[num_requests]) : 0u);
-  for (int b = 0; b < num_requests; ++b) {
-    const int q_len = cu_seqlens_q[b + 1] - cu_seqlens_q[b];
-    for (int i = 0; i < q_len; ++i)
-      pos[static_cast<std::size_t>(cu_seqlens_q[b] + i)] = static_cast<long long>(seq_lens[b]) - q_len + i;
-  }
-  return pos;
+  const std::vector<std::int32_t> pos = reference::token_positions({num_requests, cu_seqlens_q, seq_lens});
+  return {pos.begin(), pos.end()};
 }
 
 /// SPEC §4.6 rules of one selection row of width topk + 1 for a token at position p (current
