@@ -79,11 +79,13 @@ inline cudaLaunchConfig_t make_launch_config(const LaunchShape& shape, cudaStrea
 
 /// Launches `kernel(args...)` with `shape` on `stream`: cudaLaunchKernelEx with the programmatic
 /// stream serialization attribute while `ops::pdl_enabled()` (the kernel must follow the rule of
-/// this file) and the cluster dimension when `shape.cluster_x > 1`. Errors: kCudaError naming
-/// `what` (the launch error is also cleared from cudaGetLastError).
+/// this file) and the cluster dimension when `shape.cluster_x > 1`. Errors: kInvalidArgument from
+/// `ops::pdl_env_status` (STEP5_PDL neither 0 nor 1; nothing launched), kCudaError naming `what`
+/// (the launch error is also cleared from cudaGetLastError).
 template <class... KernelArgs, class... Args>
 inline ::step5::Status launch_kernel(const char* what, void (*kernel)(KernelArgs...), const LaunchShape& shape,
                                      cudaStream_t stream, Args&&... args) {
+  if (::step5::Status env = ::step5::ops::pdl_env_status(); !env.ok()) return env;
   cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t cfg = make_launch_config(shape, stream, ::step5::ops::pdl_enabled(), attr);
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
