@@ -48,6 +48,7 @@
 #include <map>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -349,8 +350,19 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   // Tuning A/B without a rebuild: STEP5_BENCH_ATTN_SPLITS / STEP5_BENCH_ATTN_STAGES force the
   // plan's num_splits / pipeline_stages (unset = the planner's choice; the case name is unchanged,
   // so compare such runs only with each other).
-  if (const char* e = std::getenv("STEP5_BENCH_ATTN_SPLITS")) p.num_splits = std::atoi(e);
-  if (const char* e = std::getenv("STEP5_BENCH_ATTN_STAGES")) p.pipeline_stages = std::atoi(e);
+  for (const auto& [var, field] : {std::pair{"STEP5_BENCH_ATTN_SPLITS", &p.num_splits},
+                                   std::pair{"STEP5_BENCH_ATTN_STAGES", &p.pipeline_stages}}) {
+    const char* e = std::getenv(var);
+    if (e == nullptr) continue;
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    if (end == e || *end != '\0' || v < 0 || v > 1024) {
+      state.SkipWithError((std::string(var) + " = '" + e + "', expected an integer 0 .. 1024 (0 = the planner's)").c_str());
+      free_all();
+      return;
+    }
+    *field = static_cast<int>(v);
+  }
   std::size_t ws_bytes = 0;
   const step5::Status st = step5::ops::sparse_attention_workspace_size(p, &ws_bytes);
   if (!st.ok()) {
