@@ -3,10 +3,12 @@
 # the requested phases, each capped so that the whole call ends within $BUDGET seconds (default
 # 570); logs and JSON go to $OUT; a short summary is printed last.
 #   bash tools/device_run.sh build gpu multigpu driver sanitize bench
-# Phases: build (all targets, sm_90a) | gpu (ctest -L gpu) | multigpu (ctest -L multigpu) |
+# Phases: build (all targets, or BUILD_TARGETS; sm_90a) | gpu (ctest -L gpu; GPU_REGEX = ctest -R) |
+#   multigpu (ctest -L multigpu) |
 #   consumer (ctest -L consumer: the downstream projects, run on the GPU) |
 #   driver (the README main command on the GPU, --check, --json) | sanitize (the gpu tests under
-#   compute-sanitizer memcheck and racecheck, STEP5_GPU_TEST_QUICK=1; SAN_TESTS / SAN_ONLY select) | bench (every bench binary,
+#   compute-sanitizer memcheck and racecheck, STEP5_GPU_TEST_QUICK=1; SAN_TESTS / SAN_ONLY select,
+#   SAN_FILTER runs only the cases whose name contains it; SAN_CAP seconds per run, default 150) | bench (every bench binary,
 #   JSON per binary; BENCH_FILTER, or BENCH_FILTER_<binary> for one binary, limits them; BENCH_CAP
 #   seconds per binary, default 150).
 set -u
@@ -26,13 +28,13 @@ for phase in "$@"; do
   case $phase in
     build)
       t=$(date +%s)
-      do_build() { . tools/device_build.sh; }   # no arguments: build every target
+      do_build() { . tools/device_build.sh ${BUILD_TARGETS:-}; }   # BUILD_TARGETS unset: every target
       do_build > "$OUT/build.log" 2>&1
       cp build-device.build.log "$OUT/build_full.log" 2>/dev/null
       note "build: $(( $(date +%s) - t )) s, $(grep -E 'build exit code' "$OUT/build.log"), $(grep -c ' error' "$OUT/build.log") error lines, $(grep -ci 'spill' "$OUT/build.log") spill lines"
       ;;
     gpu|multigpu|consumer)
-      timeout "$(cap 300)" ctest --test-dir $B -L "^$phase\$" --output-on-failure -j1 > "$OUT/ctest_$phase.txt" 2>&1
+      timeout "$(cap 300)" ctest --test-dir $B -L "^$phase\$" ${GPU_REGEX:+-R "$GPU_REGEX"} --output-on-failure -j1 > "$OUT/ctest_$phase.txt" 2>&1
       note "ctest -L $phase: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/ctest_$phase.txt" | tail -1)"
       grep -E "\*\*\*Failed|Not Run|Timeout" "$OUT/ctest_$phase.txt" | head -20
       ;;
@@ -57,7 +59,8 @@ for phase in "$@"; do
           [ -n "${SAN_ONLY:-}" ] && [ "$SAN_ONLY" != "$t.$tool" ] && continue
           filter=""   # racecheck of the GEMM's wgmma pipeline is slow: its odd-shapes case runs every path
           [ "$t.$tool" = test_gemm.racecheck ] && filter="odd shapes"
-          STEP5_GPU_TEST_QUICK=1 timeout "$(cap 150)" compute-sanitizer --tool $tool --error-exitcode 9 \
+          [ -n "${SAN_FILTER:-}" ] && filter=$SAN_FILTER   # a case-name substring (the tests' argv[1])
+          STEP5_GPU_TEST_QUICK=1 timeout "$(cap ${SAN_CAP:-150})" compute-sanitizer --tool $tool --error-exitcode 9 \
             $B/tests/$t ${filter:+"$filter"} > "$OUT/san_${t}_$tool.txt" 2>&1
           note "sanitize $t $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${t}_$tool.txt" | tail -1) | $(grep -E 'passed, .* failed' "$OUT/san_${t}_$tool.txt" | tail -1)"
         done
