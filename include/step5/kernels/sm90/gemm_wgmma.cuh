@@ -28,11 +28,14 @@
 #include <cuda.h>  // CUtensorMap (types only; the driver entry point is fetched at run time)
 
 #include "step5/kernels/sm90/gemm_common.cuh"
+#include "step5/kernels/sm90/wgmma.cuh"  // descriptors, fences, wait (shared with the indexer scores)
 #include "step5/kernels/sm90/pdl.cuh"
 
 namespace step5::kernels::sm90 {
 
 namespace gemm_detail {
+using namespace ::step5::kernels::sm90::wgmma;  // make_desc_sw128, wgmma_fence/commit/wait, fence_regs
+
 /// wgmma m64n128k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
 __device__ __forceinline__ void wgmma_m64n128k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
 #if STEP5_SM90A_DEVICE
@@ -138,39 +141,6 @@ __device__ __forceinline__ void wgmma_m64nBNk16(float* d, std::uint64_t desc_a, 
     wgmma_m64n128k16(d, desc_a, desc_b, 1);
 }
 
-__device__ __forceinline__ void wgmma_fence() {
-#if STEP5_SM90A_DEVICE
-  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wgmma_commit() {
-#if STEP5_SM90A_DEVICE
-  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-#if STEP5_SM90A_DEVICE
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-#endif
-}
-template <int R>
-__device__ __forceinline__ void fence_regs(float* d) {
-#pragma unroll
-  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-/// Shared-memory matrix descriptor of a K-major tile with 128-byte rows in the 128B swizzle
-/// (8-row atoms of 1024 bytes): start address, LBO 1 (unused for this layout), SBO 1024 B.
-__device__ __forceinline__ std::uint64_t make_desc_sw128(std::uint32_t saddr) {
-  std::uint64_t d = 0;
-  d |= static_cast<std::uint64_t>((saddr & 0x3FFFF) >> 4);
-  d |= static_cast<std::uint64_t>(1) << 16;
-  d |= static_cast<std::uint64_t>(1024 >> 4) << 32;
-  d |= static_cast<std::uint64_t>(1) << 62;
-  return d;
-}
-
 __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, std::uint64_t* bar, int c0,
                                             int c1) {
 #if STEP5_SM90A_DEVICE
@@ -219,10 +189,6 @@ struct WgmmaArgs {
   float* partials;        ///< splits > 1: wgmma_partial_offset(splits, 0, 0, ...) floats
   unsigned* counters;     ///< splits > 1: [tiles][kWgmmaCountersPerTile], zero between launches
 };
-
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
 
 /// kInFlight: 0 = wait for each k-tile's wgmmas before releasing its stage; 1 = keep one
 /// k-tile of wgmmas in flight and release the previous stage (better overlap).

@@ -15,6 +15,7 @@
 #include "step5/kernels/sm90/indexer_args.cuh"
 #include "step5/kernels/sm90/indexer_prepare.cuh"
 #include "step5/kernels/sm90/indexer_scores.cuh"
+#include "step5/kernels/sm90/indexer_scores_wgmma.cuh"
 #include "step5/kernels/sm90/indexer_summaries.cuh"
 #include "step5/kernels/sm90/indexer_topk.cuh"
 #include "step5/kernels/sm90/pdl.cuh"
@@ -44,20 +45,67 @@ inline Status check_geometry(const layout::RankLayout& r, const layout::Geometry
 
 // score_ld / plan_bytes (the select workspace layout) live in step5/ops/indexer.hpp.
 
+/// Which score kernel a plan launches: the mma.sync kernel (indexer_scores.cuh: decode, MTP and
+/// every shape the wgmma kernel does not take) or the wgmma kernel (indexer_scores_wgmma.cuh) with
+/// f16 operands (prefill: the default) or e4m3 operands (only when asked for: its accumulation is
+/// not fp32-accurate, see that file). kAuto: score_plan's choice.
+enum class ScorePath { kAuto, kMma, kWgmmaF16, kWgmmaE4m3 };
+inline const char* score_path_name(ScorePath p) {
+  switch (p) {
+    case ScorePath::kMma: return "mma";
+    case ScorePath::kWgmmaF16: return "wgmma_f16";
+    case ScorePath::kWgmmaE4m3: return "wgmma_e4m3";
+    default: return "auto";
+  }
+}
+/// The automatic choice takes the wgmma kernel from this mean query length per request on (a
+/// prefill chunk; decode and MTP rows keep the mma.sync kernel, whose tiles hold only their own
+/// columns).
+inline constexpr int kScoreWgmmaMinMeanQ = 16;
+
 /// Launch shape of the score kernel for T tokens of B requests (shared with bench/bench_indexer.cu).
-/// tok_tile (tokens per tile, one pass over a request's summaries serves them all) follows the mean
-/// query length, so decode tiles stage only their own columns; region chunks shrink until the grid
-/// covers two waves of CTAs (2 × `num_sms`, the device's SM count: `device_sm_count`).
+/// mma.sync path: tok_tile (tokens per tile, one pass over a request's summaries serves them all)
+/// follows the mean query length, so decode tiles stage only their own columns; region chunks
+/// shrink until the grid covers two waves of CTAs (2 × `num_sms`, the device's SM count:
+/// `device_sm_count`). wgmma path: tok_tile = 128 / Il (a full N = 128 tile), region chunks of up
+/// to 4096 regions (multiples of 128), shrunk the same way (one CTA per SM).
+/// `want` forces a path (tests, benchmarks); a wgmma path the shape does not fit falls back to
+/// the mma.sync kernel (`path` says which one the plan took).
 struct ScorePlan {
   int tok_tile = 1, cols_cap = 8, regions_per_cta = 0, bt_cap = 0, smem_bytes = 0;
   std::int64_t tiles_upper = 0, region_chunks = 0;
+  ScorePath path = ScorePath::kMma;
 };
 template <layout::GeometryId Id>
-ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size, int num_sms) {
+ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size, int num_sms,
+                     ScorePath want = ScorePath::kAuto) {
   constexpr layout::Geometry G = layout::geometry_of(Id);
+  constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
+  using kernels::sm90::ScoreMma;
   ScorePlan s;
   const int Il = index_local_heads;
   const int mean_q = B > 0 ? (T + B - 1) / B : 1;
+  const bool il_fits = kernels::sm90::score_wgmma_il_fits(Il, kHpg);
+  constexpr bool kF16Fits = kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, ScoreMma::kF16>();
+  constexpr bool kE4m3Fits = kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, ScoreMma::kE4m3>();
+  if (want == ScorePath::kAuto) want = mean_q >= kScoreWgmmaMinMeanQ ? ScorePath::kWgmmaF16 : ScorePath::kMma;
+  if ((want == ScorePath::kWgmmaF16 && kF16Fits && il_fits) || (want == ScorePath::kWgmmaE4m3 && kE4m3Fits && il_fits)) {
+    s.path = want;
+    s.tok_tile = kernels::sm90::kWgScoreCols / Il;
+    s.cols_cap = kernels::sm90::kWgScoreCols;
+    s.tiles_upper = (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile + B;
+    constexpr int kStep = 2 * kernels::sm90::kWgScoreRegions;
+    int rpc = 32 * kStep;
+    while (rpc > kStep && s.tiles_upper * ((ld + rpc - 1) / rpc) < 2ll * num_sms) rpc /= 2;
+    s.regions_per_cta = rpc;
+    s.region_chunks = (ld + rpc - 1) / rpc;
+    s.bt_cap = 0;
+    s.smem_bytes = want == ScorePath::kWgmmaF16
+                       ? kernels::sm90::WgScoreSmem<G.proxy_dim, ScoreMma::kF16>::kBytes
+                       : kernels::sm90::WgScoreSmem<G.proxy_dim, ScoreMma::kE4m3>::kBytes;
+    return s;
+  }
+  s.path = ScorePath::kMma;
   s.tok_tile = std::max(1, std::min(kernels::sm90::kScoreCols / Il, mean_q));
   s.cols_cap = (s.tok_tile * Il + 7) / 8 * 8;
   // Σ_b ceil(q_len_b / tok_tile) <= T / tok_tile + B; exactly T with one token per tile
@@ -87,10 +135,38 @@ inline Status score_tile_starts(const ScorePlan& sp, const std::int32_t* cu_seql
                                       sp.tok_tile, plan);
 }
 
-/// Launches the score kernel of plan `sp` for the token chunk [a.t0, a.t1) (the plan fields of `a`
-/// are filled here).
+/// Launches the wgmma score kernel of operand type K (plan `sp`, path kWgmmaF16 / kWgmmaE4m3).
+template <layout::GeometryId Id, kernels::sm90::ScoreMma K>
+Status launch_scores_wgmma(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream_t stream) {
+  constexpr layout::Geometry G = layout::geometry_of(Id);
+  constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
+  if constexpr (!kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, K>()) {
+    (void)sp, (void)a, (void)stream;
+    return Status(StatusCode::kInternal, "launch_scores: the plan chose a wgmma path this geometry has not");
+  } else {
+    auto kern = kernels::sm90::indexer_scores_wgmma_kernel<G.proxy_dim, kHpg, K>;
+    constexpr int kSmem = kernels::sm90::WgScoreSmem<G.proxy_dim, K>::kBytes;
+    if (sp.smem_bytes != kSmem || sp.tok_tile * a.Il != kernels::sm90::kWgScoreCols ||
+        sp.regions_per_cta % (2 * kernels::sm90::kWgScoreRegions) != 0)
+      return Status(StatusCode::kInternal, "launch_scores: inconsistent wgmma score plan");
+    STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+    a.tok_tile = sp.tok_tile;
+    a.regions_per_cta = sp.regions_per_cta;
+    a.cols_cap = sp.cols_cap;
+    return kernels::sm90::launch_kernel(
+        "indexer_scores_wgmma_kernel launch", kern,
+        {dim3(static_cast<unsigned>(sp.tiles_upper), static_cast<unsigned>(sp.region_chunks)),
+         dim3(kernels::sm90::kWgScoreThreads), static_cast<std::size_t>(kSmem)},
+        stream, a);
+  }
+}
+
+/// Launches the score kernel of plan `sp` (sp.path) for the token chunk [a.t0, a.t1) (the plan
+/// fields of `a` are filled here).
 template <layout::GeometryId Id>
 Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream_t stream) {
+  if (sp.path == ScorePath::kWgmmaF16) return launch_scores_wgmma<Id, kernels::sm90::ScoreMma::kF16>(sp, a, stream);
+  if (sp.path == ScorePath::kWgmmaE4m3) return launch_scores_wgmma<Id, kernels::sm90::ScoreMma::kE4m3>(sp, a, stream);
   constexpr layout::Geometry G = layout::geometry_of(Id);
   constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
   auto kern = kernels::sm90::indexer_scores_kernel<G.proxy_dim, kHpg>;

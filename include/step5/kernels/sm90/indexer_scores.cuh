@@ -143,6 +143,37 @@ __device__ __forceinline__ void score_epilogue(const ScoreArgs& a, const float (
   }
 }
 
+/// The work of score CTA (tile, chunk): request b (its first token cu0 and `past` = seq_len - q_len
+/// positions before its first query), the tokens [tb, te) (tile `tile` of `a.tok_tile` tokens of b,
+/// clipped to the chunk [a.t0, a.t1)) and the history regions [r_begin, r_end) (region chunk `chunk`
+/// of `a.regions_per_cta`, clipped to the history of the tile's last token). Returns false when the
+/// CTA has nothing to do (uniform over the CTA). Shared by the mma.sync and the wgmma score kernels.
+struct ScoreTile {
+  int b, cu0, past, tb, te, r_begin, r_end;
+};
+__device__ __forceinline__ bool score_tile(const ScoreArgs& a, int tile, int chunk, ScoreTile& s) {
+  const int B = a.num_requests;
+  if (tile >= __ldg(a.tile_start + B)) return false;
+  int lo = 0, hi = B - 1;  // last b with tile_start[b] <= tile
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (__ldg(a.tile_start + mid) <= tile) lo = mid; else hi = mid - 1;
+  }
+  s.b = lo;
+  s.cu0 = __ldg(a.cu_seqlens_q + s.b);
+  const int cu1 = __ldg(a.cu_seqlens_q + s.b + 1);
+  s.past = __ldg(a.seq_lens + s.b) - (cu1 - s.cu0);
+  const int tb = s.cu0 + (tile - __ldg(a.tile_start + s.b)) * a.tok_tile;
+  s.tb = max(tb, a.t0);
+  s.te = min(min(tb + a.tok_tile, cu1), a.t1);
+  if (s.tb >= s.te) return false;
+  const int n_max = (s.past + (s.te - 1 - s.cu0)) / layout::kRegionSize;  // history of the tile's last token
+  s.r_begin = chunk * a.regions_per_cta;
+  if (s.r_begin >= n_max) return false;
+  s.r_end = min(s.r_begin + a.regions_per_cta, n_max);
+  return true;
+}
+
 /// CTAs per SM the score kernel is compiled for (__launch_bounds__): 4 at proxy_dim <= 256 (<= 64
 /// registers, no spills: 32 warps per SM to hide the summary loads; prefill tiles of 128 columns
 /// are held to 3 by their shared memory), else 2 (a lane holds P/8 summary words).
@@ -163,28 +194,12 @@ __global__ void __launch_bounds__(kScoreWarps * 32, score_min_ctas(P)) indexer_s
   std::int32_t* shist = srow + a.cols_cap;                                // [cols_cap / HPG] history regions
   std::int32_t* sbt = shist + a.cols_cap;
 
-  const int tile = blockIdx.x;
-  const int B = a.num_requests;
   pdl_wait();  // tile_start, index_q, weights and the summaries belong to the previous kernels
-  if (tile >= __ldg(a.tile_start + B)) return;
-  int lo = 0, hi = B - 1;  // last b with tile_start[b] <= tile
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (__ldg(a.tile_start + mid) <= tile) lo = mid; else hi = mid - 1;
-  }
-  const int b = lo;
-  const int cu0 = __ldg(a.cu_seqlens_q + b), cu1 = __ldg(a.cu_seqlens_q + b + 1);
-  const int past = __ldg(a.seq_lens + b) - (cu1 - cu0);
-  int tb = cu0 + (tile - __ldg(a.tile_start + b)) * a.tok_tile;
-  int te = min(tb + a.tok_tile, cu1);
-  tb = max(tb, a.t0);
-  te = min(te, a.t1);
-  if (tb >= te) return;
+  ScoreTile st;
+  if (!score_tile(a, blockIdx.x, blockIdx.y, st)) return;
+  const int b = st.b, cu0 = st.cu0, past = st.past, tb = st.tb, te = st.te;
   const int ntok = te - tb;
-  const int n_max = (past + (te - 1 - cu0)) / R;  // history of the tile's last token
-  const int r_begin = blockIdx.y * a.regions_per_cta;
-  if (r_begin >= n_max) return;
-  const int r_end = min(r_begin + a.regions_per_cta, n_max);
+  const int r_begin = st.r_begin, r_end = st.r_end;
   const int Il = a.Il;
   const int cols = ntok * Il;
 

@@ -1,7 +1,7 @@
 #pragma once
 /// \file step5/kernels/sm90/ptx.cuh
 /// PTX wrappers shared by the sm_90 kernels (projection GEMM, sparse attention): shared-memory
-/// addresses, 16-byte cp.async, ldmatrix and bf16 mma.sync. Device code (nvcc).
+/// addresses, 16-byte cp.async, ldmatrix, bf16 mma.sync and named barriers. Device code (nvcc).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -36,6 +36,11 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t addr, std::uint3
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr));
+}
+
+/// bar.sync on named barrier `id` (1..15; 0 is __syncthreads) for `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 /// D += A(16x16, row) * B(16x8, col), bf16 inputs, fp32 accumulators.

@@ -1,0 +1,123 @@
+#pragma once
+/// \file step5/kernels/sm90/wgmma.cuh
+/// Warpgroup MMA helpers shared by the sm_90a kernels that use `wgmma.mma_async` (the projection
+/// GEMM, gemm_wgmma.cuh, and the indexer prefill scores, indexer_scores_wgmma.cuh): the
+/// shared-memory matrix descriptor of a K-major 128B-swizzled tile, the fence / commit / wait
+/// wrappers, a compiler fence on accumulator registers, and the m64n128 instructions the indexer
+/// scores use (f16 k16, e4m3 k32). Device code (nvcc).
+///
+/// Layout contract of `make_desc_sw128` (PTX ISA "Shared memory matrix layout", 128-byte swizzle,
+/// K-major): the tile is a column of 8-row *atoms* of 1024 bytes (row i of an atom at byte 128·i),
+/// atoms 1024 bytes apart (stride byte offset), the atom's base 1024-byte aligned; the 16-byte
+/// chunk c of row i is stored at chunk position c ^ (i % 8) (what TMA's SWIZZLE_128B writes,
+/// `sw128_offset` below). One row holds 128 bytes of K (64 bf16/f16 or 128 e4m3 values); an
+/// instruction consumes 32 bytes of K per row (k16 for 16-bit types, k32 for e4m3), selected by
+/// adding 32·j (j < 4) to the start address. Longer K is stored as further 128-byte K-blocks,
+/// each a full tile of its own.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "step5/kernels/sm90/arch.cuh"
+
+namespace step5::kernels::sm90::wgmma {
+
+__device__ __forceinline__ void wgmma_fence() {
+#if STEP5_SM90A_DEVICE
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if STEP5_SM90A_DEVICE
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if STEP5_SM90A_DEVICE
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+template <int R>
+__device__ __forceinline__ void fence_regs(float* d) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/// Makes this thread's generic-proxy shared-memory writes (st.shared, completed cp.async) visible
+/// to the async proxy (wgmma operand reads, TMA); a barrier must follow before another thread's
+/// wgmma reads them.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if STEP5_SM90A_DEVICE
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+/// Shared-memory matrix descriptor of a K-major tile with 128-byte rows in the 128B swizzle
+/// (8-row atoms of 1024 bytes): start address, LBO 1 (unused for this layout), SBO 1024 B.
+__device__ __forceinline__ std::uint64_t make_desc_sw128(std::uint32_t saddr) {
+  std::uint64_t d = 0;
+  d |= static_cast<std::uint64_t>((saddr & 0x3FFFF) >> 4);
+  d |= static_cast<std::uint64_t>(1) << 16;
+  d |= static_cast<std::uint64_t>(1024 >> 4) << 32;
+  d |= static_cast<std::uint64_t>(1) << 62;
+  return d;
+}
+
+/// Byte offset of 16-byte chunk `chunk` (< 8) of row `row` inside a 128B-swizzled K-block tile
+/// whose base is 1024-byte aligned (the layout `make_desc_sw128` describes).
+__host__ __device__ constexpr int sw128_offset(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
+
+// The 64 accumulator operands of an m64n128 instruction (fp32, 64 per thread).
+#define STEP5_WGMMA_ACC64(d)                                                                                        \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),     \
+      "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),      \
+      "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),     \
+      "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),     \
+      "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),     \
+      "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),     \
+      "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),     \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define STEP5_WGMMA_REGS64                                                                                          \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, "  \
+  "%46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+/// d = A·B + (scale_d ? d : 0), m64n128k16, f16 A and B from shared memory (K-major descriptors),
+/// fp32 accumulators.
+__device__ __forceinline__ void wgmma_m64n128k16_f16(float* d, std::uint64_t desc_a, std::uint64_t desc_b,
+                                                     int scale_d) {
+#if STEP5_SM90A_DEVICE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " STEP5_WGMMA_REGS64 ", %64, %65, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : STEP5_WGMMA_ACC64(d)
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+/// d = A·B + (scale_d ? d : 0), m64n128k32, e4m3 A and B from shared memory (K-major descriptors:
+/// the only layout e4m3 has), fp32 accumulators. Hopper adds the products of one instruction and
+/// the accumulator with about 14 significant bits (truncated; DeepSeek-V3 report §3.5.2), so
+/// results are NOT fp32-accurate.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float* d, std::uint64_t desc_a, std::uint64_t desc_b,
+                                                      int scale_d) {
+#if STEP5_SM90A_DEVICE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " STEP5_WGMMA_REGS64 ", %64, %65, p, 1, 1;\n"
+      "}\n"
+      : STEP5_WGMMA_ACC64(d)
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+#undef STEP5_WGMMA_ACC64
+#undef STEP5_WGMMA_REGS64
+
+}  // namespace step5::kernels::sm90::wgmma
