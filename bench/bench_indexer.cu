@@ -9,7 +9,11 @@
 //                                              H tokens of history; TFLOP/s of the score GEMM
 //   cublaslt/e4m3_gemm/8192                    the e4m3 tensor-core rate: cuBLASLt FP8 (e4m3 x e4m3,
 //                                              fp32 accumulate, bf16 out) 8192^3, random data, median
-//   scores_prefill/...                         the score kernel alone (same shapes)
+//   scores_prefill/...                         the score kernel alone (same shapes; counter `path`:
+//                                              the ScorePath the plan took, 1 mma, 2 wgmma_f16, 3 wgmma_e4m3)
+//   scores_prefill_path/<p>/tokens:T/ctx:H     the same with the path forced: p = mma, wgmma_f16 or
+//                                              wgmma_e4m3 (e4m3 operands: ~14-bit accumulation, never
+//                                              the automatic choice; measured for reference)
 //   scores_decode/tp:N/batch:B/ctx:C           the score kernel alone on decode rows
 //   topk/<v>/rows:R/regions:N                  selection alone: v = ours (the launcher's choice),
 //                                              ours_cta (one CTA per row), ours_cluster (a cluster of
@@ -246,7 +250,8 @@ void bm_decode(benchmark::State& st, int tp, int batch, int ctx) {
 
 /// Times the score kernel alone (no selection) for the setup's batch, launched as indexer_select
 /// launches it (ops::detail::score_plan / launch_scores).
-double time_scores_only(SelectSetup& s) {
+double time_scores_only(SelectSetup& s, step5::ops::detail::ScorePath want = step5::ops::detail::ScorePath::kAuto,
+                        step5::ops::detail::ScorePath* taken = nullptr) {
   using namespace step5;
   constexpr auto kId = layout::GeometryId::step5_preview;
   const auto& p = s.p;
@@ -257,7 +262,8 @@ double time_scores_only(SelectSetup& s) {
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CKS(device_sm_count(dev, &sms));
-  const ops::detail::ScorePlan sp = ops::detail::score_plan<kId>(Il, T, B, ld, p.table.block_size, sms);
+  const ops::detail::ScorePlan sp = ops::detail::score_plan<kId>(Il, T, B, ld, p.table.block_size, sms, want);
+  if (taken) *taken = sp.path;
   const std::int32_t* tile_start = nullptr;
   CKS(ops::detail::score_tile_starts(sp, p.batch.cu_seqlens_q, B, static_cast<std::int32_t*>(p.workspace), g_stream,
                                      &tile_start));
@@ -281,12 +287,27 @@ void bm_scores_decode(benchmark::State& st, int tp, int batch, int ctx) {
 
 void bm_prefill(benchmark::State& st, int tp, int tokens, int hist, bool scores_only) {
   SelectSetup s(tp, {tokens}, {hist + tokens}, 512, hist + tokens);
-  const double sec =
-      scores_only ? time_scores_only(s) : time_it([&] { CKS(step5::ops::indexer_select(s.p, g_stream)); }, 3);
+  step5::ops::detail::ScorePath taken = step5::ops::detail::ScorePath::kAuto;
+  const double sec = scores_only ? time_scores_only(s, step5::ops::detail::ScorePath::kAuto, &taken)
+                                 : time_it([&] { CKS(step5::ops::indexer_select(s.p, g_stream)); }, 3);
   const std::string name = std::string(scores_only ? "scores_prefill" : "indexer_prefill") +
                            "/step5_preview/tp:" + std::to_string(tp) + "/tokens:" + std::to_string(tokens) +
                            "/ctx:" + std::to_string(hist);
   record(st, name, sec, s.score_flops / sec / 1e12, "TFLOP/s");
+  if (scores_only) st.counters["path"] = static_cast<double>(static_cast<int>(taken));
+}
+
+/// The score kernel alone on a prefill chunk with the path forced (scores_prefill_path/...).
+void bm_prefill_path(benchmark::State& st, int tp, int tokens, int hist, step5::ops::detail::ScorePath want) {
+  SelectSetup s(tp, {tokens}, {hist + tokens}, 512, hist + tokens);
+  step5::ops::detail::ScorePath taken = want;
+  const double sec = time_scores_only(s, want, &taken);
+  const std::string name = std::string("scores_prefill_path/") + step5::ops::detail::score_path_name(want) +
+                           "/step5_preview/tp:" + std::to_string(tp) + "/tokens:" + std::to_string(tokens) +
+                           "/ctx:" + std::to_string(hist);
+  if (taken != want) std::printf("%s: the plan fell back to path %s\n", name.c_str(), step5::ops::detail::score_path_name(taken));
+  record(st, name, sec, s.score_flops / sec / 1e12, "TFLOP/s");
+  st.counters["path"] = static_cast<double>(static_cast<int>(taken));
 }
 
 /// variant: -1 = CUB segmented sort + take-k, 0 = step5::ops::topk_select (its own choice),
@@ -418,6 +439,10 @@ int main(int argc, char** argv) {
       reg("scores_prefill/tokens:" + std::to_string(tokens) + "/ctx:" + std::to_string(hist),
           [=](benchmark::State& st) { bm_prefill(st, 1, tokens, hist, true); });
     }
+  for (auto path : {step5::ops::detail::ScorePath::kMma, step5::ops::detail::ScorePath::kWgmmaF16,
+                    step5::ops::detail::ScorePath::kWgmmaE4m3})
+    reg(std::string("scores_prefill_path/") + step5::ops::detail::score_path_name(path) + "/tokens:16384/ctx:32768",
+        [=](benchmark::State& st) { bm_prefill_path(st, 1, 16384, 32768, path); });
   for (int tp : {1, 8})
     for (int batch : {16, 64})
       reg("scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + "/ctx:131072",

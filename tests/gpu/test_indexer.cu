@@ -25,9 +25,12 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gpu/gpu_test.hpp"
+#include "step5/kernels/sm90/indexer_launch.cuh"  // score_plan / launch_scores: the score paths alone
 #include "step5/layout/parallel.hpp"
 #include "step5/ops/indexer.hpp"
 #include "step5/reference/prepare.hpp"
@@ -742,61 +745,98 @@ GPU_CASE("indexer: scores + selection at 1M tokens of context (131072 regions; q
 
 namespace {
 
-/// indexer_select on directly given inputs — random e4m3 summaries and q (every summary equal with
-/// `all_equal`: the scores of a row are all equal, so the selection is decided by region id alone) —
-/// judged as run_step judges: the GPU's scores (read from the workspace) against the reference
-/// scores of the same inputs within the same tolerance, the GPU selection equal to the reference
-/// selection of the GPU's own scores exactly, and against the reference scores up to ties within
-/// rounding at the k-th place (judge_row). Outputs are poisoned first.
-void check_select_direct(const step5::layout::GeometryEntry& e, int tp, const std::vector<int>& q_lens,
-                         const std::vector<int>& seq_lens, int topk, bool all_equal, std::uint32_t seed,
-                         const std::string& what) {
-  const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
-  const int P = rl.geometry.proxy_dim, Il = rl.index_local_heads, lg = rl.local_kv_groups, hpg = rl.hpg_i;
-  const int B = static_cast<int>(q_lens.size());
-  std::vector<std::int32_t> cu(static_cast<std::size_t>(B) + 1, 0), seq(seq_lens.begin(), seq_lens.end());
-  for (int b = 0; b < B; ++b) cu[b + 1] = cu[b] + q_lens[b];
-  const int T = cu[B];
-  const int max_seq = std::max(1, *std::max_element(seq.begin(), seq.end()));
-  const int block_size = 64, max_blocks = (max_seq + block_size - 1) / block_size;
-  const int num_blocks = B * max_blocks;
-  std::mt19937 rng(seed);
-  std::vector<std::int32_t> bt(static_cast<std::size_t>(num_blocks));
-  std::iota(bt.begin(), bt.end(), 0);
-  std::shuffle(bt.begin(), bt.end(), rng);
-  std::vector<std::uint8_t> sum(static_cast<std::size_t>(num_blocks) * (block_size / kR) * P);
-  std::vector<std::uint8_t> iq(static_cast<std::size_t>(std::max(T, 1)) * Il * P);
+/// How check_select_direct / check_scores_path fill the summaries and q: random e4m3 (N(0, 1)),
+/// every summary equal (the scores of a row are all equal: the selection is decided by region id
+/// alone), or small exact values ({0, ±0.5, ±1, ±1.5, ±2}: every dot is exact in any fp32
+/// summation order and even in the ~14-bit e4m3 tensor-core accumulation, so the GPU scores must
+/// equal the reference bit for bit).
+enum class Inputs { kRandom, kAllEqual, kExact };
+
+/// Directly given indexer_select inputs (host side) for q_lens / seq_lens per request.
+struct DirectInputs {
+  std::vector<std::int32_t> cu, seq, bt;
+  std::vector<std::uint8_t> sum, iq;
+  std::vector<float> wts;
+  int B = 0, T = 0, max_seq = 1, block_size = 64, max_blocks = 1, num_blocks = 1;
+};
+DirectInputs make_direct_inputs(const step5::layout::RankLayout& rl, const std::vector<int>& q_lens,
+                                const std::vector<int>& seq_lens, Inputs inputs, int block_size, std::mt19937& rng) {
+  const int P = rl.geometry.proxy_dim, Il = rl.index_local_heads;
+  DirectInputs d;
+  d.B = static_cast<int>(q_lens.size());
+  d.cu.assign(static_cast<std::size_t>(d.B) + 1, 0);
+  d.seq.assign(seq_lens.begin(), seq_lens.end());
+  for (int b = 0; b < d.B; ++b) d.cu[b + 1] = d.cu[b] + q_lens[b];
+  d.T = d.cu[d.B];
+  d.max_seq = std::max(1, *std::max_element(d.seq.begin(), d.seq.end()));
+  d.block_size = block_size;
+  d.max_blocks = (d.max_seq + block_size - 1) / block_size;
+  d.num_blocks = d.B * d.max_blocks;
+  d.bt.resize(static_cast<std::size_t>(d.num_blocks));
+  std::iota(d.bt.begin(), d.bt.end(), 0);
+  std::shuffle(d.bt.begin(), d.bt.end(), rng);
+  d.sum.resize(static_cast<std::size_t>(d.num_blocks) * (block_size / kR) * P);
+  d.iq.resize(static_cast<std::size_t>(std::max(d.T, 1)) * Il * P);
   std::normal_distribution<float> nd(0.f, 1.f);
-  for (auto& x : iq) x = step5::float_to_e4m3_bits(nd(rng));
-  if (all_equal) {
+  const float small[9] = {0.f, 0.5f, -0.5f, 1.f, -1.f, 1.5f, -1.5f, 2.f, -2.f};
+  auto value = [&]() { return inputs == Inputs::kExact ? small[rng() % 9] : nd(rng); };
+  for (auto& x : d.iq) x = step5::float_to_e4m3_bits(value());
+  if (inputs == Inputs::kAllEqual) {
     std::vector<std::uint8_t> one(static_cast<std::size_t>(P));
     for (auto& x : one) x = step5::float_to_e4m3_bits(std::abs(nd(rng)) + 0.25f);
-    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] = one[i % P];
+    for (std::size_t i = 0; i < d.sum.size(); ++i) d.sum[i] = one[i % P];
   } else {
-    for (auto& x : sum) x = step5::float_to_e4m3_bits(nd(rng));
+    for (auto& x : d.sum) x = step5::float_to_e4m3_bits(value());
   }
-  std::vector<float> wts(static_cast<std::size_t>(std::max(T, 1)) * Il);
-  for (auto& x : wts) x = nd(rng) * 0.5f;
-  auto* d_cu = dalloc<std::int32_t>(cu.size()); up(d_cu, cu);
-  auto* d_seq = dalloc<std::int32_t>(seq.size()); up(d_seq, seq);
-  auto* d_bt = dalloc<std::int32_t>(bt.size()); up(d_bt, bt);
-  auto* d_sum = dalloc<std::uint8_t>(sum.size()); up(d_sum, sum);
-  auto* d_iq = dalloc<std::uint8_t>(iq.size()); up(d_iq, iq);
-  auto* d_w = dalloc<float>(wts.size()); up(d_w, wts);
+  d.wts.resize(static_cast<std::size_t>(std::max(d.T, 1)) * Il);
+  for (auto& x : d.wts) x = nd(rng) * 0.5f;
+  return d;
+}
+
+struct DirectOptions {
+  Inputs inputs = Inputs::kRandom;
+  int block_size = 64;
+  int ws_tokens = 0;  ///< > 0: a workspace for this many tokens per score chunk (chunked scoring)
+};
+
+/// indexer_select on directly given inputs (make_direct_inputs) judged as run_step judges: the
+/// GPU's scores (read from the workspace: the last score chunk's tokens) against the reference
+/// scores of the same inputs within the same tolerance (bit for bit with Inputs::kExact), the GPU
+/// selection equal to the reference selection of the GPU's own scores exactly (last chunk), and
+/// every row against the reference scores up to ties within rounding at the k-th place
+/// (judge_row). Outputs are poisoned first.
+void check_select_direct(const step5::layout::GeometryEntry& e, int tp, const std::vector<int>& q_lens,
+                         const std::vector<int>& seq_lens, int topk, DirectOptions opt, std::uint32_t seed,
+                         const std::string& what) {
+  const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
+  const int P = rl.geometry.proxy_dim, lg = rl.local_kv_groups, hpg = rl.hpg_i;
+  std::mt19937 rng(seed);
+  const DirectInputs in = make_direct_inputs(rl, q_lens, seq_lens, opt.inputs, opt.block_size, rng);
+  const int B = in.B, T = in.T, max_seq = in.max_seq;
+  auto* d_cu = dalloc<std::int32_t>(in.cu.size()); up(d_cu, in.cu);
+  auto* d_seq = dalloc<std::int32_t>(in.seq.size()); up(d_seq, in.seq);
+  auto* d_bt = dalloc<std::int32_t>(in.bt.size()); up(d_bt, in.bt);
+  auto* d_sum = dalloc<std::uint8_t>(in.sum.size()); up(d_sum, in.sum);
+  auto* d_iq = dalloc<std::uint8_t>(in.iq.size()); up(d_iq, in.iq);
+  auto* d_w = dalloc<float>(in.wts.size()); up(d_w, in.wts);
   const std::size_t nids = static_cast<std::size_t>(lg) * T * (topk + 1);
   auto* d_ids = dalloc<std::int32_t>(std::max<std::size_t>(nids, 1));
   auto* d_cnt = dalloc<std::int32_t>(std::max<std::size_t>(static_cast<std::size_t>(lg) * T, 1));
   GPU_CHECK(cudaMemset(d_ids, 0x7b, std::max<std::size_t>(nids, 1) * 4));
   GPU_CHECK(cudaMemset(d_cnt, 0x7b, std::max<std::size_t>(static_cast<std::size_t>(lg) * T, 1) * 4));
-  const std::size_t ws_bytes = step5::ops::indexer_select_workspace_bytes(rl, T, max_seq, B);
+  const int ws_tokens = opt.ws_tokens > 0 ? std::min(opt.ws_tokens, std::max(T, 1)) : T;
+  const std::size_t ws_bytes = step5::ops::indexer_select_workspace_bytes(rl, ws_tokens, max_seq, B);
   auto* d_ws = dalloc<char>(ws_bytes);
   const std::int64_t ld = step5::ops::detail::score_ld(max_seq);
   const std::size_t ws_fixed = step5::ops::detail::plan_bytes(B);
+  // the launcher's score chunk (indexer_select_workspace_bytes): the workspace holds the last one
+  const int chunk = std::max(1, static_cast<int>((ws_bytes - ws_fixed) / (static_cast<std::size_t>(lg) * ld * 4)));
+  const int t_last = T > 0 ? (T - 1) / chunk * chunk : 0;
   GPU_CHECK(cudaMemset(d_ws, 0x7f, ws_bytes));  // poison: unwritten scores read as NaN
   step5::ops::IndexerSelectParams se;
   se.rank = rl;
-  se.batch = {d_cu, d_seq, B, T, cu.data(), seq.data()};
-  se.table = {d_bt, max_blocks, block_size, num_blocks};
+  se.batch = {d_cu, d_seq, B, T, in.cu.data(), in.seq.data()};
+  se.table = {d_bt, in.max_blocks, in.block_size, in.num_blocks};
   se.index_q = d_iq;
   se.weights = d_w;
   se.summary_cache = d_sum;
@@ -811,28 +851,31 @@ void check_select_direct(const step5::layout::GeometryEntry& e, int tp, const st
   GPU_CHECK(cudaDeviceSynchronize());
   const auto ids = down(d_ids, nids);
   const auto counts = down(d_cnt, static_cast<std::size_t>(lg) * T);
-  const auto gsc = down(reinterpret_cast<const float*>(d_ws + ws_fixed), static_cast<std::size_t>(T) * lg * ld);
-  const ref::BatchView bv{B, cu.data(), seq.data()};
-  const ref::BlockTableView tv{bt.data(), max_blocks, block_size, num_blocks};
+  const auto gsc = down(reinterpret_cast<const float*>(d_ws + ws_fixed), static_cast<std::size_t>(chunk) * lg * ld);
+  const ref::BatchView bv{B, in.cu.data(), in.seq.data()};
+  const ref::BlockTableView tv{in.bt.data(), in.max_blocks, in.block_size, in.num_blocks};
   std::vector<float> rs(static_cast<std::size_t>(lg) * T * ld);
-  ref::compute_scores(bv, tv, lg, hpg, P, iq.data(), wts.data(), sum.data(), rs.data(), static_cast<int>(ld));
+  ref::compute_scores(bv, tv, lg, hpg, P, in.iq.data(), in.wts.data(), in.sum.data(), rs.data(), static_cast<int>(ld));
   const auto pos = ref::token_positions(bv);
-  int ties = 0, bad_rows = 0, own_bad = 0, score_bad = 0, equal_rows = 0;
+  int ties = 0, bad_rows = 0, own_bad = 0, score_bad = 0, exact_bad = 0, equal_rows = 0;
   for (int t = 0; t < T; ++t)
     for (int g = 0; g < lg; ++g) {
       const int n = pos[t] / kR;
       const std::size_t row = static_cast<std::size_t>(g) * T + t;
       const float* rrow = rs.data() + row * ld;
-      const float* gs = gsc.data() + (static_cast<std::size_t>(t) * lg + g) * ld;
       const std::int32_t* grow = ids.data() + row * (topk + 1);
+      bad_rows += !judge_row(rrow, n, topk, grow, counts[row], &ties);
+      if (t < t_last) continue;  // scores of earlier chunks are overwritten
+      const float* gs = gsc.data() + (static_cast<std::size_t>(t - t_last) * lg + g) * ld;
       float rmax = 0.f;
       for (int i = 0; i < n; ++i) rmax = std::max(rmax, std::abs(rrow[i]));
       for (int i = 0; i < n; ++i) score_bad += !(std::abs(gs[i] - rrow[i]) <= 1e-3f * rmax + 1e-30f);
+      if (opt.inputs == Inputs::kExact)
+        for (int i = 0; i < n; ++i) exact_bad += std::bit_cast<std::uint32_t>(gs[i]) != std::bit_cast<std::uint32_t>(rrow[i]);
       std::vector<std::int32_t> own(static_cast<std::size_t>(topk + 1));
       const int oc = ref::select_row(gs, n, topk, n, own.data());
       own_bad += !(oc == counts[row] && std::equal(own.begin(), own.end(), grow));
-      bad_rows += !judge_row(rrow, n, topk, grow, counts[row], &ties);
-      if (all_equal && n > 0) {
+      if (opt.inputs == Inputs::kAllEqual && n > 0) {
         // equal summaries: the GPU's scores of the row are bit-identical, and the lowest ids win
         bool same = true;
         for (int i = 1; i < n; ++i) same = same && std::bit_cast<std::uint32_t>(gs[i]) == std::bit_cast<std::uint32_t>(gs[0]);
@@ -844,16 +887,162 @@ void check_select_direct(const step5::layout::GeometryEntry& e, int tp, const st
       }
     }
   EXPECT(score_bad == 0, "%s: %d scores off by > 1e-3 of the row max", what.c_str(), score_bad);
+  EXPECT(exact_bad == 0, "%s: %d scores of exact inputs differ from the reference bit for bit", what.c_str(), exact_bad);
   EXPECT(own_bad == 0, "%s: %d rows where the GPU selection != reference selection of the GPU's own scores", what.c_str(),
          own_bad);
   EXPECT(bad_rows == 0, "%s: %d selection rows differ beyond ties within rounding", what.c_str(), bad_rows);
   std::printf("  %s: %d rows, %d tolerated ties%s\n", what.c_str(), lg * T, ties,
-              all_equal ? (", " + std::to_string(equal_rows) + " all-equal rows by id").c_str() : "");
+              opt.inputs == Inputs::kAllEqual ? (", " + std::to_string(equal_rows) + " all-equal rows by id").c_str() : "");
   for (void* p : std::initializer_list<void*>{d_cu, d_seq, d_bt, d_sum, d_iq, d_w, d_ids, d_cnt, d_ws})
     GPU_CHECK(cudaFree(p));
 }
 
+namespace detail_ns = step5::ops::detail;
+
+/// The score kernel of `want` (ops::detail::score_plan / score_tile_starts / launch_scores, as
+/// indexer_select launches them) on directly given inputs, token chunks of `chunk` tokens (t0 > 0
+/// cuts requests and tiles), each chunk's scores compared with the reference: every column
+/// r < p/8 within `tol` of the row max and the rms error within `rms_tol` (bit for bit with
+/// Inputs::kExact), every column >= p/8 still the poison (nothing written past the history).
+/// Checks that the plan took the path asked for.
+template <step5::layout::GeometryId Id>
+void check_scores_path(int tp, const std::vector<int>& q_lens, const std::vector<int>& seq_lens, int chunk,
+                       Inputs inputs, detail_ns::ScorePath want, int block_size, float tol, double rms_tol,
+                       std::uint32_t seed, const std::string& what) {
+  const auto& e = step5::layout::entry_of(Id);
+  const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
+  const int P = rl.geometry.proxy_dim, lg = rl.local_kv_groups, hpg = rl.hpg_i, Il = rl.index_local_heads;
+  std::mt19937 rng(seed);
+  const DirectInputs in = make_direct_inputs(rl, q_lens, seq_lens, inputs, block_size, rng);
+  const int B = in.B, T = in.T;
+  auto* d_cu = dalloc<std::int32_t>(in.cu.size()); up(d_cu, in.cu);
+  auto* d_seq = dalloc<std::int32_t>(in.seq.size()); up(d_seq, in.seq);
+  auto* d_bt = dalloc<std::int32_t>(in.bt.size()); up(d_bt, in.bt);
+  auto* d_sum = dalloc<std::uint8_t>(in.sum.size()); up(d_sum, in.sum);
+  auto* d_iq = dalloc<std::uint8_t>(in.iq.size()); up(d_iq, in.iq);
+  auto* d_w = dalloc<float>(in.wts.size()); up(d_w, in.wts);
+  auto* d_plan = dalloc<std::int32_t>(detail_ns::plan_bytes(B) / 4);
+  const std::int64_t ld = detail_ns::score_ld(in.max_seq);
+  const std::size_t nsc = static_cast<std::size_t>(chunk) * lg * ld;
+  auto* d_sc = dalloc<float>(nsc);
+  step5::ops::IndexerSelectParams se;
+  se.rank = rl;
+  se.batch = {d_cu, d_seq, B, T, in.cu.data(), in.seq.data()};
+  se.table = {d_bt, in.max_blocks, in.block_size, in.num_blocks};
+  se.index_q = d_iq;
+  se.weights = d_w;
+  se.summary_cache = d_sum;
+  int dev = 0, sms = 0;
+  GPU_CHECK(cudaGetDevice(&dev));
+  EXPECT(step5::device_sm_count(dev, &sms).ok(), "device_sm_count");
+  const detail_ns::ScorePlan sp = detail_ns::score_plan<Id>(Il, T, B, ld, block_size, sms, want);
+  EXPECT(sp.path == want, "%s: the plan took path %s, asked for %s", what.c_str(), detail_ns::score_path_name(sp.path),
+         detail_ns::score_path_name(want));
+  const std::int32_t* tile_start = nullptr;
+  EXPECT(detail_ns::score_tile_starts(sp, d_cu, B, d_plan, nullptr, &tile_start).ok(), "%s: score_tile_starts", what.c_str());
+  const ref::BatchView bv{B, in.cu.data(), in.seq.data()};
+  const ref::BlockTableView tv{in.bt.data(), in.max_blocks, in.block_size, in.num_blocks};
+  std::vector<float> rs(static_cast<std::size_t>(lg) * T * ld);
+  ref::compute_scores(bv, tv, lg, hpg, P, in.iq.data(), in.wts.data(), in.sum.data(), rs.data(), static_cast<int>(ld));
+  const auto pos = ref::token_positions(bv);
+  int bad = 0, exact_bad = 0, written_past = 0;
+  double num = 0, den = 0, worst = 0;
+  for (int t0 = 0; t0 < T; t0 += chunk) {
+    const int t1 = std::min(T, t0 + chunk);
+    GPU_CHECK(cudaMemset(d_sc, 0x7f, nsc * 4));  // poison
+    const step5::Status st =
+        detail_ns::launch_scores<Id>(sp, detail_ns::score_args(se, tile_start, d_sc, ld, t0, t1), nullptr);
+    EXPECT(st.ok(), "%s: launch_scores: %s", what.c_str(), st.to_string().c_str());
+    GPU_CHECK(cudaDeviceSynchronize());
+    const auto gsc = down(d_sc, nsc);
+    for (int t = t0; t < t1; ++t)
+      for (int g = 0; g < lg; ++g) {
+        const int n = pos[t] / kR;
+        const float* rrow = rs.data() + (static_cast<std::size_t>(g) * T + t) * ld;
+        const float* gs = gsc.data() + (static_cast<std::size_t>(t - t0) * lg + g) * ld;
+        float rmax = 0.f;
+        for (int i = 0; i < n; ++i) rmax = std::max(rmax, std::abs(rrow[i]));
+        for (int i = 0; i < n; ++i) {
+          const double d = double(gs[i]) - double(rrow[i]);
+          num += d * d;
+          den += double(rrow[i]) * rrow[i];
+          if (rmax > 0) worst = std::max(worst, std::abs(d) / rmax);
+          bad += !(std::abs(gs[i] - rrow[i]) <= tol * rmax + 1e-30f);
+          exact_bad += inputs == Inputs::kExact && std::bit_cast<std::uint32_t>(gs[i]) != std::bit_cast<std::uint32_t>(rrow[i]);
+        }
+        for (std::int64_t i = n; i < ld; ++i) written_past += std::bit_cast<std::uint32_t>(gs[i]) != 0x7f7f7f7fu;
+      }
+  }
+  const double es = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  EXPECT(bad == 0 && es <= rms_tol, "%s: %d scores off by > %.0e of the row max, rms rel error %.3g (limit %.1e)",
+         what.c_str(), bad, double(tol), es, rms_tol);
+  EXPECT(exact_bad == 0, "%s: %d scores of exact inputs differ from the reference bit for bit", what.c_str(), exact_bad);
+  EXPECT(written_past == 0, "%s: %d score columns at or past p/8 were written", what.c_str(), written_past);
+  std::printf("  %s: path %s, %d tokens in chunks of %d, rms rel error %.3g, worst %.3g of the row max\n", what.c_str(),
+              detail_ns::score_path_name(sp.path), T, chunk, es, worst);
+  for (void* p : std::initializer_list<void*>{d_cu, d_seq, d_bt, d_sum, d_iq, d_w, d_plan, d_sc}) GPU_CHECK(cudaFree(p));
+}
+
+/// Calls f(std::integral_constant<int, i>) for geometry row i (run-time index -> compile-time id).
+template <class F, std::size_t... I>
+void with_geometry_id(int gi, F&& f, std::index_sequence<I...>) {
+  ((gi == static_cast<int>(I) ? (f(std::integral_constant<int, static_cast<int>(I)>{}), 0) : 0), ...);
+}
+template <class F>
+void with_geometry_id(int gi, F&& f) {
+  with_geometry_id(gi, std::forward<F>(f), std::make_index_sequence<step5::layout::kNumGeometries>{});
+}
+
 }  // namespace
+
+GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk boundaries, p/8 cutting tiles), every geometry x tp; e4m3 and mma paths on the same inputs") {
+  // Prefill batches (mean query length >= kScoreWgmmaMinMeanQ: the automatic plan takes the wgmma
+  // kernel, checked below): odd query lengths, a request without history (many tokens with 0..4
+  // regions), a one-token request inside the batch, a request whose positions cross multiples of
+  // 64 regions (p/8 cuts the 64-region tiles and the token tiles), and a long history (several
+  // region chunks). Through indexer_select (selections judged, scores of the last chunk compared;
+  // a workspace of 97 tokens cuts requests and tiles at chunk boundaries), and the score kernels
+  // alone for every path (wgmma f16 = the default, wgmma e4m3 = forced, mma.sync = the decode
+  // kernel) on the same shapes: exact inputs bit for bit on every path; random inputs within the
+  // select tolerance on the fp32-accurate paths (f16 wgmma, mma.sync) and within 2e-2 of the row
+  // max on e4m3 wgmma (~14-bit tensor-core accumulation: a layout or indexing bug is O(1)).
+  using detail_ns::ScorePath;
+  const int long_hist = sz(12011, 3001);
+  const std::vector<int> q = {37, 1, 130, 301};
+  const std::vector<int> hist = {0, 1005, 8 * 64 * 3 + 3, long_hist};
+  std::vector<int> seq(q.size());
+  for (std::size_t i = 0; i < q.size(); ++i) seq[i] = hist[i] + q[i];
+  for (int gi = 0; gi < static_cast<int>(step5::layout::kNumGeometries); ++gi) {
+    const auto& e = step5::layout::kGeometries[gi];
+    for (int i = 0; i < e.num_tp_values; ++i) {
+      const int tp = e.tp_values[i];
+      const std::uint32_t seed = static_cast<std::uint32_t>(7000 + 100 * gi + tp);
+      const std::string base = std::string(e.name) + " tp " + std::to_string(tp) + " prefill";
+      with_geometry_id(gi, [&](auto id) {
+        constexpr auto kId = static_cast<step5::layout::GeometryId>(decltype(id)::value);
+        const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
+        int T = 0;
+        for (int x : q) T += x;
+        const detail_ns::ScorePlan auto_plan = detail_ns::score_plan<kId>(
+            rl.index_local_heads, T, static_cast<int>(q.size()), detail_ns::score_ld(*std::max_element(seq.begin(), seq.end())),
+            64, 132);
+        EXPECT(auto_plan.path == ScorePath::kWgmmaF16, "%s: the automatic plan took %s, expected wgmma_f16", base.c_str(),
+               detail_ns::score_path_name(auto_plan.path));
+        check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 64, 0}, seed, base + " select");
+        check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 16, 97}, seed + 1, base + " select ws 97 tokens");
+        check_select_direct(e, tp, q, seq, 64, {Inputs::kExact, 64, 0}, seed + 2, base + " select exact");
+        check_select_direct(e, tp, q, seq, 64, {Inputs::kAllEqual, 64, 0}, seed + 3, base + " select all-equal");
+        for (ScorePath path : {ScorePath::kWgmmaF16, ScorePath::kWgmmaE4m3, ScorePath::kMma}) {
+          const std::string name = base + " scores " + detail_ns::score_path_name(path);
+          const bool e4m3 = path == ScorePath::kWgmmaE4m3;
+          check_scores_path<kId>(tp, q, seq, 97, Inputs::kExact, path, 16, 0.f, 0.0, seed + 4, name + " exact");
+          check_scores_path<kId>(tp, q, seq, 97, Inputs::kRandom, path, 16, e4m3 ? 2e-2f : 1e-3f, e4m3 ? 1e-2 : 1e-4,
+                                 seed + 5, name + " random");
+        }
+      });
+    }
+  }
+}
 
 GPU_CASE("indexer: decode batches of 1, 16, 64, 257 at every geometry x tp (odd region counts, short rows, all-equal ties, MTP)") {
   // Decode steps as engines run them, for every row and tp of geometries.def: one token per request
@@ -882,12 +1071,12 @@ GPU_CASE("indexer: decode batches of 1, 16, 64, 257 at every geometry x tp (odd 
         }
         if (batch == 1) seq[0] = long_max + 7;  // long_max / 8 regions (16384 at full size)
         const std::string base = std::string(e.name) + " tp " + std::to_string(tp) + " batch " + std::to_string(batch);
-        check_select_direct(e, tp, q, seq, topk, false, rng(), base);
-        check_select_direct(e, tp, q, seq, topk, true, rng(), base + " all-equal");
+        check_select_direct(e, tp, q, seq, topk, {}, rng(), base);
+        check_select_direct(e, tp, q, seq, topk, {Inputs::kAllEqual, 64, 0}, rng(), base + " all-equal");
         if (batch == 16) {  // MTP: 2 tokens per request
           std::vector<int> q2(q.size(), 2), seq2(seq);
           for (auto& x : seq2) x += 1;
-          check_select_direct(e, tp, q2, seq2, topk, false, rng(), base + " MTP");
+          check_select_direct(e, tp, q2, seq2, topk, {}, rng(), base + " MTP");
         }
       }
     }
