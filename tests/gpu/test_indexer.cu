@@ -1004,8 +1004,11 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
   // a workspace of 97 tokens cuts requests and tiles at chunk boundaries), and the score kernels
   // alone for every path (wgmma f16 = the default, wgmma e4m3 = forced, mma.sync = the decode
   // kernel) on the same shapes: exact inputs bit for bit on every path; random inputs within the
-  // select tolerance on the fp32-accurate paths (f16 wgmma, mma.sync) and within 2e-2 of the row
-  // max on e4m3 wgmma (~14-bit tensor-core accumulation: a layout or indexing bug is O(1)).
+  // select tolerance on the fp32-accurate paths (f16 wgmma, mma.sync) and, on e4m3 wgmma (~14-bit
+  // truncating tensor-core accumulation, its error is printed; a CPU model of that accumulation
+  // gives ~3e-4 of the row max here), within 3e-2 of the row max and 1e-2 rms: a layout or
+  // indexing bug is O(1) there, and the exact inputs check the e4m3 layout bit for bit.
+  // Quick: the long history at 3001 positions, the smallest and the largest tp of each geometry.
   using detail_ns::ScorePath;
   const int long_hist = sz(12011, 3001);
   const std::vector<int> q = {37, 1, 130, 301};
@@ -1015,6 +1018,7 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
   for (int gi = 0; gi < static_cast<int>(step5::layout::kNumGeometries); ++gi) {
     const auto& e = step5::layout::kGeometries[gi];
     for (int i = 0; i < e.num_tp_values; ++i) {
+      if (step5_test::quick() && i != 0 && i != e.num_tp_values - 1) continue;  // quick: the smallest and largest tp
       const int tp = e.tp_values[i];
       const std::uint32_t seed = static_cast<std::uint32_t>(7000 + 100 * gi + tp);
       const std::string base = std::string(e.name) + " tp " + std::to_string(tp) + " prefill";
@@ -1036,7 +1040,7 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
           const std::string name = base + " scores " + detail_ns::score_path_name(path);
           const bool e4m3 = path == ScorePath::kWgmmaE4m3;
           check_scores_path<kId>(tp, q, seq, 97, Inputs::kExact, path, 16, 0.f, 0.0, seed + 4, name + " exact");
-          check_scores_path<kId>(tp, q, seq, 97, Inputs::kRandom, path, 16, e4m3 ? 2e-2f : 1e-3f, e4m3 ? 1e-2 : 1e-4,
+          check_scores_path<kId>(tp, q, seq, 97, Inputs::kRandom, path, 16, e4m3 ? 3e-2f : 1e-3f, e4m3 ? 1e-2 : 1e-4,
                                  seed + 5, name + " random");
         }
       });

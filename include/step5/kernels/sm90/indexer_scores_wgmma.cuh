@@ -235,6 +235,18 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
 
   const int warp = lt >> 5, lane = lt & 31, c = lane & 3;
   const std::uint32_t sB_addr = ptx::smem_u32(sB);
+  // this thread's epilogue constants, in registers for the whole loop: the weights of its columns
+  // 8j + 2c, 8j + 2c + 1 and the score row / history of its chains f = gg·4 + c
+  constexpr int kChains = N / (4 * HPG);
+  float2 wreg[N / 8];
+  int row_of[kChains], hist_of[kChains];
+#pragma unroll
+  for (int j = 0; j < N / 8; ++j) wreg[j] = reinterpret_cast<const float2*>(sw)[j * 4 + c];
+#pragma unroll
+  for (int gg = 0; gg < kChains; ++gg) {
+    row_of[gg] = srow[gg * 4 + c];
+    hist_of[gg] = shist[gg * 4 + c];
+  }
   float acc[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
@@ -264,17 +276,15 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
     wgmma::fence_regs<N / 2>(acc);
     // 4. epilogue: rows r0, r0 + 8 of this warp; chains f = gg·4 + c
     const int r0 = rb + warp * 16 + (lane >> 2), r1 = r0 + 8;
-    const float2* sw2 = reinterpret_cast<const float2*>(sw);
 #pragma unroll
-    for (int gg = 0; gg < N / (4 * HPG); ++gg) {
-      const int f = gg * 4 + c;
-      const int row = srow[f], hist = shist[f];
+    for (int gg = 0; gg < kChains; ++gg) {
+      const int row = row_of[gg], hist = hist_of[gg];
       // seeded with +0.0 as the reference: a zero score is +0.0 (SPEC §4 "Signed zero")
       float s0 = 0.f, s1 = 0.f;
 #pragma unroll
       for (int jj = 0; jj < HPG / 2; ++jj) {
         const int j = gg * (HPG / 2) + jj;
-        const float2 w = sw2[j * 4 + c];  // columns 8j + 2c (even head), 8j + 2c + 1 (odd head)
+        const float2 w = wreg[j];  // columns 8j + 2c (even head), 8j + 2c + 1 (odd head)
         s0 = __fmaf_rn(relu_keep_nan(acc[4 * j]), w.x, s0);
         s0 = __fmaf_rn(relu_keep_nan(acc[4 * j + 1]), w.y, s0);
         s1 = __fmaf_rn(relu_keep_nan(acc[4 * j + 2]), w.x, s1);
