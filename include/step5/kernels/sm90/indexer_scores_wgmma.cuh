@@ -209,15 +209,27 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
   uint4 v[P / 32];
   score_wg_load_region<P>(a, st.b, rb + rr, st.r_end, hk, v);
 
-  // B: q of the tile's tokens in column order (zeros past the tile), weights, chains
-  for (int idx = threadIdx.x; idx < N * (P / 16); idx += kWgScoreThreads) {
-    const int n = idx / (P / 16), ch = idx % (P / 16);
-    int tl, h;
-    score_wg_column(n, half_il, tl, h);
-    uint4 q = make_uint4(0, 0, 0, 0);
-    if (tl < ntok)
-      q = __ldg(reinterpret_cast<const uint4*>(a.index_q + (static_cast<std::int64_t>(st.tb + tl) * Il + h) * P) + ch);
-    score_wg_stage16<KIND, N>(sB, n, ch * 16, q);
+  // B: q of the tile's tokens in column order (zeros past the tile): all of a thread's loads in
+  // flight before the first store; then the weights in column order and the chains
+  constexpr int kBLoads = N * (P / 16) / kWgScoreThreads;
+  static_assert(N * (P / 16) % kWgScoreThreads == 0, "B staging: whole 16-byte loads per thread");
+  {
+    uint4 q[kBLoads];
+#pragma unroll
+    for (int i = 0; i < kBLoads; ++i) {
+      const int idx = threadIdx.x + i * kWgScoreThreads;
+      int tl, h;
+      score_wg_column(idx / (P / 16), half_il, tl, h);
+      q[i] = make_uint4(0, 0, 0, 0);
+      if (tl < ntok)
+        q[i] = __ldg(reinterpret_cast<const uint4*>(a.index_q + (static_cast<std::int64_t>(st.tb + tl) * Il + h) * P) +
+                     idx % (P / 16));
+    }
+#pragma unroll
+    for (int i = 0; i < kBLoads; ++i) {
+      const int idx = threadIdx.x + i * kWgScoreThreads;
+      score_wg_stage16<KIND, N>(sB, idx / (P / 16), (idx % (P / 16)) * 16, q[i]);
+    }
   }
   for (int n = threadIdx.x; n < N; n += kWgScoreThreads) {
     int tl, h;
