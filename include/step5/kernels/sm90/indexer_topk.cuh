@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
       for (int i = tid; i < kTopkFirstBins; i += kTopkThreads) hfirst[i] = 0;
       __syncthreads();
     }
-    if (kSmem || kCand) {
+    if constexpr (kSmem || kCand) {
       // one sweep: stage the slice's keys (kSmem) and count their first digits (kCand); kStage
       // independent loads in flight per thread
       constexpr int kStage = 8;
