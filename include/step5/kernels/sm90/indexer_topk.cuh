@@ -237,7 +237,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
   __shared__ TopkPick pick;
   __shared__ unsigned s_cand_off, s_cand_pos;  // kCand: this rank's candidates' offset, and count so far
   __shared__ unsigned long long s_total;  // (eq << 32) | gt of this CTA's slice
-  extern __shared__ std::uint32_t skeys[];
+  extern __shared__ __align__(16) std::uint32_t skeys[];  // 16: the float4 staging of kCand
 
   const int r = static_cast<int>(blockIdx.x) / kC;
   const int crank = static_cast<int>(blockIdx.x) % kC;
@@ -264,23 +264,53 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
       for (int i = tid; i < kTopkFirstBins; i += kTopkThreads) hfirst[i] = 0;
       __syncthreads();
     }
+    // kCand with a 16-byte aligned slice: the sweep below with float4 loads (a 16384-key slice is
+    // one round of loads in flight instead of four; the first 4·floor(len/4) keys, the rest scalar)
+    bool vec = false;
+    if constexpr (kCand) vec = (reinterpret_cast<std::uintptr_t>(src) & 15u) == 0;
+    const int len4 = vec ? len / 4 : 0;
+    if constexpr (kCand) {
+      constexpr int kStage4 = 8;
+      for (int base = 0; base < len4; base += kTopkThreads * kStage4) {
+        float4 v[kStage4];
+#pragma unroll
+        for (int j = 0; j < kStage4; ++j) {
+          const int i4 = base + j * kTopkThreads + tid;
+          v[j] = i4 < len4 ? reinterpret_cast<const float4*>(src)[i4] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int j = 0; j < kStage4; ++j) {
+          const int i4 = base + j * kTopkThreads + tid;
+          const bool in = i4 < len4;
+          const uint4 key = make_uint4(score_key(v[j].x), score_key(v[j].y), score_key(v[j].z), score_key(v[j].w));
+          if (kSmem && in) reinterpret_cast<uint4*>(skeys)[i4] = key;
+          warp_hist_add(hfirst, key.x >> kFirstShift, in, lane);
+          warp_hist_add(hfirst, key.y >> kFirstShift, in, lane);
+          warp_hist_add(hfirst, key.z >> kFirstShift, in, lane);
+          warp_hist_add(hfirst, key.w >> kFirstShift, in, lane);
+        }
+      }
+    }
     if constexpr (kSmem || kCand) {
-      // one sweep: stage the slice's keys (kSmem) and count their first digits (kCand); kStage
-      // independent loads in flight per thread
+      // one sweep over [4·len4, len): stage the slice's keys (kSmem) and count their first digits
+      // (kCand); kStage independent loads in flight per thread
       constexpr int kStage = 8;
-      for (int base = 0; base < len; base += kTopkThreads * kStage) {
+      const int rest = len - 4 * len4;
+      const float* src_rest = src + 4 * len4;
+      std::uint32_t* skeys_rest = skeys + 4 * len4;
+      for (int base = 0; base < rest; base += kTopkThreads * kStage) {
         float v[kStage];
 #pragma unroll
         for (int j = 0; j < kStage; ++j) {
           const int i = base + j * kTopkThreads + tid;
-          v[j] = i < len ? src[i] : 0.f;
+          v[j] = i < rest ? src_rest[i] : 0.f;
         }
 #pragma unroll
         for (int j = 0; j < kStage; ++j) {
           const int i = base + j * kTopkThreads + tid;
           const std::uint32_t key = score_key(v[j]);
-          if (kSmem && i < len) skeys[i] = key;
-          if constexpr (kCand) warp_hist_add(hfirst, key >> kFirstShift, i < len, lane);
+          if (kSmem && i < rest) skeys_rest[i] = key;
+          if constexpr (kCand) warp_hist_add(hfirst, key >> kFirstShift, i < rest, lane);
         }
       }
     }
