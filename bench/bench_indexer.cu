@@ -18,7 +18,11 @@
 //   topk/<v>/rows:R/regions:N                  selection alone: v = ours (the launcher's choice),
 //                                              ours_cta (one CTA per row), ours_cluster (a cluster of
 //                                              kTopkCluster CTAs per row), cub_segmented_sort (CUB
-//                                              segmented radix sort of (score, id) + take-k)
+//                                              segmented radix sort of (score, id) + take-k); these
+//                                              follow STEP5_TOPK (radix / candidates / unset: the
+//                                              built-in choice); ours_radix_cta, ours_radix_cluster,
+//                                              ours_cand_cta, ours_cand_cluster force the algorithm
+//                                              (TopkAlgo of kernels/sm90/indexer_topk.cuh)
 // Timing: CUDA events around `iters` back-to-back launches queued behind a GPU spin (no host
 // launch overhead timed), median of 5 repetitions; UseManualTime.
 // A table with the ratios (to the copy bandwidth, to the tensor-core rate, to CUB) is printed last.
@@ -311,8 +315,10 @@ void bm_prefill_path(benchmark::State& st, int tp, int tokens, int hist, step5::
 }
 
 /// variant: -1 = CUB segmented sort + take-k, 0 = step5::ops::topk_select (its own choice),
-/// 1 = one CTA per row, kTopkCluster = a cluster per row (kernels::sm90::launch_topk forced).
-void bm_topk(benchmark::State& st, int rows, int regions, int variant) {
+/// 1 = one CTA per row, kTopkCluster = a cluster per row (kernels::sm90::launch_topk forced);
+/// algo: the selection algorithm (kDefault: STEP5_TOPK or the built-in choice).
+void bm_topk(benchmark::State& st, int rows, int regions, int variant,
+             step5::kernels::sm90::TopkAlgo algo = step5::kernels::sm90::TopkAlgo::kDefault) {
   const bool cub_baseline = variant < 0;
   const std::size_t n = static_cast<std::size_t>(rows) * regions;
   float* d_s;
@@ -343,7 +349,10 @@ void bm_topk(benchmark::State& st, int rows, int regions, int variant) {
     if (variant == 0) sec = time_it([&] { CKS(step5::ops::topk_select(p, g_stream)); }, 20);
     else
       sec = time_it(
-          [&] { CKS(step5::kernels::sm90::launch_topk(step5::ops::detail::topk_args(p), rows, g_stream, variant)); }, 20);
+          [&] {
+            CKS(step5::kernels::sm90::launch_topk(step5::ops::detail::topk_args(p), rows, g_stream, variant, algo));
+          },
+          20);
   } else {
     // CUB segmented radix sort (descending) of (score, id) pairs per row, then take the first k
     float* d_ks;
@@ -376,10 +385,12 @@ void bm_topk(benchmark::State& st, int rows, int regions, int variant) {
     CK(cudaFree(d_off));
     CK(cudaFree(d_tmp));
   }
+  using step5::kernels::sm90::TopkAlgo;
+  const std::string forced = algo == TopkAlgo::kRadix ? "_radix" : algo == TopkAlgo::kCandidates ? "_cand" : "";
   const std::string name = std::string(cub_baseline ? "topk/cub_segmented_sort"
                                        : variant == 0 ? "topk/ours"
-                                       : variant == 1 ? "topk/ours_cta"
-                                                      : "topk/ours_cluster") +
+                                       : variant == 1 ? "topk/ours" + forced + "_cta"
+                                                      : "topk/ours" + forced + "_cluster") +
                            "/rows:" + std::to_string(rows) + "/regions:" + std::to_string(regions);
   record(st, name, sec, n * 4.0 / sec / 1e9, "GB/s");
   CK(cudaFree(d_s));
@@ -457,6 +468,16 @@ int main(int argc, char** argv) {
   reg("topk/cub/rows:64/131072", [](benchmark::State& st) { bm_topk(st, 64, 131072, -1); });
   for (int v : {0, 1, kC})
     reg("topk/" + std::to_string(v) + "/rows:64/131072", [=](benchmark::State& st) { bm_topk(st, 64, 131072, v); });
+  // the two algorithms forced, for A/B in one run: topk/<radix|cand>_<cta|cluster>/rows:R[/131072]
+  using step5::kernels::sm90::TopkAlgo;
+  for (TopkAlgo algo : {TopkAlgo::kRadix, TopkAlgo::kCandidates})
+    for (int v : {1, kC}) {
+      const std::string tag = std::string(algo == TopkAlgo::kRadix ? "radix" : "cand") + (v == 1 ? "_cta" : "_cluster");
+      for (int rows : {1, 16, 64, 512})
+        reg("topk/" + tag + "/rows:" + std::to_string(rows),
+            [=](benchmark::State& st) { bm_topk(st, rows, 16384, v, algo); });
+      reg("topk/" + tag + "/rows:64/131072", [=](benchmark::State& st) { bm_topk(st, 64, 131072, v, algo); });
+    }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -20,6 +20,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <numeric>
@@ -852,6 +853,28 @@ void check_select_direct(const step5::layout::GeometryEntry& e, int tp, const st
   const auto ids = down(d_ids, nids);
   const auto counts = down(d_cnt, static_cast<std::size_t>(lg) * T);
   const auto gsc = down(reinterpret_cast<const float*>(d_ws + ws_fixed), static_cast<std::size_t>(chunk) * lg * ld);
+  {
+    // both selection algorithms (STEP5_TOPK: radix select, candidate compaction; kernels/sm90/
+    // indexer_topk.cuh) give this run's ids and counts bit for bit (the scores are deterministic:
+    // checked too, so that a difference is attributed to the right kernel)
+    const char* env = std::getenv("STEP5_TOPK");
+    const std::string saved = env != nullptr ? env : "";
+    for (const char* algo : {"radix", "candidates"}) {
+      setenv("STEP5_TOPK", algo, 1);
+      GPU_CHECK(cudaMemset(d_ids, 0x7b, std::max<std::size_t>(nids, 1) * 4));
+      GPU_CHECK(cudaMemset(d_cnt, 0x7b, std::max<std::size_t>(static_cast<std::size_t>(lg) * T, 1) * 4));
+      const step5::Status st2 = step5::ops::indexer_select(se, nullptr);
+      EXPECT(st2.ok(), "%s: indexer_select (STEP5_TOPK=%s): %s", what.c_str(), algo, st2.to_string().c_str());
+      GPU_CHECK(cudaDeviceSynchronize());
+      const auto gsc2 = down(reinterpret_cast<const float*>(d_ws + ws_fixed), gsc.size());
+      EXPECT(std::memcmp(gsc.data(), gsc2.data(), gsc.size() * 4) == 0, "%s: scores changed between runs (STEP5_TOPK=%s)",
+             what.c_str(), algo);
+      EXPECT(down(d_ids, nids) == ids && down(d_cnt, static_cast<std::size_t>(lg) * T) == counts,
+             "%s: STEP5_TOPK=%s selection differs from the default run's", what.c_str(), algo);
+    }
+    if (env != nullptr) setenv("STEP5_TOPK", saved.c_str(), 1);
+    else unsetenv("STEP5_TOPK");
+  }
   const ref::BatchView bv{B, in.cu.data(), in.seq.data()};
   const ref::BlockTableView tv{in.bt.data(), in.max_blocks, in.block_size, in.num_blocks};
   std::vector<float> rs(static_cast<std::size_t>(lg) * T * ld);

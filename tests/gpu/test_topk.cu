@@ -1,12 +1,14 @@
 // GPU test of the deterministic top-k selection (SPEC.md §4.6): step5::ops::topk_select fed the
 // same fp32 scores as the CPU reference (step5/reference/select.hpp); rows and counts must be equal
 // exactly, on hard patterns (plateaus, ±inf, NaN, −0, near-equal values, keys on both sides of the
-// radix digit boundaries), every kernel variant (one CTA per row and a cluster of kTopkCluster CTAs
-// per row, each with keys staged in shared memory or re-read from global memory; 131072-region
-// rows), at engine batch sizes (33, 257 and 1024 decode rows of mixed histories, some empty; 1, 16,
+// radix digit boundaries, a crowded threshold bin), every kernel variant (one CTA per row and a
+// cluster of kTopkCluster CTAs per row, each with keys staged in shared memory or re-read from
+// global memory; 131072-region rows) and both algorithms (TopkAlgo::kRadix and kCandidates, whose
+// outputs must also be bit-identical to each other; candidate buffers exactly full and one key too
+// small, which falls back to the full radix passes), at engine batch sizes (33, 257 and 1024 decode rows of mixed histories, some empty; 1, 16,
 // 64 and 257 rows of 16384 regions), and bit-identical over 100 launches while a
 // memory-streaming kernel is launched on another stream each time (no assertion depends on
-// whether the two overlap).
+// whether the two overlap). STEP5_TOPK's parsing and refusal of a bad value are checked too.
 // Quick (sanitizer) mode, step5_test::quick(): the edge cases unchanged; the shared-memory case
 // with one 16384-region row plus every pattern at 9999 and 513; the long-row case on 50000-region
 // rows instead of 131072 (above kTopkSmemKeys = 49152 of kernels/sm90/indexer_topk.cuh, so the
@@ -15,7 +17,9 @@
 // rows; 5 repeated launches instead of 100.
 #include <cstdint>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <random>
@@ -29,7 +33,11 @@
 
 namespace {
 
-enum class Pattern { kRandom, kAllEqual, kInf, kNaN, kZeroPlateau, kNearEqual, kFewDistinct, kNegative, kDigitEdges };
+enum class Pattern {
+  kRandom, kAllEqual, kInf, kNaN, kZeroPlateau, kNearEqual, kFewDistinct, kNegative, kDigitEdges, kCrowdedBin
+};
+using step5::kernels::sm90::TopkAlgo;
+using step5::kernels::sm90::kTopkCluster;
 const char* pattern_name(Pattern p) {
   switch (p) {
     case Pattern::kRandom: return "random";
@@ -41,6 +49,7 @@ const char* pattern_name(Pattern p) {
     case Pattern::kFewDistinct: return "few-distinct";
     case Pattern::kNegative: return "negative";
     case Pattern::kDigitEdges: return "digit-edges";
+    case Pattern::kCrowdedBin: return "crowded-bin";
   }
   return "?";
 }
@@ -111,6 +120,17 @@ void fill_row(float* s, int n, int topk, Pattern p, std::mt19937& rng) {
       }
       break;
     }
+    case Pattern::kCrowdedBin:
+      // about n/3 distinct-ish scores in one first-digit bin of the candidate compaction ([1.5, 1.75):
+      // a quarter binade, kTopkFirstBits = 11) straddling the k-th place, topk/2 above it, the rest
+      // below: many candidates (16384 regions: ~5500 <= kTopkCandKeys; 131072: more, the fallback)
+      for (int i = 0; i < n; ++i) {
+        const int u = ui(rng) % n;
+        if (u < topk / 2) s[i] = 4.0f + std::abs(s[i]);
+        else if (u < topk / 2 + n / 3) s[i] = 1.5f + 0.2499f * static_cast<float>(ui(rng)) / static_cast<float>(1 << 20);
+        else s[i] = -std::abs(s[i]);
+      }
+      break;
   }
 }
 
@@ -134,10 +154,25 @@ struct GpuResult {
   std::vector<std::int32_t> ids, counts;
 };
 
-/// The selection of every row. cluster: 0 = the public entry point (step5::ops::topk_select, its own
-/// choice of variant); 1 or kTopkCluster = that kernel variant forced. With `noise`, every launch
-/// runs on a non-blocking stream while noise_kernel (a different grid size each time) runs on another.
-GpuResult run_gpu(const Rows& R, int cluster = 0, int repeats = 1, bool* identical = nullptr, bool noise = false) {
+/// How a selection is launched: the public entry point (step5::ops::topk_select: the launcher's choice
+/// of kernel variant, STEP5_TOPK's algorithm), or kernels::sm90::launch_topk with `cluster` (0: its
+/// choice; 1 or kTopkCluster forced), `algo` and `cand_cap` (-1: as many candidates as fit).
+struct Variant {
+  bool entry = false;
+  int cluster = 0;
+  TopkAlgo algo = TopkAlgo::kDefault;
+  int cand_cap = -1;
+  std::string name() const {
+    if (entry) return "topk_select";
+    return std::string(algo == TopkAlgo::kRadix ? "radix" : algo == TopkAlgo::kCandidates ? "candidates" : "default") +
+           " cluster " + std::to_string(cluster) + (cand_cap >= 0 ? " cap " + std::to_string(cand_cap) : "");
+  }
+};
+const Variant kEntry{true};
+
+/// The selection of every row with variant `v`. With `noise`, every launch runs on a non-blocking
+/// stream while noise_kernel (a different grid size each time) runs on another.
+GpuResult run_gpu(const Rows& R, const Variant& v, int repeats = 1, bool* identical = nullptr, bool noise = false) {
   const int rows = R.rows(), w = R.topk + 1;
   float* d_s = nullptr;
   std::int32_t *d_h = nullptr, *d_ids = nullptr, *d_cnt = nullptr;
@@ -173,11 +208,12 @@ GpuResult run_gpu(const Rows& R, int cluster = 0, int repeats = 1, bool* identic
     GPU_CHECK(cudaDeviceSynchronize());
     if (noise) step5_test::noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(d_noise, noise_n, 2);
     const auto launch = [&]() -> step5::Status {
-      if (cluster == 0) return step5::ops::topk_select(p, s_sel);
-      return step5::kernels::sm90::launch_topk(step5::ops::detail::topk_args(p), rows, s_sel, cluster);
+      if (v.entry) return step5::ops::topk_select(p, s_sel);
+      return step5::kernels::sm90::launch_topk(step5::ops::detail::topk_args(p), rows, s_sel, v.cluster, v.algo,
+                                               v.cand_cap);
     };
     const step5::Status st = launch();
-    EXPECT(st.ok(), "topk_select (cluster %d): %s", cluster, st.to_string().c_str());
+    EXPECT(st.ok(), "topk_select (%s): %s", v.name().c_str(), st.to_string().c_str());
     if (noise) GPU_CHECK(cudaGetLastError());  // the noise launch itself
     GPU_CHECK(cudaDeviceSynchronize());
     GpuResult r;
@@ -227,17 +263,36 @@ void expect_reference(const Rows& R, const GpuResult& g, const char* what) {
   }
 }
 
-/// Every variant (public entry point, one CTA per row, a cluster per row) against the reference.
+/// `b` (variant vb) equals `a` (variant va) bit for bit: every id and count.
+void expect_identical(const Rows& R, const GpuResult& a, const GpuResult& b, const std::string& what) {
+  const int w = R.topk + 1;
+  int bad = 0;
+  for (int r = 0; r < R.rows(); ++r) {
+    const bool same = a.counts[r] == b.counts[r] &&
+                      std::equal(a.ids.begin() + static_cast<std::ptrdiff_t>(r) * w,
+                                 a.ids.begin() + static_cast<std::ptrdiff_t>(r + 1) * w,
+                                 b.ids.begin() + static_cast<std::ptrdiff_t>(r) * w);
+    if (!same && bad++ < 5) std::fprintf(stderr, "  %s row %d (%s) differs\n", what.c_str(), r, R.names[r].c_str());
+    EXPECT(same, "%s: row %d (%s) not bit-identical", what.c_str(), r, R.names[r].c_str());
+  }
+}
+
+/// Every variant (public entry point; one CTA per row, a cluster per row and the launcher's choice,
+/// each with both algorithms) against the reference, and the two algorithms against each other.
 void check_against_reference(const Rows& R, const char* what_base) {
-  for (int cluster : {0, 1, step5::kernels::sm90::kTopkCluster}) {
-    const std::string what = std::string(what_base) + " [cluster " + std::to_string(cluster) + "]";
-    expect_reference(R, run_gpu(R, cluster), what.c_str());
+  expect_reference(R, run_gpu(R, kEntry), (std::string(what_base) + " [topk_select]").c_str());
+  for (int cluster : {0, 1, kTopkCluster}) {
+    const Variant vr{false, cluster, TopkAlgo::kRadix}, vc{false, cluster, TopkAlgo::kCandidates};
+    const GpuResult radix = run_gpu(R, vr), cand = run_gpu(R, vc);
+    expect_reference(R, radix, (std::string(what_base) + " [" + vr.name() + "]").c_str());
+    expect_reference(R, cand, (std::string(what_base) + " [" + vc.name() + "]").c_str());
+    expect_identical(R, radix, cand, std::string(what_base) + " [" + vc.name() + " vs radix]");
   }
 }
 
 const Pattern kAll[] = {Pattern::kRandom,      Pattern::kAllEqual,  Pattern::kInf,         Pattern::kNaN,
                         Pattern::kZeroPlateau, Pattern::kNearEqual, Pattern::kFewDistinct, Pattern::kNegative,
-                        Pattern::kDigitEdges};
+                        Pattern::kDigitEdges,  Pattern::kCrowdedBin};
 constexpr int kNumPatterns = static_cast<int>(std::size(kAll));
 
 }  // namespace
@@ -342,13 +397,106 @@ GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels ru
   R.topk = 512;
   R.ld = 16384;
   for (Pattern p : kAll) R.add(16384, p, rng);
-  for (int cluster : {0, 1, step5::kernels::sm90::kTopkCluster}) {
+  for (const Variant& v : {kEntry, Variant{false, 1, TopkAlgo::kRadix}, Variant{false, kTopkCluster, TopkAlgo::kRadix},
+                           Variant{false, 1, TopkAlgo::kCandidates}, Variant{false, kTopkCluster, TopkAlgo::kCandidates}}) {
     bool identical = false;
-    const GpuResult g = run_gpu(R, cluster, step5_test::quick() ? 5 : 100, &identical, true);
-    EXPECT(identical, "selection (cluster %d) changed between repeated launches", cluster);
+    const GpuResult g = run_gpu(R, v, step5_test::quick() ? 5 : 100, &identical, true);
+    EXPECT(identical, "selection (%s) changed between repeated launches", v.name().c_str());
     // and the repeated result is the reference's
-    expect_reference(R, g, ("repeat batch [cluster " + std::to_string(cluster) + "]").c_str());
+    expect_reference(R, g, ("repeat batch [" + v.name() + "]").c_str());
   }
+}
+
+/// Candidate compaction of a row (kernels/sm90/indexer_topk.cuh): the number of keys in the
+/// threshold bin of the first digit (the top kTopkFirstBits bits of score_key), or -1 when that bin
+/// needs no candidates (k == n, or every key of the bin is taken).
+int candidate_count(const float* s, int n, int topk) {
+  const int k = std::min(n, topk);
+  if (k == n) return -1;
+  constexpr int kShift = 32 - step5::kernels::sm90::kTopkFirstBits;
+  std::vector<std::uint32_t> keys(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) keys[i] = step5::kernels::sm90::score_key(s[i]);
+  std::vector<std::uint32_t> sorted(keys);
+  std::nth_element(sorted.begin(), sorted.begin() + (k - 1), sorted.end(), std::greater<>());
+  const std::uint32_t bin = sorted[k - 1] >> kShift;
+  int above = 0, cnt = 0;
+  for (std::uint32_t key : keys) {
+    above += (key >> kShift) > bin;
+    cnt += (key >> kShift) == bin;
+  }
+  return cnt == k - above ? -1 : cnt;
+}
+
+GPU_CASE("topk: candidate compaction bit-identical to the radix select with the candidate buffer exactly full and one key short") {
+  // one row per launch (the cap is per launch): cap = the row's candidate count takes the candidate
+  // path with a full buffer; cap = count - 1 and cap = 0 fall back to the full radix passes; each
+  // against the radix select (bit for bit) and the reference, one CTA per row and a cluster per row
+  std::mt19937 rng(8);
+  std::vector<int> sizes = {16384, 2000, 12345};
+  if (step5_test::quick()) sizes = {2000, 12345};
+  int candidate_rows = 0;
+  for (Pattern p : kAll)
+    for (int n : sizes) {
+      Rows R;
+      R.topk = 512;
+      R.ld = n;
+      R.add(n, p, rng);
+      const int cnt = candidate_count(R.scores.data(), n, R.topk);
+      if (cnt < 0) continue;  // the first digit settles the row: no candidates to gather
+      ++candidate_rows;
+      for (int cluster : {1, kTopkCluster}) {
+        const GpuResult radix = run_gpu(R, Variant{false, cluster, TopkAlgo::kRadix});
+        expect_reference(R, radix, ("cap test radix cluster " + std::to_string(cluster)).c_str());
+        for (int cap : {cnt, cnt - 1, 0}) {
+          const Variant v{false, cluster, TopkAlgo::kCandidates, cap};
+          const std::string what = R.names[0] + " (" + std::to_string(cnt) + " candidates) [" + v.name() + "]";
+          const GpuResult cand = run_gpu(R, v);
+          expect_reference(R, cand, what.c_str());
+          expect_identical(R, radix, cand, what + " vs radix");
+        }
+      }
+    }
+  // random, crowded-bin, all-equal, ... rows at these sizes do gather candidates
+  EXPECT(candidate_rows >= 10, "only %d rows exercised the candidate path", candidate_rows);
+}
+
+GPU_CASE("topk: STEP5_TOPK selects the algorithm; a bad value is refused naming it") {
+  using step5::kernels::sm90::topk_algo_from_env;
+  TopkAlgo a = TopkAlgo::kDefault;
+  EXPECT(topk_algo_from_env(nullptr, &a).ok() && a == step5::kernels::sm90::kTopkDefaultAlgo, "unset");
+  EXPECT(topk_algo_from_env("", &a).ok() && a == step5::kernels::sm90::kTopkDefaultAlgo, "empty");
+  EXPECT(topk_algo_from_env("radix", &a).ok() && a == TopkAlgo::kRadix, "radix");
+  EXPECT(topk_algo_from_env("candidates", &a).ok() && a == TopkAlgo::kCandidates, "candidates");
+  const step5::Status bad = topk_algo_from_env("fast", &a);
+  EXPECT(bad.code() == step5::StatusCode::kInvalidArgument && bad.message().find("'fast'") != std::string::npos,
+         "STEP5_TOPK=fast: %s", bad.to_string().c_str());
+  // through the public entry point: refused before anything is launched; then restored
+  std::mt19937 rng(9);
+  Rows R;
+  R.topk = 64;
+  R.ld = 1000;
+  R.add(1000, Pattern::kRandom, rng);
+  const char* old = std::getenv("STEP5_TOPK");
+  const std::string saved = old != nullptr ? old : "";
+  setenv("STEP5_TOPK", "fast", 1);
+  step5::ops::TopkSelectParams p;
+  p.scores = reinterpret_cast<const float*>(16);  // never read: the launch is refused first
+  p.ld = R.ld;
+  p.history = reinterpret_cast<const std::int32_t*>(16);
+  p.rows = 1;
+  p.topk = R.topk;
+  p.ids = reinterpret_cast<std::int32_t*>(16);
+  p.ld_ids = R.topk + 1;
+  p.counts = reinterpret_cast<std::int32_t*>(16);
+  const step5::Status s = step5::ops::topk_select(p, nullptr);
+  EXPECT(!s.ok() && s.message().find("STEP5_TOPK = 'fast'") != std::string::npos, "topk_select with STEP5_TOPK=fast: %s",
+         s.to_string().c_str());
+  for (const char* v : {"radix", "candidates"}) {
+    setenv("STEP5_TOPK", v, 1);
+    expect_reference(R, run_gpu(R, kEntry), (std::string("STEP5_TOPK=") + v).c_str());
+  }
+  if (old != nullptr) setenv("STEP5_TOPK", saved.c_str(), 1);
+  else unsetenv("STEP5_TOPK");
 }
 
 GPU_CASE("topk: invalid arguments are refused with a message") {

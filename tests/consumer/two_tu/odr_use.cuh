@@ -13,6 +13,7 @@ inline void* odr_use() {
       reinterpret_cast<void*>(&step5::ops::elementwise_detail::residual_to_bf16),
       reinterpret_cast<void*>(&step5::ops::elementwise_detail::add_partials_to_residual),
       reinterpret_cast<void*>(&step5::kernels::sm90::launch_topk),
+      reinterpret_cast<void*>(&step5::kernels::sm90::topk_algo_from_env),
       reinterpret_cast<void*>(&step5::kernels::sm90::require_sm90a_build<0>),
   };
   return uses[0];

@@ -16,10 +16,17 @@
 /// Rows whose history fits (k == n) skip the radix passes. Keys are staged in dynamic shared memory
 /// when a CTA's slice fits (kSmem; loaded with several independent loads in flight per thread), else
 /// re-read from global memory each pass.
+/// Two ways to find K* and `need` (TopkAlgo; the same K*, `need` and output, bit for bit): the
+/// radix select above over every key each pass (kRadix), or candidate compaction (kCandidates):
+/// one histogram of the top kTopkFirstBits bits of every key, then the keys of the threshold bin
+/// (usually a few hundred) are gathered in shared memory and the remaining digits run over them
+/// alone, CTA-locally; too many candidates fall back to the full passes (topk_select_kernel).
 #include <cuda_runtime.h>
 
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>  // std::getenv (STEP5_TOPK)
+#include <cstring>  // std::memcpy (score_key on the host)
 
 #include "step5/kernels/sm90/arch.cuh"
 #include "step5/kernels/sm90/pdl.cuh"
@@ -33,9 +40,15 @@
 
 namespace step5::kernels::sm90 {
 
-/// Order-preserving key of an fp32 score (SPEC §4.6): larger key = ranks higher.
-__device__ __forceinline__ std::uint32_t score_key(float f) {
+/// Order-preserving key of an fp32 score (SPEC §4.6): larger key = ranks higher. Host-callable
+/// (tests derive the candidate count of a row from it).
+__host__ __device__ __forceinline__ std::uint32_t score_key(float f) {
+#ifdef __CUDA_ARCH__
   std::uint32_t u = __float_as_uint(f);
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+#endif
   const std::uint32_t mag = u & 0x7fffffffu;
   if (mag > 0x7f800000u) return 0xffffffffu;  // NaN ranks above every number
   if (mag == 0) u = 0;                        // -0 == +0
@@ -55,6 +68,7 @@ struct TopkArgs {
   std::int32_t* ids;
   std::int64_t ld_ids;
   std::int32_t* counts;
+  int cand_cap;  ///< candidate compaction: keys of the threshold bin that fit the candidate buffer (launch_topk sets it)
 };
 
 inline constexpr int kTopkThreads = 512;  // 1024 measured slower for both variants
@@ -62,6 +76,16 @@ static_assert(kTopkThreads >= 512 && kTopkThreads % 256 == 0, "the histogram cod
 inline constexpr int kTopkItems = 8;  // ids per thread per compaction tile
 /// A CTA whose slice of a row has at most this many regions stages its keys in shared memory.
 inline constexpr int kTopkSmemKeys = 49152;
+/// Candidate compaction (TopkAlgo::kCandidates): width of the first digit, the top bits of the key,
+/// whose threshold bin holds the candidates. 11 bits = sign, exponent and 2 mantissa bits: a bin is a
+/// quarter of a binade, so about 1.6 % of 16384 N(0, 1) scores fall in the bin of the 512th (8 bits
+/// would be 2 binades, ~16 %). Any value in [8, 12] compiles; 11 is a choice to be measured.
+inline constexpr int kTopkFirstBits = 11;
+inline constexpr int kTopkFirstBins = 1 << kTopkFirstBits;
+static_assert(kTopkFirstBits >= 8 && kTopkFirstBits <= 12, "first digit: 8 to 12 bits");
+/// Candidate compaction: the most candidates kept in shared memory (beyond it, or beyond what fits
+/// next to the staged keys, the remaining digits run over every key). To be measured.
+inline constexpr int kTopkCandKeys = 8192;
 /// CTAs per row of the cluster variant (a thread-block cluster; histograms and compaction offsets
 /// are exchanged through distributed shared memory).
 inline constexpr int kTopkCluster = 8;
@@ -93,23 +117,131 @@ __device__ __forceinline__ T* rank_smem(T* p, int q) {
   else return p;
 }
 
+/// Selection state shared by the threads of a CTA: the bin picked by the last digit pass.
+struct TopkPick {
+  unsigned digit, above, count;
+};
+
+/// Adds one key per thread of a warp to histogram `h` (bin `digit`, only where `match`): a warp
+/// whose 32 keys share one bin adds once (plateaus of equal scores do not serialise), otherwise
+/// one shared-memory atomic per key. Every lane of the warp must call it.
+__device__ __forceinline__ void warp_hist_add(unsigned* h, unsigned digit, bool match, int lane) {
+  const unsigned dg = match ? digit : 0xffffffffu;
+  const unsigned d0 = __shfl_sync(0xffffffffu, dg, 0);
+  if (__all_sync(0xffffffffu, dg == d0)) {
+    if (lane == 0 && match) atomicAdd(&h[d0], 32u);
+  } else if (match) {
+    atomicAdd(&h[dg], 1u);
+  }
+}
+
+/// Radix passes of 8-bit digits below bit `hi` (shifts hi−8, hi−16, …, the last one clamped at 0)
+/// over the keys key_at(i), i in [0, len), of the CTAs sharing a row (kC: see topk_select_kernel),
+/// restricted to the keys with (key & mask) == prefix; `krem` (≥ 1) of those are still to be
+/// taken. Refines prefix/mask until the keys with the prefix are exactly the remaining ones, or
+/// every bit is fixed; returns `need`, the number of keys equal to the final prefix that are taken.
+/// hist: both buffers zero on entry (left zero or dirty; the caller does not reuse them).
+/// A clamped last digit overlaps bits already in the mask: those bits equal the prefix's for
+/// every counted key, so the digit is still exact.
+template <int kC, class KeyAt>
+__device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, std::uint32_t& prefix,
+                                                 std::uint32_t& mask, unsigned krem, unsigned (&hist)[2][256],
+                                                 unsigned* hsum, TopkPick& pick) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int len_up = (len + kTopkThreads - 1) / kTopkThreads * kTopkThreads;
+  int buf = 0;
+#pragma unroll 1
+  for (int shift = hi > 8 ? hi - 8 : 0;; shift = shift > 8 ? shift - 8 : 0, buf ^= 1) {
+    unsigned* h = hist[buf];
+    for (int i = tid; i < len_up; i += kTopkThreads) {
+      const std::uint32_t key = i < len ? key_at(i) : 0u;
+      const bool match = i < len && (key & mask) == prefix;
+      warp_hist_add(h, (key >> shift) & 0xffu, match, lane);
+    }
+    row_sync<kC>();  // every rank's histogram of this pass is complete
+    const unsigned* hs = h;
+    if constexpr (kC > 1) {
+      // 256 threads each sum one bin over the ranks (kC independent DSMEM loads in flight), in rank
+      // order: every rank gets identical sums; the other 256 clear the other buffer, last read
+      // (remotely too) in the previous pass, before this barrier
+      if (tid < 256) {
+        unsigned v[kC];
+#pragma unroll
+        for (int q = 0; q < kC; ++q) v[q] = rank_smem<kC>(h, q)[tid];
+        unsigned sum = 0;
+#pragma unroll
+        for (int q = 0; q < kC; ++q) sum += v[q];
+        hsum[tid] = sum;
+      } else if (tid < 512) {
+        hist[buf ^ 1][tid - 256] = 0;
+      }
+      __syncthreads();
+      hs = hsum;
+    }
+    if (warp == 0) {
+      unsigned c[8], s = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) c[j] = hs[255 - 8 * lane - j];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s += c[j];
+      unsigned incl = s;
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const unsigned v = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += v;
+      }
+      unsigned above = incl - s;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (above < krem && above + c[j] >= krem) pick = {255u - 8u * lane - j, above, c[j]};
+        above += c[j];
+      }
+    } else if (kC == 1 && tid >= 256 && tid < 512) {
+      hist[buf ^ 1][tid - 256] = 0;  // the other buffer was last read in the previous pass
+    }
+    __syncthreads();
+    const TopkPick pk = pick;
+    krem -= pk.above;
+    prefix |= pk.digit << shift;
+    mask |= 0xffu << shift;
+    if (pk.count == krem || shift == 0) break;  // every key with this prefix is taken (uniform over the row)
+  }
+  return krem;
+}
+
 /// One selection row per kC CTAs (kC = 1: one CTA; kC = kTopkCluster: a cluster, CTA rank c owns the
 /// id-contiguous slice [c·S, (c+1)·S) of the row, S = ceil(n / kC)). kSmem: the slice's keys are
-/// staged in dynamic shared memory (ceil(ld / kC) ≤ kTopkSmemKeys), else re-read from global memory.
-template <int kC, bool kSmem>
+/// staged in dynamic shared memory (ceil(ld / kC) keys), else re-read from global memory.
+/// kCand (candidate compaction; kCand = false is the plain 4-pass radix select):
+///   1. one sweep over the slice stages the keys and builds the histogram of their top
+///      kTopkFirstBits bits (the first digit); the row's histogram (summed over the ranks in a
+///      cluster) gives the threshold bin b*, its count `cnt` and the keys still to take `krem`;
+///   2. if cnt == krem every key of b* is taken; else if cnt <= a.cand_cap, every rank appends the
+///      keys of its slice in b* (the candidates) to the candidate buffer of every rank of the row
+///      (at the offset of its rank: the lower ranks' counts of b*), and the remaining digits run as
+///      CTA-local 8-bit radix passes over the cnt candidates (no cluster barrier; every rank gets
+///      the same result since histograms do not depend on the order of the candidates);
+///   3. else (too many candidates: plateaus, near-equal scores) the remaining digits run as the
+///      plain radix passes over every key of the row.
+/// Then K* = (prefix, mask) and `need` are the same as kCand = false's (both define the unique
+/// first k of (key descending, id ascending)), and the compaction pass is shared.
+/// Dynamic shared memory: [ceil(ld / kC) keys if kSmem][a.cand_cap candidate keys if kCand].
+template <int kC, bool kSmem, bool kCand>
 __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
 #if STEP5_SM90A_DEVICE
   using Scan = cub::BlockScan<unsigned long long, kTopkThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ unsigned hist[2][256];  // double-buffered: remote ranks may still read the previous pass
   __shared__ unsigned hsum[kC > 1 ? 256 : 1];  // cluster: the row's histogram (sum over ranks)
-  __shared__ unsigned s_digit, s_above, s_count;
+  __shared__ unsigned hfirst[kCand ? kTopkFirstBins : 1];  // kCand: first-digit histogram of the slice
+  __shared__ TopkPick pick;
+  __shared__ unsigned s_cand_off, s_cand_pos;  // kCand: this rank's candidates' offset, and count so far
   __shared__ unsigned long long s_total;  // (eq << 32) | gt of this CTA's slice
-  extern __shared__ std::uint32_t skeys[];
+  extern __shared__ __align__(16) std::uint32_t skeys[];  // 16: the float4 staging of kCand
 
   const int r = static_cast<int>(blockIdx.x) / kC;
   const int crank = static_cast<int>(blockIdx.x) % kC;
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, lane = tid & 31;
   pdl_wait();  // the scores belong to the previous kernel
   const TopkRow row = topk_row(a, r);
   const int n = row.n;
@@ -118,103 +250,136 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
   const int lo = min(n, crank * S), len = min(n, lo + S) - lo;
   std::int32_t* out = a.ids + row.orow * a.ld_ids;
   const float* src = a.scores + static_cast<std::int64_t>(r) * a.ld + lo;
+  const auto key_at = [&](int i) -> std::uint32_t { return kSmem ? skeys[i] : score_key(src[i]); };
 
   std::uint32_t prefix = 0, mask = 0;
   unsigned need = 0;  // keys equal to the final prefix that are taken (lowest ids first)
   if (k == n) {  // everything fits: select all (mask 0: every key "equals" the prefix)
     need = static_cast<unsigned>(n);
   } else {
-    unsigned krem = static_cast<unsigned>(k);
+    const unsigned krem = static_cast<unsigned>(k);
     if (tid < 512) hist[tid >> 8][tid & 255] = 0;  // both buffers
-    if constexpr (kSmem) {
-      // stage the slice's keys: kStage independent loads in flight per thread
+    constexpr int kFirstShift = 32 - kTopkFirstBits;
+    if constexpr (kCand) {
+      for (int i = tid; i < kTopkFirstBins; i += kTopkThreads) hfirst[i] = 0;
+      __syncthreads();
+    }
+    // kCand with a 16-byte aligned slice: the sweep below with float4 loads (a 16384-key slice is
+    // one round of loads in flight instead of four; the first 4·floor(len/4) keys, the rest scalar)
+    bool vec = false;
+    if constexpr (kCand) vec = (reinterpret_cast<std::uintptr_t>(src) & 15u) == 0;
+    const int len4 = vec ? len / 4 : 0;
+    if constexpr (kCand) {
+      constexpr int kStage4 = 8;
+      for (int base = 0; base < len4; base += kTopkThreads * kStage4) {
+        float4 v[kStage4];
+#pragma unroll
+        for (int j = 0; j < kStage4; ++j) {
+          const int i4 = base + j * kTopkThreads + tid;
+          v[j] = i4 < len4 ? reinterpret_cast<const float4*>(src)[i4] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int j = 0; j < kStage4; ++j) {
+          const int i4 = base + j * kTopkThreads + tid;
+          const bool in = i4 < len4;
+          const uint4 key = make_uint4(score_key(v[j].x), score_key(v[j].y), score_key(v[j].z), score_key(v[j].w));
+          if (kSmem && in) reinterpret_cast<uint4*>(skeys)[i4] = key;
+          warp_hist_add(hfirst, key.x >> kFirstShift, in, lane);
+          warp_hist_add(hfirst, key.y >> kFirstShift, in, lane);
+          warp_hist_add(hfirst, key.z >> kFirstShift, in, lane);
+          warp_hist_add(hfirst, key.w >> kFirstShift, in, lane);
+        }
+      }
+    }
+    if constexpr (kSmem || kCand) {
+      // one sweep over [4·len4, len): stage the slice's keys (kSmem) and count their first digits
+      // (kCand); kStage independent loads in flight per thread
       constexpr int kStage = 8;
-      for (int base = 0; base < len; base += kTopkThreads * kStage) {
+      const int rest = len - 4 * len4;
+      const float* src_rest = src + 4 * len4;
+      std::uint32_t* skeys_rest = skeys + 4 * len4;
+      for (int base = 0; base < rest; base += kTopkThreads * kStage) {
         float v[kStage];
 #pragma unroll
         for (int j = 0; j < kStage; ++j) {
           const int i = base + j * kTopkThreads + tid;
-          v[j] = i < len ? src[i] : 0.f;
+          v[j] = i < rest ? src_rest[i] : 0.f;
         }
 #pragma unroll
         for (int j = 0; j < kStage; ++j) {
           const int i = base + j * kTopkThreads + tid;
-          if (i < len) skeys[i] = score_key(v[j]);
+          const std::uint32_t key = score_key(v[j]);
+          if (kSmem && i < rest) skeys_rest[i] = key;
+          if constexpr (kCand) warp_hist_add(hfirst, key >> kFirstShift, i < rest, lane);
         }
       }
     }
     __syncthreads();
-    const int len_up = (len + kTopkThreads - 1) / kTopkThreads * kTopkThreads;
-    int buf = 0;
-#pragma unroll 1
-    for (int shift = 24; shift >= 0; shift -= 8, buf ^= 1) {
-      unsigned* h = hist[buf];
-      for (int i = tid; i < len_up; i += kTopkThreads) {
-        std::uint32_t key = 0;
-        if (i < len) key = kSmem ? skeys[i] : score_key(src[i]);
-        const bool match = i < len && (key & mask) == prefix;
-        const unsigned digit = match ? (key >> shift) & 0xffu : 256u;
-        // a warp whose 32 keys share one digit (plateaus) adds once; otherwise per-key atomics
-        const unsigned d0 = __shfl_sync(0xffffffffu, digit, 0);
-        if (__all_sync(0xffffffffu, digit == d0)) {
-          if (lane == 0 && d0 < 256u) atomicAdd(&h[d0], 32u);
-        } else if (match) {
-          atomicAdd(&h[digit], 1u);
+    if constexpr (!kCand) {
+      need = radix_refine<kC>(key_at, len, 32, prefix, mask, krem, hist, hsum, pick);
+    } else {
+      row_sync<kC>();  // every rank's first-digit histogram is complete
+      // threshold bin: thread t holds kPer bins, counted from the top (summed over the ranks in rank order)
+      constexpr int kPer = kTopkFirstBins >= kTopkThreads ? kTopkFirstBins / kTopkThreads : 1;
+      unsigned c[kPer], s = 0;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int bin = kTopkFirstBins - 1 - (tid * kPer + j);
+        c[j] = 0;
+        if (bin >= 0) {
+#pragma unroll
+          for (int q = 0; q < kC; ++q) c[j] += rank_smem<kC>(hfirst, q)[bin];
         }
+        s += c[j];
       }
-      row_sync<kC>();  // every rank's histogram of this pass is complete
-      const unsigned* hs = h;
-      if constexpr (kC > 1) {
-        // 256 threads each sum one bin over the ranks (kC independent DSMEM loads in flight), in rank
-        // order: every rank gets identical sums; the other 256 clear the other buffer, last read
-        // (remotely too) in the previous pass, before this barrier
-        if (tid < 256) {
-          unsigned v[kC];
+      unsigned long long before;
+      Scan(scan_tmp).ExclusiveSum(static_cast<unsigned long long>(s), before);
+      unsigned above = static_cast<unsigned>(before);
 #pragma unroll
-          for (int q = 0; q < kC; ++q) v[q] = rank_smem<kC>(h, q)[tid];
-          unsigned sum = 0;
-#pragma unroll
-          for (int q = 0; q < kC; ++q) sum += v[q];
-          hsum[tid] = sum;
-        } else if (tid < 512) {
-          hist[buf ^ 1][tid - 256] = 0;
-        }
-        __syncthreads();
-        hs = hsum;
-      }
-      if (warp == 0) {
-        unsigned c[8], s = 0;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) c[j] = hs[255 - 8 * lane - j];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) s += c[j];
-        unsigned incl = s;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-          const unsigned v = __shfl_up_sync(0xffffffffu, incl, off);
-          if (lane >= off) incl += v;
-        }
-        unsigned above = incl - s;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          if (above < krem && above + c[j] >= krem) {
-            s_digit = 255 - 8 * lane - j;
-            s_above = above;
-            s_count = c[j];
-          }
-          above += c[j];
-        }
-      } else if (kC == 1 && tid >= 256 && tid < 512) {
-        hist[buf ^ 1][tid - 256] = 0;  // the other buffer was last read in the previous pass
+      for (int j = 0; j < kPer; ++j) {
+        if (above < krem && above + c[j] >= krem)
+          pick = {static_cast<unsigned>(kTopkFirstBins - 1 - (tid * kPer + j)), above, c[j]};
+        above += c[j];
       }
       __syncthreads();
-      const unsigned d = s_digit, above = s_above, cnt = s_count;
-      krem -= above;
-      prefix |= d << shift;
-      mask |= 0xffu << shift;
-      if (cnt == krem) break;  // every key with this prefix is taken (uniform over the row)
+      const TopkPick pk = pick;
+      const unsigned krest = krem - pk.above, cnt = pk.count;
+      prefix = pk.digit << kFirstShift;
+      mask = ~0u << kFirstShift;
+      if (cnt == krest) {
+        need = krest;  // every key of the threshold bin is taken
+      } else if (cnt <= static_cast<unsigned>(a.cand_cap)) {
+        std::uint32_t* cand = skeys + (kSmem ? (a.ld + kC - 1) / kC : 0);
+        if (tid == 0) {
+          unsigned off = 0;
+          for (int q = 0; q < crank; ++q) off += rank_smem<kC>(hfirst, q)[pk.digit];
+          s_cand_off = off;
+          s_cand_pos = 0;
+        }
+        __syncthreads();
+        const int len_up = (len + kTopkThreads - 1) / kTopkThreads * kTopkThreads;
+        for (int i = tid; i < len_up; i += kTopkThreads) {
+          const std::uint32_t key = i < len ? key_at(i) : 0u;
+          const bool match = i < len && (key & mask) == prefix;
+          const unsigned ballot = __ballot_sync(0xffffffffu, match);
+          if (ballot != 0) {
+            unsigned wbase = 0;
+            if (lane == 0) wbase = atomicAdd(&s_cand_pos, static_cast<unsigned>(__popc(ballot)));
+            wbase = __shfl_sync(0xffffffffu, wbase, 0);
+            if (match) {
+              const unsigned pos = s_cand_off + wbase + __popc(ballot & ((1u << lane) - 1u));
+#pragma unroll
+              for (int q = 0; q < kC; ++q) rank_smem<kC>(cand, q)[pos] = key;
+            }
+          }
+        }
+        row_sync<kC>();  // every rank's candidate buffer holds the row's cnt candidates
+        need = radix_refine<1>([&](int i) { return cand[i]; }, static_cast<int>(cnt), kFirstShift, prefix, mask,
+                               krest, hist, hsum, pick);
+      } else {
+        need = radix_refine<kC>(key_at, len, kFirstShift, prefix, mask, krest, hist, hsum, pick);
+      }
     }
-    need = krem;
   }
 
   pdl_launch_dependents();
@@ -313,32 +478,63 @@ inline ::step5::Status topk_clusters_available(int dev, bool* available) {
       return ::step5::Status::Ok();
     }
   }
-  auto kernel = topk_select_kernel<kTopkCluster, true>;
+  auto kernel = topk_select_kernel<kTopkCluster, true, false>;
   STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));
+  auto kernel_cand = topk_select_kernel<kTopkCluster, true, true>;
+  STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel_cand));
   cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t cfg = make_launch_config(topk_launch_shape(1, kTopkCluster, kTopkSmemKeys * 4), nullptr,
                                                     false, attr);
-  int clusters = 0;
+  int clusters = 0, clusters_cand = 0;
   STEP5_CUDA_RETURN(cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg));
+  STEP5_CUDA_RETURN(cudaOccupancyMaxActiveClusters(&clusters_cand, kernel_cand, &cfg));
+  clusters = clusters < clusters_cand ? clusters : clusters_cand;  // both algorithms, or neither
   *available = clusters > 0;
   if (dev >= 0 && dev < 64) cache[dev].store(clusters > 0 ? 1 : 2, std::memory_order_relaxed);
+  return ::step5::Status::Ok();
+}
+
+/// How launch_topk finds the k-th key (both give bit-identical output; topk_select_kernel):
+/// kRadix, the 4-pass 8-bit radix select over every key; kCandidates, candidate compaction;
+/// kDefault, the environment variable STEP5_TOPK ("radix" or "candidates"; unset or empty:
+/// kTopkDefaultAlgo).
+enum class TopkAlgo : int { kDefault = 0, kRadix = 1, kCandidates = 2 };
+/// The built-in choice. To be measured (bench_indexer topk/ and indexer_decode/ with STEP5_TOPK=radix
+/// against STEP5_TOPK=candidates).
+inline constexpr TopkAlgo kTopkDefaultAlgo = TopkAlgo::kCandidates;
+
+/// The algorithm STEP5_TOPK = `env` names: unset or "" → kTopkDefaultAlgo, "radix", "candidates";
+/// anything else → kInvalidArgument naming the value.
+inline ::step5::Status topk_algo_from_env(const char* env, TopkAlgo* algo) {
+  const std::string v = env != nullptr ? env : "";
+  if (v.empty()) *algo = kTopkDefaultAlgo;
+  else if (v == "radix") *algo = TopkAlgo::kRadix;
+  else if (v == "candidates") *algo = TopkAlgo::kCandidates;
+  else return ::step5::invalid_argument("STEP5_TOPK = '" + v + "', expected radix, candidates or unset");
   return ::step5::Status::Ok();
 }
 
 /// Launches the selection kernel over `rows` rows. cluster_size: 1 (one CTA per row),
 /// kTopkCluster (a cluster per row), or 0 to choose: a cluster when the row's keys do not fit one
 /// CTA's shared memory (ld > kTopkSmemKeys), or when the rows are few and long (ld >= 4096 and
-/// rows · kTopkCluster <= 2 · SMs, e.g. decode); else one CTA per row. Measured on the H200
-/// (bench_indexer, 16384-region rows): 16 rows, cluster 12.2 µs against 22.5 µs for one CTA per row;
-/// 64 rows, 30.2 µs against 22.8 µs; 131072-region rows (64), cluster 84 µs against 335 µs.
+/// rows · kTopkCluster <= 2 · SMs, e.g. decode); else one CTA per row. Measured on the H200 with
+/// kRadix (bench_indexer, 16384-region rows): 16 rows, cluster 12.2 µs against 22.5 µs for one CTA
+/// per row; 64 rows, 30.2 µs against 22.8 µs; 131072-region rows (64), cluster 84 µs against 335 µs.
+/// The same rule serves kCandidates (to be measured: with the later digits over a few hundred
+/// candidates one CTA per row may win sooner).
 /// Where clusters cannot be resident (topk_clusters_available) the choice is one CTA per row, and a
-/// forced cluster_size = kTopkCluster returns kUnsupported. Errors: kInvalidArgument (cluster_size),
-/// kCudaError (a failed query or launch).
-inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream, int cluster_size = 0) {
+/// forced cluster_size = kTopkCluster returns kUnsupported.
+/// algo: TopkAlgo (kDefault reads STEP5_TOPK). cand_cap (kCandidates; tests): the most candidates
+/// kept, clamped to [0, kTopkCandKeys] and to the shared memory left next to the staged keys;
+/// −1 = as many as fit; 0 = always the full passes.
+/// Errors: kInvalidArgument (cluster_size, STEP5_TOPK), kCudaError (a failed query or launch).
+inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream, int cluster_size = 0,
+                                   TopkAlgo algo = TopkAlgo::kDefault, int cand_cap = -1) {
   if (rows <= 0) return ::step5::Status::Ok();
   if (cluster_size != 0 && cluster_size != 1 && cluster_size != kTopkCluster)
     return ::step5::invalid_argument("launch_topk: cluster_size = " + std::to_string(cluster_size) +
                                      ", expected 0, 1 or " + std::to_string(kTopkCluster));
+  if (algo == TopkAlgo::kDefault) STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &algo));
   if (cluster_size != 1) {
     int dev = 0, sms = 0;
     bool clusters = false;
@@ -356,15 +552,30 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
   }
   const std::int64_t slice = (a.ld + cluster_size - 1) / cluster_size;
   const bool smem_keys = slice <= kTopkSmemKeys;
-  const int smem = smem_keys ? static_cast<int>(slice) * 4 : 0;
+  const bool cand = algo == TopkAlgo::kCandidates;
+  TopkArgs args = a;
+  args.cand_cap = 0;
+  if (cand) {
+    // the candidates share the dynamic shared memory limit (kTopkSmemKeys keys) with the staged keys
+    const int room = kTopkSmemKeys - (smem_keys ? static_cast<int>(slice) : 0);
+    int cap = cand_cap < 0 ? kTopkCandKeys : cand_cap;
+    cap = cap < kTopkCandKeys ? cap : kTopkCandKeys;
+    args.cand_cap = cap < room ? cap : room;
+  }
+  const int smem = ((smem_keys ? static_cast<int>(slice) : 0) + args.cand_cap) * 4;
   auto launch = [&](auto kernel, int kc) -> ::step5::Status {
-    if (smem > 48 * 1024) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));
-    return launch_kernel("topk_select_kernel launch", kernel, topk_launch_shape(rows, kc, smem), stream, a);
+    if (smem > 32 * 1024) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));  // static smem counts towards 48 KB
+    return launch_kernel("topk_select_kernel launch", kernel, topk_launch_shape(rows, kc, smem), stream, args);
   };
-  if (cluster_size == kTopkCluster)
-    return smem_keys ? launch(topk_select_kernel<kTopkCluster, true>, kTopkCluster)
-                     : launch(topk_select_kernel<kTopkCluster, false>, kTopkCluster);
-  return smem_keys ? launch(topk_select_kernel<1, true>, 1) : launch(topk_select_kernel<1, false>, 1);
+  constexpr int kC = kTopkCluster;
+  if (cand) {
+    if (cluster_size == kC)
+      return smem_keys ? launch(topk_select_kernel<kC, true, true>, kC) : launch(topk_select_kernel<kC, false, true>, kC);
+    return smem_keys ? launch(topk_select_kernel<1, true, true>, 1) : launch(topk_select_kernel<1, false, true>, 1);
+  }
+  if (cluster_size == kC)
+    return smem_keys ? launch(topk_select_kernel<kC, true, false>, kC) : launch(topk_select_kernel<kC, false, false>, kC);
+  return smem_keys ? launch(topk_select_kernel<1, true, false>, 1) : launch(topk_select_kernel<1, false, false>, 1);
 }
 
 }  // namespace step5::kernels::sm90
