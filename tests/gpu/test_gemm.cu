@@ -529,11 +529,19 @@ GPU_CASE("gemm: the plan splits K on the wgmma path where tiles leave SMs idle; 
     if (tp == 8) {
       // the narrow tp 8 fused shapes: 128-wide tiles leave most SMs idle at T <= 256 (issue 14)
       for (int T : {64, 128, 256}) {
+        // the plan's kind × splits give at least sms / 3 work units (a 128 × 128 tiling alone gives
+        // 28 / 23 of them at T = 64), i.e. it splits K or picks a narrower tile kind
         const step5::ops::GemmPlan plan = plan_for(T, N, K);
-        const int tiles128 = (T + 127) / 128 * ((N + 127) / 128);
-        EXPECT(plan.path == GemmPath::kWgmma && (tiles128 >= sms / 2 || plan.split_k > 1),
-               "%s T=%d: plan path %d config %d split_k %d (128-wide tiles: %d on %d SMs)", g.c_str(), T,
-               static_cast<int>(plan.path), plan.config, plan.split_k, tiles128, sms);
+        EXPECT(plan.path == GemmPath::kWgmma && plan.config >= 1 &&
+                   plan.config <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)),
+               "%s T=%d: plan path %d config %d", g.c_str(), T, static_cast<int>(plan.path), plan.config);
+        if (plan.path != GemmPath::kWgmma || plan.config < 1 ||
+            plan.config > static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)))
+          continue;
+        const step5::ops::GemmWgmmaTile& tile = step5::ops::kGemmWgmmaTiles[plan.config - 1];
+        const int units = (T + tile.tokens - 1) / tile.tokens * ((N + tile.w_rows - 1) / tile.w_rows) * plan.split_k;
+        EXPECT(3 * units >= sms, "%s T=%d: plan config %d (%s) split_k %d: %d work units on %d SMs", g.c_str(), T,
+               plan.config, step5::ops::gemm_wgmma_tile_name(tile).c_str(), plan.split_k, units, sms);
       }
     }
     // one allocation of gemm_workspace_bytes(max_T) serves every T <= max_T of the auto plan

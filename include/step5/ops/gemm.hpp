@@ -72,11 +72,14 @@ struct GemmWgmmaTile {
 /// them; `GemmParams::config` = i + 1 forces entry i on the wgmma path (tests, benchmarks; 1 = 128,
 /// 2 = 256, 3 = 152 wide as before). 152 fits the tp 1 fused projections in one wave of 132 SMs at
 /// T <= 128 (N = 18512 / 19040: 122 / 126 tiles where 128-wide tiles make 145 / 149, a second wave
-/// mostly empty). The 64-token kinds (issue 14, tp 8 decode at T <= 64) hold 5 × 32 KB (64 × 256)
-/// or 9 × 16 KB (64 × 128) of W in flight where 128 × 128 held 6 × 16 KB; 64 × 128 × 2 boxes reads
-/// 256 contiguous bytes of each W row per stage (4 stages). Stages: as many as fit in 227 KB.
+/// mostly empty). The 64-token kinds (issue 14, tp 8 decode at T <= 64) hold 5 × 32 KB (64 × 256),
+/// 9 × 16 KB (64 × 128) or 14 × 8 KB (64 × 64) of W in flight where 128 × 128 held 6 × 16 KB; with
+/// 2 boxes a stage reads 256 contiguous bytes of each W row. Stages: as many as fit in 227 KB.
+/// Measured (H200, tp 8 T = 64): the bytes of each W row in flight at once (stages × k_boxes ×
+/// 128) set the weight stream's rate (see gemm_launch.cuh, kWgmmaHbm*).
 inline constexpr GemmWgmmaTile kGemmWgmmaTiles[] = {
-    {128, 128, 1, 6}, {128, 256, 1, 4}, {128, 152, 1, 6}, {64, 256, 1, 5}, {64, 128, 1, 9}, {64, 128, 2, 4}};
+    {128, 128, 1, 6}, {128, 256, 1, 4}, {128, 152, 1, 6}, {64, 256, 1, 5},
+    {64, 128, 1, 9},  {64, 128, 2, 4},  {64, 64, 1, 14},  {64, 64, 2, 7}};
 
 /// The short name of a wgmma tile kind, for labels and benchmark names: "128", "256", "152" (the
 /// 128-token kinds of one box per stage, named by their width as before), else "m64n256",

@@ -252,35 +252,48 @@ using WgmmaKindConfig = k90::WgmmaConfig<kGemmWgmmaTiles[kind].tokens, kGemmWgmm
 
 /// Cost model of a wgmma launch, in estimated ns (the planner compares candidates; re-fit the
 /// constants from bench_gemm's forced rows when the kernel changes: gemm_wgmma_sk<S>/ and
-/// gemm_wgmma<kind>/ rows, or STEP5_BENCH_GEMM_CONFIG / STEP5_BENCH_GEMM_SPLIT_K):
-///  * a unit is kt_per_split stages on one SM; a stage costs the larger of its wgmma time and its
-///    bytes at the CTA's streaming rate. wgmma time: kWgmmaKTileNs per 128×128×64 of work with
-///    both consumer warpgroups busy (measured on an H200: step5_preview tp 8, T = 64, 28 tiles
-///    × 64 k-tiles, one per SM, 22.6 us = 353 ns per k-tile when both halves still ran); 128×256
-///    tiles at 0.9 of that (measured: equal to 128×128 on full waves at T = 1024/4096, 10-20 %
-///    ahead at T = 16384); a BM = 128 warpgroup without a token row skips its wgmmas (T <= 64:
-///    half the work), a BM = 64 tile is 64 rows of work on both warpgroups;
-///  * the CTA's streaming rate: one CTA keeps at most its ring (stages × stage bytes) in flight,
-///    so it streams ring bytes per kWgmmaRingRoundTripNs, at most kWgmmaSmBytesPerNs. Fitted on
-///    the H200 (bench/results/2026-12-01/issue14/ab_gemm_wgmma_splits.txt, ncu_gemm_wgmma_tp8_t64
-///    .txt): 128×128, 6 stages of 32 KB, T = 64: 28 CTAs × 64 k-tiles took 19.0 us, i.e. a 192 KB
-///    ring every ~1.6 us (ncu at 3 splits: ~29 GB/s of W per CTA, 13 us CTA lifetime);
-///  * the busiest SM runs waves = ceil(units / sms) units;
-///  * kWgmmaHbmBytesPerNs: the weight stream's floor (W read from HBM once: the units of one
-///    weight tile's token tiles are adjacent, so they run together and share W in L2). Fitted, not
-///    the 4.8 TB/s peak: with 64-column W boxes (128 bytes of each 8 KB W row per box) the
-///    forced-split rows plateau at ~1.9 TB/s (T = 64: 2 splits 14.8 us, 4 splits 14.9 us, 56 and
-///    112 CTAs) where cuBLASLt streams 2.75 TB/s. The SM time and the floor combine as
-///    sqrt(sm^2 + hbm^2), not max: near the floor they overlap imperfectly;
+/// gemm_wgmma<kind>/ rows, or any kind × split through STEP5_BENCH_GEMM_CONFIG / _SPLIT_K, e.g.
+/// tools/ab_gemm_narrow.sh sweep). Measurements cited: H200, bench/results/2026-12-01/issue14/
+/// (ab_gemm_wgmma_splits.txt, ncu_gemm_wgmma_tp8_t64.txt) and the issue-14 §1 sweep of every kind
+/// × splits 1..16 at tp 8, T = 64 / 128 (step5_preview N = 3472, dsa_h64_kv8_d128 N = 2832, K = 4096).
+///  * SM time: a unit is kt_per_split stages on one SM; a stage costs the larger of its wgmma time
+///    and its bytes at the CTA's streaming rate. wgmma time: kWgmmaKTileNs per 128×128×64 of work
+///    with both consumer warpgroups busy (step5_preview tp 8, T = 64, 28 tiles × 64 k-tiles, one
+///    per SM: 22.6 us = 353 ns per k-tile); 128×256 tiles at 0.9 of that (equal to 128×128 on
+///    full waves at T = 1024/4096, 10-20 % ahead at T = 16384); a BM = 128 warpgroup without a
+///    token row skips its wgmmas (T <= 64: half the work); a BM = 64 tile is 64 rows of work.
+///    Streaming rate: a CTA keeps at most its ring in flight, ring bytes per kWgmmaRingRoundTripNs,
+///    at most kWgmmaSmBytesPerNs (128×128 at 1 split: 28 CTAs × 64 k-tiles of 32 KB in 19.0 us);
+///  * waves: the busiest SM runs ceil(units / sms) units (a second wave measured 30-50 % slower
+///    at 140-170 units than one at 112, e.g. 128×128: 14.9 us at 4 splits, 21.4 at 5);
+///  * HBM time: W (read once: the units of one weight tile's token tiles are adjacent, so they run
+///    together and share W in L2) at a rate set by the bytes of each W row in flight at once,
+///    window = stages × k_boxes × 128 B (the W box is 64 columns = 128 B of each 8 KB row, so a
+///    CTA reads each row in 128-byte pieces; rows with more consecutive pieces in flight keep
+///    DRAM pages open): rate = kWgmmaHbmBaseBytesPerNs + kWgmmaHbmBytesPerNsPerKB × window / 1 KB,
+///    at most kWgmmaHbmMaxBytesPerNs. Fitted on the best split of each kind at T = 64 (step5_preview,
+///    28.4 MB of W): 64×256 (640 B) 15.8 us = 1.80 TB/s, 128×128 (768 B) 14.8 us = 1.92 TB/s,
+///    64×128×2 boxes (1 KB) 13.8 us = 2.06 TB/s, 64×128 (1152 B) 12.7 us = 2.24 TB/s; cuBLASLt's
+///    choice (64×32 tiles, 64-wide K stages, "64xAUTO" ≈ 18 stages ≈ 2.3 KB, 110 CTAs, no split)
+///    10.4 us = 2.74 TB/s. The SM and HBM times combine as sqrt(sm^2 + hbm^2), not max;
 ///  * split-K: the partials' write + read, 4 B per valid output element and split each way,
-///    through L2 (kWgmmaL2BytesPerNs), plus kWgmmaReduceNsPerSplit of reduction latency per split
-///    (the last unit re-reads every split's slab).
+///    through L2 (kWgmmaL2BytesPerNs), plus kWgmmaReduceNsPerSplit per split. Fitted: past 2 splits
+///    more splits did not pay at T = 64 although the model's SM time halves (64×128: 2 splits 12.7
+///    us, 3: 15.4, 4: 14.2; 128×128: 14.8 / 17.2 / 14.9), so a split costs ~0.7 us. Why 3 splits
+///    is worse than 2 and 4 (84 CTAs on 132 SMs, 22/22/20 k-tiles: not the balance, and one wave)
+///    is not explained: the sweep shows it for 128-wide kinds on both shapes (dsa: 69 CTAs).
+/// The automatic plan considers the 64-token kinds only up to this T (measured on the tp 8 fused
+/// shapes at T = 64..256; above, the 128-token tiles read X and W half as often per token).
+/// A forced config runs any kind at any T.
+inline constexpr std::int64_t kWgmmaM64MaxT = 256;
 inline constexpr double kWgmmaKTileNs = 353.0;
 inline constexpr double kWgmmaSmBytesPerNs = 120.0;
 inline constexpr double kWgmmaRingRoundTripNs = 1600.0;
-inline constexpr double kWgmmaHbmBytesPerNs = 2000.0;
+inline constexpr double kWgmmaHbmBaseBytesPerNs = 1500.0;
+inline constexpr double kWgmmaHbmBytesPerNsPerKB = 550.0;
+inline constexpr double kWgmmaHbmMaxBytesPerNs = 3300.0;
 inline constexpr double kWgmmaL2BytesPerNs = 8000.0;
-inline constexpr double kWgmmaReduceNsPerSplit = 300.0;
+inline constexpr double kWgmmaReduceNsPerSplit = 700.0;
 
 struct WgmmaPlan {
   int kind = 0;  ///< index into kGemmWgmmaTiles
@@ -309,7 +322,9 @@ inline double wgmma_cost(std::int64_t T, std::int64_t N, std::int64_t K, int sms
   const double rate = std::min(kWgmmaSmBytesPerNs, stage_bytes * t.stages / kWgmmaRingRoundTripNs);
   const double load_ns = stage_bytes / rate;
   const double sm_ns = waves * ks.kt_per_split * std::max(mma_ns, load_ns);
-  const double hbm_ns = 2.0 * static_cast<double>(N) * static_cast<double>(K) / kWgmmaHbmBytesPerNs;
+  const double window_kb = static_cast<double>(t.stages) * t.k_boxes * 128.0 / 1024.0;  // bytes of a W row in flight
+  const double hbm_rate = std::min(kWgmmaHbmMaxBytesPerNs, kWgmmaHbmBaseBytesPerNs + kWgmmaHbmBytesPerNsPerKB * window_kb);
+  const double hbm_ns = 2.0 * static_cast<double>(N) * static_cast<double>(K) / hbm_rate;
   double cost = std::sqrt(sm_ns * sm_ns + hbm_ns * hbm_ns);
   if (ks.splits > 1)
     cost += 2.0 * 4.0 * ks.splits * static_cast<double>(T) * static_cast<double>(n_tiles * bn) / kWgmmaL2BytesPerNs +
@@ -353,7 +368,8 @@ inline WgmmaPlan plan_wgmma_kind(std::int64_t T, std::int64_t N, std::int64_t K,
   return p;
 }
 
-/// The cheapest (tile kind, splits) by wgmma_cost (config > 0 forces kGemmWgmmaTiles[config - 1]).
+/// The cheapest (tile kind, splits) by wgmma_cost (config > 0 forces kGemmWgmmaTiles[config - 1];
+/// the 64-token kinds only at T <= kWgmmaM64MaxT; kind 0 = 128 × 128 is always a candidate).
 /// With one split on full waves this is the earlier wave-efficiency rule (128×256 tiles counted at
 /// 1/0.9 the rate of 128×128); below one wave it weighs splitting against the partial traffic.
 inline WgmmaPlan plan_wgmma(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int config, int forced) {
@@ -361,6 +377,7 @@ inline WgmmaPlan plan_wgmma(std::int64_t T, std::int64_t N, std::int64_t K, int 
   WgmmaPlan best;
   double best_cost = 0;
   for (int kind = 0; kind < kNumWgmmaKinds; ++kind) {
+    if (kGemmWgmmaTiles[kind].tokens == 64 && T > kWgmmaM64MaxT) continue;
     const WgmmaPlan p = plan_wgmma_kind(T, N, K, sms, kind, forced);
     const double c = wgmma_cost(T, N, K, sms, p.tile, KSplit{p.splits, p.kt_per_split});
     if (kind == 0 || c < best_cost) {

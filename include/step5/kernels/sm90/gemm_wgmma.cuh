@@ -66,6 +66,23 @@ __device__ __forceinline__ void wgmma_m64n128k16(float* d, std::uint64_t desc_a,
 #endif
 }
 
+/// wgmma m64n32k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
+__device__ __forceinline__ void wgmma_m64n32k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+#if STEP5_SM90A_DEVICE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
 /// wgmma m64n64k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
 __device__ __forceinline__ void wgmma_m64n64k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
 #if STEP5_SM90A_DEVICE
@@ -156,15 +173,18 @@ __device__ __forceinline__ void wgmma_m64n256k16(float* d, std::uint64_t desc_a,
 /// wgmma m64nWNk16 accumulate (d += A*B) for the widths that have a wrapper.
 template <int WN>
 __device__ __forceinline__ void wgmma_m64nBNk16(float* d, std::uint64_t desc_a, std::uint64_t desc_b) {
-  static_assert(WN == 64 || WN == 128 || WN == 152 || WN == 256, "wgmma wrappers exist for N = 64, 128, 152 and 256");
+  static_assert(WN == 32 || WN == 64 || WN == 128 || WN == 152 || WN == 256,
+                "wgmma wrappers exist for N = 32, 64, 128, 152 and 256");
   if constexpr (WN == 256)
     wgmma_m64n256k16(d, desc_a, desc_b, 1);
   else if constexpr (WN == 152)
     wgmma_m64n152k16(d, desc_a, desc_b, 1);
   else if constexpr (WN == 128)
     wgmma_m64n128k16(d, desc_a, desc_b, 1);
-  else
+  else if constexpr (WN == 64)
     wgmma_m64n64k16(d, desc_a, desc_b, 1);
+  else
+    wgmma_m64n32k16(d, desc_a, desc_b, 1);
 }
 
 __device__ __forceinline__ void wgmma_fence() {
