@@ -282,10 +282,18 @@ using WgmmaKindConfig = k90::WgmmaConfig<kGemmWgmmaTiles[kind].tokens, kGemmWgmm
 ///    us, 3: 15.4, 4: 14.2; 128×128: 14.8 / 17.2 / 14.9), so a split costs ~0.7 us. Why 3 splits
 ///    is worse than 2 and 4 (84 CTAs on 132 SMs, 22/22/20 k-tiles: not the balance, and one wave)
 ///    is not explained: the sweep shows it for 128-wide kinds on both shapes (dsa: 69 CTAs).
-/// The automatic plan considers the 64-token kinds only up to this T (measured on the tp 8 fused
-/// shapes at T = 64..256; above, the 128-token tiles read X and W half as often per token).
-/// A forced config runs any kind at any T.
+/// The automatic plan considers the 64-token kinds only for narrow shapes: T <= kWgmmaM64MaxT and
+/// fewer 128 × 128 tiles than SMs (then the tiles leave SMs idle and the weight stream, not the
+/// SMs' fill bandwidth, is the limit). Measured on an H200: the tp 8 fused shapes at T = 64..256
+/// (N = 3472 / 2832, 23-56 such tiles) ran 12-35 % faster on them; step5_preview tp 1 (N = 18512,
+/// 145+ tiles) ran slower (T = 128: 64 × 64 at 1 split 72 us, 128 × 128 60.6 us, cuBLASLt 47.9):
+/// at 4-5 waves of 64-token tiles every SM streams X and W at once and the L2 → SM fill rate, not
+/// in the model, limits. A forced config runs any kind at any T.
 inline constexpr std::int64_t kWgmmaM64MaxT = 256;
+/// Whether the automatic plan considers the 64-token kinds for this shape (see kWgmmaM64MaxT).
+inline bool wgmma_m64_eligible(std::int64_t T, std::int64_t N, int sms) {
+  return T <= kWgmmaM64MaxT && ((T + 127) / 128) * ((N + 127) / 128) < sms;
+}
 inline constexpr double kWgmmaKTileNs = 353.0;
 inline constexpr double kWgmmaSmBytesPerNs = 120.0;
 inline constexpr double kWgmmaRingRoundTripNs = 1600.0;
@@ -369,7 +377,7 @@ inline WgmmaPlan plan_wgmma_kind(std::int64_t T, std::int64_t N, std::int64_t K,
 }
 
 /// The cheapest (tile kind, splits) by wgmma_cost (config > 0 forces kGemmWgmmaTiles[config - 1];
-/// the 64-token kinds only at T <= kWgmmaM64MaxT; kind 0 = 128 × 128 is always a candidate).
+/// the 64-token kinds only where wgmma_m64_eligible; kind 0 = 128 × 128 is always a candidate).
 /// With one split on full waves this is the earlier wave-efficiency rule (128×256 tiles counted at
 /// 1/0.9 the rate of 128×128); below one wave it weighs splitting against the partial traffic.
 inline WgmmaPlan plan_wgmma(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int config, int forced) {
@@ -377,7 +385,7 @@ inline WgmmaPlan plan_wgmma(std::int64_t T, std::int64_t N, std::int64_t K, int 
   WgmmaPlan best;
   double best_cost = 0;
   for (int kind = 0; kind < kNumWgmmaKinds; ++kind) {
-    if (kGemmWgmmaTiles[kind].tokens == 64 && T > kWgmmaM64MaxT) continue;
+    if (kGemmWgmmaTiles[kind].tokens == 64 && !wgmma_m64_eligible(T, N, sms)) continue;
     const WgmmaPlan p = plan_wgmma_kind(T, N, K, sms, kind, forced);
     const double c = wgmma_cost(T, N, K, sms, p.tile, KSplit{p.splits, p.kt_per_split});
     if (kind == 0 || c < best_cost) {
