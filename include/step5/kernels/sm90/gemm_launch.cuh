@@ -254,8 +254,9 @@ using WgmmaKindConfig = k90::WgmmaConfig<kGemmWgmmaTiles[kind].tokens, kGemmWgmm
 /// constants from bench_gemm's forced rows when the kernel changes: gemm_wgmma_sk<S>/ and
 /// gemm_wgmma<kind>/ rows, or any kind × split through STEP5_BENCH_GEMM_CONFIG / _SPLIT_K, e.g.
 /// tools/ab_gemm_narrow.sh sweep). Measurements cited: H200, bench/results/2026-12-01/issue14/
-/// (ab_gemm_wgmma_splits.txt, ncu_gemm_wgmma_tp8_t64.txt) and the issue-14 §1 sweep of every kind
-/// × splits 1..16 at tp 8, T = 64 / 128 (step5_preview N = 3472, dsa_h64_kv8_d128 N = 2832, K = 4096).
+/// (ab_gemm_wgmma_splits.txt, ncu_gemm_wgmma_tp8_t64.txt; gemm_narrow_sweep.txt: every kind ×
+/// splits 1..16 at tp 8, T = 64 / 128, step5_preview N = 3472, dsa_h64_kv8_d128 N = 2832, K = 4096;
+/// gemm_narrow_rows.txt: the forced-kind / forced-split rows, tp 1 and tp 8, T = 64..256).
 ///  * SM time: a unit is kt_per_split stages on one SM; a stage costs the larger of its wgmma time
 ///    and its bytes at the CTA's streaming rate. wgmma time: kWgmmaKTileNs per 128×128×64 of work
 ///    with both consumer warpgroups busy (step5_preview tp 8, T = 64, 28 tiles × 64 k-tiles, one
