@@ -4,11 +4,16 @@
 //   unfused/<geometry>/tp:N/tokens:T   separate cuBLASLt GEMMs: qkv, indexer (q|k|z), gate, sparse_indexer_w
 //   copy/d2d                           the shared copy ceiling of bench_common.hpp (1 GiB D2D, median,
 //                                      bytes read + written / s)
-//   gemm_stream/..., gemm_wgmma<BN>/... a path / wgmma tile width forced (crossover checks; the
-//                                      wgmma widths at T >= 64, 128 also at T = 32);
+//   gemm_stream/..., gemm_wgmma<kind>/... a path / wgmma tile kind forced (crossover checks; the
+//                                      kinds at T >= 64, 128 also at T = 32; <kind> =
+//                                      gemm_wgmma_tile_name: 128, 256, 152, m64n256, m64n128, ...);
 //   gemm_wgmma_sk<S>/...               the wgmma path with S K splits forced (T = 64..256), to
 //                                      re-fit the launcher's split cost model
-// The label and the table's path column: "wgmma <BN>[, split-K <S>]" or "stream[, split-K <S>]".
+// The label and the table's path column: "wgmma <kind>[, split-K <S>]" or "stream[, split-K <S>]".
+// Env knobs (A/B without a rebuild; names unchanged, the label shows the plan): STEP5_BENCH_GEMM_CONFIG,
+// STEP5_BENCH_GEMM_SPLIT_K override a `gemm*` case's config / split_k where the case leaves it 0.
+// Each cublaslt/ case prints once per shape a line "cublaslt_algo <shape>: algo_id ... tile_id ..."
+// (the heuristic's algorithm configuration) to stdout.
 // Timing: CUDA events around a CUDA graph of `batch` launches that rotate over several copies
 // of W (together > 4× L2), so the weights come from HBM; UseManualTime. A table is printed last.
 #include <benchmark/benchmark.h>
@@ -16,12 +21,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iterator>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -121,6 +128,8 @@ struct LtGemm {
       std::exit(1);
     }
     algo = res.algo;
+    heuristic_ws = res.workspaceSize;
+    heuristic_waves = res.wavesCount;
     cublasLtMatmulPreferenceDestroy(pref);
   }
   ~LtGemm() {
@@ -129,6 +138,34 @@ struct LtGemm {
     cublasLtMatrixLayoutDestroy(lc);
     cublasLtMatmulDescDestroy(desc);
   }
+  /// One stdout line with the heuristic's algorithm configuration (cublasLtMatmulAlgoConfigGetAttribute):
+  /// algo id, tile / stages / cluster shape ids (cublasLtMatmulTile_t, cublasLtMatmulStages_t,
+  /// cublasLtClusterShape_t values: e.g. `grep -E 'TILE_[0-9x]+ = 19,' cublasLt.h` gives 64x256),
+  /// split-K factor, reduction scheme (cublasLtReductionScheme_t), CTA swizzling, plus the
+  /// heuristic's workspace bytes and wave count.
+  void print_config(const std::string& what) const {
+    auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto zero) {
+      decltype(zero) v = zero;
+      std::size_t written = 0;
+      if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS)
+        return static_cast<long long>(-1);
+      return static_cast<long long>(v);
+    };
+    std::printf("cublaslt_algo %s: algo_id %lld tile_id %lld stages_id %lld splitk_num %lld reduction_scheme %lld "
+                "cta_swizzling %lld cluster_shape_id %lld inner_shape_id %lld custom_option %lld workspace %zu "
+                "waves %.3f\n",
+                what.c_str(), get(CUBLASLT_ALGO_CONFIG_ID, std::int32_t{0}),
+                get(CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0}), get(CUBLASLT_ALGO_CONFIG_STAGES_ID, std::uint32_t{0}),
+                get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, std::int32_t{0}),
+                get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, std::uint32_t{0}),
+                get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, std::uint32_t{0}),
+                get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, std::uint16_t{0}),
+                get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, std::uint16_t{0}),
+                get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, std::uint32_t{0}), heuristic_ws, heuristic_waves);
+    std::fflush(stdout);
+  }
+  std::size_t heuristic_ws = 0;
+  float heuristic_waves = 0;
   void run(const void* x, const void* w, void* c) {
     const float alpha = 1.f, beta = 0.f;
     CKB(cublasLtMatmul(g_lt, desc, &alpha, w, la, x, lb, &beta, c, lc, c, lc, &algo, g_lt_ws, kLtWs, g_stream));
@@ -207,6 +244,8 @@ void bm_copy(benchmark::State& st) {
 void bm_lt(benchmark::State& st, Shape s, int T) {
   ShapeBuffers& b = buffers(s, kMaxT);
   LtGemm g(T, b.N, b.K, b.K, b.K, b.N);
+  static std::set<std::string> printed;  // once per shape (Google Benchmark may call a case repeatedly)
+  if (printed.insert(row_key(s, T)).second) g.print_config(row_key(s, T));
   GraphTimer gt(batch_for(T), [&](int i) { g.run(b.x, b.w[i % b.copies], b.c); });
   Row& r = g_rows[row_key(s, T)];
   r.lt_us = gt.measure(st);
@@ -254,18 +293,39 @@ const char* path_name(step5::ops::GemmPath p) {
   }
 }
 
-/// "wgmma 128, split-K 4", "stream, split-K 7", "wgmma 256": the path, the wgmma tile width and
-/// the K splits of either split path.
+/// "wgmma 128, split-K 4", "stream, split-K 7", "wgmma 256", "wgmma m64n256, split-K 8": the
+/// path, the wgmma tile kind (gemm_wgmma_tile_name) and the K splits of either split path.
 std::string plan_label(const step5::ops::GemmPlan& plan) {
   std::string l = path_name(plan.path);
   if (plan.path == step5::ops::GemmPath::kWgmma && plan.config >= 1 &&
-      plan.config <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)))
-    l += " " + std::to_string(step5::ops::kGemmWgmmaTileN[plan.config - 1]);
+      plan.config <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)))
+    l += " " + step5::ops::gemm_wgmma_tile_name(step5::ops::kGemmWgmmaTiles[plan.config - 1]);
   if (plan.split_k > 1) l += ", split-K " + std::to_string(plan.split_k);
   return l;
 }
 
+/// Tuning A/B without a rebuild: STEP5_BENCH_GEMM_CONFIG (a GemmParams::config) and
+/// STEP5_BENCH_GEMM_SPLIT_K (a GemmParams::split_k) override those of every `gemm*` case whose
+/// own value is 0 (= the planner's); the path stays the case's (kAuto picks by T). Unset or 0: the
+/// case's own. The case name is unchanged (the label shows the plan run), so compare such runs
+/// only with each other. Returns false (the case skipped, naming the value) on a malformed value.
+bool env_override(benchmark::State& st, const char* var, int* field) {
+  const char* e = std::getenv(var);
+  if (e == nullptr || *field != 0) return true;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  if (end == e || *end != '\0' || v < 0 || v > 1024) {
+    st.SkipWithError((std::string(var) + " = '" + e + "', expected an integer 0 .. 1024 (0 = the planner's)").c_str());
+    return false;
+  }
+  *field = static_cast<int>(v);
+  return true;
+}
+
 void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, int config, int split_k) {
+  const bool auto_case = path == step5::ops::GemmPath::kAuto && config == 0 && split_k == 0;  // the table's row
+  if (!env_override(st, "STEP5_BENCH_GEMM_CONFIG", &config) || !env_override(st, "STEP5_BENCH_GEMM_SPLIT_K", &split_k))
+    return;
   ShapeBuffers& b = buffers(s, kMaxT);
   step5::ops::GemmParams p;
   p.x = static_cast<const step5::bf16*>(b.x);
@@ -307,7 +367,7 @@ void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, in
   const double us = gt.measure(st);
   const std::string key = row_key(s, T);
   Row& r = g_rows[key];
-  if (path == step5::ops::GemmPath::kAuto && config == 0 && split_k == 0) {
+  if (auto_case) {
     r.ours_us = us;
     r.path = plan_label(plan);
     // Google Benchmark calls a MinTime case more than once (to size its iterations): one table row each
@@ -367,12 +427,13 @@ int main(int argc, char** argv) {
           benchmark::RegisterBenchmark(("gemm_wgmma_sk" + std::to_string(sk) + "/" + k).c_str(), bm_ours, s, T,
                                        step5::ops::GemmPath::kWgmma, 0, sk)
               ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      // every wgmma tile width of kGemmWgmmaTileN forced (names gemm_wgmma<BN>/...; K splits planned)
+      // every wgmma tile kind of kGemmWgmmaTiles forced (names gemm_wgmma<gemm_wgmma_tile_name>/...,
+      // e.g. gemm_wgmma128/, gemm_wgmmam64n256/; K splits planned)
       if (T >= 64)
-        for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)); ++c)
+        for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)); ++c)
           benchmark::RegisterBenchmark(
-              ("gemm_wgmma" + std::to_string(step5::ops::kGemmWgmmaTileN[c - 1]) + "/" + k).c_str(), bm_ours, s, T,
-              step5::ops::GemmPath::kWgmma, c, 0)
+              ("gemm_wgmma" + step5::ops::gemm_wgmma_tile_name(step5::ops::kGemmWgmmaTiles[c - 1]) + "/" + k).c_str(),
+              bm_ours, s, T, step5::ops::GemmPath::kWgmma, c, 0)
               ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
     }
   benchmark::Initialize(&argc, argv);

@@ -2,15 +2,18 @@
 // `step5::reference::gemm_bf16_f32out`: every geometry × tp of geometries.def (N = padded_rows
 // of rank 0, K = hidden), T in {1, 2, 3, 17, 64, 127, 128, 129, 256, 1000, 4096}, every path
 // (auto, generic, stream, wgmma), padded row strides, poisoned outputs, plus precondition
-// errors. The wgmma path's split-K: every tile width of kGemmWgmmaTileN × every split 1..8 at odd
+// errors. The wgmma path's split-K: every tile kind of kGemmWgmmaTiles × every split 1..8 at odd
 // shapes (T % 64 != 0, N % BN != 0, a partial last k-tile), the plan splitting the tp 8 fused
 // shapes at T = 64/128/256, bit-identical output over 20 launches with other work running and
 // equal to the in-split-order sum of the partials left in the workspace, and back-to-back
-// launches reusing one workspace (counters reset).
+// launches reusing one workspace (counters reset). The 64-token kinds (two warpgroups on one
+// 64-row token tile, each on half of the columns): T = 1, 17, 63, 64 at odd N and K (odd multiples
+// of 8) with every split factor they can take, and bit-identical at T = 17, 64, 100.
 // Quick (sanitizer) mode, step5_test::quick(): tp 1 and 8 of each geometry, T in {1, 17, 129} at
 // K = 256 (every variant at T 17 and 129), plus T = 1 at K = hidden (4096, split-K decode) for
 // tp 8; the odd shapes with T capped at 129; the wgmma split-K cases at their (small) full size,
-// 5 instead of 20 repeats. Same checks and tolerances.
+// 5 instead of 20 repeats; the 64-token kinds at splits 1, 2, 3 and their maximum only. Same checks
+// and tolerances.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -180,10 +183,17 @@ std::vector<float> reference_all_rows(int T, int N, int K, const std::vector<bf1
   return ref;
 }
 
-/// The split factor the launcher runs for a forced `forced` splits over K: at most one per 64-wide
-/// k-tile, no empty split (kt_per = ceil(k_tiles / forced), splits = ceil(k_tiles / kt_per)).
-int expected_splits(int K, int forced) {
-  const int k_tiles = (K + 63) / 64;
+/// The k-tiles of K for a wgmma tile kind config (1-based; 0 = 64-wide k-tiles): 64 · k_boxes wide.
+int wgmma_k_tiles(int K, int config) {
+  const int bk = 64 * (config > 0 ? step5::ops::kGemmWgmmaTiles[config - 1].k_boxes : 1);
+  return (K + bk - 1) / bk;
+}
+
+/// The split factor the launcher runs for a forced `forced` splits over K: at most one per k-tile
+/// (64 · k_boxes wide for wgmma kind `config`), no empty split (kt_per = ceil(k_tiles / forced),
+/// splits = ceil(k_tiles / kt_per)).
+int expected_splits(int K, int forced, int config = 0) {
+  const int k_tiles = wgmma_k_tiles(K, config);
   const int f = std::min(forced, k_tiles);
   const int per = (k_tiles + f - 1) / f;
   return (k_tiles + per - 1) / per;
@@ -265,8 +275,8 @@ std::vector<Variant> all_variants() {
   v.push_back({GemmPath::kSplitK, 0, 1});
   v.push_back({GemmPath::kSplitK, 0, 3});
   v.push_back({GemmPath::kSplitK, 2, 16});
-  // every wgmma tile width (config = entry + 1), unsplit, planned and split 3
-  for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)); ++c) {
+  // every wgmma tile kind (config = entry + 1), unsplit, planned and split 3
+  for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)); ++c) {
     v.push_back({GemmPath::kWgmma, c, 0});
     v.push_back({GemmPath::kWgmma, c, 1});
     v.push_back({GemmPath::kWgmma, c, 3});
@@ -430,7 +440,7 @@ GPU_CASE("gemm: wgmma split-K, every tile width x split 1..8 at odd shapes, vs C
     DevBuf dw(hw.size() * 2);
     GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
     std::vector<Variant> variants;
-    for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)); ++c)
+    for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)); ++c)
       for (int sp = 1; sp <= 8; ++sp) {
         variants.push_back({GemmPath::kWgmma, c, sp});
         // the plan runs the forced tile width and split factor (normalised: no empty split)
@@ -441,15 +451,63 @@ GPU_CASE("gemm: wgmma split-K, every tile width x split 1..8 at odd shapes, vs C
         step5::ops::GemmPlan plan;
         const step5::Status st = step5::ops::gemm_plan(p, &plan);
         EXPECT(st.ok() && plan.path == GemmPath::kWgmma && plan.config == c &&
-                   plan.split_k == expected_splits(sh.K, sp) && (plan.split_k > 1) == (plan.workspace_bytes > 0),
+                   plan.split_k == expected_splits(sh.K, sp, c) && (plan.split_k > 1) == (plan.workspace_bytes > 0),
                "T=%d N=%d K=%d c%d s%d: plan %s path %d config %d split_k %d (want %d) workspace %zu", sh.T, sh.N,
                sh.K, c, sp, st.to_string().c_str(), static_cast<int>(plan.path), plan.config, plan.split_k,
-               expected_splits(sh.K, sp), plan.workspace_bytes);
+               expected_splits(sh.K, sp, c), plan.workspace_bytes);
       }
     const std::string name = "wgmma-sk/T" + std::to_string(sh.T) + "/N" + std::to_string(sh.N) + "/K" +
                              std::to_string(sh.K);
     // run_case gives each variant a zero-filled workspace of the plan's size
     run_case(name, sh.T, sh.N, sh.K, sh.ldx, sh.ldw, sh.ldc, hw, dw.as<bf16>(), nullptr, 0, variants);
+  }
+}
+
+GPU_CASE("gemm: wgmma 64-token kinds at T = 1, 17, 63, 64, every split factor, odd N and K, vs CPU reference") {
+  // The kinds whose two consumer warpgroups share 64 token rows and split the tile's columns
+  // (kGemmWgmmaTiles rows with tokens == 64): T in {1, 17, 63, 64} (one token tile, partial
+  // 16-row slabs), N not a multiple of any tile width (a partial column half, and at N = 120 a
+  // second half with no column at all for the 256-wide kind), K an odd multiple of 8 (a partial
+  // last 64-wide box; K = 1032 and 136 give an odd box count, so a 2-box stage ends with one box;
+  // K = 8 is a single partial box), padded row strides; every split factor the kind can take
+  // (1 .. its k-tiles), each checked to run as planned.
+  struct Shape { int T, N, K; };
+  const Shape shapes[] = {{1, 1000, 1032}, {17, 1000, 1032}, {63, 520, 1000}, {64, 1000, 1032},
+                          {64, 120, 136},  {17, 300, 8},     {63, 1000, 200}};
+  for (const Shape& sh : shapes) {
+    const int ldx = sh.K + 8, ldw = sh.K + 16, ldc = sh.N + 6;
+    std::vector<bf16> hw(static_cast<std::size_t>(sh.N) * ldw);
+    fill_random(hw, 0.125f);
+    DevBuf dw(hw.size() * 2);
+    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    std::vector<Variant> variants;
+    int kinds = 0;
+    for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)); ++c) {
+      if (step5::ops::kGemmWgmmaTiles[c - 1].tokens != 64) continue;
+      ++kinds;
+      variants.push_back({GemmPath::kWgmma, c, 0});  // the planned split
+      const int max_sp = wgmma_k_tiles(sh.K, c);
+      for (int sp = 1; sp <= max_sp; ++sp) {
+        // quick (sanitizer) mode: splits 1, 2, 3 and the most the kind can take
+        if (step5_test::quick() && sp > 3 && sp < max_sp) continue;
+        variants.push_back({GemmPath::kWgmma, c, sp});
+        GemmParams p;
+        p.x = dw.as<bf16>(), p.w = dw.as<bf16>(), p.c = dw.as<bf16>();  // only alignment is read
+        p.tokens = sh.T, p.n = sh.N, p.k = sh.K, p.ldx = ldx, p.ldw = ldw, p.ldc = ldc;
+        p.path = GemmPath::kWgmma, p.config = c, p.split_k = sp;
+        step5::ops::GemmPlan plan;
+        const step5::Status st = step5::ops::gemm_plan(p, &plan);
+        EXPECT(st.ok() && plan.path == GemmPath::kWgmma && plan.config == c &&
+                   plan.split_k == expected_splits(sh.K, sp, c) && (plan.split_k > 1) == (plan.workspace_bytes > 0),
+               "T=%d N=%d K=%d c%d s%d: plan %s path %d config %d split_k %d (want %d) workspace %zu", sh.T, sh.N,
+               sh.K, c, sp, st.to_string().c_str(), static_cast<int>(plan.path), plan.config, plan.split_k,
+               expected_splits(sh.K, sp, c), plan.workspace_bytes);
+      }
+    }
+    EXPECT(kinds > 0, "kGemmWgmmaTiles has no 64-token kind");
+    const std::string name = "wgmma-m64/T" + std::to_string(sh.T) + "/N" + std::to_string(sh.N) + "/K" +
+                             std::to_string(sh.K);
+    run_case(name, sh.T, sh.N, sh.K, ldx, ldw, ldc, hw, dw.as<bf16>(), nullptr, 0, variants);
   }
 }
 
@@ -475,11 +533,19 @@ GPU_CASE("gemm: the plan splits K on the wgmma path where tiles leave SMs idle; 
     if (tp == 8) {
       // the narrow tp 8 fused shapes: 128-wide tiles leave most SMs idle at T <= 256 (issue 14)
       for (int T : {64, 128, 256}) {
+        // the plan's kind × splits give at least sms / 3 work units (a 128 × 128 tiling alone gives
+        // 28 / 23 of them at T = 64), i.e. it splits K or picks a narrower tile kind
         const step5::ops::GemmPlan plan = plan_for(T, N, K);
-        const int tiles128 = (T + 127) / 128 * ((N + 127) / 128);
-        EXPECT(plan.path == GemmPath::kWgmma && (tiles128 >= sms / 2 || plan.split_k > 1),
-               "%s T=%d: plan path %d config %d split_k %d (128-wide tiles: %d on %d SMs)", g.c_str(), T,
-               static_cast<int>(plan.path), plan.config, plan.split_k, tiles128, sms);
+        EXPECT(plan.path == GemmPath::kWgmma && plan.config >= 1 &&
+                   plan.config <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)),
+               "%s T=%d: plan path %d config %d", g.c_str(), T, static_cast<int>(plan.path), plan.config);
+        if (plan.path != GemmPath::kWgmma || plan.config < 1 ||
+            plan.config > static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)))
+          continue;
+        const step5::ops::GemmWgmmaTile& tile = step5::ops::kGemmWgmmaTiles[plan.config - 1];
+        const int units = (T + tile.tokens - 1) / tile.tokens * ((N + tile.w_rows - 1) / tile.w_rows) * plan.split_k;
+        EXPECT(3 * units >= sms, "%s T=%d: plan config %d (%s) split_k %d: %d work units on %d SMs", g.c_str(), T,
+               plan.config, step5::ops::gemm_wgmma_tile_name(tile).c_str(), plan.split_k, units, sms);
       }
     }
     // one allocation of gemm_workspace_bytes(max_T) serves every T <= max_T of the auto plan
@@ -504,9 +570,13 @@ GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with oth
   // workspace taken in split order 0, 1, ... (fails whenever the reduction depends on which unit
   // arrived last), C is the same over repeated launches while another kernel streams memory on a
   // second stream, the counters are zero after every launch, and C is the right product.
-  const int N = 3472, K = 4096, T = 100;  // step5_preview tp 8 fused rows; partial 16-row slab at T = 100
-  for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)); ++c) {
-    const int BN = step5::ops::kGemmWgmmaTileN[c - 1];
+  // step5_preview tp 8 fused rows; partial 16-row slab at T = 100; the 64-token kinds also at T = 64
+  // and 17 (one token tile; at T = 17 a partial slab) where both warpgroups share the token rows.
+  const int N = 3472, K = 4096;
+  for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)); ++c)
+  for (int T : step5::ops::kGemmWgmmaTiles[c - 1].tokens == 64 ? std::vector<int>{64, 17, 100} : std::vector<int>{100}) {
+    const int BN = step5::ops::kGemmWgmmaTiles[c - 1].w_rows;
+    const std::string kind = step5::ops::gemm_wgmma_tile_name(step5::ops::kGemmWgmmaTiles[c - 1]) + " T=" + std::to_string(T);
     constexpr int kSplits = 4;
     std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
     fill_random(hw, 0.125f);
@@ -529,7 +599,7 @@ GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with oth
         static_cast<std::size_t>(step5::kernels::sm90::wgmma_partial_offset(kSplits, 0, 0, n_tiles, slabs, BN));
     EXPECT(planned.ok() && plan.split_k == kSplits &&
                plan.workspace_bytes == step5::ops::kGemmCounterBytes + part_floats * sizeof(float),
-           "BN=%d: plan %s, split_k %d, workspace %zu (want %zu)", BN, planned.to_string().c_str(), plan.split_k,
+           "%s: plan %s, split_k %d, workspace %zu (want %zu)", kind.c_str(), planned.to_string().c_str(), plan.split_k,
            plan.workspace_bytes, step5::ops::kGemmCounterBytes + part_floats * sizeof(float));
     if (!planned.ok() || plan.split_k != kSplits) continue;
     const std::size_t ws = plan.workspace_bytes;
@@ -540,10 +610,11 @@ GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with oth
     std::vector<std::uint16_t> first, cur;
     const int repeats = step5_test::quick() ? 5 : 20;
     int counters_left = 0;
-    const int changed = repeat_with_noise(p, repeats, "BN=" + std::to_string(BN) + " wgmma split-K gemm",
+    const int changed = repeat_with_noise(p, repeats, kind + " wgmma split-K gemm",
                                           &first, &cur, &counters_left);
-    EXPECT(changed == 0, "BN=%d: wgmma split-K output changed in %d of %d repeated launches", BN, changed, repeats - 1);
-    EXPECT(counters_left == 0, "BN=%d: %d arrival counters left non-zero after the launches", BN, counters_left);
+    EXPECT(changed == 0, "%s: wgmma split-K output changed in %d of %d repeated launches", kind.c_str(), changed,
+           repeats - 1);
+    EXPECT(counters_left == 0, "%s: %d arrival counters left non-zero after the launches", kind.c_str(), counters_left);
     {  // C == bf16(fp32 sum of the partials in split order), from the last launch's workspace
       std::vector<float> part(part_floats);
       GPU_CHECK(cudaMemcpy(part.data(), static_cast<char*>(dws.p) + step5::ops::kGemmCounterBytes, part.size() * 4,
@@ -564,12 +635,13 @@ GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with oth
                 mismatched += step5::float_to_bf16_bits(sum) != cur[static_cast<std::size_t>(t) * N + n];
                 ++checked;
               }
-      EXPECT(checked == T * N, "BN=%d: reconstructed %d of %d outputs", BN, checked, T * N);
-      EXPECT(mismatched == 0, "BN=%d: %d outputs differ from the in-order sum of the split-K partials", BN, mismatched);
+      EXPECT(checked == T * N, "%s: reconstructed %d of %d outputs", kind.c_str(), checked, T * N);
+      EXPECT(mismatched == 0, "%s: %d outputs differ from the in-order sum of the split-K partials", kind.c_str(),
+             mismatched);
     }
     // and it is the right product: spot-check against fp64 on a few outputs (NaN counts as wrong)
     const int bad = fp64_spot_check_failures(hx, hw, first, T, N, K, 3);
-    EXPECT(bad == 0, "BN=%d: %d spot-checked outputs off the fp64 product", BN, bad);
+    EXPECT(bad == 0, "%s: %d spot-checked outputs off the fp64 product", kind.c_str(), bad);
   }
 }
 
@@ -580,7 +652,7 @@ GPU_CASE("gemm: back-to-back wgmma split-K launches reuse one workspace (counter
   // (poison left): every output is checked against the reference.
   const int N = 1000, K = 1000, ldc = 1008;
   constexpr int kSplits = 5;
-  for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)); ++c) {
+  for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)); ++c) {
     std::vector<bf16> hw(static_cast<std::size_t>(N) * K);
     fill_random(hw, 0.125f);
     DevBuf dw(hw.size() * 2);
@@ -602,7 +674,7 @@ GPU_CASE("gemm: back-to-back wgmma split-K launches reuse one workspace (counter
       p[i].path = GemmPath::kWgmma, p[i].config = c, p[i].split_k = kSplits;
       step5::ops::GemmPlan plan;
       const step5::Status st = step5::ops::gemm_plan(p[i], &plan);
-      EXPECT(st.ok() && plan.split_k == expected_splits(K, kSplits) && plan.split_k > 1, "c%d T=%d: plan %s split_k %d",
+      EXPECT(st.ok() && plan.split_k == expected_splits(K, kSplits, c) && plan.split_k > 1, "c%d T=%d: plan %s split_k %d",
              c, Ts[i], st.to_string().c_str(), plan.split_k);
       ws = std::max(ws, plan.workspace_bytes);
     }
@@ -687,7 +759,7 @@ GPU_CASE("gemm: preconditions return Status naming the values") {
     p.workspace_bytes = plan.workspace_bytes;
     expect_err(p, step5::StatusCode::kInvalidArgument, "misaligned", "wgmma split-K workspace misaligned");
   }
-  { GemmParams p = good; p.path = GemmPath::kWgmma; p.config = static_cast<int>(std::size(step5::ops::kGemmWgmmaTileN)) + 1;
+  { GemmParams p = good; p.path = GemmPath::kWgmma; p.config = static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)) + 1;
     const std::string needle = "config = " + std::to_string(p.config);
     expect_err(p, step5::StatusCode::kInvalidArgument, needle.c_str(), "bad wgmma config"); }
   { GemmParams p = good; p.path = GemmPath::kSplitK; p.config = static_cast<int>(std::size(step5::ops::kGemmSplitKTiles)) + 1;

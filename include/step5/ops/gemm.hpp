@@ -10,8 +10,8 @@
 ///
 /// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: unaligned shapes -> kGeneric,
 /// T <= 32 -> kSplitK, T > 32 -> kWgmma):
-///  * `kWgmma`  — sm_90a TMA + wgmma, warp-specialised, persistent (T > 32). Tiles of 128 tokens ×
-///                BN weight rows (BN from `kGemmWgmmaTileN`); when those tiles leave SMs idle
+///  * `kWgmma`  — sm_90a TMA + wgmma, warp-specialised, persistent (T > 32). Tiles of 128 (or, for
+///                T <= 64, 64) tokens × BN weight rows (`kGemmWgmmaTiles`); when those tiles leave SMs idle
 ///                (narrow N, e.g. tp 8 at T <= 256, or o_proj at T = 64) K is split too: the work
 ///                units are (token tile, weight tile, k split), each split's fp32 partial goes to
 ///                the workspace and the last split of a tile to arrive sums the partials in split
@@ -30,6 +30,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "step5/core/numeric.hpp"
 #include "step5/core/status.hpp"
@@ -58,12 +59,37 @@ struct GemmTile {
 inline constexpr GemmTile kGemmSplitKTiles[] = {{64, 16, 6},  {64, 32, 6},  {64, 64, 5},
                                                 {128, 64, 4}, {64, 128, 4}, {128, 128, 4}};
 
-/// THE table of wgmma tile widths BN (weight rows per tile; tiles are 128 tokens × BN): the
-/// launcher instantiates one kernel per entry and plans over them; `GemmParams::config` = i + 1
-/// forces entry i on the wgmma path (tests, benchmarks; 1 = 128, 2 = 256 as before). 152 fits the
-/// tp 1 fused projections in one wave of 132 SMs at T <= 128 (N = 18512 / 19040: 122 / 126 tiles
-/// where 128-wide tiles make 145 / 149, a second wave mostly empty).
-inline constexpr int kGemmWgmmaTileN[] = {128, 256, 152};
+/// One tile kind of the wgmma path: a CTA tile of `tokens` token rows × `w_rows` weight rows,
+/// `k_boxes` 64-wide K boxes per pipeline stage (a stage covers 64 · k_boxes of K), `stages` ring
+/// stages. tokens = 128: consumer warpgroup w computes token rows [64w, 64w + 64) × all w_rows;
+/// tokens = 64 (T <= 64, decode): both consumer warpgroups compute the same 64 token rows, warpgroup
+/// w the weight rows [w · w_rows/2, (w + 1) · w_rows/2), so every byte of W in shared memory feeds
+/// an MMA and no stage carries zero-filled token rows.
+struct GemmWgmmaTile {
+  int tokens, w_rows, k_boxes, stages;
+};
+/// THE table of wgmma tile kinds: the launcher instantiates one kernel per entry and plans over
+/// them; `GemmParams::config` = i + 1 forces entry i on the wgmma path (tests, benchmarks; 1 = 128,
+/// 2 = 256, 3 = 152 wide as before). 152 fits the tp 1 fused projections in one wave of 132 SMs at
+/// T <= 128 (N = 18512 / 19040: 122 / 126 tiles where 128-wide tiles make 145 / 149, a second wave
+/// mostly empty). The 64-token kinds (issue 14, tp 8 decode at T <= 64) hold 5 × 32 KB (64 × 256),
+/// 9 × 16 KB (64 × 128) or 14 × 8 KB (64 × 64) of W in flight where 128 × 128 held 6 × 16 KB; with
+/// 2 boxes a stage reads 256 contiguous bytes of each W row. Stages: as many as fit in 227 KB.
+/// Measured (H200, tp 8 T = 64): the bytes of each W row in flight at once (stages × k_boxes ×
+/// 128) set the weight stream's rate (see gemm_launch.cuh, kWgmmaHbm*).
+inline constexpr GemmWgmmaTile kGemmWgmmaTiles[] = {
+    {128, 128, 1, 6}, {128, 256, 1, 4}, {128, 152, 1, 6}, {64, 256, 1, 5},
+    {64, 128, 1, 9},  {64, 128, 2, 4},  {64, 64, 1, 14},  {64, 64, 2, 7}};
+
+/// The short name of a wgmma tile kind, for labels and benchmark names: "128", "256", "152" (the
+/// 128-token kinds of one box per stage, named by their width as before), else "m64n256",
+/// "m64n128", "m64n128k128" (token rows, weight rows, K per stage when not 64).
+inline std::string gemm_wgmma_tile_name(const GemmWgmmaTile& t) {
+  if (t.tokens == 128 && t.k_boxes == 1) return std::to_string(t.w_rows);
+  std::string n = "m" + std::to_string(t.tokens) + "n" + std::to_string(t.w_rows);
+  if (t.k_boxes != 1) n += "k" + std::to_string(64 * t.k_boxes);
+  return n;
+}
 
 /// Arguments of `gemm_bf16`. All pointers are device pointers to bf16 (`step5::bf16`, the
 /// bit pattern, layout-compatible with __nv_bfloat16).
@@ -87,7 +113,7 @@ struct GemmParams {
   GemmPath path = GemmPath::kAuto;  ///< force a path (tests/benchmarks); kAuto in production
   /// Tuning overrides for tests/benchmarks (0 = the launcher's choice, use 0 in production).
   /// config: split-K path 1..size(kGemmSplitKTiles) = row config-1 of kGemmSplitKTiles;
-  /// wgmma path 1..size(kGemmWgmmaTileN) = tiles of 128 × kGemmWgmmaTileN[config-1].
+  /// wgmma path 1..size(kGemmWgmmaTiles) = tile kind kGemmWgmmaTiles[config-1].
   /// split_k: the K splits of either path (1 = no split; capped at the number of 64-wide
   /// k-tiles, and 1 when the tiles' arrival counters would not fit in kGemmCounterBytes).
   int config = 0;
@@ -102,7 +128,7 @@ struct GemmPlan {
   int split_k = 1;                 ///< K splits (either path); >1: partials reduced through the workspace
   std::size_t workspace_bytes = 0; ///< bytes of workspace this launch needs
   /// The tile configuration chosen (the `GemmParams::config` value that forces the same choice):
-  /// split-K path 1..size(kGemmSplitKTiles), wgmma path 1..size(kGemmWgmmaTileN), 0 for generic.
+  /// split-K path 1..size(kGemmSplitKTiles), wgmma path 1..size(kGemmWgmmaTiles), 0 for generic.
   int config = 0;
 };
 Status gemm_plan(const GemmParams& p, GemmPlan* plan);

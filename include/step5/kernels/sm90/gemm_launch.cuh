@@ -243,49 +243,97 @@ inline StreamPlan plan_stream(std::int64_t T, std::int64_t N, std::int64_t K, in
 }
 
 // ---- wgmma path ---------------------------------------------------------------------------------
-inline constexpr int kNumWgmmaKinds = static_cast<int>(sizeof(kGemmWgmmaTileN) / sizeof(kGemmWgmmaTileN[0]));
+inline constexpr int kNumWgmmaKinds = static_cast<int>(sizeof(kGemmWgmmaTiles) / sizeof(kGemmWgmmaTiles[0]));
+
+/// The kernel configuration of tile kind `kind` (a row of kGemmWgmmaTiles).
+template <int kind>
+using WgmmaKindConfig = k90::WgmmaConfig<kGemmWgmmaTiles[kind].tokens, kGemmWgmmaTiles[kind].w_rows,
+                                         kGemmWgmmaTiles[kind].k_boxes, kGemmWgmmaTiles[kind].stages>;
 
 /// Cost model of a wgmma launch, in estimated ns (the planner compares candidates; re-fit the
-/// constants from bench_gemm's forced-split rows when the kernel changes):
-///  * per k-tile of a unit on one SM: the larger of the wgmma time and the operand bytes at one
-///    SM's streaming rate. kWgmmaKTileNs is one 128×128×64 k-tile with both consumer warpgroups
-///    busy (measured on an H200: step5_preview tp 8, T = 64, 28 tiles × 64 k-tiles, one per SM,
-///    took 22.6 us = 353 ns per k-tile when both halves still ran); a 128×BN k-tile costs BN/128
-///    of that, 128×256 tiles at 0.9 of the rate (measured: equal to 128×128 on full waves at
-///    T = 1024/4096, 10-20 % ahead at T = 16384); a warpgroup without a token row skips its
-///    wgmmas (T <= 64: half). kWgmmaSmBytesPerNs (an estimate) bounds one SM's TMA stream of
-///    the BN weight rows + min(T, 128) token rows per k-tile; it stays below the wgmma time on
-///    full tiles, so large-T choices are the wave-efficiency rule of before;
-///  * the busiest SM runs waves = ceil(units / sms) units of kt_per_split k-tiles;
-///  * kWgmmaHbmBytesPerNs: the weight stream's floor (W read once, 3.6 TB/s). The SM time and
-///    the floor combine as sqrt(sm^2 + hbm^2), not max: near the floor they overlap imperfectly
-///    and more SMs streaming (more bytes in flight) still help; far from it the larger one rules;
+/// constants from bench_gemm's forced rows when the kernel changes: gemm_wgmma_sk<S>/ and
+/// gemm_wgmma<kind>/ rows, or any kind × split through STEP5_BENCH_GEMM_CONFIG / _SPLIT_K, e.g.
+/// tools/ab_gemm_narrow.sh sweep). Measurements cited: H200, bench/results/2026-12-01/issue14/
+/// (ab_gemm_wgmma_splits.txt, ncu_gemm_wgmma_tp8_t64.txt; gemm_narrow_sweep.txt: every kind ×
+/// splits 1..16 at tp 8, T = 64 / 128, step5_preview N = 3472, dsa_h64_kv8_d128 N = 2832, K = 4096;
+/// gemm_narrow_rows.txt: the forced-kind / forced-split rows, tp 1 and tp 8, T = 64..256).
+///  * SM time: a unit is kt_per_split stages on one SM; a stage costs the larger of its wgmma time
+///    and its bytes at the CTA's streaming rate. wgmma time: kWgmmaKTileNs per 128×128×64 of work
+///    with both consumer warpgroups busy (step5_preview tp 8, T = 64, 28 tiles × 64 k-tiles, one
+///    per SM: 22.6 us = 353 ns per k-tile); 128×256 tiles at 0.9 of that (equal to 128×128 on
+///    full waves at T = 1024/4096, 10-20 % ahead at T = 16384); a BM = 128 warpgroup without a
+///    token row skips its wgmmas (T <= 64: half the work); a BM = 64 tile is 64 rows of work.
+///    Streaming rate: a CTA keeps at most its ring in flight, ring bytes per kWgmmaRingRoundTripNs,
+///    at most kWgmmaSmBytesPerNs (128×128 at 1 split: 28 CTAs × 64 k-tiles of 32 KB in 19.0 us);
+///  * waves: the busiest SM runs ceil(units / sms) units (a second wave measured 30-50 % slower
+///    at 140-170 units than one at 112, e.g. 128×128: 14.9 us at 4 splits, 21.4 at 5);
+///  * HBM time: W (read once: the units of one weight tile's token tiles are adjacent, so they run
+///    together and share W in L2) at a rate set by the bytes of each W row in flight at once,
+///    window = stages × k_boxes × 128 B (the W box is 64 columns = 128 B of each 8 KB row, so a
+///    CTA reads each row in 128-byte pieces; rows with more consecutive pieces in flight keep
+///    DRAM pages open): rate = kWgmmaHbmBaseBytesPerNs + kWgmmaHbmBytesPerNsPerKB × window / 1 KB,
+///    at most kWgmmaHbmMaxBytesPerNs. Fitted on the best split of each kind at T = 64 (step5_preview,
+///    28.4 MB of W): 64×256 (640 B) 15.8 us = 1.80 TB/s, 128×128 (768 B) 14.8 us = 1.92 TB/s,
+///    64×128×2 boxes (1 KB) 13.8 us = 2.06 TB/s, 64×128 (1152 B) 12.7 us = 2.24 TB/s; cuBLASLt's
+///    choice (64×32 tiles, 64-wide K stages, "64xAUTO" ≈ 18 stages ≈ 2.3 KB, 110 CTAs, no split)
+///    10.4 us = 2.74 TB/s. The SM and HBM times combine as sqrt(sm^2 + hbm^2), not max;
 ///  * split-K: the partials' write + read, 4 B per valid output element and split each way,
-///    through L2 (kWgmmaL2BytesPerNs), plus kWgmmaReduceNsPerSplit of reduction latency per split
-///    (the last unit re-reads every split's slab).
+///    through L2 (kWgmmaL2BytesPerNs), plus kWgmmaReduceNsPerSplit per split. Fitted: past 2 splits
+///    more splits did not pay at T = 64 although the model's SM time halves (64×128: 2 splits 12.7
+///    us, 3: 15.4, 4: 14.2; 128×128: 14.8 / 17.2 / 14.9), so a split costs ~0.7 us. Why 3 splits
+///    is worse than 2 and 4 (84 CTAs on 132 SMs, 22/22/20 k-tiles: not the balance, and one wave)
+///    is not explained: the sweep shows it for 128-wide kinds on both shapes (dsa: 69 CTAs).
+/// The automatic plan considers the 64-token kinds only for narrow shapes: T <= kWgmmaM64MaxT and
+/// fewer 128 × 128 tiles than SMs (then the tiles leave SMs idle and the weight stream, not the
+/// SMs' fill bandwidth, is the limit). Measured on an H200: the tp 8 fused shapes at T = 64..256
+/// (N = 3472 / 2832, 23-56 such tiles) ran 12-35 % faster on them; step5_preview tp 1 (N = 18512,
+/// 145+ tiles) ran slower (T = 128: 64 × 64 at 1 split 72 us, 128 × 128 60.6 us, cuBLASLt 47.9):
+/// at 4-5 waves of 64-token tiles every SM streams X and W at once and the L2 → SM fill rate, not
+/// in the model, limits. A forced config runs any kind at any T.
+inline constexpr std::int64_t kWgmmaM64MaxT = 256;
+/// Whether the automatic plan considers the 64-token kinds for this shape (see kWgmmaM64MaxT).
+inline bool wgmma_m64_eligible(std::int64_t T, std::int64_t N, int sms) {
+  return T <= kWgmmaM64MaxT && ((T + 127) / 128) * ((N + 127) / 128) < sms;
+}
 inline constexpr double kWgmmaKTileNs = 353.0;
 inline constexpr double kWgmmaSmBytesPerNs = 120.0;
-inline constexpr double kWgmmaHbmBytesPerNs = 3600.0;
+inline constexpr double kWgmmaRingRoundTripNs = 1600.0;
+inline constexpr double kWgmmaHbmBaseBytesPerNs = 1500.0;
+inline constexpr double kWgmmaHbmBytesPerNsPerKB = 550.0;
+inline constexpr double kWgmmaHbmMaxBytesPerNs = 3300.0;
 inline constexpr double kWgmmaL2BytesPerNs = 8000.0;
-inline constexpr double kWgmmaReduceNsPerSplit = 300.0;
+inline constexpr double kWgmmaReduceNsPerSplit = 700.0;
 
 struct WgmmaPlan {
-  int kind = 0;  ///< index into kGemmWgmmaTileN
-  int bn = 128;
-  std::int64_t tiles = 0;  ///< 128 × bn output tiles
-  int splits = 1, kt_per_split = 0;
+  int kind = 0;  ///< index into kGemmWgmmaTiles
+  GemmWgmmaTile tile{};
+  std::int64_t tiles = 0;  ///< tile.tokens × tile.w_rows output tiles
+  int splits = 1, kt_per_split = 0;  ///< k-tiles of 64 × tile.k_boxes K elements
   std::size_t workspace = 0;
 };
 
-inline double wgmma_cost(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int bn, const KSplit& ks) {
-  const std::int64_t n_tiles = (N + bn - 1) / bn, tiles = ((T + 127) / 128) * n_tiles;
+/// The stage k-tiles of K for tile kind `t`.
+inline int wgmma_k_tiles(std::int64_t K, const GemmWgmmaTile& t) {
+  const std::int64_t bk = 64LL * t.k_boxes;
+  return static_cast<int>((K + bk - 1) / bk);
+}
+
+inline double wgmma_cost(std::int64_t T, std::int64_t N, std::int64_t K, int sms, const GemmWgmmaTile& t,
+                         const KSplit& ks) {
+  const std::int64_t bn = t.w_rows, bm = t.tokens;
+  const std::int64_t n_tiles = (N + bn - 1) / bn, m_tiles = (T + bm - 1) / bm, tiles = m_tiles * n_tiles;
   const std::int64_t units = tiles * ks.splits;
   const double waves = static_cast<double>((units + sms - 1) / sms);
-  const double halves = T >= 128 ? 1.0 : static_cast<double>((T + 63) / 64) / 2.0;  // busy consumer warpgroups
-  const double mma_ns = kWgmmaKTileNs * bn / 128.0 * (bn >= 256 ? 0.9 : 1.0) * halves;
-  const double load_ns = static_cast<double>(bn + std::min<std::int64_t>(T, 128)) * 64 * 2 / kWgmmaSmBytesPerNs;
+  // rows of wgmma work per tile: BM = 64 -> 64; BM = 128 -> the warpgroups with a token row
+  const double rows = bm == 64 ? 64.0 : (T >= 128 ? 128.0 : 64.0 * static_cast<double>((T + 63) / 64));
+  const double mma_ns = kWgmmaKTileNs * (rows / 128.0) * (bn / 128.0) * t.k_boxes * (bn >= 256 && bm == 128 ? 0.9 : 1.0);
+  const double stage_bytes = static_cast<double>(bm + bn) * 128.0 * t.k_boxes;
+  const double rate = std::min(kWgmmaSmBytesPerNs, stage_bytes * t.stages / kWgmmaRingRoundTripNs);
+  const double load_ns = stage_bytes / rate;
   const double sm_ns = waves * ks.kt_per_split * std::max(mma_ns, load_ns);
-  const double hbm_ns = 2.0 * static_cast<double>(N) * static_cast<double>(K) / kWgmmaHbmBytesPerNs;
+  const double window_kb = static_cast<double>(t.stages) * t.k_boxes * 128.0 / 1024.0;  // bytes of a W row in flight
+  const double hbm_rate = std::min(kWgmmaHbmMaxBytesPerNs, kWgmmaHbmBaseBytesPerNs + kWgmmaHbmBytesPerNsPerKB * window_kb);
+  const double hbm_ns = 2.0 * static_cast<double>(N) * static_cast<double>(K) / hbm_rate;
   double cost = std::sqrt(sm_ns * sm_ns + hbm_ns * hbm_ns);
   if (ks.splits > 1)
     cost += 2.0 * 4.0 * ks.splits * static_cast<double>(T) * static_cast<double>(n_tiles * bn) / kWgmmaL2BytesPerNs +
@@ -293,16 +341,16 @@ inline double wgmma_cost(std::int64_t T, std::int64_t N, std::int64_t K, int sms
   return cost;
 }
 
-/// The plan for tile width kGemmWgmmaTileN[kind]: `forced` > 0 splits (forced_splits rules), else
+/// The plan for tile kind kGemmWgmmaTiles[kind]: `forced` > 0 splits (forced_splits rules), else
 /// the cheapest split factor by wgmma_cost. The planner splits K only while the unsplit tiles
 /// leave SMs idle (tiles < sms) and the counters fit.
 inline WgmmaPlan plan_wgmma_kind(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int kind, int forced) {
   WgmmaPlan p;
   p.kind = kind;
-  p.bn = kGemmWgmmaTileN[kind];
-  const std::int64_t n_tiles = (N + p.bn - 1) / p.bn;
-  p.tiles = ((T + 127) / 128) * n_tiles;
-  const int k_tiles = static_cast<int>((K + 63) / 64);
+  p.tile = kGemmWgmmaTiles[kind];
+  const std::int64_t n_tiles = (N + p.tile.w_rows - 1) / p.tile.w_rows;
+  p.tiles = ((T + p.tile.tokens - 1) / p.tile.tokens) * n_tiles;
+  const int k_tiles = wgmma_k_tiles(K, p.tile);
   const std::int64_t counters = p.tiles * k90::kWgmmaCountersPerTile;
   int splits = 1;
   if (forced > 0) {
@@ -310,7 +358,7 @@ inline WgmmaPlan plan_wgmma_kind(std::int64_t T, std::int64_t N, std::int64_t K,
   } else if (p.tiles < sms && counters_fit(counters)) {
     double best = 0;
     for (int sp = 1; sp <= max_auto_splits(k_tiles); ++sp) {
-      const double c = wgmma_cost(T, N, K, sms, p.bn, normalise_split(k_tiles, sp));
+      const double c = wgmma_cost(T, N, K, sms, p.tile, normalise_split(k_tiles, sp));
       if (sp == 1 || c < best * 0.95) {  // a split must win by 5 % (the model is coarse)
         best = c;
         splits = sp;
@@ -323,21 +371,24 @@ inline WgmmaPlan plan_wgmma_kind(std::int64_t T, std::int64_t N, std::int64_t K,
   if (p.splits > 1) {
     const int slabs = static_cast<int>((T + 15) / 16);
     p.workspace = kGemmCounterBytes + sizeof(float) * static_cast<std::size_t>(k90::wgmma_partial_offset(
-                                                          p.splits, 0, 0, static_cast<int>(n_tiles), slabs, p.bn));
+                                                          p.splits, 0, 0, static_cast<int>(n_tiles), slabs,
+                                                          p.tile.w_rows));
   }
   return p;
 }
 
-/// The cheapest (BN, splits) by wgmma_cost (config > 0 forces kGemmWgmmaTileN[config - 1]). With
-/// one split on full waves this is the earlier wave-efficiency rule (128×256 tiles counted at
+/// The cheapest (tile kind, splits) by wgmma_cost (config > 0 forces kGemmWgmmaTiles[config - 1];
+/// the 64-token kinds only where wgmma_m64_eligible; kind 0 = 128 × 128 is always a candidate).
+/// With one split on full waves this is the earlier wave-efficiency rule (128×256 tiles counted at
 /// 1/0.9 the rate of 128×128); below one wave it weighs splitting against the partial traffic.
 inline WgmmaPlan plan_wgmma(std::int64_t T, std::int64_t N, std::int64_t K, int sms, int config, int forced) {
   if (config > 0) return plan_wgmma_kind(T, N, K, sms, config - 1, forced);
   WgmmaPlan best;
   double best_cost = 0;
   for (int kind = 0; kind < kNumWgmmaKinds; ++kind) {
+    if (kGemmWgmmaTiles[kind].tokens == 64 && !wgmma_m64_eligible(T, N, sms)) continue;
     const WgmmaPlan p = plan_wgmma_kind(T, N, K, sms, kind, forced);
-    const double c = wgmma_cost(T, N, K, sms, p.bn, KSplit{p.splits, p.kt_per_split});
+    const double c = wgmma_cost(T, N, K, sms, p.tile, KSplit{p.splits, p.kt_per_split});
     if (kind == 0 || c < best_cost) {
       best = p;
       best_cost = c;
@@ -348,12 +399,16 @@ inline WgmmaPlan plan_wgmma(std::int64_t T, std::int64_t N, std::int64_t K, int 
 
 /// The largest workspace a wgmma launch without overrides (config = split_k = 0) with T in
 /// [1, max_tokens] needs (kAuto runs T > kWgmmaMinT there; from T = 1 a forced kWgmma is covered
-/// too). Beyond the T where even the widest tiles fill the SMs no launch splits: the scan stops.
+/// too). Beyond the T where every kind's tiles fill the SMs no launch splits: the scan stops.
 inline std::size_t wgmma_workspace_max(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int sms) {
-  const int widest = *std::max_element(std::begin(kGemmWgmmaTileN), std::end(kGemmWgmmaTileN));
   std::size_t best = 0;
   for (std::int64_t t = 1; t <= max_tokens; ++t) {
-    if (((t + 127) / 128) * ((n + widest - 1) / widest) >= sms) break;
+    std::int64_t fewest = -1;  // the fewest tiles any kind makes at t (tiles only grow with t)
+    for (const GemmWgmmaTile& w : kGemmWgmmaTiles) {
+      const std::int64_t tiles = ((t + w.tokens - 1) / w.tokens) * ((n + w.w_rows - 1) / w.w_rows);
+      fewest = fewest < 0 ? tiles : std::min(fewest, tiles);
+    }
+    if (fewest >= sms) break;
     best = std::max(best, plan_wgmma(t, n, k, sms, 0, 0).workspace);
   }
   return best;
@@ -392,18 +447,17 @@ inline Status make_map(CUtensorMap* map, const void* ptr, std::int64_t rows, std
   return Status::Ok();
 }
 
-template <int BN, int kInFlight>
-inline Status launch_wgmma_bn(const GemmParams& p, const WgmmaPlan& wp, int device, int sms, cudaStream_t stream) {
-  using Cfg = k90::WgmmaConfig<BN>;
+template <class Cfg, int kInFlight>
+inline Status launch_wgmma_cfg(const GemmParams& p, const WgmmaPlan& wp, int sms, int device, cudaStream_t stream) {
   static std::atomic<std::uint64_t> prepared{0};
-  const auto kernel = &k90::gemm_wgmma_kernel<BN, kInFlight>;
+  const auto kernel = &k90::gemm_wgmma_kernel<Cfg, kInFlight>;
   STEP5_RETURN_IF_ERROR(prepare_once(prepared, device, [&]() -> Status {
     STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes));
     return Status::Ok();
   }));
   CUtensorMap mx, mw;
   STEP5_RETURN_IF_ERROR(make_map(&mx, p.x, p.tokens, p.k, p.ldx, Cfg::kBM, "X"));
-  STEP5_RETURN_IF_ERROR(make_map(&mw, p.w, p.n, p.k, p.ldw, BN, "W"));
+  STEP5_RETURN_IF_ERROR(make_map(&mw, p.w, p.n, p.k, p.ldw, Cfg::kBN, "W"));
   const std::int64_t units = wp.tiles * wp.splits;
   const int grid = static_cast<int>(std::min<std::int64_t>(units, sms));
   k90::WgmmaArgs a{};
@@ -420,7 +474,7 @@ inline Status launch_wgmma_bn(const GemmParams& p, const WgmmaPlan& wp, int devi
                            stream, mx, mw, a);
 }
 
-/// with_tile_kind over the entries of kGemmWgmmaTileN.
+/// with_tile_kind over the rows of kGemmWgmmaTiles.
 template <class F>
 inline Status with_wgmma_kind(int kind, F&& f) {
   return with_tile_kind<kNumWgmmaKinds>(kind, "wgmma tile kind", f);
@@ -428,9 +482,8 @@ inline Status with_wgmma_kind(int kind, F&& f) {
 
 inline Status launch_wgmma(const GemmParams& p, const WgmmaPlan& wp, int device, int sms, cudaStream_t stream) {
   return with_wgmma_kind(wp.kind, [&](auto i) {
-    constexpr int bn = kGemmWgmmaTileN[decltype(i)::value];
     // kWgmmaInFlight: 1 = one k-tile of wgmmas kept in flight (see gemm_wgmma.cuh).
-    return launch_wgmma_bn<bn, kWgmmaInFlight>(p, wp, device, sms, stream);
+    return launch_wgmma_cfg<WgmmaKindConfig<decltype(i)::value>, kWgmmaInFlight>(p, wp, sms, device, stream);
   });
 }
 

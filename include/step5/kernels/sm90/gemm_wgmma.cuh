@@ -4,23 +4,30 @@
 /// in/out, fp32 accumulation.
 ///
 /// Structure: a persistent grid (one CTA per SM, at most one per work unit) walks the work
-/// units (128×BN output tile, k split): unit u is tile u / splits, K range [z * k_tiles_per_split,
-/// (z + 1) * k_tiles_per_split) × 64 with z = u % splits (splits = 1: whole K). Each CTA has
+/// units (BM×BN output tile, k split): unit u is tile u / splits, K range [z * k_tiles_per_split,
+/// (z + 1) * k_tiles_per_split) × BK with z = u % splits (splits = 1: whole K); BK = 64 × KBOX.
+/// The tile kind (BM, BN, KBOX, STAGES) is one row of step5/ops/gemm.hpp's kGemmWgmmaTiles.
+/// Each CTA has
 ///  * one producer warpgroup (setmaxnreg.dec to 40 registers) whose elected thread issues TMA
 ///    copies (cp.async.bulk.tensor.2d, 128-byte swizzle, tensor maps passed as __grid_constant__)
-///    of X[128, 64] and W[BN, 64] into a STAGES-deep ring guarded by full/empty mbarriers (the
-///    ring's stage and phase run on across units);
-///  * two consumer warpgroups (setmaxnreg.inc to 232) each computing 64 token rows × BN
-///    columns with `wgmma.mma_async m64nBNk16` (both operands K-major from shared memory); a
-///    warpgroup whose 64 rows hold no token (e.g. T = 64) only waits for and releases the stages.
+///    of KBOX boxes X[BM, 64] and W[BN, 64] per stage into a STAGES-deep ring guarded by
+///    full/empty mbarriers (the ring's stage and phase run on across units);
+///  * two consumer warpgroups (setmaxnreg.inc to 232) with `wgmma.mma_async m64nWNk16` (both
+///    operands K-major from shared memory). BM = 128: each computes 64 token rows × BN columns
+///    (WN = BN); a warpgroup whose 64 rows hold no token (e.g. T = 64) only waits for and
+///    releases the stages. BM = 64 (T <= 64): both compute the same 64 token rows, each on one
+///    half of the BN columns (WN = BN / 2), so no stage carries zero-filled token rows.
+///    The empty barrier of a stage counts both warpgroups; each arrives once the wgmmas that
+///    read the stage have retired (wgmma.wait_group 1 after the next stage's wgmmas are issued).
 ///    splits = 1: they store bf16 straight from the accumulators. splits > 1 (split-K, for shapes
 ///    whose tiles leave SMs idle): each warpgroup with a valid token row stores its fp32 partial
 ///    (valid 16-row slabs only, `wgmma_partial_offset`) to the workspace, __threadfence, then one
-///    thread adds 1 to the half-tile's arrival counter; the warpgroup that brings it to `splits`
-///    fences, sums the partials of splits 0, 1, ... in that order (its own re-read, so the bits do
-///    not depend on arrival order), stores bf16 and resets the counter to 0 for the next launch.
-///    Nothing waits on another CTA, so any residency works.
-/// Out-of-range rows/columns of the tiles are zero-filled by TMA (also the last partial k-tile);
+///    thread adds 1 to its warpgroup's arrival counter of the tile; the warpgroup that brings it
+///    to `splits` fences, sums the partials of splits 0, 1, ... in that order (its own re-read,
+///    so the bits do not depend on arrival order), stores bf16 and resets the counter to 0 for
+///    the next launch. Nothing waits on another CTA, so any residency works.
+/// Out-of-range rows/columns of the tiles are zero-filled by TMA (also the last partial 64-wide
+/// box); boxes wholly beyond K (KBOX > 1) are neither loaded nor multiplied;
 /// stores are bounds-checked.
 /// Preconditions (host launcher): X, W 16-byte aligned, ldx, ldw multiples of 8, K a multiple
 /// of 8, ldc even, C 4-byte aligned; splits > 1: a workspace with kGemmCounterBytes of zeroed
@@ -58,6 +65,43 @@ __device__ __forceinline__ void wgmma_m64n128k16(float* d, std::uint64_t desc_a,
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+/// wgmma m64n32k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
+__device__ __forceinline__ void wgmma_m64n32k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+#if STEP5_SM90A_DEVICE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+      "%16, %17, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+/// wgmma m64n64k16, bf16 A/B from shared memory (K-major, descriptors), fp32 accumulators (d = A*B + (scale_d ? d : 0)).
+__device__ __forceinline__ void wgmma_m64n64k16(float* d, std::uint64_t desc_a, std::uint64_t desc_b, int scale_d) {
+#if STEP5_SM90A_DEVICE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 #endif
 }
@@ -129,16 +173,21 @@ __device__ __forceinline__ void wgmma_m64n256k16(float* d, std::uint64_t desc_a,
 #endif
 }
 
-/// wgmma m64nBNk16 accumulate (d += A*B) for the tile widths that have a wrapper.
-template <int BN>
+/// wgmma m64nWNk16 accumulate (d += A*B) for the widths that have a wrapper.
+template <int WN>
 __device__ __forceinline__ void wgmma_m64nBNk16(float* d, std::uint64_t desc_a, std::uint64_t desc_b) {
-  static_assert(BN == 128 || BN == 152 || BN == 256, "wgmma wrappers exist for N = 128, 152 and 256");
-  if constexpr (BN == 256)
+  static_assert(WN == 32 || WN == 64 || WN == 128 || WN == 152 || WN == 256,
+                "wgmma wrappers exist for N = 32, 64, 128, 152 and 256");
+  if constexpr (WN == 256)
     wgmma_m64n256k16(d, desc_a, desc_b, 1);
-  else if constexpr (BN == 152)
+  else if constexpr (WN == 152)
     wgmma_m64n152k16(d, desc_a, desc_b, 1);
-  else
+  else if constexpr (WN == 128)
     wgmma_m64n128k16(d, desc_a, desc_b, 1);
+  else if constexpr (WN == 64)
+    wgmma_m64n64k16(d, desc_a, desc_b, 1);
+  else
+    wgmma_m64n32k16(d, desc_a, desc_b, 1);
 }
 
 __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap* map, std::uint64_t* bar, int c0,
@@ -154,30 +203,43 @@ __device__ __forceinline__ void tma_load_2d(std::uint32_t dst, const CUtensorMap
 
 }  // namespace gemm_detail
 
-template <int BN>
+/// Compile-time shape of one tile kind (step5/ops/gemm.hpp, GemmWgmmaTile): BM token rows (128 or
+/// 64) × BN weight rows per CTA tile, KBOX 64-wide K boxes per stage, STAGES ring stages.
+template <int BM, int BN, int KBOX, int STAGES>
 struct WgmmaConfig {
-  static constexpr int kBM = 128, kBK = 64;
-  static constexpr int kStages = BN == 256 ? 4 : 6;
-  static constexpr int kABytes = kBM * kBK * 2;
-  static constexpr int kBBytes = BN * kBK * 2;
-  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr int kBM = BM, kBN = BN, kKBoxes = KBOX, kStages = STAGES;
+  static constexpr int kBK = 64 * KBOX;  ///< K elements per stage (one "k-tile" of the planner)
+  /// BM = 64: both consumer warpgroups share the 64 token rows and split the BN columns in two.
+  static constexpr bool kSplitN = BM == 64;
+  static constexpr int kWN = kSplitN ? BN / 2 : BN;  ///< columns (weight rows) of one consumer warpgroup
+  static constexpr int kABoxBytes = BM * 128;        ///< one [BM, 64] bf16 box of X (128-byte rows)
+  static constexpr int kBBoxBytes = BN * 128;        ///< one [BN, 64] bf16 box of W
+  static constexpr int kABytes = KBOX * kABoxBytes;
+  static constexpr int kBBytes = KBOX * kBBoxBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes;  ///< [X boxes 0..KBOX)[W boxes 0..KBOX)
   static constexpr int kThreads = 384;
   /// dynamic shared memory: 1 KB alignment slack + stages + 2*stages mbarriers + 2 split-K flags
   static constexpr int kSmemBytes = 1024 + kStages * kStageBytes + 2 * kStages * 8 + 16;
-  static_assert(BN % 8 == 0 && BN >= 8 && BN <= 256, "wgmma N must be a multiple of 8 in [8, 256]");
-  static_assert(kStageBytes % 1024 == 0, "stages must stay 1024-byte aligned (128B swizzle atoms)");
+  static_assert(BM == 64 || BM == 128, "token rows per tile: 64 or 128");
+  static_assert(kWN % 8 == 0 && kWN >= 8 && kWN <= 256, "wgmma N must be a multiple of 8 in [8, 256]");
+  static_assert(kABoxBytes % 1024 == 0 && kBBoxBytes % 1024 == 0 && (kSplitN ? (kWN * 128) % 1024 == 0 : true),
+                "boxes and warpgroup halves must stay 1024-byte aligned (128B swizzle atoms)");
+  static_assert(KBOX >= 1 && STAGES >= 2, "at least one K box per stage and two stages");
+  static_assert(kSmemBytes <= 232448, "stages exceed the 227 KB of shared memory of an sm_90 CTA");
 };
 
 /// Split-K partials of the wgmma path: 16-token slabs (one consumer warp's rows) of BN fp32
 /// columns, stored in the accumulator fragment order (float4 index j*32 + lane of the warp holds
-/// acc[4j .. 4j+3]); only slabs with a valid token row exist (ceil(T/16) per weight tile).
+/// acc[4j .. 4j+3], n8 block j of the slab's BN columns; at BM = 64 warpgroup w's blocks are
+/// j = w*BN/16 ...); only slabs with a valid token row exist (ceil(T/16) per weight tile).
 /// Float offset of slab `slab` of weight tile `nt`, split `z`; with z = splits (and nt = slab = 0)
 /// it is the partial area's size in floats — the one formula of the kernel and the workspace size.
 __host__ __device__ constexpr long long wgmma_partial_offset(int z, int nt, int slab, int n_tiles, int slabs,
                                                              int bn) {
   return ((static_cast<long long>(z) * n_tiles + nt) * slabs + slab) * (16LL * bn);
 }
-/// Arrival counters of the wgmma split-K path per 128 × BN tile (one per 64-token half).
+/// Arrival counters of the wgmma split-K path per BM × BN tile (one per consumer warpgroup: its
+/// 64-token half at BM = 128, its column half at BM = 64).
 inline constexpr int kWgmmaCountersPerTile = 2;
 
 struct WgmmaArgs {
@@ -190,16 +252,26 @@ struct WgmmaArgs {
   unsigned* counters;     ///< splits > 1: [tiles][kWgmmaCountersPerTile], zero between launches
 };
 
-/// kInFlight: 0 = wait for each k-tile's wgmmas before releasing its stage; 1 = keep one
-/// k-tile of wgmmas in flight and release the previous stage (better overlap).
-template <int BN, int kInFlight>
+/// Boxes of the stage that starts at K element k0 that hold any of K (the last stage may be
+/// partial: boxes wholly beyond K are neither loaded nor multiplied). Uniform over the CTA.
+template <int KBOX>
+__device__ __forceinline__ int stage_boxes(int k0, int K) {
+  if constexpr (KBOX == 1) {
+    return 1;
+  } else {
+    return min(KBOX, (K - k0 + 63) / 64);
+  }
+}
+
+/// Cfg: WgmmaConfig<BM, BN, KBOX, STAGES>. kInFlight: 0 = wait for each k-tile's wgmmas before
+/// releasing its stage; 1 = keep one k-tile of wgmmas in flight and release the previous stage.
+template <class Cfg, int kInFlight>
 __global__ void __launch_bounds__(384, 1)
     gemm_wgmma_kernel(const __grid_constant__ CUtensorMap tm_x, const __grid_constant__ CUtensorMap tm_w,
                       WgmmaArgs a) {
 #if STEP5_SM90A_DEVICE
   using namespace gemm_detail;
-  using Cfg = WgmmaConfig<BN>;
-  constexpr int STAGES = Cfg::kStages;
+  constexpr int STAGES = Cfg::kStages, BN = Cfg::kBN, WN = Cfg::kWN, KBOX = Cfg::kKBoxes;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const std::uint32_t raw = smem_u32(smem_raw);
   const std::uint32_t base = (raw + 1023u) & ~1023u;
@@ -239,11 +311,14 @@ __global__ void __launch_bounds__(384, 1)
         const int n0 = (tile / m_tiles) * BN;
         const int kt_end = min(k_tiles, (z + 1) * a.k_tiles_per_split);
         for (int kt = z * a.k_tiles_per_split; kt < kt_end; ++kt) {
+          const int k0 = kt * Cfg::kBK, nb = stage_boxes<KBOX>(k0, a.K);
           mbar_wait(&empty[stage], phase ^ 1u);
-          mbar_arrive_expect_tx(&full[stage], Cfg::kStageBytes);
+          mbar_arrive_expect_tx(&full[stage], nb * (Cfg::kABoxBytes + Cfg::kBBoxBytes));
           const std::uint32_t sa = base + stage * Cfg::kStageBytes;
-          tma_load_2d(sa, &tm_x, &full[stage], kt * Cfg::kBK, m0);
-          tma_load_2d(sa + Cfg::kABytes, &tm_w, &full[stage], kt * Cfg::kBK, n0);
+          for (int b = 0; b < nb; ++b) {
+            tma_load_2d(sa + b * Cfg::kABoxBytes, &tm_x, &full[stage], k0 + 64 * b, m0);
+            tma_load_2d(sa + Cfg::kABytes + b * Cfg::kBBoxBytes, &tm_w, &full[stage], k0 + 64 * b, n0);
+          }
           if (++stage == STAGES) {
             stage = 0;
             phase ^= 1u;
@@ -254,12 +329,16 @@ __global__ void __launch_bounds__(384, 1)
     pdl_launch_dependents();
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
-    const int cw = wg - 1;  // consumer 0/1: token rows [64*cw, 64*cw + 64) of the tile
+    // Consumer cw = 0/1. BM = 128: token rows [64*cw, 64*cw + 64) × all BN columns; BM = 64: the
+    // 64 token rows × columns [cw*WN, cw*WN + WN) (WN = BN/2).
+    const int cw = wg - 1;
+    const int row_off = Cfg::kSplitN ? 0 : 64 * cw;
+    const int col_off = Cfg::kSplitN ? WN * cw : 0;
     const int lt = threadIdx.x % 128, warp = lt / 32, lane = lt % 32;
     const int slabs = (a.T + 15) / 16;  // split-K partial slabs per weight tile
     int stage = 0, prev_stage = 0;
     unsigned phase = 0;
-    float acc[BN / 2];
+    float acc[WN / 2];
     for (int u = blockIdx.x; u < num_units; u += gridDim.x) {
       const int tile = u / splits, z = u - tile * splits;
       const int m0 = (tile % m_tiles) * Cfg::kBM;
@@ -268,33 +347,40 @@ __global__ void __launch_bounds__(384, 1)
       const int kt_begin = z * a.k_tiles_per_split;
       const int kt_end = min(k_tiles, kt_begin + a.k_tiles_per_split);
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
-      // A warpgroup whose 64 rows hold no token (the last token tile at T % 128 in (0, 64], e.g.
-      // T = 64) skips its wgmmas but still consumes and releases every stage. Uniform per warpgroup.
-      const bool active = m0 + cw * 64 < a.T;
+      for (int i = 0; i < WN / 2; ++i) acc[i] = 0.f;
+      // A warpgroup whose 64 rows hold no token (BM = 128: the last token tile at T % 128 in
+      // (0, 64], e.g. T = 64) skips its wgmmas but still consumes and releases every stage.
+      // Uniform per warpgroup; at BM = 64 both are always active.
+      const bool active = m0 + row_off < a.T;
       // Two separate loops (not a branch inside one) so that no wgmma is in flight where the
       // paths merge (ptxas would otherwise serialise the wgmmas, C7518).
       if (active) {
         for (int kt = kt_begin; kt < kt_end; ++kt) {
+          const int nb = stage_boxes<KBOX>(kt * Cfg::kBK, a.K);
           mbar_wait(&full[stage], phase);
-          const std::uint32_t sa = base + stage * Cfg::kStageBytes + cw * (64 * 128);
-          const std::uint32_t sb = base + stage * Cfg::kStageBytes + Cfg::kABytes;
-          fence_regs<BN / 2>(acc);
+          const std::uint32_t sa = base + stage * Cfg::kStageBytes + row_off * 128;
+          const std::uint32_t sb = base + stage * Cfg::kStageBytes + Cfg::kABytes + col_off * 128;
+          fence_regs<WN / 2>(acc);
           wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < Cfg::kBK / 16; ++kk) {
-            const std::uint64_t da = make_desc_sw128(sa + kk * 32);
-            const std::uint64_t db = make_desc_sw128(sb + kk * 32);
-            wgmma_m64nBNk16<BN>(acc, da, db);
+          for (int b = 0; b < KBOX; ++b) {
+            if (b == 0 || b < nb) {
+#pragma unroll
+              for (int kk = 0; kk < 4; ++kk) {
+                const std::uint64_t da = make_desc_sw128(sa + b * Cfg::kABoxBytes + kk * 32);
+                const std::uint64_t db = make_desc_sw128(sb + b * Cfg::kBBoxBytes + kk * 32);
+                wgmma_m64nBNk16<WN>(acc, da, db);
+              }
+            }
           }
           wgmma_commit();
           if constexpr (kInFlight == 0) {
             wgmma_wait<0>();
-            fence_regs<BN / 2>(acc);
+            fence_regs<WN / 2>(acc);
             if (lt == 0) mbar_arrive(&empty[stage]);
           } else {
             wgmma_wait<1>();
-            fence_regs<BN / 2>(acc);
+            fence_regs<WN / 2>(acc);
             if (kt > kt_begin && lt == 0) mbar_arrive(&empty[prev_stage]);
             prev_stage = stage;
           }
@@ -305,7 +391,7 @@ __global__ void __launch_bounds__(384, 1)
         }
         if constexpr (kInFlight != 0) {
           wgmma_wait<0>();
-          fence_regs<BN / 2>(acc);
+          fence_regs<WN / 2>(acc);
           if (kt_end > kt_begin && lt == 0) mbar_arrive(&empty[prev_stage]);
         }
       } else {
@@ -322,12 +408,14 @@ __global__ void __launch_bounds__(384, 1)
         // This warpgroup's 64 rows: no valid token row -> no partial and no arrival (the
         // counter of this half is never used). Uniform over the warpgroup.
         if (!active) continue;
-        const int slab = m0 / 16 + cw * 4 + warp;  // this warp's 16 rows
+        const int slab = (m0 + row_off) / 16 + warp;  // this warp's 16 rows
         const bool slab_valid = slab < slabs;
+        // this warpgroup's columns of the slab: n8 blocks col_off/8 .. (col_off + WN)/8 - 1
+        const long long my_off = wgmma_partial_offset(z, nt, slab, n_tiles, slabs, BN) + 16LL * col_off;
         if (slab_valid) {
-          float4* my = reinterpret_cast<float4*>(a.partials + wgmma_partial_offset(z, nt, slab, n_tiles, slabs, BN));
+          float4* my = reinterpret_cast<float4*>(a.partials + my_off);
 #pragma unroll
-          for (int j = 0; j < BN / 8; ++j)
+          for (int j = 0; j < WN / 8; ++j)
             __stcg(my + j * 32 + lane, make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]));
         }
         __threadfence();  // partial stores, then the arrival
@@ -341,12 +429,12 @@ __global__ void __launch_bounds__(384, 1)
         // result does not depend on which unit arrived last (bit-reproducible across launches).
         if (slab_valid) {
 #pragma unroll
-          for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+          for (int i = 0; i < WN / 2; ++i) acc[i] = 0.f;
           for (int zz = 0; zz < splits; ++zz) {
-            const float4* part =
-                reinterpret_cast<const float4*>(a.partials + wgmma_partial_offset(zz, nt, slab, n_tiles, slabs, BN));
+            const float4* part = reinterpret_cast<const float4*>(
+                a.partials + wgmma_partial_offset(zz, nt, slab, n_tiles, slabs, BN) + 16LL * col_off);
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
+            for (int j = 0; j < WN / 8; ++j) {
               const float4 v = __ldcg(part + j * 32 + lane);
               acc[4 * j] += v.x;
               acc[4 * j + 1] += v.y;
@@ -360,10 +448,10 @@ __global__ void __launch_bounds__(384, 1)
       pdl_launch_dependents();
       // Accumulator layout (per n8 block j): acc[4j+0..1] row lane/4, cols 2*(lane%4)+{0,1};
       // acc[4j+2..3] row lane/4 + 8.
-      const int row0 = m0 + cw * 64 + warp * 16 + lane / 4;
+      const int row0 = m0 + row_off + warp * 16 + lane / 4;
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const int n = n0 + j * 8 + 2 * (lane % 4);
+      for (int j = 0; j < WN / 8; ++j) {
+        const int n = n0 + col_off + j * 8 + 2 * (lane % 4);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int t = row0 + 8 * h;
