@@ -110,6 +110,26 @@ inline constexpr int kAttentionMaxStages = 4;
 constexpr std::size_t attention_static_smem(int stages) {
   return (768u + static_cast<std::size_t>(stages) * (kAttentionTileTokens * 8u + 16u * 8u) + 1023u) / 1024u * 1024u;
 }
+/// Bytes of the kernel's dynamic shared memory after the K/V ring stages (the tile metadata):
+/// the larger of the multi-query path's region bitmaps (`query_tile` per-query bitmaps, their union
+/// and its word prefix counts, `bitmap_words` 32-bit words each) and the one-query (decode) path's
+/// region list (a region id and a block id, int32, per entry of a topk row: 2 x (topk + 1)), then
+/// the per-row gate values (kAttentionTileRows fp32). The planner (smem_bytes) and the kernel (its
+/// pointers) both read it from here.
+constexpr std::size_t attention_meta_bytes(int query_tile, long long bitmap_words, int topk) {
+  const std::size_t bitmaps = (static_cast<std::size_t>(query_tile) + 1u) * static_cast<std::size_t>(bitmap_words) * 4u +
+                              (static_cast<std::size_t>(bitmap_words) + 1u) * 4u;
+  const std::size_t list = 2u * 4u * (static_cast<std::size_t>(topk) + 1u);
+  return (bitmaps > list ? bitmaps : list) + 4u * kAttentionTileRows;
+}
+/// Whether the cluster merge's buffers fit in the K/V ring of a kernel with head_dim D and `stages`
+/// stages (fp32 floats, stride D + 4): the warps' stash [64 rows], a normalised partial of up to 32
+/// rows after it (in place over the stash when one warp holds a row), its 64 log2-LSE values, then
+/// the merge's weight table [64][kAttentionMaxSplits] and 64 merged LSE values.
+constexpr bool attention_cluster_merge_fits(int head_dim, int stages) {
+  return (96ll * (head_dim + 4) + 64 + 64ll * kAttentionMaxSplits + 64) * 4 <=
+         static_cast<long long>(stages) * 2 * kAttentionTileTokens * head_dim * 2;
+}
 /// Dynamic shared memory a CTA may use on sm_90.
 inline constexpr std::size_t kAttentionMaxSmem = 232448 - 4096;  // 227 KiB less the static part
 static_assert(attention_static_smem(kAttentionMaxStages) <= 4096, "kAttentionMaxSmem leaves 4 KiB of static smem");
@@ -212,9 +232,7 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   const long long words = (regions + 31) / 32;
   const std::size_t stage_bytes = 2ull * kAttentionTileTokens * static_cast<std::size_t>(p.head_dim) * 2ull;  // K + V
   auto smem_for = [&](int qt, int ns) {
-    return static_cast<std::size_t>(ns) * stage_bytes +
-           static_cast<std::size_t>(qt + 1) * static_cast<std::size_t>(words) * 4u +
-           static_cast<std::size_t>(words + 1) * 4u;
+    return static_cast<std::size_t>(ns) * stage_bytes + attention_meta_bytes(qt, words, p.topk);
   };
   int qt = p.query_tile > 0 ? p.query_tile : max_qt;
   while (qt > 1 && smem_for(qt, kAttentionMinStages) > kAttentionMaxSmem) --qt;
