@@ -20,6 +20,8 @@
 // batch). Invalid selections (ids < 0, past the current region or huge inside count; counts 0,
 // negative or > topk + 1; rows of only invalid ids) are compared with the reference on the cleaned
 // rows, on both paths, with bit-identical repeats.
+// Split merges: the cluster merge (num_splits <= kAttentionMaxClusterSplits, the default) and the
+// last-arriver merge (split_merge = 1) give the same bits on every forced split factor.
 // Quick (sanitizer) mode, step5_test::quick(): tp 1, 8 and 16 of each geometry (every head_dim ×
 // hpg_q kernel instance), contexts of at most 300 tokens and topk <= 16; every case, split count,
 // query tile, MTP, prefill, gate / no-gate and short-count scenario is kept; the decode batches
@@ -76,6 +78,9 @@ struct Scenario {
   /// Also 50 launches (5 in quick mode) with competing work on another stream and two CUDA-graph
   /// replays, each bit-identical to the first launch, on the same workspace (counters reset).
   bool repeat = false;
+  /// Every launch with num_splits > 1 also with split_merge = 1 (the last-arriver merge through the
+  /// workspace) next to the default (the cluster merge where num_splits <= 16): bit-identical.
+  bool merge_ab = false;
 };
 
 /// The split-KV arrival counters (the first kAttentionCounterBytes of the workspace) are zero
@@ -423,6 +428,18 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
       repeat_launches<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
       graph_replays<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
     }
+    if (sc.merge_ab && ws_bytes > 0 && T > 0) {
+      auto pg = p;
+      pg.split_merge = 1;
+      d_out.up(out_poison);
+      d_lse.up(lse_poison);
+      const step5::Status lg_st = step5::ops::sparse_attention<Tag::kId>(pg, ws.p, ws_bytes, nullptr);
+      EXPECT(lg_st.ok(), "%s: launch with split_merge 1: %s", lab.c_str(), lg_st.to_string().c_str());
+      GPU_CHECK(cudaDeviceSynchronize());
+      EXPECT(step5_test::same_bits(d_out.down(), out) && step5_test::same_bits(d_lse.down(), lse),
+             "%s: the last-arriver merge (split_merge 1) differs from the default merge", lab.c_str());
+      check_counters_zero(lab + " (split_merge 1)", ws.p, ws_bytes);
+    }
   }
 }
 
@@ -552,6 +569,7 @@ GPU_CASE("fused split merge: every forced num_splits 1..kAttentionMaxSplits, eve
     for (int B : {1, 33, 257}) {
       Scenario sc = split_decode_batch(B);
       sc.split_list = splits;
+      sc.merge_ab = true;
       run_scenario<decltype(tag)>(sc, ++g_seed);
     }
   });
@@ -565,6 +583,7 @@ GPU_CASE("forced num_splits on multi-query tiles (MTP rows 2-4: the region-bitma
     const int s0 = sz(3000, 200);
     Scenario sc{"split mtp", {4, 1, 3, 2, 1}, {s0 + 3, s0 + 17, s0 + 6, 40, s0 + 1}, 32, sz(256, 16)};
     sc.split_list = splits;
+    sc.merge_ab = true;
     run_scenario<decltype(tag)>(sc, ++g_seed);
   });
 }
@@ -580,6 +599,7 @@ GPU_CASE("invalid selections: ids < 0, > current region, huge; counts 0, < 0, > 
     }
     dec.invalid_ids = true;
     dec.split_list = {1, 3, 7};
+    dec.merge_ab = true;
     run_scenario<decltype(tag)>(dec, ++g_seed);
     // one long request at every invalid-row kind, bit-identical repeats and graph replays
     Scenario one{"invalid ids decode batch 1, repeats", {1}, {sz(5000, 300)}, 64, sz(512, 16)};

@@ -82,6 +82,13 @@ struct SparseAttentionParams {
   float softmax_scale = 0.0f;  ///< 0 = D^-0.5 (SPEC §4.7)
   int query_tile = 0;          ///< queries per CTA tile; 0 = auto (64 / hpg_q, less when smem is short)
   int num_splits = 0;          ///< split-KV factor; 0 = auto (sparse_attention_plan); at most kAttentionMaxSplits
+  /// How the splits of a (query tile, KV group) are merged when num_splits > 1: 0 = auto (a thread-
+  /// block cluster of the split CTAs merging through distributed shared memory when num_splits <=
+  /// kAttentionMaxClusterSplits and such clusters can be resident, else the last-arriver merge
+  /// through the workspace), 1 = always the last-arriver merge (A/B and tests). Both sum the splits
+  /// in split order; the results of the two may differ in the last bit (other weights' rounding
+  /// is identical, so in practice they agree), each is bit-identical across launches.
+  int split_merge = 0;
   /// K/V stages of the cp.async ring, kAttentionMinStages .. kAttentionMaxStages; 0 = auto
   /// (sparse_attention_plan). Tests and benchmarks force it; production uses 0.
   int pipeline_stages = 0;
@@ -96,6 +103,9 @@ struct SparseAttentionParams {
 inline constexpr int kAttentionDecodeRowsPerRequest = 4;
 /// Upper bound of `num_splits`.
 inline constexpr int kAttentionMaxSplits = 32;
+/// Largest split factor merged by a thread-block cluster of the split CTAs (cluster dims (1, 1,
+/// num_splits); above 8 a non-portable cluster size, which the launcher checks can be resident).
+inline constexpr int kAttentionMaxClusterSplits = 16;
 /// Rows of one CTA tile (queries × hpg_q heads) and gathered tokens per pipeline stage.
 inline constexpr int kAttentionTileRows = 64;
 inline constexpr int kAttentionTileTokens = 64;
@@ -173,6 +183,10 @@ struct SparseAttentionPlan {
   int query_tile = 0;          ///< queries per tile
   int max_tiles = 0;           ///< grid x: ceil(T / query_tile) + B tiles (unused ones exit)
   int num_splits = 1;          ///< grid z
+  /// num_splits > 1 merged by a cluster of the split CTAs (distributed shared memory); the launcher
+  /// falls back to the last-arriver merge where such clusters cannot be resident. The workspace is
+  /// sized for the last-arriver merge either way.
+  bool cluster_merge = false;
   int stages = 2;              ///< K/V stages of the cp.async ring (picks the kernel instance)
   int bitmap_words = 0;        ///< 32-bit words of one region bitmap (max_blocks*block_size/8 bits)
   std::size_t smem_bytes = 0;  ///< dynamic shared memory per CTA
@@ -341,7 +355,11 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   };
   if (p.num_splits == 0 && p.max_workspace_bytes > 0)
     while (splits > 1 && workspace_for(splits) > p.max_workspace_bytes) --splits;
+  if (p.split_merge < 0 || p.split_merge > 1)
+    return invalid_argument(attn_msg("split_merge", p.split_merge, "0 (auto) or 1 (last-arriver merge)"));
   plan->num_splits = splits;
+  plan->cluster_merge = splits > 1 && splits <= kAttentionMaxClusterSplits && p.split_merge == 0 &&
+                        attention_cluster_merge_fits(p.head_dim, ns);
   plan->workspace_bytes = workspace_for(splits);
   return Status::Ok();
 }

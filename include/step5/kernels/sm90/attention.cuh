@@ -37,6 +37,11 @@
 ///     workspace and `merge_if_last_split` elects, by an arrival counter per (tile, KV group), the
 ///     last split CTA to finish, which combines the splits in split order (`split_weights`,
 ///     `merge_splits`, `store_gated_output`) and resets the counter to 0 for the next launch.
+///     With plan.cluster_merge (num_splits <= ops::kAttentionMaxClusterSplits) the split CTAs of a
+///     (tile, KV group) are one thread-block cluster: the partials stay in shared memory and
+///     `cluster_merge_splits` has every CTA merge a 1/S share through distributed shared memory
+///     (same weights, same split order: the same bits as the last-arriver merge).
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -80,6 +85,7 @@ struct SparseAttentionArgs {
   float scale_log2;  ///< softmax scale * log2(e)
   int query_tile;
   int num_splits;
+  int cluster_merge;       ///< num_splits > 1: the split CTAs form a cluster (1, 1, num_splits) and merge through DSMEM
   int bitmap_words;
   float* ws_o;             ///< [max_tiles, lg, splits, 64, D] normalised partial outputs
   float* ws_lse;           ///< [max_tiles, lg, splits, 64] log2-domain LSE of the partials
@@ -597,12 +603,14 @@ __device__ __forceinline__ void stash_warp_partials(SmemStatic& ss, float* buf, 
 }
 
 /// Step 5b: merges the TG token-group warps of each row (log-sum-exp), normalises, and writes
-/// the gated bf16 output and LSE (one split) or the fp32 partial and its log2-LSE to the
-/// split-KV workspace.
+/// the gated bf16 output and LSE (one split), or the fp32 partial and its log2-LSE: to this CTA's
+/// shared memory for the cluster merge (`cpart` rows of stride D + 4, in place over the stash when
+/// TG == 1, and `clse`), else to the split-KV workspace.
 template <int D, int HPG>
 __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs& a, const SmemStatic& ss,
                                                       const float* buf, const float* sp_gate, const TileWork& w,
-                                                      int rows, int RG, int TG, int tile, int split, int tid) {
+                                                      int rows, int RG, int TG, int tile, int split, int tid,
+                                                      bool to_cluster, float* cpart, float* clse) {
   constexpr int kBufStride = D + 4;
   const int S = a.num_splits;
   const long long part_base = ((static_cast<long long>(tile) * gridDim.y + w.g) * S + split) * 64;
@@ -633,6 +641,9 @@ __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs&
     const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
     if (S == 1) {
       store_gated_output<D>(a, t, h, d4, o, lse2, sp_gate[r]);
+    } else if (to_cluster) {
+      *reinterpret_cast<float4*>(cpart + r * kBufStride + d4) = o;  // TG == 1: the element this thread read
+      if (d4 == 0) clse[r] = lse2;
     } else {
       *reinterpret_cast<float4*>(a.ws_o + (part_base + r) * D + d4) = o;
       if (d4 == 0) a.ws_lse[part_base + r] = lse2;
@@ -646,13 +657,9 @@ __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs&
 /// call it: the S × rows LSE values are first loaded in parallel (one load per thread, coalesced
 /// over rows) — a per-row loop over the splits was a chain of S dependent L2 round trips (18.6 µs
 /// for S = 32 in the former merge kernel, bench/RESULTS.md "Where decode time goes").
-__device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long long base, int rows, int S, int tid,
-                                              float* s_w, float* s_lse) {
-  for (int i = tid; i < S * rows; i += kThreads) {
-    const int s = i / rows, r = i - s * rows;
-    s_w[r * kMaxSplits + s] = __ldcg(a.ws_lse + base + s * 64 + r);
-  }
-  __syncthreads();
+/// `split_weights_from_lse`: the second half, on the LSE table s_w[r * kMaxSplits + s] already
+/// loaded (shared by the cluster merge, so both merges compute the same weights).
+__device__ __forceinline__ void split_weights_from_lse(int rows, int S, int tid, float* s_w, float* s_lse) {
   for (int r = tid; r < rows; r += kThreads) {
     float* w = s_w + r * kMaxSplits;
     float mt = -INFINITY;
@@ -666,6 +673,15 @@ __device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long
     for (int s = 0; s < S; ++s) w[s] = L > 0.f ? w[s] / L : 0.f;
     s_lse[r] = L > 0.f ? mt + log2f(L) : -INFINITY;
   }
+}
+__device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long long base, int rows, int S, int tid,
+                                              float* s_w, float* s_lse) {
+  for (int i = tid; i < S * rows; i += kThreads) {
+    const int s = i / rows, r = i - s * rows;
+    s_w[r * kMaxSplits + s] = __ldcg(a.ws_lse + base + s * 64 + r);
+  }
+  __syncthreads();
+  split_weights_from_lse(rows, S, tid, s_w, s_lse);
 }
 
 /// Split-KV merge, phase 2: the weighted sum, in split order, of the splits' partial outputs of
@@ -716,6 +732,54 @@ __device__ __forceinline__ void merge_if_last_split(const SparseAttentionArgs& a
     store_gated_output<D>(a, t, h, d4, o, s_lse[r], sp_gate[r]);
   }
   if (tid == 0) a.ws_counters[pair] = 0u;  // leave the workspace ready for the next launch
+}
+
+/// Step 5c' (num_splits > 1 launched as clusters (1, 1, S): the S split CTAs of a (tile, KV group),
+/// cluster rank = split): after `merge_warps_and_store` left each split's partial (`cpart`) and
+/// log2-LSE (`clse`) in its own shared memory, a cluster barrier; every CTA reads the S x rows LSE
+/// values through distributed shared memory, computes the split weights (`split_weights_from_lse`,
+/// the same as the last-arriver merge) and merges its share — elements [split * n / S,
+/// (split + 1) * n / S) of the n = rows x D / 4 four-column groups — in split order 0 .. S-1,
+/// writing out / gate / LSE; a second cluster barrier keeps every CTA's partial readable until all
+/// are done. No workspace, counter, fence or L2 round trip; the S CTAs merge in parallel.
+/// `smem` past the partials (from `clse` + 64) holds the weight table.
+template <int D, int HPG>
+__device__ __forceinline__ void cluster_merge_splits(const SparseAttentionArgs& a, const float* cpart,
+                                                     const float* clse, float* s_w, const float* sp_gate,
+                                                     const TileWork& w, int rows, int split, int tid) {
+  constexpr int kBufStride = D + 4;
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int S = a.num_splits;
+  float* s_lse = s_w + kTileTok * kMaxSplits;
+  cluster.sync();  // every split's partial and LSE are in its shared memory
+  for (int i = tid; i < S * rows; i += kThreads) {
+    const int s = i / rows, r = i - s * rows;
+    s_w[r * kMaxSplits + s] = *cluster.map_shared_rank(clse + r, s);
+  }
+  __syncthreads();
+  split_weights_from_lse(rows, S, tid, s_w, s_lse);
+  __syncthreads();
+  const int n = rows * (D / 4);
+  const int e1 = static_cast<int>(static_cast<long long>(split + 1) * n / S);
+  for (int idx = static_cast<int>(static_cast<long long>(split) * n / S) + tid; idx < e1; idx += kThreads) {
+    const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
+    const float* wr = s_w + r * kMaxSplits;
+    const float* src = cpart + r * kBufStride + d4;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = 0; s < S; ++s) {  // the same sum as merge_splits
+      const float ws = wr[s];
+      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(src, s));
+      o.x += v.x * ws;
+      o.y += v.y * ws;
+      o.z += v.z * ws;
+      o.w += v.w * ws;
+    }
+    const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
+    store_gated_output<D>(a, t, h, d4, o, s_lse[r], sp_gate[r]);
+  }
+  cluster.sync();  // the other CTAs' reads of this CTA's partial are done before it exits
 }
 
 }  // namespace attn_detail
@@ -810,8 +874,14 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   float* buf = reinterpret_cast<float*>(smem_raw);
   stash_warp_partials<D>(ss, buf, warp, lane, sm, acc);
   __syncthreads();
-  merge_warps_and_store<D, HPG>(a, ss, buf, sp.gate, w, rows, RG, TG, tile, split, tid);
-  if (a.num_splits > 1) merge_if_last_split<D, HPG>(a, ss, buf, sp.gate, w, rows, tile, tid);
+  // cluster merge buffers (ops::attention_cluster_merge_fits): partial in place over the stash when
+  // one warp holds a row (TG == 1), else after the stash's 64 rows; LSE, then the weight table
+  float* cpart = buf + (TG == 1 ? 0 : kTileTok * (D + 4));
+  float* clse = buf + 96 * (D + 4);
+  const bool to_cluster = ops::attention_cluster_merge_fits(D, NS) && a.num_splits > 1 && a.cluster_merge != 0;
+  merge_warps_and_store<D, HPG>(a, ss, buf, sp.gate, w, rows, RG, TG, tile, split, tid, to_cluster, cpart, clse);
+  if (to_cluster) cluster_merge_splits<D, HPG>(a, cpart, clse, clse + kTileTok, sp.gate, w, rows, split, tid);
+  else if (a.num_splits > 1) merge_if_last_split<D, HPG>(a, ss, buf, sp.gate, w, rows, tile, tid);
 #endif
 }
 
