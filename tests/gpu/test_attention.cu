@@ -702,6 +702,9 @@ GPU_CASE("launcher preconditions return Status with the value") {
   q.num_splits = 0;  // auto split for 4 decode rows: a split-KV workspace is needed and none is given
   expect_err(q, "workspace_bytes = 0", "missing split-KV workspace");
   q = p;
+  q.split_merge = 2;
+  expect_err(q, "split_merge = 2", "split_merge neither 0 nor 1");
+  q = p;
   q.pipeline_stages = 1;
   expect_err(q, "pipeline_stages = 1", "ring depth below 2");
   q = p;

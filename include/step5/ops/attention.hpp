@@ -16,9 +16,11 @@
 /// query tile is up to `64 / hpg_q` consecutive queries of one request (all hpg_q heads of each,
 /// so 64 rows of the mma M dimension); the CTA builds the union of the tile's selected regions
 /// (bitmaps in shared memory), gathers the union 64 tokens at a time from the paged cache with
-/// cp.async and masks per (query, token). Decode rows (1–4 per request) form one small tile whose
-/// token range is split over CTAs (split-KV); the last split CTA of a (tile, KV group) to finish
-/// merges the splits in split order (log-sum-exp merge), one kernel launch in all.
+/// cp.async and masks per (query, token); a tile of one query (decode) takes its own selection row
+/// directly (no bitmaps). Decode rows (1–4 per request) form one small tile whose token range is
+/// split over CTAs (split-KV); the splits are merged in split order (log-sum-exp merge) in the same
+/// launch: by the split CTAs together as a thread-block cluster (num_splits <= 16), else by the
+/// last split CTA of a (tile, KV group) to finish.
 ///
 /// Declarations compile with g++; the launchers (kernels/sm90/attention_launch.cuh) are
 /// instantiated per geometry row by step5/instantiate.cuh (library step5::kernels, or one .cu of
