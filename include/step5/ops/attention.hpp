@@ -307,23 +307,30 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   int splits = p.num_splits;
   if (splits == 0) {
     // Auto split factor (split-KV over the gathered stages of a tile's union). Per split CTA: a
-    // fixed cost (bitmaps from the topk ids, union prefix, Q fragments, epilogue, partial store,
-    // the merge by the last split) of about one 64-token stage, then its stages. Stages of a
-    // tile: ceil(min(topk + 1, addressable regions) / 8) (decode: one query's selection).
-    // Slots: 2 CTAs per SM when the shared memory allows (plan.smem_bytes <=
-    // attention_two_per_sm_smem(plan.stages)), else 1. The factor minimises the modelled time
-    //   waves(S) * (ceil(stages / S) + 1),  waves(S) = ceil(CTAs(1) * S / slots),
+    // fixed cost (tile metadata — decode: the region list, resolved up front; else bitmaps and
+    // union prefix —, Q fragments, epilogue, partial) of about one 64-token stage, then its
+    // stages, then the merge: none with one split or with the cluster merge (S <=
+    // kAttentionMaxClusterSplits and its buffers fit: every split CTA merges 1/S in parallel
+    // through DSMEM); about two stages with the last-arriver merge (S > 16: a fence and counter
+    // round trip, then one CTA reads all S partials through L2 — at batch 1 that CTA is the
+    // critical path: before the region-list path, forced S at tp 8 batch 1 measured ~2.5 µs per
+    // stage and a ~16 µs fixed chain per CTA, bench/RESULTS.md). Stages of a tile:
+    // ceil(min(topk + 1, addressable regions) / 8) (decode: one query's selection). Slots: 2 CTAs
+    // per SM when the shared memory allows (plan.smem_bytes <= attention_two_per_sm_smem(plan.stages)),
+    // else 1. The factor minimises the modelled time
+    //   waves(S) * (ceil(stages / S) + 1 + merge(S)),  waves(S) = ceil(CTAs(1) * S / slots),
     // over S = 1 .. min(kAttentionMaxSplits, stages / 2): every split gathers >= 2 stages (never
     // more splits than stages), and a last partial wave is avoided (the factor of the old rule,
     // ceil(4 * SMs / CTAs), gave 2.1 waves at tp 8 batch 32 and 2.4 at tp 1 batch 32). Ties take
     // the smaller S (less merge work). H200 (132 SMs), topk 512 = 65 stages, CTAs(1) = batch x
     // KV groups; step5_preview D 192 decode runs 2 stages, 2 CTAs per SM = 264 slots
     // (`test_layer_plan` pins this table):
-    //   tp 1 (4 groups)  batch 1-2: 22 splits (88 / 176 CTAs, 2-3 stages each), 4: 13, 8: 8,
-    //                    16: 4 (256 CTAs), 32: 2, >= 64: 1 (256 / 512 CTAs, no merge);
-    //   tp 8 (1 group)   batch 1-8: 22, 16: 13, 32: 8, 64: 4 (256 CTAs), 128: 2.
-    // dsa_h64_kv8_d128 tp 1 (8 groups, D 128: 3 stages, 2 CTAs per SM = 264 slots): batch 1: 22,
-    // 4: 8, 16: 2 (256 CTAs), >= 32: 1.
+    //   tp 1 (4 groups)  batch 1-2: 13 splits (52 / 104 CTAs, 5 stages each, cluster merge), 4: 13,
+    //                    8: 8, 16: 4 (256 CTAs), 32: 2, >= 64: 1 (256 / 512 CTAs, no merge);
+    //   tp 8 (1 group)   batch 1-8: 13, 16: 13, 32: 8, 64: 4 (256 CTAs), 128: 2.
+    // (Before the cluster merge and the region-list path: 22 splits at tp 1 batch 1-2 and tp 8
+    // batch 1-8.) dsa_h64_kv8_d128 tp 1 (8 groups, D 128: 3 stages, 2 CTAs per SM = 264 slots):
+    // batch 1: 13, 4: 8, 16: 2 (256 CTAs), >= 32: 1.
     const long long tq = (static_cast<long long>(p.num_tokens) + qt - 1) / qt;
     const long long ctas = std::max<long long>(1, std::min<long long>(tiles, std::max<long long>(p.num_requests, tq))) *
                            p.num_kv_groups;
@@ -335,8 +342,12 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     const long long s_max = std::min<long long>(kAttentionMaxSplits, std::max<long long>(1, stages / 2));
     long long best_cost = -1;
     splits = 1;
+    // (the model assumes the cluster merge whenever it fits, also with split_merge = 1, so that a
+    // forced last-arriver merge keeps the split factor: a clean A/B of the two merges)
+    const bool cluster_fits = attention_cluster_merge_fits(p.head_dim, ns);
     for (long long s = 1; s <= s_max; ++s) {
-      const long long cost = (ctas * s + slots - 1) / slots * ((stages + s - 1) / s + 1);
+      const long long merge = s == 1 || (s <= kAttentionMaxClusterSplits && cluster_fits) ? 0 : 2;
+      const long long cost = (ctas * s + slots - 1) / slots * ((stages + s - 1) / s + 1 + merge);
       if (best_cost < 0 || cost < best_cost) {
         best_cost = cost;
         splits = static_cast<int>(s);
