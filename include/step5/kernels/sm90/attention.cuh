@@ -203,7 +203,8 @@ struct SoftmaxState {
 };
 
 /// Step 1 (warp 0): finds tile `tile` — query_tile consecutive queries of one request — by a warp
-/// scan over cu_seqlens_q; writes ss.tile_* (tile_valid stays 0 past the last tile).
+/// scan over cu_seqlens_q; writes ss.tile_* (tile_valid stays 0 past the last tile). Each lane
+/// loads its request's seq_lens next to its cu_seqlens_q entries (one round trip, not two).
 __device__ __forceinline__ void locate_tile(const SparseAttentionArgs& a, SmemStatic& ss, int tile, int lane) {
   const int QT = a.query_tile;
   if (lane == 0) ss.tile_valid = 0;
@@ -211,8 +212,11 @@ __device__ __forceinline__ void locate_tile(const SparseAttentionArgs& a, SmemSt
   int base = 0;
   for (int b0 = 0; b0 < a.num_requests; b0 += 32) {
     const int b = b0 + lane;
-    int ql = 0;
-    if (b < a.num_requests) ql = max(0, a.cu_seqlens[b + 1] - a.cu_seqlens[b]);
+    int ql = 0, sl = 0;
+    if (b < a.num_requests) {
+      ql = max(0, a.cu_seqlens[b + 1] - a.cu_seqlens[b]);
+      sl = a.seq_lens[b];
+    }
     const int nt = (ql + QT - 1) / QT;
     int inc = nt;
 #pragma unroll
@@ -229,7 +233,7 @@ __device__ __forceinline__ void locate_tile(const SparseAttentionArgs& a, SmemSt
       ss.tile_b = b;
       ss.tile_t0 = c0 + j * QT;
       ss.tile_nq = min(QT, ql - j * QT);
-      ss.tile_pos0 = a.seq_lens[b] - ql + j * QT;
+      ss.tile_pos0 = sl - ql + j * QT;
       ss.tile_valid = 1;
     }
     if (ballot) break;
