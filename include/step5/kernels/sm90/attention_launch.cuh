@@ -39,8 +39,8 @@ Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns,
       return Status::Ok();
     }
   }
-  if (splits > 8)
-    STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  cudaError_t err = cudaSuccess;
+  if (splits > 8) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   LaunchShape shape;
   shape.grid = dim3(1, 1, static_cast<unsigned>(splits));
   shape.block = dim3(128);
@@ -49,10 +49,10 @@ Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns,
   cudaLaunchAttribute attr[2];
   const cudaLaunchConfig_t cfg = make_launch_config(shape, nullptr, false, attr);
   int clusters = 0;
-  const cudaError_t err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
-    clusters = 0;  // e.g. a size the device does not support: the last-arriver merge
+    clusters = 0;  // e.g. a cluster size the device does not support: the last-arriver merge
   }
   *available = clusters > 0;
   if (cacheable) cache[dev][splits][ns].store(key | (clusters > 0 ? 1ull : 2ull), std::memory_order_relaxed);
