@@ -14,6 +14,14 @@
 // poisoned (NaN bytes) and only its counters zeroed once; the counters must be 0 after every
 // launch; 50 launches with competing work and two CUDA-graph replays must equal the first launch
 // bit for bit. Every ring depth (pipeline_stages 2, 3, 4) on decode, MTP and prefill.
+// The two selection paths of the kernel: tiles of one query (decode, and prefill at query tile 1
+// or a request's last single query) take the region-list path, tiles of several queries (MTP,
+// prefill) the region-bitmap path; the forced-split sweeps run both (decode batches and an MTP
+// batch). Invalid selections (ids < 0, past the current region or huge inside count; counts 0,
+// negative or > topk + 1; rows of only invalid ids) are compared with the reference on the cleaned
+// rows, on both paths, with bit-identical repeats.
+// Split merges: the cluster merge (num_splits <= kAttentionMaxClusterSplits, the default) and the
+// last-arriver merge (split_merge = 1) give the same bits on every forced split factor.
 // Quick (sanitizer) mode, step5_test::quick(): tp 1, 8 and 16 of each geometry (every head_dim ×
 // hpg_q kernel instance), contexts of at most 300 tokens and topk <= 16; every case, split count,
 // query tile, MTP, prefill, gate / no-gate and short-count scenario is kept; the decode batches
@@ -58,6 +66,11 @@ struct Scenario {
   int pipeline_stages = 0;  // K/V ring depth, 0 = auto
   bool short_counts = false;  // some rows with count 1 / 0 / a random smaller count
   bool overlap = true;        // neighbouring queries mostly share their selection
+  /// Selection rows the kernel must partly ignore (SPEC §4 step 7 / ops::sparse_attention): ids
+  /// inside count that are negative, past the query's current region or huge; counts of 0,
+  /// negative or > topk + 1 (clamped); rows of only invalid ids. The reference gets each row
+  /// cleaned (its valid ids in row order, count clamped to [0, topk + 1]).
+  bool invalid_ids = false;
   int pad = 0;                // extra columns in out / gate rows
   /// Forced split factors, each launched on a fresh workspace and checked against the same
   /// reference (empty: the one launch with num_splits).
@@ -65,6 +78,9 @@ struct Scenario {
   /// Also 50 launches (5 in quick mode) with competing work on another stream and two CUDA-graph
   /// replays, each bit-identical to the first launch, on the same workspace (counters reset).
   bool repeat = false;
+  /// Every launch with num_splits > 1 also with split_merge = 1 (the last-arriver merge through the
+  /// workspace) next to the default (the cluster merge where num_splits <= 16): bit-identical.
+  bool merge_ab = false;
 };
 
 /// The split-KV arrival counters (the first kAttentionCounterBytes of the workspace) are zero
@@ -229,16 +245,60 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
         for (int i = 0; i < n_hist; ++i) out[i] = cand[i];
         if (count > 0) out[count - 1] = cur;
         counts[row] = count;
+        if (sc.invalid_ids) {
+          auto bad_id = [&]() -> std::int32_t {
+            switch (rng() % 5) {
+              case 0: return -1;
+              case 1: return -2 - static_cast<int>(rng() % 1000);
+              case 2: return cur + 1;  // the next region (not yet attended)
+              case 3: return cur + 2 + static_cast<int>(rng() % 64);
+              default: return (1 << 30) + static_cast<int>(rng() % 1000);
+            }
+          };
+          const int k = static_cast<int>(rng() % 6);
+          if (k == 0 || k == 4) {  // invalid ids among the valid ones (k == 4: only invalid ones)
+            std::vector<std::int32_t> l;
+            for (int i = 0; i < count; ++i) {
+              if (k == 4 || rng() % 3 == 0) l.push_back(bad_id());
+              if (k != 4) l.push_back(out[i]);
+            }
+            if (k == 4 && l.empty()) l.push_back(bad_id());
+            if (static_cast<int>(l.size()) > W) l.resize(W);
+            std::copy(l.begin(), l.end(), out);
+            counts[row] = static_cast<int>(l.size());
+          } else if (k == 1) {
+            counts[row] = W + 1 + static_cast<int>(rng() % 100);  // > topk + 1: the whole row (poison included)
+          } else if (k == 2) {
+            counts[row] = -1 - static_cast<int>(rng() % 5);
+          } else if (k == 3) {
+            counts[row] = 0;
+          }
+        }
       }
     }
+  // the reference's rows: the valid ids of the first clamp(count, 0, topk + 1) entries, in order
+  std::vector<std::int32_t> ids_ref = ids, counts_ref = counts;
+  if (sc.invalid_ids)
+    for (int g = 0; g < lg; ++g)
+      for (int t = 0; t < T; ++t) {
+        const int row = g * T + t, cur = pos[t] / kR;
+        const int n = std::clamp(counts[row], 0, W);
+        const std::int32_t* in = &ids[static_cast<std::size_t>(row) * W];
+        std::int32_t* o = &ids_ref[static_cast<std::size_t>(row) * W];
+        int c = 0;
+        for (int i = 0; i < n; ++i)
+          if (in[i] >= 0 && in[i] <= cur) o[c++] = in[i];
+        for (int i = c; i < W; ++i) o[i] = -1;
+        counts_ref[row] = c;
+      }
   // reference
   ref::BatchView batch{B, cu.data(), sc.seq_lens.data()};
   ref::BlockTableView btv{table.data(), max_blocks, bs, num_blocks};
   std::vector<bf16> attn_ref(static_cast<std::size_t>(T) * Hl * D), out_ref(attn_ref.size());
   std::vector<float> lse_ref(static_cast<std::size_t>(T) * Hl);
   if (T > 0) {
-    ref::sparse_attention(batch, btv, lg, hpg, D, sc.topk, q.data(), kc.data(), vc.data(), ids.data(), counts.data(),
-                          attn_ref.data(), lse_ref.data());
+    ref::sparse_attention(batch, btv, lg, hpg, D, sc.topk, q.data(), kc.data(), vc.data(), ids_ref.data(),
+                          counts_ref.data(), attn_ref.data(), lse_ref.data());
     if (sc.gate) ref::apply_gate(T, Hl, D, attn_ref.data(), gate.data() + 3, ldg, out_ref.data());
     else out_ref = attn_ref;
   }
@@ -367,6 +427,18 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     if (sc.repeat && T > 0) {
       repeat_launches<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
       graph_replays<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
+    }
+    if (sc.merge_ab && ws_bytes > 0 && T > 0) {
+      auto pg = p;
+      pg.split_merge = 1;
+      d_out.up(out_poison);
+      d_lse.up(lse_poison);
+      const step5::Status lg_st = step5::ops::sparse_attention<Tag::kId>(pg, ws.p, ws_bytes, nullptr);
+      EXPECT(lg_st.ok(), "%s: launch with split_merge 1: %s", lab.c_str(), lg_st.to_string().c_str());
+      GPU_CHECK(cudaDeviceSynchronize());
+      EXPECT(step5_test::same_bits(d_out.down(), out) && step5_test::same_bits(d_lse.down(), lse),
+             "%s: the last-arriver merge (split_merge 1) differs from the default merge", lab.c_str());
+      check_counters_zero(lab + " (split_merge 1)", ws.p, ws_bytes);
     }
   }
 }
@@ -497,8 +569,53 @@ GPU_CASE("fused split merge: every forced num_splits 1..kAttentionMaxSplits, eve
     for (int B : {1, 33, 257}) {
       Scenario sc = split_decode_batch(B);
       sc.split_list = splits;
+      sc.merge_ab = true;
       run_scenario<decltype(tag)>(sc, ++g_seed);
     }
+  });
+}
+
+GPU_CASE("forced num_splits on multi-query tiles (MTP rows 2-4: the region-bitmap path) next to one-query tiles") {
+  std::vector<int> splits;
+  for (int s = 1; s <= step5::ops::kAttentionMaxSplits; ++s)
+    if (!step5_test::quick() || s <= 2 || s == 7 || s == step5::ops::kAttentionMaxSplits) splits.push_back(s);
+  each_layout([&](auto tag) {
+    const int s0 = sz(3000, 200);
+    Scenario sc{"split mtp", {4, 1, 3, 2, 1}, {s0 + 3, s0 + 17, s0 + 6, 40, s0 + 1}, 32, sz(256, 16)};
+    sc.split_list = splits;
+    sc.merge_ab = true;
+    run_scenario<decltype(tag)>(sc, ++g_seed);
+  });
+}
+
+GPU_CASE("invalid selections: ids < 0, > current region, huge; counts 0, < 0, > topk + 1; decode and MTP") {
+  each_layout([](auto tag) {
+    // decode: one-query tiles (the region-list path), at 1 split and several
+    std::mt19937 rng(977);
+    Scenario dec{"invalid ids decode", {}, {}, 16, sz(64, 16)};
+    for (int b = 0; b < 24; ++b) {
+      dec.q_lens.push_back(1);
+      dec.seq_lens.push_back(1 + static_cast<int>(rng() % static_cast<unsigned>(sz(1500, 300))));
+    }
+    dec.invalid_ids = true;
+    dec.split_list = {1, 3, 7};
+    dec.merge_ab = true;
+    run_scenario<decltype(tag)>(dec, ++g_seed);
+    // one long request at every invalid-row kind, bit-identical repeats and graph replays
+    Scenario one{"invalid ids decode batch 1, repeats", {1}, {sz(5000, 300)}, 64, sz(512, 16)};
+    one.invalid_ids = true;
+    one.overlap = false;
+    one.split_list = {0, 5};
+    one.repeat = true;
+    for (std::uint32_t s = 0; s < 3; ++s) run_scenario<decltype(tag)>(one, ++g_seed);
+    // MTP / prefill: multi-query tiles (the region-bitmap path)
+    Scenario mtp{"invalid ids mtp", {4, 3, 2, 4, 1}, {sz(900, 200), 61, sz(700, 150), 9, 33}, 16, sz(48, 16)};
+    mtp.invalid_ids = true;
+    mtp.split_list = {1, 3};
+    run_scenario<decltype(tag)>(mtp, ++g_seed);
+    Scenario pre{"invalid ids prefill", {37, 19}, {87, 19 + sz(517, 217)}, 16, sz(24, 16)};
+    pre.invalid_ids = true;
+    run_scenario<decltype(tag)>(pre, ++g_seed);
   });
 }
 
@@ -584,6 +701,9 @@ GPU_CASE("launcher preconditions return Status with the value") {
   q = p;
   q.num_splits = 0;  // auto split for 4 decode rows: a split-KV workspace is needed and none is given
   expect_err(q, "workspace_bytes = 0", "missing split-KV workspace");
+  q = p;
+  q.split_merge = 2;
+  expect_err(q, "split_merge = 2", "split_merge neither 0 nor 1");
   q = p;
   q.pipeline_stages = 1;
   expect_err(q, "pipeline_stages = 1", "ring depth below 2");

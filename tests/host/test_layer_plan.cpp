@@ -237,8 +237,11 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
   };
   // H200 (132 SMs): step5_preview (D 192) decode keeps two CTAs per SM (264 slots) with a
   // 2-stage ring — measured faster than 4 stages x 1 CTA (ops/attention.hpp, bench/RESULTS.md)
-  for (const Case c : {Case{1, 1, 22}, Case{1, 2, 22}, Case{1, 4, 13}, Case{1, 8, 8}, Case{1, 16, 4}, Case{1, 32, 2},
-                       Case{1, 64, 1}, Case{1, 128, 1}, Case{8, 1, 22}, Case{8, 8, 22}, Case{8, 16, 13},
+  // (split factors <= kAttentionMaxClusterSplits are merged by a cluster of the split CTAs; the
+  // model charges the last-arriver merge of more splits two stages, so batch 1 takes 13 splits of
+  // 5 stages, not 22 of 3)
+  for (const Case c : {Case{1, 1, 13}, Case{1, 2, 13}, Case{1, 4, 13}, Case{1, 8, 8}, Case{1, 16, 4}, Case{1, 32, 2},
+                       Case{1, 64, 1}, Case{1, 128, 1}, Case{8, 1, 13}, Case{8, 8, 13}, Case{8, 16, 13},
                        Case{8, 32, 8}, Case{8, 64, 4}, Case{8, 128, 2}}) {
     CAPTURE(c.tp);
     CAPTURE(c.batch);
@@ -248,9 +251,10 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
     CHECK(ap.smem_bytes <= ops::attention_two_per_sm_smem(2));  // two CTAs per SM
     CHECK(ap.num_splits == c.splits);
     CHECK((ap.num_splits > 1) == (ap.workspace_bytes > 0));
+    CHECK(ap.cluster_merge == (ap.num_splits > 1 && ap.num_splits <= ops::kAttentionMaxClusterSplits));
   }
   // D 128: a 3-stage ring with two CTAs per SM (4 stages in flight per SM against 3)
-  for (const Case c : {Case{1, 1, 22}, Case{1, 4, 8}, Case{1, 16, 2}, Case{1, 32, 1}}) {
+  for (const Case c : {Case{1, 1, 13}, Case{1, 4, 8}, Case{1, 16, 2}, Case{1, 32, 1}}) {
     CAPTURE(c.batch);
     ops::SparseAttentionPlan ap;
     REQUIRE(ops::sparse_attention_plan(decode(rank_of("dsa_h64_kv8_d128", 1, 0), c.batch, 512), sms, &ap).ok());
@@ -309,7 +313,27 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
     ops::SparseAttentionPlan ap;
     REQUIRE(ops::sparse_attention_plan(a, sms, &ap).ok());
     CHECK(ap.num_splits == 5);
+    CHECK(ap.cluster_merge);
     CHECK(ap.workspace_bytes == ops::sparse_attention_workspace_layout(ap.max_tiles, 4, 5, 192).bytes);
+    // split_merge = 1: the last-arriver merge, same factor and workspace; other values refused
+    {
+      auto m = a;
+      m.split_merge = 1;
+      ops::SparseAttentionPlan mp;
+      REQUIRE(ops::sparse_attention_plan(m, sms, &mp).ok());
+      CHECK(!mp.cluster_merge);
+      CHECK(mp.num_splits == 5);
+      CHECK(mp.workspace_bytes == ap.workspace_bytes);
+      m.split_merge = 2;
+      const step5::Status bad = ops::sparse_attention_plan(m, sms, &mp);
+      CHECK(bad.code() == StatusCode::kInvalidArgument);
+      CHECK(bad.message().find("split_merge = 2") != std::string::npos);
+      // more splits than a cluster holds: the last-arriver merge
+      m.split_merge = 0;
+      m.num_splits = ops::kAttentionMaxClusterSplits + 1;
+      REQUIRE(ops::sparse_attention_plan(m, sms, &mp).ok());
+      CHECK(!mp.cluster_merge);
+    }
     CHECK(ap.workspace_bytes > ops::kAttentionCounterBytes);
     // 4000 decode requests: (4000 / 4 + 4000) grid tiles x 4 groups = 20000 pairs > 16384 counters
     auto big = decode(rank_of("step5_preview", 1, 0), 4000, 512);

@@ -16,9 +16,11 @@
 /// query tile is up to `64 / hpg_q` consecutive queries of one request (all hpg_q heads of each,
 /// so 64 rows of the mma M dimension); the CTA builds the union of the tile's selected regions
 /// (bitmaps in shared memory), gathers the union 64 tokens at a time from the paged cache with
-/// cp.async and masks per (query, token). Decode rows (1–4 per request) form one small tile whose
-/// token range is split over CTAs (split-KV); the last split CTA of a (tile, KV group) to finish
-/// merges the splits in split order (log-sum-exp merge), one kernel launch in all.
+/// cp.async and masks per (query, token); a tile of one query (decode) takes its own selection row
+/// directly (no bitmaps). Decode rows (1–4 per request) form one small tile whose token range is
+/// split over CTAs (split-KV); the splits are merged in split order (log-sum-exp merge) in the same
+/// launch: by the split CTAs together as a thread-block cluster (num_splits <= 16), else by the
+/// last split CTA of a (tile, KV group) to finish.
 ///
 /// Declarations compile with g++; the launchers (kernels/sm90/attention_launch.cuh) are
 /// instantiated per geometry row by step5/instantiate.cuh (library step5::kernels, or one .cu of
@@ -82,6 +84,13 @@ struct SparseAttentionParams {
   float softmax_scale = 0.0f;  ///< 0 = D^-0.5 (SPEC §4.7)
   int query_tile = 0;          ///< queries per CTA tile; 0 = auto (64 / hpg_q, less when smem is short)
   int num_splits = 0;          ///< split-KV factor; 0 = auto (sparse_attention_plan); at most kAttentionMaxSplits
+  /// How the splits of a (query tile, KV group) are merged when num_splits > 1: 0 = auto (a thread-
+  /// block cluster of the split CTAs merging through distributed shared memory when num_splits <=
+  /// kAttentionMaxClusterSplits and such clusters can be resident, else the last-arriver merge
+  /// through the workspace), 1 = always the last-arriver merge (A/B and tests). Both sum the splits
+  /// in split order; the results of the two may differ in the last bit (other weights' rounding
+  /// is identical, so in practice they agree), each is bit-identical across launches.
+  int split_merge = 0;
   /// K/V stages of the cp.async ring, kAttentionMinStages .. kAttentionMaxStages; 0 = auto
   /// (sparse_attention_plan). Tests and benchmarks force it; production uses 0.
   int pipeline_stages = 0;
@@ -96,6 +105,9 @@ struct SparseAttentionParams {
 inline constexpr int kAttentionDecodeRowsPerRequest = 4;
 /// Upper bound of `num_splits`.
 inline constexpr int kAttentionMaxSplits = 32;
+/// Largest split factor merged by a thread-block cluster of the split CTAs (cluster dims (1, 1,
+/// num_splits); above 8 a non-portable cluster size, which the launcher checks can be resident).
+inline constexpr int kAttentionMaxClusterSplits = 16;
 /// Rows of one CTA tile (queries × hpg_q heads) and gathered tokens per pipeline stage.
 inline constexpr int kAttentionTileRows = 64;
 inline constexpr int kAttentionTileTokens = 64;
@@ -109,6 +121,26 @@ inline constexpr int kAttentionMaxStages = 4;
 /// stages: 2048, 3072, 4096 bytes). The kernel static_asserts its layout against it.
 constexpr std::size_t attention_static_smem(int stages) {
   return (768u + static_cast<std::size_t>(stages) * (kAttentionTileTokens * 8u + 16u * 8u) + 1023u) / 1024u * 1024u;
+}
+/// Bytes of the kernel's dynamic shared memory after the K/V ring stages (the tile metadata):
+/// the larger of the multi-query path's region bitmaps (`query_tile` per-query bitmaps, their union
+/// and its word prefix counts, `bitmap_words` 32-bit words each) and the one-query (decode) path's
+/// region list (a region id and a block id, int32, per entry of a topk row: 2 x (topk + 1)), then
+/// the per-row gate values (kAttentionTileRows fp32). The planner (smem_bytes) and the kernel (its
+/// pointers) both read it from here.
+constexpr std::size_t attention_meta_bytes(int query_tile, long long bitmap_words, int topk) {
+  const std::size_t bitmaps = (static_cast<std::size_t>(query_tile) + 1u) * static_cast<std::size_t>(bitmap_words) * 4u +
+                              (static_cast<std::size_t>(bitmap_words) + 1u) * 4u;
+  const std::size_t list = 2u * 4u * (static_cast<std::size_t>(topk) + 1u);
+  return (bitmaps > list ? bitmaps : list) + 4u * kAttentionTileRows;
+}
+/// Whether the cluster merge's buffers fit in the K/V ring of a kernel with head_dim D and `stages`
+/// stages (fp32 floats, stride D + 4): the warps' stash [64 rows], a normalised partial of up to 32
+/// rows after it (in place over the stash when one warp holds a row), its 64 log2-LSE values, then
+/// the merge's weight table [64][kAttentionMaxSplits] and 64 merged LSE values.
+constexpr bool attention_cluster_merge_fits(int head_dim, int stages) {
+  return (96ll * (head_dim + 4) + 64 + 64ll * kAttentionMaxSplits + 64) * 4 <=
+         static_cast<long long>(stages) * 2 * kAttentionTileTokens * head_dim * 2;
 }
 /// Dynamic shared memory a CTA may use on sm_90.
 inline constexpr std::size_t kAttentionMaxSmem = 232448 - 4096;  // 227 KiB less the static part
@@ -153,6 +185,10 @@ struct SparseAttentionPlan {
   int query_tile = 0;          ///< queries per tile
   int max_tiles = 0;           ///< grid x: ceil(T / query_tile) + B tiles (unused ones exit)
   int num_splits = 1;          ///< grid z
+  /// num_splits > 1 merged by a cluster of the split CTAs (distributed shared memory); the launcher
+  /// falls back to the last-arriver merge where such clusters cannot be resident. The workspace is
+  /// sized for the last-arriver merge either way.
+  bool cluster_merge = false;
   int stages = 2;              ///< K/V stages of the cp.async ring (picks the kernel instance)
   int bitmap_words = 0;        ///< 32-bit words of one region bitmap (max_blocks*block_size/8 bits)
   std::size_t smem_bytes = 0;  ///< dynamic shared memory per CTA
@@ -212,9 +248,7 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   const long long words = (regions + 31) / 32;
   const std::size_t stage_bytes = 2ull * kAttentionTileTokens * static_cast<std::size_t>(p.head_dim) * 2ull;  // K + V
   auto smem_for = [&](int qt, int ns) {
-    return static_cast<std::size_t>(ns) * stage_bytes +
-           static_cast<std::size_t>(qt + 1) * static_cast<std::size_t>(words) * 4u +
-           static_cast<std::size_t>(words + 1) * 4u;
+    return static_cast<std::size_t>(ns) * stage_bytes + attention_meta_bytes(qt, words, p.topk);
   };
   int qt = p.query_tile > 0 ? p.query_tile : max_qt;
   while (qt > 1 && smem_for(qt, kAttentionMinStages) > kAttentionMaxSmem) --qt;
@@ -273,23 +307,30 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   int splits = p.num_splits;
   if (splits == 0) {
     // Auto split factor (split-KV over the gathered stages of a tile's union). Per split CTA: a
-    // fixed cost (bitmaps from the topk ids, union prefix, Q fragments, epilogue, partial store,
-    // the merge by the last split) of about one 64-token stage, then its stages. Stages of a
-    // tile: ceil(min(topk + 1, addressable regions) / 8) (decode: one query's selection).
-    // Slots: 2 CTAs per SM when the shared memory allows (plan.smem_bytes <=
-    // attention_two_per_sm_smem(plan.stages)), else 1. The factor minimises the modelled time
-    //   waves(S) * (ceil(stages / S) + 1),  waves(S) = ceil(CTAs(1) * S / slots),
+    // fixed cost (tile metadata — decode: the region list, resolved up front; else bitmaps and
+    // union prefix —, Q fragments, epilogue, partial) of about one 64-token stage, then its
+    // stages, then the merge: none with one split or with the cluster merge (S <=
+    // kAttentionMaxClusterSplits and its buffers fit: every split CTA merges 1/S in parallel
+    // through DSMEM); about two stages with the last-arriver merge (S > 16: a fence and counter
+    // round trip, then one CTA reads all S partials through L2 — at batch 1 that CTA is the
+    // critical path: before the region-list path, forced S at tp 8 batch 1 measured ~2.5 µs per
+    // stage and a ~16 µs fixed chain per CTA, bench/RESULTS.md). Stages of a tile:
+    // ceil(min(topk + 1, addressable regions) / 8) (decode: one query's selection). Slots: 2 CTAs
+    // per SM when the shared memory allows (plan.smem_bytes <= attention_two_per_sm_smem(plan.stages)),
+    // else 1. The factor minimises the modelled time
+    //   waves(S) * (ceil(stages / S) + 1 + merge(S)),  waves(S) = ceil(CTAs(1) * S / slots),
     // over S = 1 .. min(kAttentionMaxSplits, stages / 2): every split gathers >= 2 stages (never
     // more splits than stages), and a last partial wave is avoided (the factor of the old rule,
     // ceil(4 * SMs / CTAs), gave 2.1 waves at tp 8 batch 32 and 2.4 at tp 1 batch 32). Ties take
     // the smaller S (less merge work). H200 (132 SMs), topk 512 = 65 stages, CTAs(1) = batch x
     // KV groups; step5_preview D 192 decode runs 2 stages, 2 CTAs per SM = 264 slots
     // (`test_layer_plan` pins this table):
-    //   tp 1 (4 groups)  batch 1-2: 22 splits (88 / 176 CTAs, 2-3 stages each), 4: 13, 8: 8,
-    //                    16: 4 (256 CTAs), 32: 2, >= 64: 1 (256 / 512 CTAs, no merge);
-    //   tp 8 (1 group)   batch 1-8: 22, 16: 13, 32: 8, 64: 4 (256 CTAs), 128: 2.
-    // dsa_h64_kv8_d128 tp 1 (8 groups, D 128: 3 stages, 2 CTAs per SM = 264 slots): batch 1: 22,
-    // 4: 8, 16: 2 (256 CTAs), >= 32: 1.
+    //   tp 1 (4 groups)  batch 1-2: 13 splits (52 / 104 CTAs, 5 stages each, cluster merge), 4: 13,
+    //                    8: 8, 16: 4 (256 CTAs), 32: 2, >= 64: 1 (256 / 512 CTAs, no merge);
+    //   tp 8 (1 group)   batch 1-8: 13, 16: 13, 32: 8, 64: 4 (256 CTAs), 128: 2.
+    // (Before the cluster merge and the region-list path: 22 splits at tp 1 batch 1-2 and tp 8
+    // batch 1-8.) dsa_h64_kv8_d128 tp 1 (8 groups, D 128: 3 stages, 2 CTAs per SM = 264 slots):
+    // batch 1: 13, 4: 8, 16: 2 (256 CTAs), >= 32: 1.
     const long long tq = (static_cast<long long>(p.num_tokens) + qt - 1) / qt;
     const long long ctas = std::max<long long>(1, std::min<long long>(tiles, std::max<long long>(p.num_requests, tq))) *
                            p.num_kv_groups;
@@ -301,8 +342,12 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     const long long s_max = std::min<long long>(kAttentionMaxSplits, std::max<long long>(1, stages / 2));
     long long best_cost = -1;
     splits = 1;
+    // (the model assumes the cluster merge whenever it fits, also with split_merge = 1, so that a
+    // forced last-arriver merge keeps the split factor: a clean A/B of the two merges)
+    const bool cluster_fits = attention_cluster_merge_fits(p.head_dim, ns);
     for (long long s = 1; s <= s_max; ++s) {
-      const long long cost = (ctas * s + slots - 1) / slots * ((stages + s - 1) / s + 1);
+      const long long merge = s == 1 || (s <= kAttentionMaxClusterSplits && cluster_fits) ? 0 : 2;
+      const long long cost = (ctas * s + slots - 1) / slots * ((stages + s - 1) / s + 1 + merge);
       if (best_cost < 0 || cost < best_cost) {
         best_cost = cost;
         splits = static_cast<int>(s);
@@ -323,7 +368,11 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   };
   if (p.num_splits == 0 && p.max_workspace_bytes > 0)
     while (splits > 1 && workspace_for(splits) > p.max_workspace_bytes) --splits;
+  if (p.split_merge < 0 || p.split_merge > 1)
+    return invalid_argument(attn_msg("split_merge", p.split_merge, "0 (auto) or 1 (last-arriver merge)"));
   plan->num_splits = splits;
+  plan->cluster_merge = splits > 1 && splits <= kAttentionMaxClusterSplits && p.split_merge == 0 &&
+                        attention_cluster_merge_fits(p.head_dim, ns);
   plan->workspace_bytes = workspace_for(splits);
   return Status::Ok();
 }

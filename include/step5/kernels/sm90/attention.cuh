@@ -12,6 +12,12 @@
 ///     topk ids (ids outside [0, p/R] or the block table are ignored; entries after count are
 ///     never read); `build_union_prefix`: their union and its word prefix counts (shared memory).
 ///     U = union size.
+///  2'. Tiles of one query (nq == 1: decode) skip the bitmaps: `build_region_list` takes the
+///     split's share of the query's own selection row (`split_union` over its first `count`
+///     entries) and resolves every entry's region id and block id up front in one parallel pass
+///     (invalid ids / blocks are masked, as on the bitmap path); `prepare_stage` then reads only
+///     shared memory. The Q fragments and the rows' gate logits are loaded before step 2 so that
+///     their loads overlap it.
 ///  3. `split_union`: the union's stages are dealt out evenly over the splits; split s gathers
 ///     union ordinals [u0, u1) in stages of 8 regions
 ///     (R = layout::kRegionSize) = 64 tokens; `prepare_stage` resolves the stage's token offsets
@@ -31,6 +37,11 @@
 ///     workspace and `merge_if_last_split` elects, by an arrival counter per (tile, KV group), the
 ///     last split CTA to finish, which combines the splits in split order (`split_weights`,
 ///     `merge_splits`, `store_gated_output`) and resets the counter to 0 for the next launch.
+///     With plan.cluster_merge (num_splits <= ops::kAttentionMaxClusterSplits) the split CTAs of a
+///     (tile, KV group) are one thread-block cluster: the partials stay in shared memory and
+///     `cluster_merge_splits` has every CTA merge a 1/S share through distributed shared memory
+///     (same weights, same split order: the same bits as the last-arriver merge).
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -74,6 +85,7 @@ struct SparseAttentionArgs {
   float scale_log2;  ///< softmax scale * log2(e)
   int query_tile;
   int num_splits;
+  int cluster_merge;       ///< num_splits > 1: the split CTAs form a cluster (1, 1, num_splits) and merge through DSMEM
   int bitmap_words;
   float* ws_o;             ///< [max_tiles, lg, splits, 64, D] normalised partial outputs
   float* ws_lse;           ///< [max_tiles, lg, splits, 64] log2-domain LSE of the partials
@@ -138,18 +150,19 @@ __device__ __forceinline__ int select_region(const std::uint32_t* ubits, const i
 
 }  // namespace attn_detail
 
+/// The gate value of SPEC §4 step 8 from the bf16 gate logit x: bf16(sigmoid(x)).
+__device__ __forceinline__ float gate_value(__nv_bfloat16 x) {
+  return __bfloat162float(__float2bfloat16_rn(1.f / (1.f + expf(-__bfloat162float(x)))));
+}
+
 /// See the file comment. Grid (max_tiles, lg, num_splits), 128 threads, dynamic smem from the plan.
 /// Output of token t, local head h, columns [d4, d4 + 4) (SPEC §4 step 8, as the reference):
-/// out = bf16(bf16(o) · bf16(sigmoid(gate[t, h]))) (gate 1 without a gate tensor), and the LSE in
-/// natural log from its log2-domain value `lse2` (column 0 writes it, when requested).
+/// out = bf16(bf16(o) · gv) with gv = `gate_value(gate[t, h])` (1 without a gate tensor; read once
+/// per row up front), and the
+/// LSE in natural log from its log2-domain value `lse2` (column 0 writes it, when requested).
 template <int D>
 __device__ __forceinline__ void store_gated_output(const SparseAttentionArgs& a, int t, int h, int d4, float4 o,
-                                                   float lse2) {
-  float gv = 1.f;
-  if (a.gate != nullptr) {
-    const float x = __bfloat162float(a.gate[t * a.gate_stride + h]);
-    gv = __bfloat162float(__float2bfloat16_rn(1.f / (1.f + expf(-x))));
-  }
+                                                   float lse2, float gv) {
   __nv_bfloat16 ob[4];
   const float ov[4] = {o.x, o.y, o.z, o.w};
 #pragma unroll
@@ -167,7 +180,8 @@ struct TileWork {
   int b, t0, nq, pos0, pos_last;  ///< request, first packed token, queries, positions of the first/last query
   int g;                          ///< local KV group (blockIdx.y)
   int words;                      ///< 32-bit words of one region bitmap
-  int u0, u1, ntiles;             ///< union ordinals [u0, u1) of this split, gathered stages
+  int u0, u1, ntiles;             ///< union ordinals (list path: row entries) [u0, u1) of this split, stages
+  bool list;                      ///< one query (nq == 1): the region-list path (step 2'), no bitmaps
 };
 
 /// Dynamic shared memory of one CTA (plan.smem_bytes).
@@ -177,6 +191,9 @@ struct SmemPtrs {
   std::uint32_t* qbits;   ///< [QT][words] region bitmap per query
   std::uint32_t* ubits;   ///< [words] their union
   int* prefix;            ///< [words + 1] set bits of ubits before each word
+  int* reg_id;            ///< list path: [topk + 1] region id per entry of the split's share (-1: ignored); aliases qbits
+  int* reg_blk;           ///< list path: [topk + 1] its block id (-1: not read)
+  float* gate;            ///< [64] bf16(sigmoid(gate)) per tile row (1 without a gate), after the metadata
 };
 
 /// Online-softmax state of this thread's two rows (lo = lane/4, hi = lane/4 + 8 of the warp's 16):
@@ -186,7 +203,8 @@ struct SoftmaxState {
 };
 
 /// Step 1 (warp 0): finds tile `tile` — query_tile consecutive queries of one request — by a warp
-/// scan over cu_seqlens_q; writes ss.tile_* (tile_valid stays 0 past the last tile).
+/// scan over cu_seqlens_q; writes ss.tile_* (tile_valid stays 0 past the last tile). Each lane
+/// loads its request's seq_lens next to its cu_seqlens_q entries (one round trip, not two).
 __device__ __forceinline__ void locate_tile(const SparseAttentionArgs& a, SmemStatic& ss, int tile, int lane) {
   const int QT = a.query_tile;
   if (lane == 0) ss.tile_valid = 0;
@@ -194,8 +212,11 @@ __device__ __forceinline__ void locate_tile(const SparseAttentionArgs& a, SmemSt
   int base = 0;
   for (int b0 = 0; b0 < a.num_requests; b0 += 32) {
     const int b = b0 + lane;
-    int ql = 0;
-    if (b < a.num_requests) ql = max(0, a.cu_seqlens[b + 1] - a.cu_seqlens[b]);
+    int ql = 0, sl = 0;
+    if (b < a.num_requests) {
+      ql = max(0, a.cu_seqlens[b + 1] - a.cu_seqlens[b]);
+      sl = a.seq_lens[b];
+    }
     const int nt = (ql + QT - 1) / QT;
     int inc = nt;
 #pragma unroll
@@ -212,7 +233,7 @@ __device__ __forceinline__ void locate_tile(const SparseAttentionArgs& a, SmemSt
       ss.tile_b = b;
       ss.tile_t0 = c0 + j * QT;
       ss.tile_nq = min(QT, ql - j * QT);
-      ss.tile_pos0 = a.seq_lens[b] - ql + j * QT;
+      ss.tile_pos0 = sl - ql + j * QT;
       ss.tile_valid = 1;
     }
     if (ballot) break;
@@ -289,6 +310,42 @@ __device__ __forceinline__ void split_union(int U, int num_splits, int split, Ti
   w.ntiles = s1 - s0;
 }
 
+/// Step 2' (tiles of one query, nq == 1: decode; replaces steps 2a, 2b and 3a): the split's share
+/// of the query's own selection row, resolved up front. The row's first cnt = clamp(counts, 0,
+/// topk + 1) entries are dealt out over the splits like the union (`split_union` with U = cnt:
+/// deterministic, the same share on every launch); entry u0 + e of the share becomes reg_id[e]
+/// (its region id, or -1 when outside [0, p/R]: never gathered, masked) and reg_blk[e] (its block
+/// id, `checked_block`, or -1: never read, masked), all entries in one parallel pass: one topk-id
+/// load and one block-table load per entry, instead of one dependent block-table round trip per ring
+/// stage. The selection rows list distinct ids (SPEC §4 step 6) in ascending order, so the gathered
+/// regions and their order are those of the union path (a repeated id would count twice here, once
+/// there; the reference counts it twice). The id this thread loads in the common case cnt = topk + 1
+/// is issued before counts arrives (speculation, checked). Ends with a barrier.
+__device__ __forceinline__ void build_region_list(const SparseAttentionArgs& a, const SmemPtrs& sp, TileWork& w,
+                                                  int split, int tid) {
+  const int W = a.topk + 1;
+  const long long row = static_cast<long long>(w.g) * a.num_tokens + w.t0;
+  const int* ids = a.topk_ids + row * W;
+  TileWork full = w;
+  split_union(W, a.num_splits, split, full);
+  const int spec = tid < full.u1 - full.u0 ? ids[full.u0 + tid] : -1;
+  const int cnt = min(max(a.counts[row], 0), W);
+  split_union(cnt, a.num_splits, split, w);
+  const bool spec_ok = cnt == W;
+  const int cur = w.pos0 >> kRegionLog2;
+  for (int e = tid; e < w.u1 - w.u0; e += kThreads) {
+    const int id = spec_ok && e == tid ? spec : ids[w.u0 + e];
+    const bool valid = id >= 0 && id <= cur;
+    int blk = -1;
+    if (valid)
+      blk = static_cast<int>(checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, w.b,
+                                           id * kRegion, a.bounds_fault));
+    sp.reg_id[e] = valid ? id : -1;
+    sp.reg_blk[e] = blk;
+  }
+  __syncthreads();
+}
+
 /// Step 4a: the Q fragments (mma A operand) of the warp's 16 rows of row group `rg`; rows past the
 /// tile are zero.
 template <int D, int HPG>
@@ -319,6 +376,31 @@ template <int D>
 __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, const SmemPtrs& sp, const TileWork& w,
                                               int it, long long* tok_off, unsigned char (*mask)[kStageRegions],
                                               int tid) {
+  if (w.list) {  // one query: the regions resolved by build_region_list (shared memory only)
+    if (tid < kTileTok) {
+      const int c = tid, e = it * kStageRegions + (c >> kRegionLog2);
+      long long off = -1;
+      if (w.u0 + e < w.u1) {
+        const int id = sp.reg_id[e], blk = sp.reg_blk[e];
+        const int pos = id * kRegion + (c & (kRegion - 1));
+        if (blk >= 0 && pos <= w.pos_last)
+          off = ((static_cast<long long>(blk) * a.block_size + pos % a.block_size) * a.kv_heads + w.g) * D;
+      }
+      tok_off[c] = off;
+    } else {
+      for (int idx = tid - kTileTok; idx < kMaxQ * kStageRegions; idx += kThreads - kTileTok) {
+        const int i = idx >> kStageRegionsLog2, j = idx & (kStageRegions - 1), e = it * kStageRegions + j;
+        unsigned m = 0;
+        if (i == 0 && w.u0 + e < w.u1 && sp.reg_blk[e] >= 0) {
+          const int id = sp.reg_id[e];
+          const int n = min(id * kRegion + kRegion - 1, w.pos0) - id * kRegion + 1;  // tokens <= the position
+          m = n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
+        }
+        mask[i][j] = static_cast<unsigned char>(m);
+      }
+    }
+    return;
+  }
   if (tid < kTileTok) {
     const int c = tid, ord = w.u0 + it * kStageRegions + (c >> kRegionLog2);
     long long off = -1;
@@ -525,12 +607,14 @@ __device__ __forceinline__ void stash_warp_partials(SmemStatic& ss, float* buf, 
 }
 
 /// Step 5b: merges the TG token-group warps of each row (log-sum-exp), normalises, and writes
-/// the gated bf16 output and LSE (one split) or the fp32 partial and its log2-LSE to the
-/// split-KV workspace.
+/// the gated bf16 output and LSE (one split), or the fp32 partial and its log2-LSE: to this CTA's
+/// shared memory for the cluster merge (`cpart` rows of stride D + 4, in place over the stash when
+/// TG == 1, and `clse`), else to the split-KV workspace.
 template <int D, int HPG>
 __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs& a, const SmemStatic& ss,
-                                                      const float* buf, const TileWork& w, int rows, int RG, int TG,
-                                                      int tile, int split, int tid) {
+                                                      const float* buf, const float* sp_gate, const TileWork& w,
+                                                      int rows, int RG, int TG, int tile, int split, int tid,
+                                                      bool to_cluster, float* cpart, float* clse) {
   constexpr int kBufStride = D + 4;
   const int S = a.num_splits;
   const long long part_base = ((static_cast<long long>(tile) * gridDim.y + w.g) * S + split) * 64;
@@ -560,7 +644,10 @@ __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs&
     const float lse2 = L > 0.f ? mu + log2f(L) : -INFINITY;
     const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
     if (S == 1) {
-      store_gated_output<D>(a, t, h, d4, o, lse2);
+      store_gated_output<D>(a, t, h, d4, o, lse2, sp_gate[r]);
+    } else if (to_cluster) {
+      *reinterpret_cast<float4*>(cpart + r * kBufStride + d4) = o;  // TG == 1: the element this thread read
+      if (d4 == 0) clse[r] = lse2;
     } else {
       *reinterpret_cast<float4*>(a.ws_o + (part_base + r) * D + d4) = o;
       if (d4 == 0) a.ws_lse[part_base + r] = lse2;
@@ -574,13 +661,9 @@ __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs&
 /// call it: the S × rows LSE values are first loaded in parallel (one load per thread, coalesced
 /// over rows) — a per-row loop over the splits was a chain of S dependent L2 round trips (18.6 µs
 /// for S = 32 in the former merge kernel, bench/RESULTS.md "Where decode time goes").
-__device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long long base, int rows, int S, int tid,
-                                              float* s_w, float* s_lse) {
-  for (int i = tid; i < S * rows; i += kThreads) {
-    const int s = i / rows, r = i - s * rows;
-    s_w[r * kMaxSplits + s] = __ldcg(a.ws_lse + base + s * 64 + r);
-  }
-  __syncthreads();
+/// `split_weights_from_lse`: the second half, on the LSE table s_w[r * kMaxSplits + s] already
+/// loaded (shared by the cluster merge, so both merges compute the same weights).
+__device__ __forceinline__ void split_weights_from_lse(int rows, int S, int tid, float* s_w, float* s_lse) {
   for (int r = tid; r < rows; r += kThreads) {
     float* w = s_w + r * kMaxSplits;
     float mt = -INFINITY;
@@ -594,6 +677,15 @@ __device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long
     for (int s = 0; s < S; ++s) w[s] = L > 0.f ? w[s] / L : 0.f;
     s_lse[r] = L > 0.f ? mt + log2f(L) : -INFINITY;
   }
+}
+__device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long long base, int rows, int S, int tid,
+                                              float* s_w, float* s_lse) {
+  for (int i = tid; i < S * rows; i += kThreads) {
+    const int s = i / rows, r = i - s * rows;
+    s_w[r * kMaxSplits + s] = __ldcg(a.ws_lse + base + s * 64 + r);
+  }
+  __syncthreads();
+  split_weights_from_lse(rows, S, tid, s_w, s_lse);
 }
 
 /// Split-KV merge, phase 2: the weighted sum, in split order, of the splits' partial outputs of
@@ -622,7 +714,8 @@ __device__ __forceinline__ float4 merge_splits(const SparseAttentionArgs& a, lon
 /// dynamic shared memory, free again after the stash.
 template <int D, int HPG>
 __device__ __forceinline__ void merge_if_last_split(const SparseAttentionArgs& a, SmemStatic& ss, float* smem,
-                                                    const TileWork& w, int rows, int tile, int tid) {
+                                                    const float* sp_gate, const TileWork& w, int rows, int tile,
+                                                    int tid) {
   const int S = a.num_splits;
   const long long pair = static_cast<long long>(tile) * gridDim.y + w.g;
   __threadfence();  // this thread's partial stores are visible device-wide before the arrival
@@ -640,9 +733,57 @@ __device__ __forceinline__ void merge_if_last_split(const SparseAttentionArgs& a
     const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
     const float4 o = merge_splits<D>(a, base, S, r, d4, s_w + r * kMaxSplits);
     const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
-    store_gated_output<D>(a, t, h, d4, o, s_lse[r]);
+    store_gated_output<D>(a, t, h, d4, o, s_lse[r], sp_gate[r]);
   }
   if (tid == 0) a.ws_counters[pair] = 0u;  // leave the workspace ready for the next launch
+}
+
+/// Step 5c' (num_splits > 1 launched as clusters (1, 1, S): the S split CTAs of a (tile, KV group),
+/// cluster rank = split): after `merge_warps_and_store` left each split's partial (`cpart`) and
+/// log2-LSE (`clse`) in its own shared memory, a cluster barrier; every CTA reads the S x rows LSE
+/// values through distributed shared memory, computes the split weights (`split_weights_from_lse`,
+/// the same as the last-arriver merge) and merges its share — elements [split * n / S,
+/// (split + 1) * n / S) of the n = rows x D / 4 four-column groups — in split order 0 .. S-1,
+/// writing out / gate / LSE; a second cluster barrier keeps every CTA's partial readable until all
+/// are done. No workspace, counter, fence or L2 round trip; the S CTAs merge in parallel.
+/// `smem` past the partials (from `clse` + 64) holds the weight table.
+template <int D, int HPG>
+__device__ __forceinline__ void cluster_merge_splits(const SparseAttentionArgs& a, const float* cpart,
+                                                     const float* clse, float* s_w, const float* sp_gate,
+                                                     const TileWork& w, int rows, int split, int tid) {
+  constexpr int kBufStride = D + 4;
+  namespace cg = cooperative_groups;
+  cg::cluster_group cluster = cg::this_cluster();
+  const int S = a.num_splits;
+  float* s_lse = s_w + kTileTok * kMaxSplits;
+  cluster.sync();  // every split's partial and LSE are in its shared memory
+  for (int i = tid; i < S * rows; i += kThreads) {
+    const int s = i / rows, r = i - s * rows;
+    s_w[r * kMaxSplits + s] = *cluster.map_shared_rank(clse + r, s);
+  }
+  __syncthreads();
+  split_weights_from_lse(rows, S, tid, s_w, s_lse);
+  __syncthreads();
+  const int n = rows * (D / 4);
+  const int e1 = static_cast<int>(static_cast<long long>(split + 1) * n / S);
+  for (int idx = static_cast<int>(static_cast<long long>(split) * n / S) + tid; idx < e1; idx += kThreads) {
+    const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
+    const float* wr = s_w + r * kMaxSplits;
+    const float* src = cpart + r * kBufStride + d4;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = 0; s < S; ++s) {  // the same sum as merge_splits
+      const float ws = wr[s];
+      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(src, s));
+      o.x += v.x * ws;
+      o.y += v.y * ws;
+      o.z += v.z * ws;
+      o.w += v.w * ws;
+    }
+    const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
+    store_gated_output<D>(a, t, h, d4, o, s_lse[r], sp_gate[r]);
+  }
+  cluster.sync();  // the other CTAs' reads of this CTA's partial are done before it exits
 }
 
 }  // namespace attn_detail
@@ -671,6 +812,10 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   sp.qbits = reinterpret_cast<std::uint32_t*>(sp.sV + NS * kTileTok * D);
   sp.ubits = sp.qbits + a.query_tile * words;
   sp.prefix = reinterpret_cast<int*>(sp.ubits + words);
+  sp.reg_id = reinterpret_cast<int*>(sp.qbits);
+  sp.reg_blk = sp.reg_id + (a.topk + 1);
+  sp.gate = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(sp.qbits) +
+                                     ops::attention_meta_bytes(a.query_tile, words, a.topk) - 4 * kTileTok);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int tile = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
   pdl_wait();  // q, the selections and the caches belong to the previous kernels of the step
@@ -690,21 +835,33 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
       (w.pos0 < 0 || static_cast<long long>(w.pos_last) >= static_cast<long long>(a.max_blocks) * a.block_size))
     report_bounds_fault(a.bounds_fault, ops::BoundsFault::kPositionBeyondRow, w.b, w.pos0 < 0 ? w.pos0 : w.pos_last, -1);
 
-  // 2. region bitmaps, their union and its prefix counts
-  build_region_bitmaps(a, sp, w, tid);
-  build_union_prefix(sp, ss, w, tid, lane, warp);
-  // 3. this split's share of the union
-  split_union(sp.prefix[words], a.num_splits, split, w);
-
   // warp roles: RG row groups of 16 rows, TG token groups per stage
   const int rows = w.nq * HPG;
   const int RG = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);
   const int TG = kWarps / RG;
   const int rg = warp % RG, tg = warp / RG;
-
-  // 4. Q fragments, then the stages: QK mma, online softmax, PV mma
+  // 4a. Q fragments and the rows' gate logits: independent of steps 2-3, issued first so that
+  // their loads overlap them
   std::uint32_t qf[D / 16][4];
   load_q_fragments<D, HPG>(a, w, rg, lane, qf);
+  const bool gate_row = tid < rows && a.gate != nullptr;  // thread tid reads the logit of tile row tid
+  const __nv_bfloat16 glogit =
+      gate_row ? a.gate[(w.t0 + tid / HPG) * a.gate_stride + w.g * HPG + tid % HPG] : __float2bfloat16_rn(0.f);
+
+  w.list = w.nq == 1;
+  if (w.list) {
+    // 2'. one query: the split's share of its selection row, resolved up front
+    build_region_list(a, sp, w, split, tid);
+  } else {
+    // 2. region bitmaps, their union and its prefix counts
+    build_region_bitmaps(a, sp, w, tid);
+    build_union_prefix(sp, ss, w, tid, lane, warp);
+    // 3. this split's share of the union
+    split_union(sp.prefix[words], a.num_splits, split, w);
+  }
+  if (tid < rows) sp.gate[tid] = gate_row ? gate_value(glogit) : 1.f;  // read after the epilogue's barriers
+
+  // 4. the stages: QK mma, online softmax, PV mma
   float acc[D / 8][4];
 #pragma unroll
   for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
@@ -721,8 +878,14 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   float* buf = reinterpret_cast<float*>(smem_raw);
   stash_warp_partials<D>(ss, buf, warp, lane, sm, acc);
   __syncthreads();
-  merge_warps_and_store<D, HPG>(a, ss, buf, w, rows, RG, TG, tile, split, tid);
-  if (a.num_splits > 1) merge_if_last_split<D, HPG>(a, ss, buf, w, rows, tile, tid);
+  // cluster merge buffers (ops::attention_cluster_merge_fits): partial in place over the stash when
+  // one warp holds a row (TG == 1), else after the stash's 64 rows; LSE, then the weight table
+  float* cpart = buf + (TG == 1 ? 0 : kTileTok * (D + 4));
+  float* clse = buf + 96 * (D + 4);
+  const bool to_cluster = ops::attention_cluster_merge_fits(D, NS) && a.num_splits > 1 && a.cluster_merge != 0;
+  merge_warps_and_store<D, HPG>(a, ss, buf, sp.gate, w, rows, RG, TG, tile, split, tid, to_cluster, cpart, clse);
+  if (to_cluster) cluster_merge_splits<D, HPG>(a, cpart, clse, clse + kTileTok, sp.gate, w, rows, split, tid);
+  else if (a.num_splits > 1) merge_if_last_split<D, HPG>(a, ss, buf, sp.gate, w, rows, tile, tid);
 #endif
 }
 

@@ -7,6 +7,7 @@
 /// step5/instantiate.cuh.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -20,6 +21,43 @@
 #include "step5/ops/dispatch.hpp"
 
 namespace step5::kernels::sm90 {
+
+/// Whether clusters of `splits` CTAs of `kernel` (128 threads, `smem` dynamic bytes; sizes above 8
+/// need the non-portable attribute, set here) can be resident on the current device `dev`
+/// (cudaOccupancyMaxActiveClusters > 0). Cached per (instance, device, splits, stage count) with
+/// the smem size it was checked for.
+template <int D, int HPG>
+Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns, int dev, int splits,
+                                    std::size_t smem, bool* available) {
+  static std::atomic<unsigned long long> cache[64][ops::kAttentionMaxClusterSplits + 1][ops::kAttentionMaxStages + 1];
+  const bool cacheable = dev >= 0 && dev < 64 && splits <= ops::kAttentionMaxClusterSplits && ns <= ops::kAttentionMaxStages;
+  const unsigned long long key = (static_cast<unsigned long long>(smem) + 1ull) << 2;
+  if (cacheable) {
+    const unsigned long long c = cache[dev][splits][ns].load(std::memory_order_relaxed);
+    if ((c & ~3ull) == key) {
+      *available = (c & 3ull) == 1ull;
+      return Status::Ok();
+    }
+  }
+  cudaError_t err = cudaSuccess;
+  if (splits > 8) err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  LaunchShape shape;
+  shape.grid = dim3(1, 1, static_cast<unsigned>(splits));
+  shape.block = dim3(128);
+  shape.smem = smem;
+  shape.cluster_z = static_cast<unsigned>(splits);
+  cudaLaunchAttribute attr[2];
+  const cudaLaunchConfig_t cfg = make_launch_config(shape, nullptr, false, attr);
+  int clusters = 0;
+  if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    clusters = 0;  // e.g. a cluster size the device does not support: the last-arriver merge
+  }
+  *available = clusters > 0;
+  if (cacheable) cache[dev][splits][ns].store(key | (clusters > 0 ? 1ull : 2ull), std::memory_order_relaxed);
+  return Status::Ok();
+}
 
 /// Launches the (D, HPG) instance with a checked plan.
 template <int D, int HPG>
@@ -53,6 +91,7 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
   a.scale_log2 = scale * 1.4426950408889634f;
   a.query_tile = plan.query_tile;
   a.num_splits = plan.num_splits;
+  a.cluster_merge = 0;
   a.bitmap_words = plan.bitmap_words;
   if (plan.num_splits > 1) {
     const ops::SparseAttentionWorkspaceLayout l =
@@ -67,10 +106,24 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
                                    : &sparse_attention_kernel<D, HPG, 2>;  // ring depth from the plan
   STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(plan.smem_bytes)));
-  const dim3 grid(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
-                  static_cast<unsigned>(plan.num_splits));
-  STEP5_RETURN_IF_ERROR(
-      launch_kernel("sparse_attention_kernel launch", kernel, {grid, dim3(128), plan.smem_bytes}, stream, a));
+  LaunchShape shape;
+  shape.grid = dim3(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
+                    static_cast<unsigned>(plan.num_splits));
+  shape.block = dim3(128);
+  shape.smem = plan.smem_bytes;
+  if (plan.cluster_merge) {  // the split CTAs of a (tile, group) as one cluster, where it can be resident
+    int dev = p.device;
+    if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+    bool available = false;
+    const Status checked =
+        attention_clusters_available<D, HPG>(kernel, plan.stages, dev, plan.num_splits, plan.smem_bytes, &available);
+    STEP5_RETURN_IF_ERROR(checked);
+    if (available) {
+      a.cluster_merge = 1;
+      shape.cluster_z = static_cast<unsigned>(plan.num_splits);
+    }
+  }
+  STEP5_RETURN_IF_ERROR(launch_kernel("sparse_attention_kernel launch", kernel, shape, stream, a));
   return Status::Ok();
 }
 

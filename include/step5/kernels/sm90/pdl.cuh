@@ -42,16 +42,18 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 #endif
 }
 
-/// Grid, block, dynamic shared memory and (optionally) the cluster size along x of one launch.
+/// Grid, block, dynamic shared memory and (optionally) the cluster size along x or z of one launch.
 struct LaunchShape {
   dim3 grid{1, 1, 1};
   dim3 block{1, 1, 1};
   std::size_t smem = 0;      ///< dynamic shared memory bytes
-  unsigned cluster_x = 1;    ///< CTAs per cluster along x (1: no cluster attribute)
+  unsigned cluster_x = 1;    ///< CTAs per cluster along x (1 and cluster_z 1: no cluster attribute)
+  unsigned cluster_z = 1;    ///< CTAs per cluster along z
 };
 
 /// The cudaLaunchConfig_t of `shape` on `stream` (attributes in `attr`, which must outlive it):
-/// the cluster dimension when `shape.cluster_x > 1`, programmatic stream serialization when `pdl`.
+/// the cluster dimension when `shape.cluster_x` or `shape.cluster_z` > 1, programmatic stream
+/// serialization when `pdl`.
 inline cudaLaunchConfig_t make_launch_config(const LaunchShape& shape, cudaStream_t stream, bool pdl,
                                              cudaLaunchAttribute (&attr)[2]) {
   cudaLaunchConfig_t cfg{};
@@ -60,11 +62,11 @@ inline cudaLaunchConfig_t make_launch_config(const LaunchShape& shape, cudaStrea
   cfg.dynamicSmemBytes = shape.smem;
   cfg.stream = stream;
   unsigned n = 0;
-  if (shape.cluster_x > 1) {
+  if (shape.cluster_x > 1 || shape.cluster_z > 1) {
     attr[n].id = cudaLaunchAttributeClusterDimension;
     attr[n].val.clusterDim.x = shape.cluster_x;
     attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
+    attr[n].val.clusterDim.z = shape.cluster_z;
     ++n;
   }
   if (pdl) {
@@ -79,7 +81,7 @@ inline cudaLaunchConfig_t make_launch_config(const LaunchShape& shape, cudaStrea
 
 /// Launches `kernel(args...)` with `shape` on `stream`: cudaLaunchKernelEx with the programmatic
 /// stream serialization attribute while `ops::pdl_enabled()` (the kernel must follow the rule of
-/// this file) and the cluster dimension when `shape.cluster_x > 1`. Errors: kInvalidArgument from
+/// this file) and the cluster dimension when `shape.cluster_x` or `shape.cluster_z` > 1. Errors: kInvalidArgument from
 /// `ops::pdl_env_status` (STEP5_PDL neither 0 nor 1; nothing launched), kCudaError naming `what`
 /// (the launch error is also cleared from cudaGetLastError).
 template <class... KernelArgs, class... Args>
