@@ -71,6 +71,11 @@ struct Scenario {
   /// negative or > topk + 1 (clamped); rows of only invalid ids. The reference gets each row
   /// cleaned (its valid ids in row order, count clamped to [0, topk + 1]).
   bool invalid_ids = false;
+  /// One history block of every request long enough gets a block-table entry outside
+  /// [0, num_blocks) (after the caches are filled): the kernel must neither read it nor let its
+  /// regions into the softmax (ops::sparse_attention: never read, masked). The reference gets
+  /// the rows without those regions.
+  bool bad_block = false;
   int pad = 0;                // extra columns in out / gate rows
   /// Forced split factors, each launched on a fresh workspace and checked against the same
   /// reference (empty: the one launch with num_splits).
@@ -206,6 +211,17 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
           vc[o] = step5::to_bf16(uni(rng));
         }
     }
+  // bad_block: the table slot whose regions all lie before the request's first query's current
+  // region gets an id outside [0, num_blocks) (alternately num_blocks + 5 and -3)
+  std::vector<int> bad_slot(B, -1);
+  if (sc.bad_block)
+    for (int b = 0; b < B; ++b) {
+      const int first_pos = sc.seq_lens[b] - sc.q_lens[b];
+      const int slot = (first_pos / kR * kR) / bs - 1;  // the last block wholly before that region
+      if (slot < 0) continue;
+      bad_slot[b] = slot;
+      table[static_cast<std::size_t>(b) * max_blocks + slot] = b % 2 == 0 ? num_blocks + 5 : -3;
+    }
   std::vector<bf16> q(static_cast<std::size_t>(T) * Hl * D);
   for (auto& x : q) x = step5::to_bf16(uni(rng) * 2.f);
   const int ldg = Hl + sc.pad + 3;
@@ -243,6 +259,11 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
           out[i] = k == 0 ? -7 : (k == 1 ? (1 << 30) : cur + 1 + i);
         }
         for (int i = 0; i < n_hist; ++i) out[i] = cand[i];
+        if (bad_slot[b] >= 0 && n_hist > 0) {  // every row selects the first region of the bad block
+          const int bad = bad_slot[b] * bs / kR;
+          if (std::find(out, out + n_hist, bad) == out + n_hist) out[0] = bad;
+          std::sort(out, out + n_hist);
+        }
         if (count > 0) out[count - 1] = cur;
         counts[row] = count;
         if (sc.invalid_ids) {
@@ -278,16 +299,17 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     }
   // the reference's rows: the valid ids of the first clamp(count, 0, topk + 1) entries, in order
   std::vector<std::int32_t> ids_ref = ids, counts_ref = counts;
-  if (sc.invalid_ids)
+  if (sc.invalid_ids || sc.bad_block)
     for (int g = 0; g < lg; ++g)
       for (int t = 0; t < T; ++t) {
         const int row = g * T + t, cur = pos[t] / kR;
+        const int b = static_cast<int>(std::upper_bound(cu.begin(), cu.end(), t) - cu.begin()) - 1;
         const int n = std::clamp(counts[row], 0, W);
         const std::int32_t* in = &ids[static_cast<std::size_t>(row) * W];
         std::int32_t* o = &ids_ref[static_cast<std::size_t>(row) * W];
         int c = 0;
         for (int i = 0; i < n; ++i)
-          if (in[i] >= 0 && in[i] <= cur) o[c++] = in[i];
+          if (in[i] >= 0 && in[i] <= cur && !(bad_slot[b] >= 0 && in[i] * kR / bs == bad_slot[b])) o[c++] = in[i];
         for (int i = c; i < W; ++i) o[i] = -1;
         counts_ref[row] = c;
       }
@@ -588,7 +610,7 @@ GPU_CASE("forced num_splits on multi-query tiles (MTP rows 2-4: the region-bitma
   });
 }
 
-GPU_CASE("invalid selections: ids < 0, > current region, huge; counts 0, < 0, > topk + 1; decode and MTP") {
+GPU_CASE("invalid selections: ids < 0, > current region, huge; counts 0, < 0, > topk + 1; bad block-table entries; decode and MTP") {
   each_layout([](auto tag) {
     // decode: one-query tiles (the region-list path), at 1 split and several
     std::mt19937 rng(977);
@@ -608,6 +630,15 @@ GPU_CASE("invalid selections: ids < 0, > current region, huge; counts 0, < 0, > 
     one.split_list = {0, 5};
     one.repeat = true;
     for (std::uint32_t s = 0; s < 3; ++s) run_scenario<decltype(tag)>(one, ++g_seed);
+    // a block-table entry outside [0, num_blocks) under selected history regions: masked on the
+    // one-query path and on the multi-query path (there it entered the softmax with logit 0)
+    Scenario bdec{"bad block decode", {1, 1, 1, 1}, {sz(2000, 300), 77, sz(1200, 200), 500}, 16, sz(64, 16)};
+    bdec.bad_block = true;
+    bdec.split_list = {1, 4};
+    run_scenario<decltype(tag)>(bdec, ++g_seed);
+    Scenario bmtp{"bad block mtp/prefill", {4, 3, 37}, {sz(900, 200), 300, 37 + sz(600, 150)}, 16, sz(48, 16)};
+    bmtp.bad_block = true;
+    run_scenario<decltype(tag)>(bmtp, ++g_seed);
     // MTP / prefill: multi-query tiles (the region-bitmap path)
     Scenario mtp{"invalid ids mtp", {4, 3, 2, 4, 1}, {sz(900, 200), 61, sz(700, 150), 9, 33}, 16, sz(48, 16)};
     mtp.invalid_ids = true;

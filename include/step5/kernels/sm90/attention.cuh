@@ -420,7 +420,12 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
       unsigned m = 0;
       if (i < w.nq && ord < w.u1) {
         const int id = select_region(sp.ubits, sp.prefix, w.words, ord);
-        if ((sp.qbits[i * w.words + (id >> 5)] >> (id & 31)) & 1u) {
+        // a region whose block-table entry is outside [0, num_blocks) is zero-filled by the token
+        // threads (never read) and must also be masked here, or its tokens would enter the softmax
+        // with logit 0 (block_size is a multiple of R: one entry per region; the token threads
+        // report the fault)
+        if (((sp.qbits[i * w.words + (id >> 5)] >> (id & 31)) & 1u) &&
+            checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, w.b, id * kRegion, nullptr) >= 0) {
           const int n = min(id * kRegion + kRegion - 1, w.pos0 + i) - id * kRegion + 1;  // tokens <= the query's position
           m = n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
         }
