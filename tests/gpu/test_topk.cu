@@ -463,8 +463,11 @@ GPU_CASE("topk: candidate compaction bit-identical to the radix select with the 
 GPU_CASE("topk: STEP5_TOPK selects the algorithm; a bad value is refused naming it") {
   using step5::kernels::sm90::topk_algo_from_env;
   TopkAlgo a = TopkAlgo::kDefault;
-  EXPECT(topk_algo_from_env(nullptr, &a).ok() && a == step5::kernels::sm90::kTopkDefaultAlgo, "unset");
-  EXPECT(topk_algo_from_env("", &a).ok() && a == step5::kernels::sm90::kTopkDefaultAlgo, "empty");
+  EXPECT(topk_algo_from_env(nullptr, &a).ok() && a == TopkAlgo::kDefault, "unset");
+  EXPECT(step5::kernels::sm90::topk_default_algo(1) == TopkAlgo::kCandidates &&
+             step5::kernels::sm90::topk_default_algo(step5::kernels::sm90::kTopkCluster) == TopkAlgo::kRadix,
+         "the measured default per variant");
+  EXPECT(topk_algo_from_env("", &a).ok() && a == TopkAlgo::kDefault, "empty");
   EXPECT(topk_algo_from_env("radix", &a).ok() && a == TopkAlgo::kRadix, "radix");
   EXPECT(topk_algo_from_env("candidates", &a).ok() && a == TopkAlgo::kCandidates, "candidates");
   const step5::Status bad = topk_algo_from_env("fast", &a);

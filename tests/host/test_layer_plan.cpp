@@ -251,7 +251,10 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
     CHECK(ap.smem_bytes <= ops::attention_two_per_sm_smem(2));  // two CTAs per SM
     CHECK(ap.num_splits == c.splits);
     CHECK((ap.num_splits > 1) == (ap.workspace_bytes > 0));
-    CHECK(ap.cluster_merge == (ap.num_splits > 1 && ap.num_splits <= ops::kAttentionMaxClusterSplits));
+    // the cluster merge only with at most one split CTA per SM (ops::attention_cluster_merge_pays)
+    const int groups = c.tp == 1 ? 4 : 1;
+    CHECK(ap.cluster_merge == (ap.num_splits > 1 && ap.num_splits <= ops::kAttentionMaxClusterSplits &&
+                               c.batch * groups * ap.num_splits <= sms));
   }
   // D 128: a 3-stage ring with two CTAs per SM (4 stages in flight per SM against 3)
   for (const Case c : {Case{1, 1, 13}, Case{1, 4, 8}, Case{1, 16, 2}, Case{1, 32, 1}}) {
@@ -313,11 +316,18 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
     ops::SparseAttentionPlan ap;
     REQUIRE(ops::sparse_attention_plan(a, sms, &ap).ok());
     CHECK(ap.num_splits == 5);
-    CHECK(ap.cluster_merge);
+    CHECK(!ap.cluster_merge);  // 32 x 4 x 5 = 640 split CTAs > 132 SMs: the last-arriver merge
     CHECK(ap.workspace_bytes == ops::sparse_attention_workspace_layout(ap.max_tiles, 4, 5, 192).bytes);
+    auto f = decode(rank_of("step5_preview", 1, 0), 4, 512);
+    f.num_splits = 5;
+    ops::SparseAttentionPlan small;  // 4 x 4 x 5 = 80 split CTAs: the cluster merge
+    REQUIRE(ops::sparse_attention_plan(f, sms, &small).ok());
+    CHECK(small.num_splits == 5);
+    CHECK(small.cluster_merge);
     // split_merge = 1: the last-arriver merge, same factor and workspace; other values refused
     {
-      auto m = a;
+      auto m = f;
+      ap = small;
       m.split_merge = 1;
       ops::SparseAttentionPlan mp;
       REQUIRE(ops::sparse_attention_plan(m, sms, &mp).ok());

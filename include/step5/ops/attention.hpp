@@ -19,8 +19,9 @@
 /// cp.async and masks per (query, token); a tile of one query (decode) takes its own selection row
 /// directly (no bitmaps). Decode rows (1–4 per request) form one small tile whose token range is
 /// split over CTAs (split-KV); the splits are merged in split order (log-sum-exp merge) in the same
-/// launch: by the split CTAs together as a thread-block cluster (num_splits <= 16), else by the
-/// last split CTA of a (tile, KV group) to finish.
+/// launch: by the split CTAs together as a thread-block cluster (num_splits <= 16 and at most one
+/// split CTA per SM: attention_cluster_merge_pays), else by the last split CTA of a (tile, KV
+/// group) to finish.
 ///
 /// Declarations compile with g++; the launchers (kernels/sm90/attention_launch.cuh) are
 /// instantiated per geometry row by step5/instantiate.cuh (library step5::kernels, or one .cu of
@@ -85,8 +86,9 @@ struct SparseAttentionParams {
   int query_tile = 0;          ///< queries per CTA tile; 0 = auto (64 / hpg_q, less when smem is short)
   int num_splits = 0;          ///< split-KV factor; 0 = auto (sparse_attention_plan); at most kAttentionMaxSplits
   /// How the splits of a (query tile, KV group) are merged when num_splits > 1: 0 = auto (a thread-
-  /// block cluster of the split CTAs merging through distributed shared memory when num_splits <=
-  /// kAttentionMaxClusterSplits and such clusters can be resident, else the last-arriver merge
+  /// block cluster of the split CTAs merging through distributed shared memory when
+  /// attention_cluster_merge_pays (num_splits <= kAttentionMaxClusterSplits, at most one split CTA
+  /// per SM) and such clusters can be resident, else the last-arriver merge
   /// through the workspace), 1 = always the last-arriver merge (A/B and tests). Both sum the splits
   /// in split order; the results of the two may differ in the last bit (other weights' rounding
   /// is identical, so in practice they agree), each is bit-identical across launches.
@@ -141,6 +143,22 @@ constexpr std::size_t attention_meta_bytes(int query_tile, long long bitmap_word
 constexpr bool attention_cluster_merge_fits(int head_dim, int stages) {
   return (96ll * (head_dim + 4) + 64 + 64ll * kAttentionMaxSplits + 64) * 4 <=
          static_cast<long long>(stages) * 2 * kAttentionTileTokens * head_dim * 2;
+}
+
+/// Whether the split CTAs of a launch are merged by a thread-block cluster (the default; else the
+/// last-arriver merge): num_splits <= kAttentionMaxClusterSplits, the merge buffers fit the ring
+/// (attention_cluster_merge_fits) and the launch has at most one split CTA per SM (`split_ctas` =
+/// active (tile, KV group) pairs x num_splits <= num_sms), i.e. the latency-bound small-batch
+/// regime where it was measured faster: H200, step5_preview 128K, batch 1, 13 splits, 26.6 µs
+/// (tp 1) / 24.5 µs (tp 8) against 36.6 / 25.5 µs for 22 splits and the last-arriver merge
+/// (same binary, bench/RESULTS.md 2026-12-01 third session). With more CTAs it was slower: tp 8
+/// batch 64 (4 splits, 256 CTAs) 107.6 µs against 84.6 µs with the last-arriver merge in the
+/// previous session's run (not a same-binary A/B; not profiled — a cluster's CTAs all stay
+/// resident until its slowest one finishes, and clusters are placed per GPC).
+constexpr bool attention_cluster_merge_pays(int head_dim, int stages, long long split_ctas, int num_sms,
+                                            long long num_splits) {
+  return num_splits > 1 && num_splits <= kAttentionMaxClusterSplits && attention_cluster_merge_fits(head_dim, stages) &&
+         split_ctas <= num_sms;
 }
 /// Dynamic shared memory a CTA may use on sm_90.
 inline constexpr std::size_t kAttentionMaxSmem = 232448 - 4096;  // 227 KiB less the static part
@@ -304,6 +322,10 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     return invalid_argument(attn_msg("num_tokens", p.num_tokens,
                                      "at most 2^30 query tiles of " + std::to_string(qt) + " tokens (plus one per request)"));
   plan->max_tiles = static_cast<int>(tiles);
+  // CTAs of one split: the active (query tile, KV group) pairs
+  const long long tq = (static_cast<long long>(p.num_tokens) + qt - 1) / qt;
+  const long long ctas =
+      std::max<long long>(1, std::min<long long>(tiles, std::max<long long>(p.num_requests, tq))) * p.num_kv_groups;
   int splits = p.num_splits;
   if (splits == 0) {
     // Auto split factor (split-KV over the gathered stages of a tile's union). Per split CTA: a
@@ -331,9 +353,6 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     // (Before the cluster merge and the region-list path: 22 splits at tp 1 batch 1-2 and tp 8
     // batch 1-8.) dsa_h64_kv8_d128 tp 1 (8 groups, D 128: 3 stages, 2 CTAs per SM = 264 slots):
     // batch 1: 13, 4: 8, 16: 2 (256 CTAs), >= 32: 1.
-    const long long tq = (static_cast<long long>(p.num_tokens) + qt - 1) / qt;
-    const long long ctas = std::max<long long>(1, std::min<long long>(tiles, std::max<long long>(p.num_requests, tq))) *
-                           p.num_kv_groups;
     const long long slots =
         static_cast<long long>(std::max(1, num_sms)) * (plan->smem_bytes <= attention_two_per_sm_smem(ns) ? 2 : 1);
     const long long tile_regions = std::min<long long>(p.topk + 1, std::max<long long>(1, regions));
@@ -344,9 +363,8 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     splits = 1;
     // (the model assumes the cluster merge whenever it fits, also with split_merge = 1, so that a
     // forced last-arriver merge keeps the split factor: a clean A/B of the two merges)
-    const bool cluster_fits = attention_cluster_merge_fits(p.head_dim, ns);
     for (long long s = 1; s <= s_max; ++s) {
-      const long long merge = s == 1 || (s <= kAttentionMaxClusterSplits && cluster_fits) ? 0 : 2;
+      const long long merge = s == 1 || attention_cluster_merge_pays(p.head_dim, ns, ctas * s, num_sms, s) ? 0 : 2;
       const long long cost = (ctas * s + slots - 1) / slots * ((stages + s - 1) / s + 1 + merge);
       if (best_cost < 0 || cost < best_cost) {
         best_cost = cost;
@@ -371,8 +389,8 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   if (p.split_merge < 0 || p.split_merge > 1)
     return invalid_argument(attn_msg("split_merge", p.split_merge, "0 (auto) or 1 (last-arriver merge)"));
   plan->num_splits = splits;
-  plan->cluster_merge = splits > 1 && splits <= kAttentionMaxClusterSplits && p.split_merge == 0 &&
-                        attention_cluster_merge_fits(p.head_dim, ns);
+  plan->cluster_merge =
+      splits > 1 && p.split_merge == 0 && attention_cluster_merge_pays(p.head_dim, ns, ctas * splits, num_sms, splits);
   plan->workspace_bytes = workspace_for(splits);
   return Status::Ok();
 }

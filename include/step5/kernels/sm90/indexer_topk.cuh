@@ -496,18 +496,25 @@ inline ::step5::Status topk_clusters_available(int dev, bool* available) {
 
 /// How launch_topk finds the k-th key (both give bit-identical output; topk_select_kernel):
 /// kRadix, the 4-pass 8-bit radix select over every key; kCandidates, candidate compaction;
-/// kDefault, the environment variable STEP5_TOPK ("radix" or "candidates"; unset or empty:
-/// kTopkDefaultAlgo).
+/// kDefault, the environment variable STEP5_TOPK ("radix" or "candidates"; unset or empty: the
+/// measured choice per variant, `topk_default_algo`).
 enum class TopkAlgo : int { kDefault = 0, kRadix = 1, kCandidates = 2 };
-/// The built-in choice. To be measured (bench_indexer topk/ and indexer_decode/ with STEP5_TOPK=radix
-/// against STEP5_TOPK=candidates).
-inline constexpr TopkAlgo kTopkDefaultAlgo = TopkAlgo::kCandidates;
 
-/// The algorithm STEP5_TOPK = `env` names: unset or "" → kTopkDefaultAlgo, "radix", "candidates";
-/// anything else → kInvalidArgument naming the value.
+/// The built-in choice for a launch of `cluster_size` CTAs per row. Measured on the H200
+/// (bench_indexer, 2026-12-01, bench/RESULTS.md): one CTA per row, candidates 16.6 / 16.9 µs
+/// against radix 22.2 / 22.3 µs at 16 / 64 rows of 16384 regions (131072 regions: 148 against
+/// 342 µs); on a cluster of 8 per row radix wins (11.5 / 29.9 / 85.7 µs against 28.9 / 79.5 /
+/// 103.5: the candidates are broadcast to every rank over DSMEM and each rank re-runs the later
+/// digits), and indexer_decode tp 8 batch 16 (cluster) took 35.4 µs with radix, 54.2 with candidates.
+inline constexpr TopkAlgo topk_default_algo(int cluster_size) {
+  return cluster_size == 1 ? TopkAlgo::kCandidates : TopkAlgo::kRadix;
+}
+
+/// The algorithm STEP5_TOPK = `env` names: unset or "" → kDefault (the per-variant choice,
+/// topk_default_algo), "radix", "candidates"; anything else → kInvalidArgument naming the value.
 inline ::step5::Status topk_algo_from_env(const char* env, TopkAlgo* algo) {
   const std::string v = env != nullptr ? env : "";
-  if (v.empty()) *algo = kTopkDefaultAlgo;
+  if (v.empty()) *algo = TopkAlgo::kDefault;
   else if (v == "radix") *algo = TopkAlgo::kRadix;
   else if (v == "candidates") *algo = TopkAlgo::kCandidates;
   else return ::step5::invalid_argument("STEP5_TOPK = '" + v + "', expected radix, candidates or unset");
@@ -520,8 +527,8 @@ inline ::step5::Status topk_algo_from_env(const char* env, TopkAlgo* algo) {
 /// rows · kTopkCluster <= 2 · SMs, e.g. decode); else one CTA per row. Measured on the H200 with
 /// kRadix (bench_indexer, 16384-region rows): 16 rows, cluster 12.2 µs against 22.5 µs for one CTA
 /// per row; 64 rows, 30.2 µs against 22.8 µs; 131072-region rows (64), cluster 84 µs against 335 µs.
-/// The same rule serves kCandidates (to be measured: with the later digits over a few hundred
-/// candidates one CTA per row may win sooner).
+/// The same rule serves both algorithms (kCandidates on one CTA per row is faster than radix on
+/// a cluster at 64 rows, but slower at 16: 16.6 against 11.5 µs).
 /// Where clusters cannot be resident (topk_clusters_available) the choice is one CTA per row, and a
 /// forced cluster_size = kTopkCluster returns kUnsupported.
 /// algo: TopkAlgo (kDefault reads STEP5_TOPK). cand_cap (kCandidates; tests): the most candidates
@@ -550,6 +557,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
       cluster_size = clusters && (a.ld > kTopkSmemKeys || few_long_rows) ? kTopkCluster : 1;
     }
   }
+  if (algo == TopkAlgo::kDefault) algo = topk_default_algo(cluster_size);
   const std::int64_t slice = (a.ld + cluster_size - 1) / cluster_size;
   const bool smem_keys = slice <= kTopkSmemKeys;
   const bool cand = algo == TopkAlgo::kCandidates;
