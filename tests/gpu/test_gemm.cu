@@ -199,6 +199,23 @@ int expected_splits(int K, int forced, int config = 0) {
   return (k_tiles + per - 1) / per;
 }
 
+/// The plan of a forced wgmma kind `config` and split factor `sp` runs them (split factor
+/// normalised: no empty split) and sizes a workspace exactly when it splits. `any` is a device
+/// pointer used as X, W and C (the plan reads only alignment).
+void expect_forced_wgmma_plan(bf16* any, int T, int N, int K, int ldx, int ldw, int ldc, int config, int sp) {
+  GemmParams p;
+  p.x = any, p.w = any, p.c = any;
+  p.tokens = T, p.n = N, p.k = K, p.ldx = ldx, p.ldw = ldw, p.ldc = ldc;
+  p.path = GemmPath::kWgmma, p.config = config, p.split_k = sp;
+  step5::ops::GemmPlan plan;
+  const step5::Status st = step5::ops::gemm_plan(p, &plan);
+  EXPECT(st.ok() && plan.path == GemmPath::kWgmma && plan.config == config &&
+             plan.split_k == expected_splits(K, sp, config) && (plan.split_k > 1) == (plan.workspace_bytes > 0),
+         "T=%d N=%d K=%d c%d s%d: plan %s path %d config %d split_k %d (want %d) workspace %zu", T, N, K, config, sp,
+         st.to_string().c_str(), static_cast<int>(plan.path), plan.config, plan.split_k, expected_splits(K, sp, config),
+         plan.workspace_bytes);
+}
+
 /// One problem: W [N, ldw], X [T, ldx]; checks C [T, ldc] of `paths` against the reference on
 /// `check_rows` rows (all rows when T <= 160, else a spread sample incl. first and last).
 void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, int ldc, const std::vector<bf16>& hw,
@@ -444,17 +461,7 @@ GPU_CASE("gemm: wgmma split-K, every tile width x split 1..8 at odd shapes, vs C
       for (int sp = 1; sp <= 8; ++sp) {
         variants.push_back({GemmPath::kWgmma, c, sp});
         // the plan runs the forced tile width and split factor (normalised: no empty split)
-        GemmParams p;
-        p.x = dw.as<bf16>(), p.w = dw.as<bf16>(), p.c = dw.as<bf16>();  // only alignment is read
-        p.tokens = sh.T, p.n = sh.N, p.k = sh.K, p.ldx = sh.ldx, p.ldw = sh.ldw, p.ldc = sh.ldc;
-        p.path = GemmPath::kWgmma, p.config = c, p.split_k = sp;
-        step5::ops::GemmPlan plan;
-        const step5::Status st = step5::ops::gemm_plan(p, &plan);
-        EXPECT(st.ok() && plan.path == GemmPath::kWgmma && plan.config == c &&
-                   plan.split_k == expected_splits(sh.K, sp, c) && (plan.split_k > 1) == (plan.workspace_bytes > 0),
-               "T=%d N=%d K=%d c%d s%d: plan %s path %d config %d split_k %d (want %d) workspace %zu", sh.T, sh.N,
-               sh.K, c, sp, st.to_string().c_str(), static_cast<int>(plan.path), plan.config, plan.split_k,
-               expected_splits(sh.K, sp, c), plan.workspace_bytes);
+        expect_forced_wgmma_plan(dw.as<bf16>(), sh.T, sh.N, sh.K, sh.ldx, sh.ldw, sh.ldc, c, sp);
       }
     const std::string name = "wgmma-sk/T" + std::to_string(sh.T) + "/N" + std::to_string(sh.N) + "/K" +
                              std::to_string(sh.K);
@@ -491,17 +498,7 @@ GPU_CASE("gemm: wgmma 64-token kinds at T = 1, 17, 63, 64, every split factor, o
         // quick (sanitizer) mode: splits 1, 2, 3 and the most the kind can take
         if (step5_test::quick() && sp > 3 && sp < max_sp) continue;
         variants.push_back({GemmPath::kWgmma, c, sp});
-        GemmParams p;
-        p.x = dw.as<bf16>(), p.w = dw.as<bf16>(), p.c = dw.as<bf16>();  // only alignment is read
-        p.tokens = sh.T, p.n = sh.N, p.k = sh.K, p.ldx = ldx, p.ldw = ldw, p.ldc = ldc;
-        p.path = GemmPath::kWgmma, p.config = c, p.split_k = sp;
-        step5::ops::GemmPlan plan;
-        const step5::Status st = step5::ops::gemm_plan(p, &plan);
-        EXPECT(st.ok() && plan.path == GemmPath::kWgmma && plan.config == c &&
-                   plan.split_k == expected_splits(sh.K, sp, c) && (plan.split_k > 1) == (plan.workspace_bytes > 0),
-               "T=%d N=%d K=%d c%d s%d: plan %s path %d config %d split_k %d (want %d) workspace %zu", sh.T, sh.N,
-               sh.K, c, sp, st.to_string().c_str(), static_cast<int>(plan.path), plan.config, plan.split_k,
-               expected_splits(sh.K, sp, c), plan.workspace_bytes);
+        expect_forced_wgmma_plan(dw.as<bf16>(), sh.T, sh.N, sh.K, ldx, ldw, ldc, c, sp);
       }
     }
     EXPECT(kinds > 0, "kGemmWgmmaTiles has no 64-token kind");

@@ -794,6 +794,22 @@ DirectInputs make_direct_inputs(const step5::layout::RankLayout& rl, const std::
   return d;
 }
 
+/// indexer_select parameters of directly given inputs `in` (the d_* pointers: their device
+/// copies); the caller sets topk, max_seq_len, outputs and workspace.
+step5::ops::IndexerSelectParams direct_select_params(const step5::layout::RankLayout& rl, const DirectInputs& in,
+                                                     const std::int32_t* d_cu, const std::int32_t* d_seq,
+                                                     const std::int32_t* d_bt, const std::uint8_t* d_iq,
+                                                     const float* d_w, const std::uint8_t* d_sum) {
+  step5::ops::IndexerSelectParams se;
+  se.rank = rl;
+  se.batch = {d_cu, d_seq, in.B, in.T, in.cu.data(), in.seq.data()};
+  se.table = {d_bt, in.max_blocks, in.block_size, in.num_blocks};
+  se.index_q = d_iq;
+  se.weights = d_w;
+  se.summary_cache = d_sum;
+  return se;
+}
+
 struct DirectOptions {
   Inputs inputs = Inputs::kRandom;
   int block_size = 64;
@@ -834,13 +850,7 @@ void check_select_direct(const step5::layout::GeometryEntry& e, int tp, const st
   const int chunk = std::max(1, static_cast<int>((ws_bytes - ws_fixed) / (static_cast<std::size_t>(lg) * ld * 4)));
   const int t_last = T > 0 ? (T - 1) / chunk * chunk : 0;
   GPU_CHECK(cudaMemset(d_ws, 0x7f, ws_bytes));  // poison: unwritten scores read as NaN
-  step5::ops::IndexerSelectParams se;
-  se.rank = rl;
-  se.batch = {d_cu, d_seq, B, T, in.cu.data(), in.seq.data()};
-  se.table = {d_bt, in.max_blocks, in.block_size, in.num_blocks};
-  se.index_q = d_iq;
-  se.weights = d_w;
-  se.summary_cache = d_sum;
+  step5::ops::IndexerSelectParams se = direct_select_params(rl, in, d_cu, d_seq, d_bt, d_iq, d_w, d_sum);
   se.topk = topk;
   se.max_seq_len = max_seq;
   se.topk_ids = d_ids;
@@ -949,13 +959,7 @@ std::vector<float> check_scores_path(int tp, const std::vector<int>& q_lens, con
   const std::int64_t ld = detail_ns::score_ld(in.max_seq);
   const std::size_t nsc = static_cast<std::size_t>(chunk) * lg * ld;
   auto* d_sc = dalloc<float>(nsc);
-  step5::ops::IndexerSelectParams se;
-  se.rank = rl;
-  se.batch = {d_cu, d_seq, B, T, in.cu.data(), in.seq.data()};
-  se.table = {d_bt, in.max_blocks, in.block_size, in.num_blocks};
-  se.index_q = d_iq;
-  se.weights = d_w;
-  se.summary_cache = d_sum;
+  step5::ops::IndexerSelectParams se = direct_select_params(rl, in, d_cu, d_seq, d_bt, d_iq, d_w, d_sum);
   int dev = 0, sms = 0;
   GPU_CHECK(cudaGetDevice(&dev));
   EXPECT(step5::device_sm_count(dev, &sms).ok(), "device_sm_count");

@@ -142,6 +142,13 @@ inline Status score_tile_starts(const ScorePlan& sp, const std::int32_t* cu_seql
                                       sp.tok_tile, plan);
 }
 
+/// The plan fields of the score kernels' arguments (tile width, regions per CTA, staged columns).
+inline void apply_score_plan(const ScorePlan& sp, kernels::sm90::ScoreArgs& a) {
+  a.tok_tile = sp.tok_tile;
+  a.regions_per_cta = sp.regions_per_cta;
+  a.cols_cap = sp.cols_cap;
+}
+
 /// Launches the wgmma score kernel of operand type K (plan `sp`, path kWgmmaF16 / kWgmmaE4m3).
 template <layout::GeometryId Id, kernels::sm90::ScoreMma K>
 Status launch_scores_wgmma(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream_t stream) {
@@ -157,9 +164,7 @@ Status launch_scores_wgmma(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cuda
         sp.regions_per_cta % (2 * kernels::sm90::kWgScoreRegions) != 0)
       return Status(StatusCode::kInternal, "launch_scores: inconsistent wgmma score plan");
     STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
-    a.tok_tile = sp.tok_tile;
-    a.regions_per_cta = sp.regions_per_cta;
-    a.cols_cap = sp.cols_cap;
+    apply_score_plan(sp, a);
     return kernels::sm90::launch_kernel(
         "indexer_scores_wgmma_kernel launch", kern,
         {dim3(static_cast<unsigned>(sp.tiles_upper), static_cast<unsigned>(sp.region_chunks)),
@@ -184,9 +189,7 @@ Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream
   if (sp.smem_bytes > kMaxSmem) return Status(StatusCode::kInternal, "launch_scores: plan exceeds the smem bound");
   if constexpr (kMaxSmem > 48 * 1024)
     STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
-  a.tok_tile = sp.tok_tile;
-  a.regions_per_cta = sp.regions_per_cta;
-  a.cols_cap = sp.cols_cap;
+  apply_score_plan(sp, a);
   return kernels::sm90::launch_kernel(
       "indexer_scores_kernel launch", kern,
       {dim3(static_cast<unsigned>(sp.tiles_upper), static_cast<unsigned>(sp.region_chunks)),
