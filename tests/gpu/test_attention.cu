@@ -629,7 +629,13 @@ GPU_CASE("invalid selections: ids < 0, > current region, huge; counts 0, < 0, > 
     one.overlap = false;
     one.split_list = {0, 5};
     one.repeat = true;
+    const long long clustered = step5::ops::detail::attention_cluster_merge_launches().load();
     for (std::uint32_t s = 0; s < 3; ++s) run_scenario<decltype(tag)>(one, ++g_seed);
+    // batch 1 with 5 splits (at most one split CTA per SM): the plan asks for the cluster merge,
+    // and on sm_90 such clusters are resident, so it must have run (its fallback gives the same
+    // bits and would otherwise go unnoticed)
+    EXPECT(step5::ops::detail::attention_cluster_merge_launches().load() > clustered,
+           "batch 1, 5 splits: the cluster merge never ran (the launcher fell back to the last-arriver merge)");
     // a block-table entry outside [0, num_blocks) under selected history regions: masked on the
     // one-query path and on the multi-query path (there it entered the softmax with logit 0)
     Scenario bdec{"bad block decode", {1, 1, 1, 1}, {sz(2000, 300), 77, sz(1200, 200), 500}, 16, sz(64, 16)};

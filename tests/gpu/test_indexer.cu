@@ -1031,7 +1031,8 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
   // kernel once kScoreWgmmaAuto is on, else mma.sync; checked below): odd query lengths, a request without history (many tokens with 0..4
   // regions), a one-token request inside the batch, a request whose positions cross multiples of
   // 64 regions (p/8 cuts the 64-region tiles and the token tiles), and a long history (several
-  // region chunks). Through indexer_select (selections judged, scores of the last chunk compared;
+  // region chunks). Through indexer_select (its automatic score path: mma.sync while
+  // kScoreWgmmaAuto is off; selections judged, scores of the last chunk compared;
   // a workspace of 97 tokens cuts requests and tiles at chunk boundaries), and the score kernels
   // alone for every path (wgmma f16 and e4m3 forced, mma.sync = the decode
   // kernel) on the same shapes: exact inputs bit for bit on every path; random inputs within the

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -187,6 +188,32 @@ TEST_CASE("run's checks: steps beyond the plan's capacity are refused naming the
   }
 }
 
+TEST_CASE("run's checks: a STEP5_TOPK other than radix, candidates or empty is refused before anything is launched") {
+  CHECK(ops::topk_env_status().ok() == (std::getenv("STEP5_TOPK") == nullptr || std::string(std::getenv("STEP5_TOPK")).empty() ||
+                                        std::string(std::getenv("STEP5_TOPK")) == "radix" ||
+                                        std::string(std::getenv("STEP5_TOPK")) == "candidates"));
+  ops::TopkAlgo a = ops::TopkAlgo::kRadix;
+  CHECK((ops::topk_algo_from_env(nullptr, &a).ok() && a == ops::TopkAlgo::kDefault));
+  CHECK((ops::topk_algo_from_env("candidates", &a).ok() && a == ops::TopkAlgo::kCandidates));
+  const layout::RankLayout r = rank_of("dsa_h64_kv8_d128", 4, 1);
+  const ops::DsaLayerCapacity cap = engine_capacity();
+  ops::DsaLayerPlan plan;
+  REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
+  Step st(8, 1000, 64, cap);
+  ops::DsaLayerWeights w;
+  w.max_position = 32768;
+  const ops::DsaLayerCaches caches;
+  const char* env = std::getenv("STEP5_TOPK");
+  const std::string saved = env != nullptr ? env : "";
+  setenv("STEP5_TOPK", "fast", 1);
+  // null weights, caches, x and workspace: the refusal comes before any of them is touched
+  const step5::Status s = ops::dsa_layer_run(plan, w, caches, st.s, nullptr, nullptr, nullptr, 0, nullptr);
+  if (env != nullptr) setenv("STEP5_TOPK", saved.c_str(), 1);
+  else unsetenv("STEP5_TOPK");
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("STEP5_TOPK = 'fast'") != std::string::npos);
+}
+
 TEST_CASE("plan reuse: one plan serves steps of every size within capacity, unchanged by use") {
   const layout::RankLayout r = rank_of("step5_preview", 2, 1);
   const ops::DsaLayerCapacity cap = engine_capacity();
@@ -327,13 +354,12 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
     // split_merge = 1: the last-arriver merge, same factor and workspace; other values refused
     {
       auto m = f;
-      ap = small;
       m.split_merge = 1;
       ops::SparseAttentionPlan mp;
       REQUIRE(ops::sparse_attention_plan(m, sms, &mp).ok());
       CHECK(!mp.cluster_merge);
       CHECK(mp.num_splits == 5);
-      CHECK(mp.workspace_bytes == ap.workspace_bytes);
+      CHECK(mp.workspace_bytes == small.workspace_bytes);
       m.split_merge = 2;
       const step5::Status bad = ops::sparse_attention_plan(m, sms, &mp);
       CHECK(bad.code() == StatusCode::kInvalidArgument);

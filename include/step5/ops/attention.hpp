@@ -30,6 +30,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -72,7 +73,9 @@ struct SparseAttentionParams {
   /// Checked mode: device record of kBoundsFaultWords int32 (zero-filled before the step); the
   /// kernel records the first block-table fault there (ops/bounds_fault.hpp). nullptr = skipped silently.
   std::int32_t* bounds_fault = nullptr;
-  const std::int32_t* topk_ids = nullptr;     ///< `[lg, T, topk+1]` region ids (entries >= count unread)
+  /// `[lg, T, topk+1]` region ids; entries >= count are ignored, but a decode row may be loaded in
+  /// full before its count arrives (all topk + 1 entries must be allocated; their values unused)
+  const std::int32_t* topk_ids = nullptr;
   const std::int32_t* counts = nullptr;       ///< `[lg, T]` valid entries per row, in [0, topk+1]
   /// Gate logits (SPEC §4.8): row t holds Hl bf16 values at `gate + t*gate_row_stride` (the
   /// index_g columns of the fused GEMM output, or a separate `[T, Hl]`); nullptr = no gate.
@@ -89,9 +92,9 @@ struct SparseAttentionParams {
   /// block cluster of the split CTAs merging through distributed shared memory when
   /// attention_cluster_merge_pays (num_splits <= kAttentionMaxClusterSplits, at most one split CTA
   /// per SM) and such clusters can be resident, else the last-arriver merge
-  /// through the workspace), 1 = always the last-arriver merge (A/B and tests). Both sum the splits
-  /// in split order; the results of the two may differ in the last bit (other weights' rounding
-  /// is identical, so in practice they agree), each is bit-identical across launches.
+  /// through the workspace), 1 = always the last-arriver merge (A/B and tests). Both compute the
+  /// same split weights and sum the splits in split order: bit-identical results (test_attention
+  /// checks it), each bit-identical across launches.
   int split_merge = 0;
   /// K/V stages of the cp.async ring, kAttentionMinStages .. kAttentionMaxStages; 0 = auto
   /// (sparse_attention_plan). Tests and benchmarks force it; production uses 0.
@@ -136,12 +139,28 @@ constexpr std::size_t attention_meta_bytes(int query_tile, long long bitmap_word
   const std::size_t list = 2u * 4u * (static_cast<std::size_t>(topk) + 1u);
   return (bitmaps > list ? bitmaps : list) + 4u * kAttentionTileRows;
 }
-/// Whether the cluster merge's buffers fit in the K/V ring of a kernel with head_dim D and `stages`
-/// stages (fp32 floats, stride D + 4): the warps' stash [64 rows], a normalised partial of up to 32
-/// rows after it (in place over the stash when one warp holds a row), its 64 log2-LSE values, then
-/// the merge's weight table [64][kAttentionMaxSplits] and 64 merged LSE values.
+/// The cluster merge's buffers in the (then free) K/V ring, in fp32 floats from its start (rows of
+/// stride head_dim + 4): the warps' stash [64 rows]; a normalised partial of up to 32 rows after
+/// it (`partial`; in place over the stash, offset 0, when one warp holds a row); its 64 log2-LSE
+/// values (`lse`); the merge's weight table [64][kAttentionMaxSplits] (`weights`) and 64 merged
+/// LSE values (`merged_lse`); `total` floats. The kernel takes its pointers from here.
+struct AttentionClusterMergeLayout {
+  long long partial, lse, weights, merged_lse, total;
+};
+constexpr AttentionClusterMergeLayout attention_cluster_merge_layout(int head_dim) {
+  const long long row = head_dim + 4;
+  AttentionClusterMergeLayout l{};
+  l.partial = static_cast<long long>(kAttentionTileTokens) * row;
+  l.lse = l.partial + 32 * row;
+  l.weights = l.lse + kAttentionTileTokens;
+  l.merged_lse = l.weights + static_cast<long long>(kAttentionTileTokens) * kAttentionMaxSplits;
+  l.total = l.merged_lse + kAttentionTileTokens;
+  return l;
+}
+/// Whether the cluster merge's buffers (attention_cluster_merge_layout) fit in the K/V ring of a
+/// kernel with head_dim D and `stages` stages.
 constexpr bool attention_cluster_merge_fits(int head_dim, int stages) {
-  return (96ll * (head_dim + 4) + 64 + 64ll * kAttentionMaxSplits + 64) * 4 <=
+  return attention_cluster_merge_layout(head_dim).total * 4 <=
          static_cast<long long>(stages) * 2 * kAttentionTileTokens * head_dim * 2;
 }
 
@@ -216,6 +235,13 @@ struct SparseAttentionPlan {
 namespace detail {
 inline std::string attn_msg(const char* what, long long v, const std::string& expected) {
   return std::string("sparse_attention: ") + what + " = " + std::to_string(v) + ", expected " + expected;
+}
+/// Launches (process-wide) whose split merge ran as a thread-block cluster: the launcher falls
+/// back to the last-arriver merge where clusters cannot be resident, which gives the same bits, so
+/// the tests read this count to know that the cluster merge actually ran.
+inline std::atomic<long long>& attention_cluster_merge_launches() {
+  static std::atomic<long long> n{0};
+  return n;
 }
 }  // namespace detail
 

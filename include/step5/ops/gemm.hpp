@@ -11,7 +11,8 @@
 /// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: unaligned shapes -> kGeneric,
 /// T <= 32 -> kSplitK, T > 32 -> kWgmma):
 ///  * `kWgmma`  — sm_90a TMA + wgmma, warp-specialised, persistent (T > 32). Tiles of 128 (or, for
-///                T <= 64, 64) tokens × BN weight rows (`kGemmWgmmaTiles`); when those tiles leave SMs idle
+///                narrow shapes at T <= 256 — fewer 128×128 tiles than SMs, `wgmma_m64_eligible`
+///                — 64) tokens × BN weight rows (`kGemmWgmmaTiles`); when those tiles leave SMs idle
 ///                (narrow N, e.g. tp 8 at T <= 256, or o_proj at T = 64) K is split too: the work
 ///                units are (token tile, weight tile, k split), each split's fp32 partial goes to
 ///                the workspace and the last split of a tile to arrive sums the partials in split
@@ -62,7 +63,9 @@ inline constexpr GemmTile kGemmSplitKTiles[] = {{64, 16, 6},  {64, 32, 6},  {64,
 /// One tile kind of the wgmma path: a CTA tile of `tokens` token rows × `w_rows` weight rows,
 /// `k_boxes` 64-wide K boxes per pipeline stage (a stage covers 64 · k_boxes of K), `stages` ring
 /// stages. tokens = 128: consumer warpgroup w computes token rows [64w, 64w + 64) × all w_rows;
-/// tokens = 64 (T <= 64, decode): both consumer warpgroups compute the same 64 token rows, warpgroup
+/// tokens = 64 (planned for narrow shapes at T <= 256, gemm_launch.cuh `wgmma_m64_eligible`; a
+/// forced config runs any T in tiles of 64 tokens): both consumer warpgroups compute the same 64
+/// token rows, warpgroup
 /// w the weight rows [w · w_rows/2, (w + 1) · w_rows/2), so every byte of W in shared memory feeds
 /// an MMA and no stage carries zero-filled token rows.
 struct GemmWgmmaTile {
@@ -72,7 +75,7 @@ struct GemmWgmmaTile {
 /// them; `GemmParams::config` = i + 1 forces entry i on the wgmma path (tests, benchmarks; 1 = 128,
 /// 2 = 256, 3 = 152 wide as before). 152 fits the tp 1 fused projections in one wave of 132 SMs at
 /// T <= 128 (N = 18512 / 19040: 122 / 126 tiles where 128-wide tiles make 145 / 149, a second wave
-/// mostly empty). The 64-token kinds (issue 14, tp 8 decode at T <= 64) hold 5 × 32 KB (64 × 256),
+/// mostly empty). The 64-token kinds (issue 14, the narrow tp 8 decode shapes) hold 5 × 32 KB (64 × 256),
 /// 9 × 16 KB (64 × 128) or 14 × 8 KB (64 × 64) of W in flight where 128 × 128 held 6 × 16 KB; with
 /// 2 boxes a stage reads 256 contiguous bytes of each W row. Stages: as many as fit in 227 KB.
 /// Measured (H200, tp 8 T = 64): the bytes of each W row in flight at once (stages × k_boxes ×
@@ -114,8 +117,8 @@ struct GemmParams {
   /// Tuning overrides for tests/benchmarks (0 = the launcher's choice, use 0 in production).
   /// config: split-K path 1..size(kGemmSplitKTiles) = row config-1 of kGemmSplitKTiles;
   /// wgmma path 1..size(kGemmWgmmaTiles) = tile kind kGemmWgmmaTiles[config-1].
-  /// split_k: the K splits of either path (1 = no split; capped at the number of 64-wide
-  /// k-tiles, and 1 when the tiles' arrival counters would not fit in kGemmCounterBytes).
+  /// split_k: the K splits of either path (1 = no split; capped at the number of k-tiles — 64
+  /// wide, or 64 · k_boxes wide for a wgmma kind — and 1 when the tiles' arrival counters would not fit in kGemmCounterBytes).
   int config = 0;
   int split_k = 0;
   int device = -1;                  ///< CUDA device of the pointers; -1 = the current device

@@ -44,6 +44,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "step5/core/numeric.hpp"
 #include "step5/core/status.hpp"
@@ -52,6 +54,29 @@
 #include "step5/ops/batch_check.hpp"
 
 namespace step5::ops {
+
+/// How the top-k selection (SPEC §4.6; kernels/sm90/indexer_topk.cuh) finds the k-th key — both
+/// give bit-identical output: kRadix, the 4-pass 8-bit radix select over every key; kCandidates,
+/// candidate compaction; kDefault, the environment variable STEP5_TOPK ("radix" or "candidates";
+/// unset or empty: the built-in choice per variant, kernels::sm90::topk_default_algo).
+enum class TopkAlgo : int { kDefault = 0, kRadix = 1, kCandidates = 2 };
+
+/// The algorithm STEP5_TOPK = `env` names: unset or "" → kDefault, "radix", "candidates";
+/// anything else → kInvalidArgument naming the value.
+inline Status topk_algo_from_env(const char* env, TopkAlgo* algo) {
+  const std::string v = env != nullptr ? env : "";
+  if (v.empty()) *algo = TopkAlgo::kDefault;
+  else if (v == "radix") *algo = TopkAlgo::kRadix;
+  else if (v == "candidates") *algo = TopkAlgo::kCandidates;
+  else return invalid_argument("STEP5_TOPK = '" + v + "', expected radix, candidates or unset");
+  return Status::Ok();
+}
+/// Ok when STEP5_TOPK is unset, empty, "radix" or "candidates"; else kInvalidArgument naming it.
+/// indexer_select and dsa_layer_run check it before they launch anything.
+inline Status topk_env_status() {
+  TopkAlgo a = TopkAlgo::kDefault;
+  return topk_algo_from_env(std::getenv("STEP5_TOPK"), &a);
+}
 
 /// Packed batch of one step (SPEC §5): token i of request b sits at position
 /// `seq_lens[b] - q_len_b + i`, q_len_b = cu_seqlens_q[b+1] - cu_seqlens_q[b] (0 allowed).
@@ -219,8 +244,8 @@ Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
 Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 
 /// Launches SPEC §4.5–4.6 for every (token, local group). Errors: `validate_step` (batch, table,
-/// topk in [1, kMaxTopk], seq_lens <= max_seq_len, workspace_bytes), null pointers
-/// (kInvalidArgument); kUnsupported; kCudaError (launch).
+/// topk in [1, kMaxTopk], seq_lens <= max_seq_len, workspace_bytes), null pointers, STEP5_TOPK
+/// (`topk_env_status`) (kInvalidArgument, nothing launched); kUnsupported; kCudaError (launch).
 Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream);
 
 /// Launches step 6 alone (see TopkSelectParams).

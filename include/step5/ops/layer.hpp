@@ -349,12 +349,14 @@ inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan
 /// `plan` (no allocation, no host synchronisation, no re-planning: capturable in a CUDA graph).
 /// `workspace` holds `plan.workspace_bytes` bytes, zero-filled once before first use; x, partial
 /// and the weights are 16-byte aligned (cudaMalloc). Errors: `dsa_layer_check_step` (step vs
-/// capacity, validate_step with w.max_position), a too small workspace, and every launcher's own
-/// checks (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.
+/// capacity, validate_step with w.max_position), STEP5_TOPK (`topk_env_status`), a too small
+/// workspace (all before the first launch), and every launcher's own checks
+/// (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.
 inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, const DsaLayerCaches& caches,
                             const DsaLayerStep& step, const bf16* x, bf16* partial, void* workspace,
                             std::size_t workspace_bytes, cudaStream_t stream, DsaLayerHook* hook = nullptr) {
   STEP5_RETURN_IF_ERROR(dsa_layer_check_step(plan, step, w.max_position));
+  STEP5_RETURN_IF_ERROR(topk_env_status());  // STEP5_TOPK: refused before anything is launched
   const int T = step.batch.num_tokens;
   if (T == 0) return Status::Ok();
   const detail::LayerWorkspaceMap& m = plan.map;

@@ -883,13 +883,17 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   float* buf = reinterpret_cast<float*>(smem_raw);
   stash_warp_partials<D>(ss, buf, warp, lane, sm, acc);
   __syncthreads();
-  // cluster merge buffers (ops::attention_cluster_merge_fits): partial in place over the stash when
-  // one warp holds a row (TG == 1), else after the stash's 64 rows; LSE, then the weight table
-  float* cpart = buf + (TG == 1 ? 0 : kTileTok * (D + 4));
-  float* clse = buf + 96 * (D + 4);
+  // cluster merge buffers (ops::attention_cluster_merge_layout): partial in place over the stash
+  // when one warp holds a row (TG == 1), else after the stash's 64 rows; LSE, then the weight table
+  constexpr ops::AttentionClusterMergeLayout kCm = ops::attention_cluster_merge_layout(D);
+  static_assert(kCm.partial == kTileTok * (D + 4) && kCm.weights == kCm.lse + kTileTok &&
+                    kCm.merged_lse == kCm.weights + kTileTok * kMaxSplits,
+                "cluster_merge_splits takes the weight table at lse + 64 and the merged LSEs after it");
+  float* cpart = buf + (TG == 1 ? 0 : kCm.partial);
+  float* clse = buf + kCm.lse;
   const bool to_cluster = ops::attention_cluster_merge_fits(D, NS) && a.num_splits > 1 && a.cluster_merge != 0;
   merge_warps_and_store<D, HPG>(a, ss, buf, sp.gate, w, rows, RG, TG, tile, split, tid, to_cluster, cpart, clse);
-  if (to_cluster) cluster_merge_splits<D, HPG>(a, cpart, clse, clse + kTileTok, sp.gate, w, rows, split, tid);
+  if (to_cluster) cluster_merge_splits<D, HPG>(a, cpart, clse, buf + kCm.weights, sp.gate, w, rows, split, tid);
   else if (a.num_splits > 1) merge_if_last_split<D, HPG>(a, ss, buf, sp.gate, w, rows, tile, tid);
 #endif
 }

@@ -50,9 +50,12 @@ Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns,
   const cudaLaunchConfig_t cfg = make_launch_config(shape, nullptr, false, attr);
   int clusters = 0;
   if (err == cudaSuccess) err = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg);
-  if (err != cudaSuccess) {
-    (void)cudaGetLastError();
-    clusters = 0;  // e.g. a cluster size the device does not support: the last-arriver merge
+  if (err == cudaErrorInvalidValue || err == cudaErrorNotSupported || err == cudaErrorInvalidClusterSize) {
+    (void)cudaGetLastError();  // this call's own (non-sticky) error
+    clusters = 0;  // a cluster size or attribute the device does not support: the last-arriver merge
+  } else if (err != cudaSuccess) {
+    return Status(StatusCode::kCudaError, std::string("attention cluster occupancy query (") + std::to_string(splits) +
+                                              " CTAs): " + cudaGetErrorString(err));
   }
   *available = clusters > 0;
   if (cacheable) cache[dev][splits][ns].store(key | (clusters > 0 ? 1ull : 2ull), std::memory_order_relaxed);
@@ -124,6 +127,7 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
     }
   }
   STEP5_RETURN_IF_ERROR(launch_kernel("sparse_attention_kernel launch", kernel, shape, stream, a));
+  if (a.cluster_merge) ops::detail::attention_cluster_merge_launches().fetch_add(1, std::memory_order_relaxed);
   return Status::Ok();
 }
 

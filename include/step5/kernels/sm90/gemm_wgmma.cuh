@@ -15,7 +15,7 @@
 ///  * two consumer warpgroups (setmaxnreg.inc to 232) with `wgmma.mma_async m64nWNk16` (both
 ///    operands K-major from shared memory). BM = 128: each computes 64 token rows × BN columns
 ///    (WN = BN); a warpgroup whose 64 rows hold no token (e.g. T = 64) only waits for and
-///    releases the stages. BM = 64 (T <= 64): both compute the same 64 token rows, each on one
+///    releases the stages. BM = 64 (narrow shapes, T <= 256): both compute the same 64 token rows, each on one
 ///    half of the BN columns (WN = BN / 2), so no stage carries zero-filled token rows.
 ///    The empty barrier of a stage counts both warpgroups; each arrives once the wgmmas that
 ///    read the stage have retired (wgmma.wait_group 1 after the next stage's wgmmas are issued).

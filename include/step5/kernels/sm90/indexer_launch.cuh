@@ -324,6 +324,7 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   check.workspace_bytes = p.workspace ? p.workspace_bytes : 0;
   check.workspace_hint = "indexer_select_workspace_bytes(rank, 1, max_seq_len, num_requests)";
   STEP5_RETURN_IF_ERROR(validate_step(check));
+  STEP5_RETURN_IF_ERROR(topk_env_status());  // before the first launch of the step
   if (T == 0) return Status::Ok();
   STEP5_RETURN_IF_ERROR(require_non_null("indexer_select", {{"index_q", p.index_q}, {"weights", p.weights},
                                                             {"summary_cache", p.summary_cache}, {"topk_ids", p.topk_ids},

@@ -6,11 +6,12 @@
 ///   score = fma(relu_h, w_h, score) from +0.0, as step5/reference/scores.hpp)
 /// for every history region r < p_t / 8; scores land in the same fp32 workspace rows as the
 /// mma.sync kernel's (indexer_scores.cuh): row (t - t0)·lg + g, column r (row stride ld), so the
-/// selection is unchanged. The decode shapes (and any shape `score_wgmma_fits` refuses) keep the
-/// mma.sync kernel; the plan (indexer_launch.cuh, ScorePlan::path) says which one ran.
+/// selection is unchanged. Opt-in for now (indexer_launch.cuh `kScoreWgmmaAuto`; forced through
+/// ScorePlan's `want`); decode shapes and any shape `score_wgmma_static_fit` /
+/// `score_wgmma_il_fits` refuse keep the mma.sync kernel; ScorePlan::path says which one ran.
 ///
 /// Operand type (template `KIND`):
-///  * ScoreMma::kF16 (the default path): e4m3 -> f16 once while staging (every e4m3 value, NaN
+///  * ScoreMma::kF16 (the operand type when the wgmma path is chosen): e4m3 -> f16 once while staging (every e4m3 value, NaN
 ///    included, is an f16 value, cvt.rn.f16x2.e4m3x2), wgmma m64n128k16 .f32.f16.f16: the products
 ///    are exact and the accumulation is the fp32 tensor-core accumulation of the mma.sync path.
 ///  * ScoreMma::kE4m3: e4m3 straight into shared memory, wgmma m64n128k32 .f32.e4m3.e4m3 (twice the

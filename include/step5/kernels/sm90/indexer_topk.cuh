@@ -36,6 +36,7 @@
 
 #include "step5/core/cuda_check.hpp"
 #include "step5/layout/geometry.hpp"  // kRegionSize
+#include "step5/ops/indexer.hpp"     // TopkAlgo, topk_algo_from_env
 #include "step5/kernels/sm90/indexer_prepare.cuh"  // request_of_token
 
 namespace step5::kernels::sm90 {
@@ -494,11 +495,10 @@ inline ::step5::Status topk_clusters_available(int dev, bool* available) {
   return ::step5::Status::Ok();
 }
 
-/// How launch_topk finds the k-th key (both give bit-identical output; topk_select_kernel):
-/// kRadix, the 4-pass 8-bit radix select over every key; kCandidates, candidate compaction;
-/// kDefault, the environment variable STEP5_TOPK ("radix" or "candidates"; unset or empty: the
-/// measured choice per variant, `topk_default_algo`).
-enum class TopkAlgo : int { kDefault = 0, kRadix = 1, kCandidates = 2 };
+// TopkAlgo and STEP5_TOPK's parse live in the host header step5/ops/indexer.hpp (the layer
+// checks the variable before it launches anything).
+using ::step5::ops::TopkAlgo;
+using ::step5::ops::topk_algo_from_env;
 
 /// The built-in choice for a launch of `cluster_size` CTAs per row. Measured on the H200
 /// (bench_indexer, 2026-12-01, bench/RESULTS.md): one CTA per row, candidates 16.6 / 16.9 µs
@@ -513,17 +513,6 @@ enum class TopkAlgo : int { kDefault = 0, kRadix = 1, kCandidates = 2 };
 inline constexpr bool kTopkCandidatesVerified = false;
 inline constexpr TopkAlgo topk_default_algo(int cluster_size) {
   return kTopkCandidatesVerified && cluster_size == 1 ? TopkAlgo::kCandidates : TopkAlgo::kRadix;
-}
-
-/// The algorithm STEP5_TOPK = `env` names: unset or "" → kDefault (the per-variant choice,
-/// topk_default_algo), "radix", "candidates"; anything else → kInvalidArgument naming the value.
-inline ::step5::Status topk_algo_from_env(const char* env, TopkAlgo* algo) {
-  const std::string v = env != nullptr ? env : "";
-  if (v.empty()) *algo = TopkAlgo::kDefault;
-  else if (v == "radix") *algo = TopkAlgo::kRadix;
-  else if (v == "candidates") *algo = TopkAlgo::kCandidates;
-  else return ::step5::invalid_argument("STEP5_TOPK = '" + v + "', expected radix, candidates or unset");
-  return ::step5::Status::Ok();
 }
 
 /// Launches the selection kernel over `rows` rows. cluster_size: 1 (one CTA per row),
