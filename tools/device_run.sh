@@ -8,7 +8,8 @@
 #   consumer (ctest -L consumer: the downstream projects, run on the GPU) |
 #   driver (the README main command on the GPU, --check, --json) | sanitize (the gpu tests under
 #   compute-sanitizer memcheck and racecheck, STEP5_GPU_TEST_QUICK=1; SAN_TESTS / SAN_ONLY select,
-#   SAN_FILTER runs only the cases whose name contains it; SAN_CAP seconds per run, default 150) | bench (every bench binary,
+#   SAN_FILTER runs only the cases whose name contains it; SAN_PER_CASE=1 one run per case;
+#   SAN_CAP seconds per run, default 150) | bench (every bench binary,
 #   JSON per binary; BENCH_FILTER, or BENCH_FILTER_<binary> for one binary, limits them; BENCH_CAP
 #   seconds per binary, default 150).
 set -u
@@ -60,6 +61,18 @@ for phase in "$@"; do
           filter=""   # racecheck of the GEMM's wgmma pipeline is slow: its odd-shapes case runs every path
           [ "$t.$tool" = test_gemm.racecheck ] && filter="odd shapes"
           [ -n "${SAN_FILTER:-}" ] && filter=$SAN_FILTER   # a case-name substring (the tests' argv[1])
+          if [ -n "${SAN_PER_CASE:-}" ] && [ -z "$filter" ]; then
+            # one sanitizer run per case (each with its own SAN_CAP), so that a slow case does not
+            # hide the others: the names come from `<test> --list`
+            i=0
+            while IFS= read -r case_name; do
+              i=$((i + 1))
+              STEP5_GPU_TEST_QUICK=1 timeout "$(cap ${SAN_CAP:-150})" compute-sanitizer --tool $tool --error-exitcode 9 \
+                $B/tests/$t "$case_name" > "$OUT/san_${t}_${tool}_$i.txt" 2>&1
+              note "sanitize $t $tool [$case_name]: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${t}_${tool}_$i.txt" | tail -1) | $(grep -E 'passed, .* failed' "$OUT/san_${t}_${tool}_$i.txt" | tail -1)"
+            done < <($B/tests/$t --list)
+            continue
+          fi
           STEP5_GPU_TEST_QUICK=1 timeout "$(cap ${SAN_CAP:-150})" compute-sanitizer --tool $tool --error-exitcode 9 \
             $B/tests/$t ${filter:+"$filter"} > "$OUT/san_${t}_$tool.txt" 2>&1
           note "sanitize $t $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san_${t}_$tool.txt" | tail -1) | $(grep -E 'passed, .* failed' "$OUT/san_${t}_$tool.txt" | tail -1)"

@@ -1,6 +1,8 @@
 #pragma once
 // Minimal harness of the GPU tests (no doctest in nvcc-compiled files, DESIGN.md):
-//   STEP5_GPU_TEST_MAIN() — skips (exit 77) when no sm_90 device is present, runs the cases.
+//   STEP5_GPU_TEST_MAIN() — skips (exit 77) when no sm_90 device is present, runs the cases
+//                           (argv[1]: only the cases whose name contains it; `--list`: print
+//                           the case names, one per line, and exit 0).
 //   GPU_CHECK(cuda call)  — fails the test with the call and the CUDA error string.
 //   EXPECT(cond, fmt...)  — records a failure with a message, keeps going.
 //   rel_error(out, ref)   — ||out - ref|| / ||ref|| (fp64).
@@ -213,6 +215,10 @@ struct Register {
 };
 
 inline int run_all(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "--list") == 0) {  // the case names, one per line (no GPU needed)
+    for (auto& c : cases()) std::printf("%s\n", c.name);
+    return 0;
+  }
   if (!have_sm90()) return 77;
   const char* filter = argc > 1 ? argv[1] : nullptr;
   for (auto& c : cases()) {
