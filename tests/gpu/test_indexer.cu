@@ -740,8 +740,7 @@ GPU_CASE("indexer: scores + selection at 1M tokens of context (131072 regions; q
              "long-context row (t %d, g %d, pos %d) differs beyond ties within rounding", t, g, pos[t]);
     }
   std::printf("  %d-token context: %d rows, %d tolerated ties\n", max_seq, lg * T, ties);
-  for (void* p : std::initializer_list<void*>{d_cu, d_seq, d_bt, d_sum, d_iq, d_w, d_ids, d_cnt, d_ws})
-    GPU_CHECK(cudaFree(p));
+  for (void* p : std::initializer_list<void*>{d_ids, d_cnt, d_ws}) GPU_CHECK(cudaFree(p));
 }
 
 namespace {
@@ -794,21 +793,35 @@ DirectInputs make_direct_inputs(const step5::layout::RankLayout& rl, const std::
   return d;
 }
 
-/// indexer_select parameters of directly given inputs `in` (the d_* pointers: their device
-/// copies); the caller sets topk, max_seq_len, outputs and workspace.
-step5::ops::IndexerSelectParams direct_select_params(const step5::layout::RankLayout& rl, const DirectInputs& in,
-                                                     const std::int32_t* d_cu, const std::int32_t* d_seq,
-                                                     const std::int32_t* d_bt, const std::uint8_t* d_iq,
-                                                     const float* d_w, const std::uint8_t* d_sum) {
-  step5::ops::IndexerSelectParams se;
-  se.rank = rl;
-  se.batch = {d_cu, d_seq, in.B, in.T, in.cu.data(), in.seq.data()};
-  se.table = {d_bt, in.max_blocks, in.block_size, in.num_blocks};
-  se.index_q = d_iq;
-  se.weights = d_w;
-  se.summary_cache = d_sum;
-  return se;
-}
+/// Device copies of directly given inputs `in` (freed on destruction) and the indexer_select
+/// parameters over them (the caller sets topk, max_seq_len, outputs and workspace).
+struct DirectDevice {
+  const DirectInputs& in;
+  std::int32_t* cu = dalloc<std::int32_t>(in.cu.size());
+  std::int32_t* seq = dalloc<std::int32_t>(in.seq.size());
+  std::int32_t* bt = dalloc<std::int32_t>(in.bt.size());
+  std::uint8_t* sum = dalloc<std::uint8_t>(in.sum.size());
+  std::uint8_t* iq = dalloc<std::uint8_t>(in.iq.size());
+  float* w = dalloc<float>(in.wts.size());
+  explicit DirectDevice(const DirectInputs& inputs) : in(inputs) {
+    up(cu, in.cu), up(seq, in.seq), up(bt, in.bt), up(sum, in.sum), up(iq, in.iq), up(w, in.wts);
+  }
+  DirectDevice(const DirectDevice&) = delete;
+  DirectDevice& operator=(const DirectDevice&) = delete;
+  ~DirectDevice() {
+    for (void* p : std::initializer_list<void*>{cu, seq, bt, sum, iq, w}) GPU_CHECK(cudaFree(p));
+  }
+  step5::ops::IndexerSelectParams select_params(const step5::layout::RankLayout& rl) const {
+    step5::ops::IndexerSelectParams se;
+    se.rank = rl;
+    se.batch = {cu, seq, in.B, in.T, in.cu.data(), in.seq.data()};
+    se.table = {bt, in.max_blocks, in.block_size, in.num_blocks};
+    se.index_q = iq;
+    se.weights = w;
+    se.summary_cache = sum;
+    return se;
+  }
+};
 
 struct DirectOptions {
   Inputs inputs = Inputs::kRandom;
@@ -830,12 +843,7 @@ void check_select_direct(const step5::layout::GeometryEntry& e, int tp, const st
   std::mt19937 rng(seed);
   const DirectInputs in = make_direct_inputs(rl, q_lens, seq_lens, opt.inputs, opt.block_size, rng);
   const int B = in.B, T = in.T, max_seq = in.max_seq;
-  auto* d_cu = dalloc<std::int32_t>(in.cu.size()); up(d_cu, in.cu);
-  auto* d_seq = dalloc<std::int32_t>(in.seq.size()); up(d_seq, in.seq);
-  auto* d_bt = dalloc<std::int32_t>(in.bt.size()); up(d_bt, in.bt);
-  auto* d_sum = dalloc<std::uint8_t>(in.sum.size()); up(d_sum, in.sum);
-  auto* d_iq = dalloc<std::uint8_t>(in.iq.size()); up(d_iq, in.iq);
-  auto* d_w = dalloc<float>(in.wts.size()); up(d_w, in.wts);
+  const DirectDevice dev_in(in);
   const std::size_t nids = static_cast<std::size_t>(lg) * T * (topk + 1);
   auto* d_ids = dalloc<std::int32_t>(std::max<std::size_t>(nids, 1));
   auto* d_cnt = dalloc<std::int32_t>(std::max<std::size_t>(static_cast<std::size_t>(lg) * T, 1));
@@ -850,7 +858,7 @@ void check_select_direct(const step5::layout::GeometryEntry& e, int tp, const st
   const int chunk = std::max(1, static_cast<int>((ws_bytes - ws_fixed) / (static_cast<std::size_t>(lg) * ld * 4)));
   const int t_last = T > 0 ? (T - 1) / chunk * chunk : 0;
   GPU_CHECK(cudaMemset(d_ws, 0x7f, ws_bytes));  // poison: unwritten scores read as NaN
-  step5::ops::IndexerSelectParams se = direct_select_params(rl, in, d_cu, d_seq, d_bt, d_iq, d_w, d_sum);
+  step5::ops::IndexerSelectParams se = dev_in.select_params(rl);
   se.topk = topk;
   se.max_seq_len = max_seq;
   se.topk_ids = d_ids;
@@ -926,8 +934,7 @@ void check_select_direct(const step5::layout::GeometryEntry& e, int tp, const st
   EXPECT(bad_rows == 0, "%s: %d selection rows differ beyond ties within rounding", what.c_str(), bad_rows);
   std::printf("  %s: %d rows, %d tolerated ties%s\n", what.c_str(), lg * T, ties,
               opt.inputs == Inputs::kAllEqual ? (", " + std::to_string(equal_rows) + " all-equal rows by id").c_str() : "");
-  for (void* p : std::initializer_list<void*>{d_cu, d_seq, d_bt, d_sum, d_iq, d_w, d_ids, d_cnt, d_ws})
-    GPU_CHECK(cudaFree(p));
+  for (void* p : std::initializer_list<void*>{d_ids, d_cnt, d_ws}) GPU_CHECK(cudaFree(p));
 }
 
 namespace detail_ns = step5::ops::detail;
@@ -949,17 +956,12 @@ std::vector<float> check_scores_path(int tp, const std::vector<int>& q_lens, con
   std::mt19937 rng(seed);
   const DirectInputs in = make_direct_inputs(rl, q_lens, seq_lens, inputs, block_size, rng);
   const int B = in.B, T = in.T;
-  auto* d_cu = dalloc<std::int32_t>(in.cu.size()); up(d_cu, in.cu);
-  auto* d_seq = dalloc<std::int32_t>(in.seq.size()); up(d_seq, in.seq);
-  auto* d_bt = dalloc<std::int32_t>(in.bt.size()); up(d_bt, in.bt);
-  auto* d_sum = dalloc<std::uint8_t>(in.sum.size()); up(d_sum, in.sum);
-  auto* d_iq = dalloc<std::uint8_t>(in.iq.size()); up(d_iq, in.iq);
-  auto* d_w = dalloc<float>(in.wts.size()); up(d_w, in.wts);
+  const DirectDevice dev_in(in);
   auto* d_plan = dalloc<std::int32_t>(detail_ns::plan_bytes(B) / 4);
   const std::int64_t ld = detail_ns::score_ld(in.max_seq);
   const std::size_t nsc = static_cast<std::size_t>(chunk) * lg * ld;
   auto* d_sc = dalloc<float>(nsc);
-  step5::ops::IndexerSelectParams se = direct_select_params(rl, in, d_cu, d_seq, d_bt, d_iq, d_w, d_sum);
+  step5::ops::IndexerSelectParams se = dev_in.select_params(rl);
   int dev = 0, sms = 0;
   GPU_CHECK(cudaGetDevice(&dev));
   EXPECT(step5::device_sm_count(dev, &sms).ok(), "device_sm_count");
@@ -967,7 +969,7 @@ std::vector<float> check_scores_path(int tp, const std::vector<int>& q_lens, con
   EXPECT(sp.path == want, "%s: the plan took path %s, asked for %s", what.c_str(), detail_ns::score_path_name(sp.path),
          detail_ns::score_path_name(want));
   const std::int32_t* tile_start = nullptr;
-  EXPECT(detail_ns::score_tile_starts(sp, d_cu, B, d_plan, nullptr, &tile_start).ok(), "%s: score_tile_starts", what.c_str());
+  EXPECT(detail_ns::score_tile_starts(sp, dev_in.cu, B, d_plan, nullptr, &tile_start).ok(), "%s: score_tile_starts", what.c_str());
   const ref::BatchView bv{B, in.cu.data(), in.seq.data()};
   const ref::BlockTableView tv{in.bt.data(), in.max_blocks, in.block_size, in.num_blocks};
   std::vector<float> rs(static_cast<std::size_t>(lg) * T * ld);
@@ -1010,7 +1012,7 @@ std::vector<float> check_scores_path(int tp, const std::vector<int>& q_lens, con
   EXPECT(written_past == 0, "%s: %d score columns at or past p/8 were written", what.c_str(), written_past);
   std::printf("  %s: path %s, %d tokens in chunks of %d, rms rel error %.3g, worst %.3g of the row max\n", what.c_str(),
               detail_ns::score_path_name(sp.path), T, chunk, es, worst);
-  for (void* p : std::initializer_list<void*>{d_cu, d_seq, d_bt, d_sum, d_iq, d_w, d_plan, d_sc}) GPU_CHECK(cudaFree(p));
+  for (void* p : std::initializer_list<void*>{d_plan, d_sc}) GPU_CHECK(cudaFree(p));
   return valid;
 }
 
