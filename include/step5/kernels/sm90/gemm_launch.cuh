@@ -291,9 +291,15 @@ using WgmmaKindConfig = k90::WgmmaConfig<kGemmWgmmaTiles[kind].tokens, kGemmWgmm
 /// at 4-5 waves of 64-token tiles every SM streams X and W at once and the L2 → SM fill rate, not
 /// in the model, limits. A forced config runs any kind at any T.
 inline constexpr std::int64_t kWgmmaM64MaxT = 256;
-/// Whether the automatic plan considers the 64-token kinds for this shape (see kWgmmaM64MaxT).
+/// Output tiles of tile kind `t` for a T × N result (token tiles × weight tiles).
+inline std::int64_t wgmma_tiles(std::int64_t T, std::int64_t N, const GemmWgmmaTile& t) {
+  return ((T + t.tokens - 1) / t.tokens) * ((N + t.w_rows - 1) / t.w_rows);
+}
+/// Whether the automatic plan considers the 64-token kinds for this shape (see kWgmmaM64MaxT;
+/// kGemmWgmmaTiles[0] is the 128 × 128 kind).
 inline bool wgmma_m64_eligible(std::int64_t T, std::int64_t N, int sms) {
-  return T <= kWgmmaM64MaxT && ((T + 127) / 128) * ((N + 127) / 128) < sms;
+  static_assert(kGemmWgmmaTiles[0].tokens == 128 && kGemmWgmmaTiles[0].w_rows == 128, "kind 0 is 128 x 128");
+  return T <= kWgmmaM64MaxT && wgmma_tiles(T, N, kGemmWgmmaTiles[0]) < sms;
 }
 inline constexpr double kWgmmaKTileNs = 353.0;
 inline constexpr double kWgmmaSmBytesPerNs = 120.0;
@@ -321,8 +327,8 @@ inline int wgmma_k_tiles(std::int64_t K, const GemmWgmmaTile& t) {
 inline double wgmma_cost(std::int64_t T, std::int64_t N, std::int64_t K, int sms, const GemmWgmmaTile& t,
                          const KSplit& ks) {
   const std::int64_t bn = t.w_rows, bm = t.tokens;
-  const std::int64_t n_tiles = (N + bn - 1) / bn, m_tiles = (T + bm - 1) / bm, tiles = m_tiles * n_tiles;
-  const std::int64_t units = tiles * ks.splits;
+  const std::int64_t n_tiles = (N + bn - 1) / bn;  // weight tiles (the split partials' width)
+  const std::int64_t units = wgmma_tiles(T, N, t) * ks.splits;
   const double waves = static_cast<double>((units + sms - 1) / sms);
   // rows of wgmma work per tile: BM = 64 -> 64; BM = 128 -> the warpgroups with a token row
   const double rows = bm == 64 ? 64.0 : (T >= 128 ? 128.0 : 64.0 * static_cast<double>((T + 63) / 64));
@@ -349,7 +355,7 @@ inline WgmmaPlan plan_wgmma_kind(std::int64_t T, std::int64_t N, std::int64_t K,
   p.kind = kind;
   p.tile = kGemmWgmmaTiles[kind];
   const std::int64_t n_tiles = (N + p.tile.w_rows - 1) / p.tile.w_rows;
-  p.tiles = ((T + p.tile.tokens - 1) / p.tile.tokens) * n_tiles;
+  p.tiles = wgmma_tiles(T, N, p.tile);
   const int k_tiles = wgmma_k_tiles(K, p.tile);
   const std::int64_t counters = p.tiles * k90::kWgmmaCountersPerTile;
   int splits = 1;
@@ -405,7 +411,7 @@ inline std::size_t wgmma_workspace_max(std::int64_t max_tokens, std::int64_t n, 
   for (std::int64_t t = 1; t <= max_tokens; ++t) {
     std::int64_t fewest = -1;  // the fewest tiles any kind makes at t (tiles only grow with t)
     for (const GemmWgmmaTile& w : kGemmWgmmaTiles) {
-      const std::int64_t tiles = ((t + w.tokens - 1) / w.tokens) * ((n + w.w_rows - 1) / w.w_rows);
+      const std::int64_t tiles = wgmma_tiles(t, n, w);
       fewest = fewest < 0 ? tiles : std::min(fewest, tiles);
     }
     if (fewest >= sms) break;
