@@ -354,16 +354,12 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   for (const auto& [var, field] : {std::pair{"STEP5_BENCH_ATTN_SPLITS", &p.num_splits},
                                    std::pair{"STEP5_BENCH_ATTN_STAGES", &p.pipeline_stages},
                                    std::pair{"STEP5_BENCH_ATTN_MERGE", &p.split_merge}}) {
-    const char* e = std::getenv(var);
-    if (e == nullptr) continue;
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    if (end == e || *end != '\0' || v < 0 || v > 1024) {
-      state.SkipWithError((std::string(var) + " = '" + e + "', expected an integer 0 .. 1024 (0 = the planner's)").c_str());
+    std::string error;
+    if (!step5::bench::env_knob(var, field, &error)) {
+      state.SkipWithError(error.c_str());
       free_all();
       return;
     }
-    *field = static_cast<int>(v);
   }
   std::size_t ws_bytes = 0;
   const step5::Status st = step5::ops::sparse_attention_workspace_size(p, &ws_bytes);

@@ -31,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "step5/reference/summaries.hpp"
@@ -181,6 +182,22 @@ class L2Flusher {
   std::size_t bytes_ = 0;
   int n_ = 0;
 };
+
+/// A tuning knob of a benchmark from the environment variable `var` (A/B without a rebuild):
+/// unset → true, *v untouched; an integer in [0, 1024] → *v, true; anything else → false and
+/// *error names the variable and its value.
+inline bool env_knob(const char* var, int* v, std::string* error) {
+  const char* e = std::getenv(var);
+  if (e == nullptr) return true;
+  char* end = nullptr;
+  const long x = std::strtol(e, &end, 10);
+  if (end == e || *end != '\0' || x < 0 || x > 1024) {
+    *error = std::string(var) + " = '" + e + "', expected an integer 0 .. 1024 (0 = the planner's)";
+    return false;
+  }
+  *v = static_cast<int>(x);
+  return true;
+}
 
 inline double median(std::vector<double> v) {
   if (v.empty()) return 0;

@@ -310,15 +310,12 @@ std::string plan_label(const step5::ops::GemmPlan& plan) {
 /// case's own. The case name is unchanged (the label shows the plan run), so compare such runs
 /// only with each other. Returns false (the case skipped, naming the value) on a malformed value.
 bool env_override(benchmark::State& st, const char* var, int* field) {
-  const char* e = std::getenv(var);
-  if (e == nullptr || *field != 0) return true;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  if (end == e || *end != '\0' || v < 0 || v > 1024) {
-    st.SkipWithError((std::string(var) + " = '" + e + "', expected an integer 0 .. 1024 (0 = the planner's)").c_str());
+  if (*field != 0) return true;  // the case forces it
+  std::string error;
+  if (!step5::bench::env_knob(var, field, &error)) {
+    st.SkipWithError(error.c_str());
     return false;
   }
-  *field = static_cast<int>(v);
   return true;
 }
 
