@@ -12,6 +12,7 @@
 /// any fp32-accumulating kernel approximates; GPU kernels summing in fp32 may differ in the last
 /// ulps (compare scores with a relative tolerance, selections exactly when fed identical scores).
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,12 +23,31 @@
 
 namespace step5::reference {
 
-/// Exact dot of two e4m3 vectors of length P, rounded to fp32.
+namespace detail {
+/// The 256 e4m3 values as doubles (e4m3_bits_to_float of every bit pattern, NaN included).
+inline const std::array<double, 256>& e4m3_double_table() {
+  static const std::array<double, 256> table = [] {
+    std::array<double, 256> t{};
+    for (int b = 0; b < 256; ++b) t[static_cast<std::size_t>(b)] = e4m3_bits_to_float(static_cast<std::uint8_t>(b));
+    return t;
+  }();
+  return table;
+}
+}  // namespace detail
+
+/// Exact dot of two e4m3 vectors of length P, rounded to fp32. Every product and every partial
+/// sum is exact in double (see the file comment), so four interleaved partial sums (they only
+/// shorten the dependency chain) give the value of one running sum in element order. A NaN
+/// element gives a NaN (its sign, as in IEEE arithmetic, unspecified; SPEC §4.6 ranks every NaN
+/// alike).
 inline float e4m3_dot(const std::uint8_t* a, const std::uint8_t* b, int P) {
-  double acc = 0.0;
-  for (int d = 0; d < P; ++d)
-    acc += static_cast<double>(e4m3_bits_to_float(a[d])) * static_cast<double>(e4m3_bits_to_float(b[d]));
-  return static_cast<float>(acc);
+  const auto& v = detail::e4m3_double_table();
+  double acc[4] = {0.0, 0.0, 0.0, 0.0};
+  int d = 0;
+  for (; d + 4 <= P; d += 4)
+    for (int j = 0; j < 4; ++j) acc[j] += v[a[d + j]] * v[b[d + j]];
+  for (; d < P; ++d) acc[0] += v[a[d]] * v[b[d]];
+  return static_cast<float>((acc[0] + acc[1]) + (acc[2] + acc[3]));
 }
 
 /// The score of one region for one (token, group): `q_e4m3 [hpg_i, P]` (the group's heads),
