@@ -1030,11 +1030,10 @@ void with_geometry_id(int gi, F&& f) {
 
 GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk boundaries, p/8 cutting tiles), every geometry x tp; e4m3 and mma paths on the same inputs") {
   // Prefill batches (mean query length >= kScoreWgmmaMinMeanQ: the automatic plan takes the wgmma
-  // kernel once kScoreWgmmaAuto is on, else mma.sync; checked below): odd query lengths, a request without history (many tokens with 0..4
+  // f16 kernel; checked below): odd query lengths, a request without history (many tokens with 0..4
   // regions), a one-token request inside the batch, a request whose positions cross multiples of
   // 64 regions (p/8 cuts the 64-region tiles and the token tiles), and a long history (several
-  // region chunks). Through indexer_select (its automatic score path: mma.sync while
-  // kScoreWgmmaAuto is off; selections judged, scores of the last chunk compared;
+  // region chunks). Through indexer_select (its automatic score path: wgmma f16; selections judged, scores of the last chunk compared;
   // a workspace of 97 tokens cuts requests and tiles at chunk boundaries), and the score kernels
   // alone for every path (wgmma f16 and e4m3 forced, mma.sync = the decode
   // kernel) on the same shapes: exact inputs bit for bit on every path; random inputs within the
@@ -1064,7 +1063,7 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
         const detail_ns::ScorePlan auto_plan = detail_ns::score_plan<kId>(
             rl.index_local_heads, T, static_cast<int>(q.size()), detail_ns::score_ld(*std::max_element(seq.begin(), seq.end())),
             64, 132);
-        const ScorePath expect_auto = detail_ns::kScoreWgmmaAuto ? ScorePath::kWgmmaF16 : ScorePath::kMma;
+        const ScorePath expect_auto = ScorePath::kWgmmaF16;
         EXPECT(auto_plan.path == expect_auto, "%s: the automatic plan took %s, expected %s", base.c_str(),
                detail_ns::score_path_name(auto_plan.path), detail_ns::score_path_name(expect_auto));
         check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 64, 0}, seed, base + " select");

@@ -47,7 +47,7 @@ inline Status check_geometry(const layout::RankLayout& r, const layout::Geometry
 
 /// Which score kernel a plan launches: the mma.sync kernel (indexer_scores.cuh: decode, MTP and
 /// every shape the wgmma kernel does not take) or the wgmma kernel (indexer_scores_wgmma.cuh) with
-/// f16 operands (prefill, when kScoreWgmmaAuto) or e4m3 operands (only when asked for: its accumulation is
+/// f16 operands (the automatic choice for prefill chunks) or e4m3 operands (only when asked for: its accumulation is
 /// not fp32-accurate, see that file). kAuto: score_plan's choice.
 enum class ScorePath { kAuto, kMma, kWgmmaF16, kWgmmaE4m3 };
 inline const char* score_path_name(ScorePath p) {
@@ -58,16 +58,12 @@ inline const char* score_path_name(ScorePath p) {
     default: return "auto";
   }
 }
-/// The automatic choice takes the wgmma kernel from this mean query length per request on (a
+/// The automatic choice takes the wgmma f16 kernel from this mean query length per request on (a
 /// prefill chunk; decode and MTP rows keep the mma.sync kernel, whose tiles hold only their own
-/// columns) — once kScoreWgmmaAuto is on.
+/// columns). Measured on the H200 (bench_indexer scores_prefill_path/, 16K chunk after 32K
+/// history: 2088 µs against 3073 µs for mma.sync, 24.2 % of the cuBLASLt e4m3 rate against
+/// 16.4 %, bench/RESULTS.md); test_indexer "prefill scores on the wgmma path" checks it.
 inline constexpr int kScoreWgmmaMinMeanQ = 16;
-/// Whether the automatic choice uses the wgmma f16 kernel at all. Off: the kernel was measured on
-/// the H200 (bench_indexer scores_prefill_path/, 16K chunk after 32K history: 2088 µs against
-/// 3073 µs for mma.sync, 24.2 % of the cuBLASLt e4m3 rate against 16.4 %) but its GPU test
-/// (test_indexer "prefill scores on the wgmma path") has not run to completion yet; until it has,
-/// the kernel runs only when forced (`want`, tests and benchmarks).
-inline constexpr bool kScoreWgmmaAuto = false;
 
 /// Launch shape of the score kernel for T tokens of B requests (shared with bench/bench_indexer.cu).
 /// mma.sync path: tok_tile (tokens per tile, one pass over a request's summaries serves them all)
@@ -95,7 +91,7 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   constexpr bool kF16Fits = kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, ScoreMma::kF16>();
   constexpr bool kE4m3Fits = kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, ScoreMma::kE4m3>();
   if (want == ScorePath::kAuto)
-    want = kScoreWgmmaAuto && mean_q >= kScoreWgmmaMinMeanQ ? ScorePath::kWgmmaF16 : ScorePath::kMma;
+    want = mean_q >= kScoreWgmmaMinMeanQ ? ScorePath::kWgmmaF16 : ScorePath::kMma;
   if ((want == ScorePath::kWgmmaF16 && kF16Fits && il_fits) || (want == ScorePath::kWgmmaE4m3 && kE4m3Fits && il_fits)) {
     s.path = want;
     s.tok_tile = kernels::sm90::kWgScoreCols / Il;

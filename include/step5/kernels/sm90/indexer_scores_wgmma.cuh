@@ -6,8 +6,8 @@
 ///   score = fma(relu_h, w_h, score) from +0.0, as step5/reference/scores.hpp)
 /// for every history region r < p_t / 8; scores land in the same fp32 workspace rows as the
 /// mma.sync kernel's (indexer_scores.cuh): row (t - t0)·lg + g, column r (row stride ld), so the
-/// selection is unchanged. Opt-in for now (indexer_launch.cuh `kScoreWgmmaAuto`; forced through
-/// ScorePlan's `want`); decode shapes and any shape `score_wgmma_static_fit` /
+/// selection is unchanged. The automatic choice for prefill chunks (indexer_launch.cuh
+/// `kScoreWgmmaMinMeanQ`; a path can be forced through ScorePlan's `want`); decode shapes and any shape `score_wgmma_static_fit` /
 /// `score_wgmma_il_fits` refuse keep the mma.sync kernel; ScorePlan::path says which one ran.
 ///
 /// Operand type (template `KIND`):
