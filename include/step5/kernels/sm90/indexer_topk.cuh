@@ -507,12 +507,9 @@ using ::step5::ops::topk_algo_from_env;
 /// 103.5: the candidates are broadcast to every rank over DSMEM and each rank re-runs the later
 /// digits), and indexer_decode tp 8 batch 16 (cluster) took 35.4 µs with radix, 54.2 with
 /// candidates. The measured choice is therefore candidates on one CTA per row and radix on
-/// clusters — but the candidate path has not yet passed its GPU tests (test_topk, test_indexer:
-/// bit-identical to radix), so until then kTopkCandidatesVerified is off and the built-in choice is
-/// radix everywhere; STEP5_TOPK=candidates runs it.
-inline constexpr bool kTopkCandidatesVerified = false;
+/// clusters (test_topk checks the two bit-identical; STEP5_TOPK=radix|candidates forces one).
 inline constexpr TopkAlgo topk_default_algo(int cluster_size) {
-  return kTopkCandidatesVerified && cluster_size == 1 ? TopkAlgo::kCandidates : TopkAlgo::kRadix;
+  return cluster_size == 1 ? TopkAlgo::kCandidates : TopkAlgo::kRadix;
 }
 
 /// Launches the selection kernel over `rows` rows. cluster_size: 1 (one CTA per row),
