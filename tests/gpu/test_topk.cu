@@ -464,8 +464,10 @@ GPU_CASE("topk: STEP5_TOPK selects the algorithm; a bad value is refused naming 
   using step5::kernels::sm90::topk_algo_from_env;
   TopkAlgo a = TopkAlgo::kDefault;
   EXPECT(topk_algo_from_env(nullptr, &a).ok() && a == TopkAlgo::kDefault, "unset");
-  EXPECT(step5::kernels::sm90::topk_default_algo(1) == TopkAlgo::kCandidates &&
-             step5::kernels::sm90::topk_default_algo(step5::kernels::sm90::kTopkCluster) == TopkAlgo::kRadix,
+  using step5::kernels::sm90::kTopkCandMinKeys;
+  EXPECT(step5::kernels::sm90::topk_default_algo(1, kTopkCandMinKeys) == TopkAlgo::kCandidates &&
+             step5::kernels::sm90::topk_default_algo(1, kTopkCandMinKeys - 1) == TopkAlgo::kRadix &&
+             step5::kernels::sm90::topk_default_algo(step5::kernels::sm90::kTopkCluster, kTopkCandMinKeys) == TopkAlgo::kRadix,
          "the measured default per variant");
   EXPECT(topk_algo_from_env("", &a).ok() && a == TopkAlgo::kDefault, "empty");
   EXPECT(topk_algo_from_env("radix", &a).ok() && a == TopkAlgo::kRadix, "radix");

@@ -58,7 +58,7 @@ namespace step5::ops {
 /// How the top-k selection (SPEC §4.6; kernels/sm90/indexer_topk.cuh) finds the k-th key — both
 /// give bit-identical output: kRadix, the 4-pass 8-bit radix select over every key; kCandidates,
 /// candidate compaction; kDefault, the environment variable STEP5_TOPK ("radix" or "candidates";
-/// unset or empty: the built-in choice per variant, kernels::sm90::topk_default_algo).
+/// unset or empty: the built-in choice per variant and row length, kernels::sm90::topk_default_algo).
 enum class TopkAlgo : int { kDefault = 0, kRadix = 1, kCandidates = 2 };
 
 /// The algorithm STEP5_TOPK = `env` names: unset or "" → kDefault, "radix", "candidates";

@@ -500,16 +500,23 @@ inline ::step5::Status topk_clusters_available(int dev, bool* available) {
 using ::step5::ops::TopkAlgo;
 using ::step5::ops::topk_algo_from_env;
 
-/// The built-in choice for a launch of `cluster_size` CTAs per row. Measured on the H200
-/// (bench_indexer, 2026-12-01, bench/RESULTS.md): one CTA per row, candidates 16.6 / 16.9 µs
-/// against radix 22.2 / 22.3 µs at 16 / 64 rows of 16384 regions (131072 regions: 148 against
-/// 342 µs); on a cluster of 8 per row radix wins (11.5 / 29.9 / 85.7 µs against 28.9 / 79.5 /
-/// 103.5: the candidates are broadcast to every rank over DSMEM and each rank re-runs the later
-/// digits), and indexer_decode tp 8 batch 16 (cluster) took 35.4 µs with radix, 54.2 with
-/// candidates. The measured choice is therefore candidates on one CTA per row and radix on
-/// clusters (test_topk checks the two bit-identical; STEP5_TOPK=radix|candidates forces one).
-inline constexpr TopkAlgo topk_default_algo(int cluster_size) {
-  return cluster_size == 1 ? TopkAlgo::kCandidates : TopkAlgo::kRadix;
+/// Rows at least this long (the launch's ld, keys per row) take candidate compaction on one CTA
+/// per row (topk_default_algo); shorter rows keep the radix passes.
+inline constexpr std::int64_t kTopkCandMinKeys = 16384;
+/// The built-in choice for a launch of `cluster_size` CTAs per row over rows of `ld` keys. Measured
+/// on the H200 (bench_indexer, 2026-12-01, bench/RESULTS.md): one CTA per row of 16384 regions,
+/// candidates 16.6 / 16.9 / 43.2 µs against radix 22.1 / 22.3 / 60.2 µs at 16 / 64 / 512 rows
+/// (131072 regions: 148 against 341 µs); on a cluster of 8 per row radix wins (11.5 / 30.0 / 85.5
+/// µs against 28.9 / 79.6 / 103: the candidates are broadcast to every rank over DSMEM and each
+/// rank re-runs the later digits). On short rows the candidates' 2048-bin first digit costs more
+/// than it saves: with candidates everywhere, indexer_prefill 16384 tokens without history (rows
+/// of <= 2048 regions) spent ~2020 µs outside its scores (2497 - 474) against ~1275 with radix
+/// (1922 - 647, the previous run), and bench_layer's prefill selection took 929 / 6751 µs (tp 1,
+/// 8K / 32K tokens) against 711 / 6057 with radix and slower scores. Hence candidates on one CTA per row
+/// from kTopkCandMinKeys keys on (decode at >= 128K context), radix elsewhere (test_topk checks
+/// the two bit-identical; STEP5_TOPK=radix|candidates forces one).
+inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
+  return cluster_size == 1 && ld >= kTopkCandMinKeys ? TopkAlgo::kCandidates : TopkAlgo::kRadix;
 }
 
 /// Launches the selection kernel over `rows` rows. cluster_size: 1 (one CTA per row),
@@ -548,7 +555,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
       cluster_size = clusters && (a.ld > kTopkSmemKeys || few_long_rows) ? kTopkCluster : 1;
     }
   }
-  if (algo == TopkAlgo::kDefault) algo = topk_default_algo(cluster_size);
+  if (algo == TopkAlgo::kDefault) algo = topk_default_algo(cluster_size, a.ld);
   const std::int64_t slice = (a.ld + cluster_size - 1) / cluster_size;
   const bool smem_keys = slice <= kTopkSmemKeys;
   const bool cand = algo == TopkAlgo::kCandidates;
