@@ -23,6 +23,12 @@
 //                                              built-in choice); ours_radix_cta, ours_radix_cluster,
 //                                              ours_cand_cta, ours_cand_cluster force the algorithm
 //                                              (TopkAlgo of kernels/sm90/indexer_topk.cuh)
+//   topk/<v>/rows:R/ld:L                       prefill-shaped selection: R rows of stride L, row r has
+//                                              n = r * L / R regions (R = 65536, L = 2048: the 16384
+//                                              tokens x 4 groups of indexer_prefill/tokens:16384/ctx:0,
+//                                              n = position / 8); v = ours (the launcher's choice),
+//                                              ours_<radix|cand>_cta<T> (one CTA of T = 128, 256 or
+//                                              512 threads per row forced); GB/s over R * L * 4 bytes
 // Timing: CUDA events around `iters` back-to-back launches queued behind a GPU spin (no host
 // launch overhead timed), median of 5 repetitions; UseManualTime.
 // A table with the ratios (to the copy bandwidth, to the tensor-core rate, to CUB) is printed last.
@@ -38,6 +44,7 @@
 #include <cub/device/device_segmented_radix_sort.cuh>
 #include <functional>
 #include <map>
+#include <utility>
 #include <random>
 #include <string>
 #include <vector>
@@ -317,16 +324,24 @@ void bm_prefill_path(benchmark::State& st, int tp, int tokens, int hist, step5::
 /// variant: -1 = CUB segmented sort + take-k, 0 = step5::ops::topk_select (its own choice),
 /// 1 = one CTA per row, kTopkCluster = a cluster per row (kernels::sm90::launch_topk forced);
 /// algo: the selection algorithm (kDefault: STEP5_TOPK or the built-in choice).
+/// threads: CTA size forced on one CTA per row (0: the launcher's choice). ramp: row r has
+/// n = r * regions / rows (prefill shape; the name then reads /ld:regions).
 void bm_topk(benchmark::State& st, int rows, int regions, int variant,
-             step5::kernels::sm90::TopkAlgo algo = step5::kernels::sm90::TopkAlgo::kDefault) {
+             step5::kernels::sm90::TopkAlgo algo = step5::kernels::sm90::TopkAlgo::kDefault, int threads = 0,
+             bool ramp = false) {
   const bool cub_baseline = variant < 0;
   const std::size_t n = static_cast<std::size_t>(rows) * regions;
   float* d_s;
   CK(cudaMalloc(&d_s, n * 4));
-  std::vector<float> h(n);
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (auto& x : h) x = nd(rng);
+  // the same scores for the same size (seed 3), drawn once: the prefill-shaped cases run one size
+  // several times and draw up to 134M normals
+  static std::vector<float> h;
+  if (h.size() != n) {
+    h.assign(n, 0.f);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    for (auto& x : h) x = nd(rng);
+  }
   CK(cudaMemcpy(d_s, h.data(), n * 4, cudaMemcpyHostToDevice));
   const int topk = 512;
   int *d_ids, *d_cnt, *d_hist;
@@ -334,6 +349,8 @@ void bm_topk(benchmark::State& st, int rows, int regions, int variant,
   CK(cudaMalloc(&d_cnt, rows * 4));
   CK(cudaMalloc(&d_hist, rows * 4));
   std::vector<int> hh(rows, regions);
+  if (ramp)
+    for (int r = 0; r < rows; ++r) hh[r] = static_cast<int>(static_cast<long long>(r) * regions / rows);
   CK(cudaMemcpy(d_hist, hh.data(), rows * 4, cudaMemcpyHostToDevice));
   double sec = 0;
   if (!cub_baseline) {
@@ -350,7 +367,8 @@ void bm_topk(benchmark::State& st, int rows, int regions, int variant,
     else
       sec = time_it(
           [&] {
-            CKS(step5::kernels::sm90::launch_topk(step5::ops::detail::topk_args(p), rows, g_stream, variant, algo));
+            CKS(step5::kernels::sm90::launch_topk(step5::ops::detail::topk_args(p), rows, g_stream, variant, algo, -1,
+                                                  threads));
           },
           20);
   } else {
@@ -387,11 +405,12 @@ void bm_topk(benchmark::State& st, int rows, int regions, int variant,
   }
   using step5::kernels::sm90::TopkAlgo;
   const std::string forced = algo == TopkAlgo::kRadix ? "_radix" : algo == TopkAlgo::kCandidates ? "_cand" : "";
+  const std::string cta = threads != 0 ? "_cta" + std::to_string(threads) : "_cta";
   const std::string name = std::string(cub_baseline ? "topk/cub_segmented_sort"
                                        : variant == 0 ? "topk/ours"
-                                       : variant == 1 ? "topk/ours" + forced + "_cta"
+                                       : variant == 1 ? "topk/ours" + forced + cta
                                                       : "topk/ours" + forced + "_cluster") +
-                           "/rows:" + std::to_string(rows) + "/regions:" + std::to_string(regions);
+                           "/rows:" + std::to_string(rows) + (ramp ? "/ld:" : "/regions:") + std::to_string(regions);
   record(st, name, sec, n * 4.0 / sec / 1e9, "GB/s");
   CK(cudaFree(d_s));
   CK(cudaFree(d_ids));
@@ -478,6 +497,17 @@ int main(int argc, char** argv) {
             [=](benchmark::State& st) { bm_topk(st, rows, 16384, v, algo); });
       reg("topk/" + tag + "/rows:64/131072", [=](benchmark::State& st) { bm_topk(st, 64, 131072, v, algo); });
     }
+  // prefill-shaped rows (issue 15), the CTA size forced, for the short-row crossover in one run:
+  // topk/ours/rows:R/ld:L (the launcher's choice) and topk/<radix|cand>_cta<T>/rows:R/ld:L
+  for (const std::pair<int, int>& shape_rows_ld : {std::pair<int, int>{65536, 2048}, {16384, 4096}, {4096, 8192}}) {
+    const int rows = shape_rows_ld.first, ld = shape_rows_ld.second;
+    const std::string shape = "/rows:" + std::to_string(rows) + "/ld:" + std::to_string(ld);
+    reg("topk/ours" + shape, [=](benchmark::State& st) { bm_topk(st, rows, ld, 0, TopkAlgo::kDefault, 0, true); });
+    for (TopkAlgo algo : {TopkAlgo::kCandidates, TopkAlgo::kRadix})
+      for (int threads : {128, 256, step5::kernels::sm90::kTopkThreads})
+        reg(std::string("topk/") + (algo == TopkAlgo::kRadix ? "radix" : "cand") + "_cta" + std::to_string(threads) + shape,
+            [=](benchmark::State& st) { bm_topk(st, rows, ld, 1, algo, threads, true); });
+  }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -24,6 +24,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpu/gpu_test.hpp"
@@ -156,18 +157,24 @@ struct GpuResult {
 
 /// How a selection is launched: the public entry point (step5::ops::topk_select: the launcher's choice
 /// of kernel variant, STEP5_TOPK's algorithm), or kernels::sm90::launch_topk with `cluster` (0: its
-/// choice; 1 or kTopkCluster forced), `algo` and `cand_cap` (-1: as many candidates as fit).
+/// choice; 1 or kTopkCluster forced), `algo`, `cand_cap` (-1: as many candidates as fit) and
+/// `threads` per CTA (0: the launcher's choice; 128 / 256: the short-row CTA sizes, one CTA per row).
 struct Variant {
   bool entry = false;
   int cluster = 0;
   TopkAlgo algo = TopkAlgo::kDefault;
   int cand_cap = -1;
+  int threads = 0;
   std::string name() const {
     if (entry) return "topk_select";
     return std::string(algo == TopkAlgo::kRadix ? "radix" : algo == TopkAlgo::kCandidates ? "candidates" : "default") +
-           " cluster " + std::to_string(cluster) + (cand_cap >= 0 ? " cap " + std::to_string(cand_cap) : "");
+           " cluster " + std::to_string(cluster) + (cand_cap >= 0 ? " cap " + std::to_string(cand_cap) : "") +
+           (threads != 0 ? " threads " + std::to_string(threads) : "");
   }
 };
+/// The CTA sizes forced on one-CTA-per-row launches besides the launcher's choice: 512 (long rows)
+/// and the short-row sizes (kernels/sm90/indexer_topk.cuh, topk_cta_threads).
+constexpr int kForcedThreads[] = {128, 256, step5::kernels::sm90::kTopkThreads};
 const Variant kEntry{true};
 
 /// The selection of every row with variant `v`. With `noise`, every launch runs on a non-blocking
@@ -210,7 +217,7 @@ GpuResult run_gpu(const Rows& R, const Variant& v, int repeats = 1, bool* identi
     const auto launch = [&]() -> step5::Status {
       if (v.entry) return step5::ops::topk_select(p, s_sel);
       return step5::kernels::sm90::launch_topk(step5::ops::detail::topk_args(p), rows, s_sel, v.cluster, v.algo,
-                                               v.cand_cap);
+                                               v.cand_cap, v.threads);
     };
     const step5::Status st = launch();
     EXPECT(st.ok(), "topk_select (%s): %s", v.name().c_str(), st.to_string().c_str());
@@ -278,15 +285,30 @@ void expect_identical(const Rows& R, const GpuResult& a, const GpuResult& b, con
 }
 
 /// Every variant (public entry point; one CTA per row, a cluster per row and the launcher's choice,
-/// each with both algorithms) against the reference, and the two algorithms against each other.
+/// each with both algorithms; one CTA per row also with every CTA size forced) against the
+/// reference, and every variant bit-identical to the radix select of the launcher's choice.
 void check_against_reference(const Rows& R, const char* what_base) {
   expect_reference(R, run_gpu(R, kEntry), (std::string(what_base) + " [topk_select]").c_str());
+  GpuResult base;
+  bool have_base = false;
+  std::vector<Variant> variants;
   for (int cluster : {0, 1, kTopkCluster}) {
-    const Variant vr{false, cluster, TopkAlgo::kRadix}, vc{false, cluster, TopkAlgo::kCandidates};
-    const GpuResult radix = run_gpu(R, vr), cand = run_gpu(R, vc);
-    expect_reference(R, radix, (std::string(what_base) + " [" + vr.name() + "]").c_str());
-    expect_reference(R, cand, (std::string(what_base) + " [" + vc.name() + "]").c_str());
-    expect_identical(R, radix, cand, std::string(what_base) + " [" + vc.name() + " vs radix]");
+    variants.push_back(Variant{false, cluster, TopkAlgo::kRadix});
+    variants.push_back(Variant{false, cluster, TopkAlgo::kCandidates});
+  }
+  for (int threads : kForcedThreads) {
+    variants.push_back(Variant{false, 1, TopkAlgo::kRadix, -1, threads});
+    variants.push_back(Variant{false, 1, TopkAlgo::kCandidates, -1, threads});
+  }
+  for (const Variant& v : variants) {
+    const GpuResult g = run_gpu(R, v);
+    expect_reference(R, g, (std::string(what_base) + " [" + v.name() + "]").c_str());
+    if (!have_base) {
+      base = g;  // radix, the launcher's choice
+      have_base = true;
+    } else {
+      expect_identical(R, base, g, std::string(what_base) + " [" + v.name() + " vs " + variants[0].name() + "]");
+    }
   }
 }
 
@@ -391,6 +413,33 @@ GPU_CASE("topk: decode-shaped rows of 16384 regions (128K tokens), 1, 16, 64 and
   }
 }
 
+GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 2048; the launcher's short-row CTA size), every pattern") {
+  // rows as indexer_select lays out a prefill chunk without history: token t's rows have
+  // n = t / 8 regions, so a quarter of them (n <= topk) select everything; ld 2048 (16K tokens) and
+  // 4096 (the short-row bound kTopkShortMaxLd when it is 4096), every pattern cycling through
+  std::mt19937 rng(10);
+  for (int ld : {2048, 4096}) {
+    Rows R;
+    R.topk = 512;
+    R.ld = ld;
+    const int rows = step5_test::quick() ? 160 : 1200;
+    for (int r = 0; r < rows; ++r) {
+      const int n = static_cast<int>(static_cast<long long>(r) * (ld + 1) / rows);  // 0 .. ld
+      R.add(n, kAll[r % kNumPatterns], rng);
+    }
+    check_against_reference(R, ("prefill rows ld " + std::to_string(ld)).c_str());
+  }
+  // the rule: short rows on one CTA per row get the short-row CTA size, long rows and clusters 512
+  using step5::kernels::sm90::topk_cta_threads;
+  using step5::kernels::sm90::kTopkShortMaxLd;
+  EXPECT(topk_cta_threads(2048, 1) == step5::kernels::sm90::kTopkShortThreads &&
+             topk_cta_threads(kTopkShortMaxLd, 1) == step5::kernels::sm90::kTopkShortThreads &&
+             topk_cta_threads(kTopkShortMaxLd + 1, 1) == step5::kernels::sm90::kTopkThreads &&
+             topk_cta_threads(2048, kTopkCluster) == step5::kernels::sm90::kTopkThreads,
+         "topk_cta_threads: short rows %d, long rows %d, cluster %d", topk_cta_threads(2048, 1),
+         topk_cta_threads(kTopkShortMaxLd + 1, 1), topk_cta_threads(2048, kTopkCluster));
+}
+
 GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels running, every variant") {
   std::mt19937 rng(4);
   Rows R;
@@ -398,7 +447,9 @@ GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels ru
   R.ld = 16384;
   for (Pattern p : kAll) R.add(16384, p, rng);
   for (const Variant& v : {kEntry, Variant{false, 1, TopkAlgo::kRadix}, Variant{false, kTopkCluster, TopkAlgo::kRadix},
-                           Variant{false, 1, TopkAlgo::kCandidates}, Variant{false, kTopkCluster, TopkAlgo::kCandidates}}) {
+                           Variant{false, 1, TopkAlgo::kCandidates}, Variant{false, kTopkCluster, TopkAlgo::kCandidates},
+                           Variant{false, 1, TopkAlgo::kRadix, -1, 128}, Variant{false, 1, TopkAlgo::kCandidates, -1, 128},
+                           Variant{false, 1, TopkAlgo::kRadix, -1, 256}, Variant{false, 1, TopkAlgo::kCandidates, -1, 256}}) {
     bool identical = false;
     const GpuResult g = run_gpu(R, v, step5_test::quick() ? 5 : 100, &identical, true);
     EXPECT(identical, "selection (%s) changed between repeated launches", v.name().c_str());
@@ -444,11 +495,14 @@ GPU_CASE("topk: candidate compaction bit-identical to the radix select with the 
       const int cnt = candidate_count(R.scores.data(), n, R.topk);
       if (cnt < 0) continue;  // the first digit settles the row: no candidates to gather
       ++candidate_rows;
-      for (int cluster : {1, kTopkCluster}) {
-        const GpuResult radix = run_gpu(R, Variant{false, cluster, TopkAlgo::kRadix});
-        expect_reference(R, radix, ("cap test radix cluster " + std::to_string(cluster)).c_str());
+      // (cluster, threads): one CTA per row (the launcher's CTA size, then 128 and 256 forced), a cluster
+      const std::pair<int, int> shapes[] = {{1, 0}, {kTopkCluster, 0}, {1, 128}, {1, 256}};
+      for (const auto& [cluster, threads] : shapes) {
+        const GpuResult radix = run_gpu(R, Variant{false, cluster, TopkAlgo::kRadix, -1, threads});
+        expect_reference(R, radix, ("cap test radix cluster " + std::to_string(cluster) + " threads " +
+                                    std::to_string(threads)).c_str());
         for (int cap : {cnt, cnt - 1, 0}) {
-          const Variant v{false, cluster, TopkAlgo::kCandidates, cap};
+          const Variant v{false, cluster, TopkAlgo::kCandidates, cap, threads};
           const std::string what = R.names[0] + " (" + std::to_string(cnt) + " candidates) [" + v.name() + "]";
           const GpuResult cand = run_gpu(R, v);
           expect_reference(R, cand, what.c_str());
@@ -513,6 +567,16 @@ GPU_CASE("topk: invalid arguments are refused with a message") {
   p.topk = 1025;
   const step5::Status s1025 = step5::ops::topk_select(p, nullptr);
   EXPECT(!s1025.ok() && s1025.message().find("1025") != std::string::npos, "topk 1025: %s", s1025.to_string().c_str());
+  // CTA sizes: only 128, 256 and 512; a cluster runs 512-thread CTAs (refused before any launch)
+  step5::kernels::sm90::TopkArgs a{};
+  a.ld = 2048;
+  a.topk = 512;
+  const step5::Status s64 = step5::kernels::sm90::launch_topk(a, 1, nullptr, 1, TopkAlgo::kRadix, -1, 64);
+  EXPECT(s64.code() == step5::StatusCode::kInvalidArgument && s64.message().find("threads = 64") != std::string::npos,
+         "threads 64: %s", s64.to_string().c_str());
+  const step5::Status sc = step5::kernels::sm90::launch_topk(a, 1, nullptr, kTopkCluster, TopkAlgo::kRadix, -1, 128);
+  EXPECT(sc.code() == step5::StatusCode::kInvalidArgument && sc.message().find("threads = 128") != std::string::npos,
+         "threads 128 on a cluster: %s", sc.to_string().c_str());
 }
 
 STEP5_GPU_TEST_MAIN()

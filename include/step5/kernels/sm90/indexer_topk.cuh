@@ -2,7 +2,8 @@
 /// \file step5/kernels/sm90/indexer_topk.cuh
 /// Deterministic top-k selection of SPEC.md §4.6: one CTA per (token, group) row, or a thread-block
 /// cluster of kTopkCluster CTAs per row (few long rows, as in decode, and rows too long for one
-/// CTA's shared memory; see launch_topk).
+/// CTA's shared memory; see launch_topk). One CTA per row runs 512 threads, or fewer for short rows
+/// (topk_cta_threads: more rows in flight per SM; the same algorithm and output).
 ///
 /// Order: scores are mapped to order-preserving uint32 keys (NaN → 0xffffffff above +inf, −0 → +0);
 /// the selection is the first k of (key descending, region id ascending), which is unique, so the
@@ -33,6 +34,7 @@
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 #include <string>
+#include <type_traits>  // std::integral_constant
 
 #include "step5/core/cuda_check.hpp"
 #include "step5/layout/geometry.hpp"  // kRegionSize
@@ -72,8 +74,20 @@ struct TopkArgs {
   int cand_cap;  ///< candidate compaction: keys of the threshold bin that fit the candidate buffer (launch_topk sets it)
 };
 
-inline constexpr int kTopkThreads = 512;  // 1024 measured slower for both variants
-static_assert(kTopkThreads >= 512 && kTopkThreads % 256 == 0, "the histogram code assumes >= 512 threads");
+/// CTA size of the selection kernel for long rows (and every cluster launch). 1024 measured slower
+/// for both variants.
+inline constexpr int kTopkThreads = 512;
+/// CTA sizes the selection kernel is built for (template kThreads of topk_select_kernel): 512
+/// (kTopkThreads) and the short-row sizes 256 and 128, which put more rows in flight per SM
+/// (see kTopkShortThreads) when a row's keys are few (prefill: n = position / 8 <= 2048 at 16K tokens). The algorithm, and
+/// so the output, is the same for every size; only the work per thread changes.
+template <int kThreads>
+inline constexpr bool kTopkThreadsValid = kThreads == 128 || kThreads == 256 || kThreads == 512;
+/// CTAs per SM the register allocation must allow (__launch_bounds__ minimum blocks), by CTA size
+/// (ptxas -v, CUDA 13.0, sm_90a; no spills): 512: 0 = unspecified, as before (60-64 registers, so
+/// 2 CTAs per SM); 256: 5 (48 registers; 6 would be 40 and spills); 128: 12 (40 registers).
+template <int kThreads>
+inline constexpr int kTopkMinCtas = kThreads == 512 ? 0 : kThreads == 256 ? 5 : 12;
 inline constexpr int kTopkItems = 8;  // ids per thread per compaction tile
 /// A CTA whose slice of a row has at most this many regions stages its keys in shared memory.
 inline constexpr int kTopkSmemKeys = 49152;
@@ -87,6 +101,13 @@ static_assert(kTopkFirstBits >= 8 && kTopkFirstBits <= 12, "first digit: 8 to 12
 /// Candidate compaction: the most candidates kept in shared memory (beyond it, or beyond what fits
 /// next to the staged keys, the remaining digits run over every key). To be measured.
 inline constexpr int kTopkCandKeys = 8192;
+/// Candidate compaction on one CTA per row (kc == 1) with at most kTopkFirstBins candidates kept
+/// (cap): the candidates overwrite the first-digit histogram, dead once the threshold bin is picked,
+/// instead of taking cap keys of dynamic shared memory (short rows: more CTAs per SM). Host and
+/// device use this one rule (the launcher sizes the dynamic shared memory with it).
+__host__ __device__ __forceinline__ constexpr bool topk_cand_in_hist(int kc, int cap) {
+  return kc == 1 && cap <= kTopkFirstBins;
+}
 /// CTAs per row of the cluster variant (a thread-block cluster; histograms and compaction offsets
 /// are exchanged through distributed shared memory).
 inline constexpr int kTopkCluster = 8;
@@ -144,17 +165,19 @@ __device__ __forceinline__ void warp_hist_add(unsigned* h, unsigned digit, bool 
 /// hist: both buffers zero on entry (left zero or dirty; the caller does not reuse them).
 /// A clamped last digit overlaps bits already in the mask: those bits equal the prefix's for
 /// every counted key, so the digit is still exact.
-template <int kC, class KeyAt>
+template <int kC, int kThreads, class KeyAt>
 __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, std::uint32_t& prefix,
                                                  std::uint32_t& mask, unsigned krem, unsigned (&hist)[2][256],
                                                  unsigned* hsum, TopkPick& pick) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int len_up = (len + kTopkThreads - 1) / kTopkThreads * kTopkThreads;
+  static_assert(kTopkThreadsValid<kThreads> && (kC == 1 || kThreads == kTopkThreads),
+                "clusters run 512-thread CTAs (the cross-rank sum below uses threads 0-511)");
+  const int len_up = (len + kThreads - 1) / kThreads * kThreads;
   int buf = 0;
 #pragma unroll 1
   for (int shift = hi > 8 ? hi - 8 : 0;; shift = shift > 8 ? shift - 8 : 0, buf ^= 1) {
     unsigned* h = hist[buf];
-    for (int i = tid; i < len_up; i += kTopkThreads) {
+    for (int i = tid; i < len_up; i += kThreads) {
       const std::uint32_t key = i < len ? key_at(i) : 0u;
       const bool match = i < len && (key & mask) == prefix;
       warp_hist_add(h, (key >> shift) & 0xffu, match, lane);
@@ -197,8 +220,13 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
         if (above < krem && above + c[j] >= krem) pick = {255u - 8u * lane - j, above, c[j]};
         above += c[j];
       }
-    } else if (kC == 1 && tid >= 256 && tid < 512) {
-      hist[buf ^ 1][tid - 256] = 0;  // the other buffer was last read in the previous pass
+    } else if (kC == 1) {
+      // warps 1.. clear the other buffer, last read in the previous pass (512 threads: threads
+      // 256-511 one bin each, as before; fewer threads: a strided loop over the 256 bins)
+      constexpr int kClear = kThreads - 256 >= 256 ? 256 : kThreads - 32;
+      const int c0 = kThreads - 256 >= 256 ? tid - 256 : tid - 32;
+      if (c0 >= 0)
+        for (int i = c0; i < 256; i += kClear) hist[buf ^ 1][i] = 0;
     }
     __syncthreads();
     const TopkPick pk = pick;
@@ -226,15 +254,18 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
 ///      plain radix passes over every key of the row.
 /// Then K* = (prefix, mask) and `need` are the same as kCand = false's (both define the unique
 /// first k of (key descending, id ascending)), and the compaction pass is shared.
-/// Dynamic shared memory: [ceil(ld / kC) keys if kSmem][a.cand_cap candidate keys if kCand].
-template <int kC, bool kSmem, bool kCand>
-__global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
+/// Dynamic shared memory: [ceil(ld / kC) keys if kSmem][a.cand_cap candidate keys if kCand, unless
+/// topk_cand_in_hist: then the candidates overwrite hfirst].
+template <int kC, bool kSmem, bool kCand, int kThreads = kTopkThreads>
+__global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_kernel(TopkArgs a) {
 #if STEP5_SM90A_DEVICE
-  using Scan = cub::BlockScan<unsigned long long, kTopkThreads>;
+  static_assert(kTopkThreadsValid<kThreads> && (kC == 1 || kThreads == kTopkThreads),
+                "CTA size: 128, 256 or 512 threads; clusters run 512");
+  using Scan = cub::BlockScan<unsigned long long, kThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ unsigned hist[2][256];  // double-buffered: remote ranks may still read the previous pass
   __shared__ unsigned hsum[kC > 1 ? 256 : 1];  // cluster: the row's histogram (sum over ranks)
-  __shared__ unsigned hfirst[kCand ? kTopkFirstBins : 1];  // kCand: first-digit histogram of the slice
+  __shared__ __align__(16) unsigned hfirst[kCand ? kTopkFirstBins : 1];  // kCand: first-digit histogram of the slice
   __shared__ TopkPick pick;
   __shared__ unsigned s_cand_off, s_cand_pos;  // kCand: this rank's candidates' offset, and count so far
   __shared__ unsigned long long s_total;  // (eq << 32) | gt of this CTA's slice
@@ -259,10 +290,10 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     need = static_cast<unsigned>(n);
   } else {
     const unsigned krem = static_cast<unsigned>(k);
-    if (tid < 512) hist[tid >> 8][tid & 255] = 0;  // both buffers
+    for (int i = tid; i < 512; i += kThreads) hist[i >> 8][i & 255] = 0;  // both buffers
     constexpr int kFirstShift = 32 - kTopkFirstBits;
     if constexpr (kCand) {
-      for (int i = tid; i < kTopkFirstBins; i += kTopkThreads) hfirst[i] = 0;
+      for (int i = tid; i < kTopkFirstBins; i += kThreads) hfirst[i] = 0;
       __syncthreads();
     }
     // kCand with a 16-byte aligned slice: the sweep below with float4 loads (a 16384-key slice is
@@ -271,17 +302,19 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     if constexpr (kCand) vec = (reinterpret_cast<std::uintptr_t>(src) & 15u) == 0;
     const int len4 = vec ? len / 4 : 0;
     if constexpr (kCand) {
-      constexpr int kStage4 = 8;
-      for (int base = 0; base < len4; base += kTopkThreads * kStage4) {
+      // 512 threads: a 16384-key slice in one round; short-row CTAs: a 2048-key row in one round
+      // (fewer registers: more CTAs per SM)
+      constexpr int kStage4 = kThreads == kTopkThreads ? 8 : 2048 / (4 * kThreads);
+      for (int base = 0; base < len4; base += kThreads * kStage4) {
         float4 v[kStage4];
 #pragma unroll
         for (int j = 0; j < kStage4; ++j) {
-          const int i4 = base + j * kTopkThreads + tid;
+          const int i4 = base + j * kThreads + tid;
           v[j] = i4 < len4 ? reinterpret_cast<const float4*>(src)[i4] : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
         for (int j = 0; j < kStage4; ++j) {
-          const int i4 = base + j * kTopkThreads + tid;
+          const int i4 = base + j * kThreads + tid;
           const bool in = i4 < len4;
           const uint4 key = make_uint4(score_key(v[j].x), score_key(v[j].y), score_key(v[j].z), score_key(v[j].w));
           if (kSmem && in) reinterpret_cast<uint4*>(skeys)[i4] = key;
@@ -299,16 +332,16 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
       const int rest = len - 4 * len4;
       const float* src_rest = src + 4 * len4;
       std::uint32_t* skeys_rest = skeys + 4 * len4;
-      for (int base = 0; base < rest; base += kTopkThreads * kStage) {
+      for (int base = 0; base < rest; base += kThreads * kStage) {
         float v[kStage];
 #pragma unroll
         for (int j = 0; j < kStage; ++j) {
-          const int i = base + j * kTopkThreads + tid;
+          const int i = base + j * kThreads + tid;
           v[j] = i < rest ? src_rest[i] : 0.f;
         }
 #pragma unroll
         for (int j = 0; j < kStage; ++j) {
-          const int i = base + j * kTopkThreads + tid;
+          const int i = base + j * kThreads + tid;
           const std::uint32_t key = score_key(v[j]);
           if (kSmem && i < rest) skeys_rest[i] = key;
           if constexpr (kCand) warp_hist_add(hfirst, key >> kFirstShift, i < rest, lane);
@@ -317,21 +350,37 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     }
     __syncthreads();
     if constexpr (!kCand) {
-      need = radix_refine<kC>(key_at, len, 32, prefix, mask, krem, hist, hsum, pick);
+      need = radix_refine<kC, kThreads>(key_at, len, 32, prefix, mask, krem, hist, hsum, pick);
     } else {
       row_sync<kC>();  // every rank's first-digit histogram is complete
       // threshold bin: thread t holds kPer bins, counted from the top (summed over the ranks in rank order)
-      constexpr int kPer = kTopkFirstBins >= kTopkThreads ? kTopkFirstBins / kTopkThreads : 1;
+      constexpr int kPer = kTopkFirstBins >= kThreads ? kTopkFirstBins / kThreads : 1;
       unsigned c[kPer], s = 0;
+      if constexpr (kC == 1 && kPer % 4 == 0) {
+        // this thread's kPer bins are the contiguous [lo_bin, lo_bin + kPer): 16-byte loads (a
+        // stride of kPer words would put up to 16 lanes on one bank)
+        const int lo_bin = kTopkFirstBins - (tid + 1) * kPer;
 #pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const int bin = kTopkFirstBins - 1 - (tid * kPer + j);
-        c[j] = 0;
-        if (bin >= 0) {
-#pragma unroll
-          for (int q = 0; q < kC; ++q) c[j] += rank_smem<kC>(hfirst, q)[bin];
+        for (int v = 0; v < kPer / 4; ++v) {
+          const uint4 q = reinterpret_cast<const uint4*>(hfirst + lo_bin)[v];
+          c[kPer - 1 - 4 * v] = q.x;  // bin lo_bin + 4v
+          c[kPer - 2 - 4 * v] = q.y;
+          c[kPer - 3 - 4 * v] = q.z;
+          c[kPer - 4 - 4 * v] = q.w;
         }
-        s += c[j];
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) s += c[j];
+      } else {
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          const int bin = kTopkFirstBins - 1 - (tid * kPer + j);
+          c[j] = 0;
+          if (bin >= 0) {
+#pragma unroll
+            for (int q = 0; q < kC; ++q) c[j] += rank_smem<kC>(hfirst, q)[bin];
+          }
+          s += c[j];
+        }
       }
       unsigned long long before;
       Scan(scan_tmp).ExclusiveSum(static_cast<unsigned long long>(s), before);
@@ -350,7 +399,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
       if (cnt == krest) {
         need = krest;  // every key of the threshold bin is taken
       } else if (cnt <= static_cast<unsigned>(a.cand_cap)) {
-        std::uint32_t* cand = skeys + (kSmem ? (a.ld + kC - 1) / kC : 0);
+        std::uint32_t* cand = topk_cand_in_hist(kC, a.cand_cap) ? hfirst : skeys + (kSmem ? (a.ld + kC - 1) / kC : 0);
         if (tid == 0) {
           unsigned off = 0;
           for (int q = 0; q < crank; ++q) off += rank_smem<kC>(hfirst, q)[pk.digit];
@@ -358,8 +407,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
           s_cand_pos = 0;
         }
         __syncthreads();
-        const int len_up = (len + kTopkThreads - 1) / kTopkThreads * kTopkThreads;
-        for (int i = tid; i < len_up; i += kTopkThreads) {
+        const int len_up = (len + kThreads - 1) / kThreads * kThreads;
+        for (int i = tid; i < len_up; i += kThreads) {
           const std::uint32_t key = i < len ? key_at(i) : 0u;
           const bool match = i < len && (key & mask) == prefix;
           const unsigned ballot = __ballot_sync(0xffffffffu, match);
@@ -375,10 +424,10 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
           }
         }
         row_sync<kC>();  // every rank's candidate buffer holds the row's cnt candidates
-        need = radix_refine<1>([&](int i) { return cand[i]; }, static_cast<int>(cnt), kFirstShift, prefix, mask,
+        need = radix_refine<1, kThreads>([&](int i) { return cand[i]; }, static_cast<int>(cnt), kFirstShift, prefix, mask,
                                krest, hist, hsum, pick);
       } else {
-        need = radix_refine<kC>(key_at, len, kFirstShift, prefix, mask, krest, hist, hsum, pick);
+        need = radix_refine<kC, kThreads>(key_at, len, kFirstShift, prefix, mask, krest, hist, hsum, pick);
       }
     }
   }
@@ -389,7 +438,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
   unsigned long long carry = 0;  // (eq << 32) | gt over lower ids
   if constexpr (kC > 1) {
     unsigned gt = 0, eq = 0;
-    for (int i = tid; i < len; i += kTopkThreads) {
+    for (int i = tid; i < len; i += kThreads) {
       const std::uint32_t km = (staged ? skeys[i] : score_key(src[i])) & mask;
       gt += km > prefix;
       eq += km == prefix;
@@ -404,7 +453,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
 #pragma unroll
     for (int q = 0; q < kC; ++q) carry += lower[q];
   }
-  constexpr int kTile = kTopkThreads * kTopkItems;
+  constexpr int kTile = kThreads * kTopkItems;
   for (int base = 0; base < len; base += kTile) {
     const unsigned sel_before = static_cast<unsigned>(carry & 0xffffffffu) +
                                 (static_cast<unsigned>(carry >> 32) < need ? static_cast<unsigned>(carry >> 32) : need);
@@ -440,19 +489,19 @@ __global__ void __launch_bounds__(kTopkThreads) topk_select_kernel(TopkArgs a) {
     carry += total;
   }
   if (crank == 0) {
-    for (int j = k + tid; j <= a.topk; j += kTopkThreads) out[j] = j == k ? n : -1;
+    for (int j = k + tid; j <= a.topk; j += kThreads) out[j] = j == k ? n : -1;
     if (tid == 0) a.counts[row.orow] = k + 1;
   }
   if constexpr (kC > 1) cooperative_groups::this_cluster().sync();  // s_total stays readable until all ranks are done
 #endif
 }
 
-/// Launch shape of the selection kernel: `rows` rows of kc CTAs (a cluster when kc > 1), `smem`
-/// dynamic bytes.
-inline LaunchShape topk_launch_shape(int rows, int kc, int smem) {
+/// Launch shape of the selection kernel: `rows` rows of kc CTAs (a cluster when kc > 1) of
+/// `threads` threads, `smem` dynamic bytes.
+inline LaunchShape topk_launch_shape(int rows, int kc, int smem, int threads = kTopkThreads) {
   LaunchShape s;
   s.grid = dim3(static_cast<unsigned>(rows) * static_cast<unsigned>(kc));
-  s.block = dim3(kTopkThreads);
+  s.block = dim3(static_cast<unsigned>(threads));
   s.smem = static_cast<std::size_t>(smem);
   s.cluster_x = static_cast<unsigned>(kc);
   return s;
@@ -519,6 +568,27 @@ inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
   return cluster_size == 1 && ld >= kTopkCandMinKeys ? TopkAlgo::kCandidates : TopkAlgo::kRadix;
 }
 
+/// Short rows (issue 15, prefill: n = position / 8, so ld <= 2048 at 16K tokens): the CTA size of
+/// a one-CTA-per-row launch whose rows have at most kTopkShortMaxLd regions. A 512-thread CTA pays
+/// the same barriers and scans for 2048 keys as for 16384, and only 2 fit on an SM (60-64
+/// registers); smaller CTAs put more rows in flight. CTAs per SM at ld 2048 (8 KB of staged keys;
+/// registers and static shared memory from ptxas -v, CUDA 13.0; 1 KB reserved per CTA):
+///   radix (the default below kTopkCandMinKeys): 512 threads 2 (registers), 256 threads 5
+///   (48 registers), 128 threads 12 (40 registers; 12.6 KB of shared memory would allow 18);
+///   candidates (candidates in hfirst): 512: 2, 256: 5, 128: 11 (shared memory, 20.3 KB).
+/// At ld 4096 (16 KB of keys): radix 128 threads 12, 256 5, 512 2.
+/// ESTIMATE, not yet measured on a GPU: 128 threads up to ld 4096. bench_indexer's
+/// topk/ours_{radix,cand}_cta{128,256,512}/rows:R/ld:L rows (ld 2048, 4096, 8192) measure the
+/// crossover; replace these two numbers with the measured ones (and name the run here).
+inline constexpr int kTopkShortThreads = 128;
+inline constexpr std::int64_t kTopkShortMaxLd = 4096;
+
+/// Threads per CTA of a launch with row stride (longest row) `ld` and `cluster_size` CTAs per row
+/// (1 or kTopkCluster): the one place the short-row rule lives. Host-callable (tests).
+inline constexpr int topk_cta_threads(std::int64_t ld, int cluster_size) {
+  return cluster_size == 1 && ld <= kTopkShortMaxLd ? kTopkShortThreads : kTopkThreads;
+}
+
 /// Launches the selection kernel over `rows` rows. cluster_size: 1 (one CTA per row),
 /// kTopkCluster (a cluster per row), or 0 to choose: a cluster when the row's keys do not fit one
 /// CTA's shared memory (ld > kTopkSmemKeys), or when the rows are few and long (ld >= 4096 and
@@ -530,15 +600,27 @@ inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
 /// Where clusters cannot be resident (topk_clusters_available) the choice is one CTA per row, and a
 /// forced cluster_size = kTopkCluster returns kUnsupported.
 /// algo: TopkAlgo (kDefault reads STEP5_TOPK). cand_cap (kCandidates; tests): the most candidates
-/// kept, clamped to [0, kTopkCandKeys] and to the shared memory left next to the staged keys;
-/// −1 = as many as fit; 0 = always the full passes.
-/// Errors: kInvalidArgument (cluster_size, STEP5_TOPK), kCudaError (a failed query or launch).
+/// kept, clamped to [0, kTopkCandKeys], to ld (a row never has more candidates than regions) and to
+/// the shared memory left next to the staged keys; −1 = as many as fit; 0 = always the full passes.
+/// threads (tests, benchmarks): threads per CTA, 0 = topk_cta_threads(a.ld, cluster size); 128 or
+/// 256 force one CTA per row (cluster_size 0 or 1); 512 is the only size of a cluster launch.
+/// Errors: kInvalidArgument (cluster_size, threads, STEP5_TOPK), kCudaError (a failed query or launch).
 inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream, int cluster_size = 0,
-                                   TopkAlgo algo = TopkAlgo::kDefault, int cand_cap = -1) {
+                                   TopkAlgo algo = TopkAlgo::kDefault, int cand_cap = -1, int threads = 0) {
   if (rows <= 0) return ::step5::Status::Ok();
   if (cluster_size != 0 && cluster_size != 1 && cluster_size != kTopkCluster)
     return ::step5::invalid_argument("launch_topk: cluster_size = " + std::to_string(cluster_size) +
                                      ", expected 0, 1 or " + std::to_string(kTopkCluster));
+  if (threads != 0 && threads != 128 && threads != 256 && threads != kTopkThreads)
+    return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(threads) + ", expected 0, 128, 256 or " +
+                                     std::to_string(kTopkThreads));
+  if (threads != 0 && threads != kTopkThreads) {
+    if (cluster_size == kTopkCluster)
+      return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(threads) + " with cluster_size = " +
+                                       std::to_string(kTopkCluster) + " (clusters run " +
+                                       std::to_string(kTopkThreads) + "-thread CTAs)");
+    cluster_size = 1;
+  }
   if (algo == TopkAlgo::kDefault) STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &algo));
   if (cluster_size != 1) {
     int dev = 0, sms = 0;
@@ -556,32 +638,43 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
     }
   }
   if (algo == TopkAlgo::kDefault) algo = topk_default_algo(cluster_size, a.ld);
+  if (threads == 0) threads = topk_cta_threads(a.ld, cluster_size);
   const std::int64_t slice = (a.ld + cluster_size - 1) / cluster_size;
   const bool smem_keys = slice <= kTopkSmemKeys;
   const bool cand = algo == TopkAlgo::kCandidates;
   TopkArgs args = a;
   args.cand_cap = 0;
   if (cand) {
-    // the candidates share the dynamic shared memory limit (kTopkSmemKeys keys) with the staged keys
+    // the candidates share the dynamic shared memory limit (kTopkSmemKeys keys) with the staged keys;
+    // a row has at most ld candidates (n <= ld), so a cap above ld would only cost shared memory
     const int room = kTopkSmemKeys - (smem_keys ? static_cast<int>(slice) : 0);
     int cap = cand_cap < 0 ? kTopkCandKeys : cand_cap;
     cap = cap < kTopkCandKeys ? cap : kTopkCandKeys;
+    cap = static_cast<std::int64_t>(cap) < a.ld ? cap : static_cast<int>(a.ld);
     args.cand_cap = cap < room ? cap : room;
   }
-  const int smem = ((smem_keys ? static_cast<int>(slice) : 0) + args.cand_cap) * 4;
+  const int cand_keys = topk_cand_in_hist(cluster_size, args.cand_cap) ? 0 : args.cand_cap;
+  const int smem = ((smem_keys ? static_cast<int>(slice) : 0) + cand_keys) * 4;
   auto launch = [&](auto kernel, int kc) -> ::step5::Status {
     if (smem > 32 * 1024) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));  // static smem counts towards 48 KB
-    return launch_kernel("topk_select_kernel launch", kernel, topk_launch_shape(rows, kc, smem), stream, args);
+    return launch_kernel("topk_select_kernel launch", kernel, topk_launch_shape(rows, kc, smem, threads), stream, args);
+  };
+  // one CTA of kT threads per row
+  auto launch_cta = [&](auto kt) -> ::step5::Status {
+    constexpr int kT = decltype(kt)::value;
+    if (cand)
+      return smem_keys ? launch(topk_select_kernel<1, true, true, kT>, 1) : launch(topk_select_kernel<1, false, true, kT>, 1);
+    return smem_keys ? launch(topk_select_kernel<1, true, false, kT>, 1) : launch(topk_select_kernel<1, false, false, kT>, 1);
   };
   constexpr int kC = kTopkCluster;
-  if (cand) {
-    if (cluster_size == kC)
+  if (cluster_size == kC) {  // 512 threads (checked above)
+    if (cand)
       return smem_keys ? launch(topk_select_kernel<kC, true, true>, kC) : launch(topk_select_kernel<kC, false, true>, kC);
-    return smem_keys ? launch(topk_select_kernel<1, true, true>, 1) : launch(topk_select_kernel<1, false, true>, 1);
-  }
-  if (cluster_size == kC)
     return smem_keys ? launch(topk_select_kernel<kC, true, false>, kC) : launch(topk_select_kernel<kC, false, false>, kC);
-  return smem_keys ? launch(topk_select_kernel<1, true, false>, 1) : launch(topk_select_kernel<1, false, false>, 1);
+  }
+  if (threads == 128) return launch_cta(std::integral_constant<int, 128>{});
+  if (threads == 256) return launch_cta(std::integral_constant<int, 256>{});
+  return launch_cta(std::integral_constant<int, kTopkThreads>{});
 }
 
 }  // namespace step5::kernels::sm90
