@@ -576,7 +576,8 @@ inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
 ///   radix (the default below kTopkCandMinKeys): 512 threads 2 (registers), 256 threads 5
 ///   (48 registers), 128 threads 12 (40 registers; 12.6 KB of shared memory would allow 18);
 ///   candidates (candidates in hfirst): 512: 2, 256: 5, 128: 11 (shared memory, 20.3 KB).
-/// At ld 4096 (16 KB of keys): radix 128 threads 12, 256 5, 512 2.
+/// At ld 4096 (16 KB of keys): radix 128 threads 11 (shared memory, 20.3 KB), 256 5, 512 2;
+/// candidates (4096 candidates in dynamic shared memory, 45 KB) 128 threads 5, 256 5, 512 2.
 /// ESTIMATE, not yet measured on a GPU: 128 threads up to ld 4096. bench_indexer's
 /// topk/ours_{radix,cand}_cta{128,256,512}/rows:R/ld:L rows (ld 2048, 4096, 8192) measure the
 /// crossover; replace these two numbers with the measured ones (and name the run here).
