@@ -413,7 +413,7 @@ GPU_CASE("topk: decode-shaped rows of 16384 regions (128K tokens), 1, 16, 64 and
   }
 }
 
-GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 2048; the launcher's short-row CTA size), every pattern") {
+GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 4096; the launcher's short-row CTA size), every pattern") {
   // rows as indexer_select lays out a prefill chunk without history: token t's rows have
   // n = t / 8 regions, so a quarter of them (n <= topk) select everything; ld 2048 (16K tokens) and
   // 4096 (the short-row bound kTopkShortMaxLd when it is 4096), every pattern cycling through
@@ -429,15 +429,20 @@ GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 2048; the launche
     }
     check_against_reference(R, ("prefill rows ld " + std::to_string(ld)).c_str());
   }
-  // the rule: short rows on one CTA per row get the short-row CTA size, long rows and clusters 512
-  using step5::kernels::sm90::topk_cta_threads;
-  using step5::kernels::sm90::kTopkShortMaxLd;
-  EXPECT(topk_cta_threads(2048, 1) == step5::kernels::sm90::kTopkShortThreads &&
-             topk_cta_threads(kTopkShortMaxLd, 1) == step5::kernels::sm90::kTopkShortThreads &&
-             topk_cta_threads(kTopkShortMaxLd + 1, 1) == step5::kernels::sm90::kTopkThreads &&
-             topk_cta_threads(2048, kTopkCluster) == step5::kernels::sm90::kTopkThreads,
-         "topk_cta_threads: short rows %d, long rows %d, cluster %d", topk_cta_threads(2048, 1),
-         topk_cta_threads(kTopkShortMaxLd + 1, 1), topk_cta_threads(2048, kTopkCluster));
+  // the rule: short rows on one CTA per row get the short-row CTA sizes (once verified), long rows
+  // and clusters 512
+  namespace k = step5::kernels::sm90;
+  const bool on = k::kTopkShortCtasVerified;
+  EXPECT(k::topk_cta_threads(2048, 1) == (on ? k::kTopkShortThreads : k::kTopkThreads) &&
+             k::topk_cta_threads(k::kTopkShortMaxLd, 1) == (on ? k::kTopkShortThreads : k::kTopkThreads) &&
+             k::topk_cta_threads(k::kTopkShortMaxLd + 1, 1) == (on ? k::kTopkMidThreads : k::kTopkThreads) &&
+             k::topk_cta_threads(k::kTopkMidMaxLd, 1) == (on ? k::kTopkMidThreads : k::kTopkThreads) &&
+             k::topk_cta_threads(k::kTopkMidMaxLd + 1, 1) == k::kTopkThreads &&
+             k::topk_cta_threads(2048, kTopkCluster) == k::kTopkThreads,
+         "topk_cta_threads: ld 2048 %d, ld %lld %d, ld %lld %d, cluster %d", k::topk_cta_threads(2048, 1),
+         static_cast<long long>(k::kTopkShortMaxLd + 1), k::topk_cta_threads(k::kTopkShortMaxLd + 1, 1),
+         static_cast<long long>(k::kTopkMidMaxLd + 1), k::topk_cta_threads(k::kTopkMidMaxLd + 1, 1),
+         k::topk_cta_threads(2048, kTopkCluster));
 }
 
 GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels running, every variant") {

@@ -2,8 +2,10 @@
 /// \file step5/kernels/sm90/indexer_topk.cuh
 /// Deterministic top-k selection of SPEC.md §4.6: one CTA per (token, group) row, or a thread-block
 /// cluster of kTopkCluster CTAs per row (few long rows, as in decode, and rows too long for one
-/// CTA's shared memory; see launch_topk). One CTA per row runs 512 threads, or fewer for short rows
-/// (topk_cta_threads: more rows in flight per SM; the same algorithm and output).
+/// CTA's shared memory; see launch_topk). One CTA per row runs 512 threads; 128 and 256 threads
+/// (more rows in flight per SM for short rows; the same algorithm and output) are built and forced
+/// by tests and benchmarks, and become the automatic choice for short rows once their GPU test has
+/// run (topk_cta_threads, kTopkShortCtasVerified).
 ///
 /// Order: scores are mapped to order-preserving uint32 keys (NaN → 0xffffffff above +inf, −0 → +0);
 /// the selection is the first k of (key descending, region id ascending), which is unique, so the
@@ -356,9 +358,10 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
       // threshold bin: thread t holds kPer bins, counted from the top (summed over the ranks in rank order)
       constexpr int kPer = kTopkFirstBins >= kThreads ? kTopkFirstBins / kThreads : 1;
       unsigned c[kPer], s = 0;
-      if constexpr (kC == 1 && kPer % 4 == 0) {
-        // this thread's kPer bins are the contiguous [lo_bin, lo_bin + kPer): 16-byte loads (a
-        // stride of kPer words would put up to 16 lanes on one bank)
+      if constexpr (kC == 1 && kPer % 4 == 0 && kThreads != kTopkThreads) {
+        // short-row CTAs: this thread's kPer bins are the contiguous [lo_bin, lo_bin + kPer):
+        // 16-byte loads (a stride of kPer words would put up to 16 lanes on one bank); 512 threads
+        // keep the loop below, the code their GPU tests ran
         const int lo_bin = kTopkFirstBins - (tid + 1) * kPer;
 #pragma unroll
         for (int v = 0; v < kPer / 4; ++v) {
@@ -568,26 +571,29 @@ inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
   return cluster_size == 1 && ld >= kTopkCandMinKeys ? TopkAlgo::kCandidates : TopkAlgo::kRadix;
 }
 
-/// Short rows (issue 15, prefill: n = position / 8, so ld <= 2048 at 16K tokens): the CTA size of
-/// a one-CTA-per-row launch whose rows have at most kTopkShortMaxLd regions. A 512-thread CTA pays
-/// the same barriers and scans for 2048 keys as for 16384, and only 2 fit on an SM (60-64
-/// registers); smaller CTAs put more rows in flight. CTAs per SM at ld 2048 (8 KB of staged keys;
-/// registers and static shared memory from ptxas -v, CUDA 13.0; 1 KB reserved per CTA):
-///   radix (the default below kTopkCandMinKeys): 512 threads 2 (registers), 256 threads 5
-///   (48 registers), 128 threads 12 (40 registers; 12.6 KB of shared memory would allow 18);
-///   candidates (candidates in hfirst): 512: 2, 256: 5, 128: 11 (shared memory, 20.3 KB).
-/// At ld 4096 (16 KB of keys): radix 128 threads 11 (shared memory, 20.3 KB), 256 5, 512 2;
-/// candidates (4096 candidates in dynamic shared memory, 45 KB) 128 threads 5, 256 5, 512 2.
-/// ESTIMATE, not yet measured on a GPU: 128 threads up to ld 4096. bench_indexer's
-/// topk/ours_{radix,cand}_cta{128,256,512}/rows:R/ld:L rows (ld 2048, 4096, 8192) measure the
-/// crossover; replace these two numbers with the measured ones (and name the run here).
+/// Short rows (issue 15, prefill: n = position / 8, so ld <= 2048 at 16K tokens): a 512-thread CTA
+/// pays the same barriers and scans for 2048 keys as for 16384, and only 2 fit on an SM (60-64
+/// registers); smaller CTAs put more rows in flight (ptxas -v, CUDA 13.0: 256 threads 48 registers,
+/// 5 CTAs per SM; 128 threads 40 registers, 11-12 CTAs per SM at ld <= 4096). Measured on the H200
+/// (bench_indexer topk/ours_radix_cta<T>/rows:R/ld:L, 2026-12-01, bench/RESULTS.md), radix, µs for
+/// 128 / 256 / 512 threads: ld 2048 × 65536 rows 461 / 631 / 1252; ld 4096 × 16384 rows 225 / 260
+/// / 406; ld 8192 × 4096 rows 148 / 121 / 160 (candidates slower at every one of these sizes). The
+/// measured rule: 128 threads up to kTopkShortMaxLd, 256 up to kTopkMidMaxLd, 512 beyond.
 inline constexpr int kTopkShortThreads = 128;
 inline constexpr std::int64_t kTopkShortMaxLd = 4096;
+inline constexpr int kTopkMidThreads = 256;
+inline constexpr std::int64_t kTopkMidMaxLd = 8192;
+/// The measured rule above is not the automatic choice yet: the short-row CTAs ran in that
+/// benchmark, but test_topk (every pattern on 128 / 256 / 512 threads against the reference and
+/// bit-identical to radix) has not run on them — its output of that device run was lost. Until it
+/// has, launches keep 512 threads unless `threads` forces a size (tests, benchmarks).
+inline constexpr bool kTopkShortCtasVerified = false;
 
 /// Threads per CTA of a launch with row stride (longest row) `ld` and `cluster_size` CTAs per row
 /// (1 or kTopkCluster): the one place the short-row rule lives. Host-callable (tests).
 inline constexpr int topk_cta_threads(std::int64_t ld, int cluster_size) {
-  return cluster_size == 1 && ld <= kTopkShortMaxLd ? kTopkShortThreads : kTopkThreads;
+  if (!kTopkShortCtasVerified || cluster_size != 1) return kTopkThreads;
+  return ld <= kTopkShortMaxLd ? kTopkShortThreads : ld <= kTopkMidMaxLd ? kTopkMidThreads : kTopkThreads;
 }
 
 /// Launches the selection kernel over `rows` rows. cluster_size: 1 (one CTA per row),
