@@ -20,14 +20,15 @@
 //                                              kTopkCluster CTAs per row), cub_segmented_sort (CUB
 //                                              segmented radix sort of (score, id) + take-k); these
 //                                              follow STEP5_TOPK (radix / candidates / unset: the
-//                                              built-in choice); ours_radix_cta, ours_radix_cluster,
-//                                              ours_cand_cta, ours_cand_cluster force the algorithm
-//                                              (TopkAlgo of kernels/sm90/indexer_topk.cuh)
+//                                              built-in choice); radix_cta, radix_cluster, cand_cta,
+//                                              cand_cluster force the algorithm (TopkAlgo of
+//                                              kernels/sm90/indexer_topk.cuh; the table printed last
+//                                              names them ours_<v>)
 //   topk/<v>/rows:R/ld:L                       prefill-shaped selection: R rows of stride L, row r has
 //                                              n = r * L / R regions (R = 65536, L = 2048: the 16384
 //                                              tokens x 4 groups of indexer_prefill/tokens:16384/ctx:0,
 //                                              n = position / 8); v = ours (the launcher's choice),
-//                                              ours_<radix|cand>_cta<T> (one CTA of T = 128, 256 or
+//                                              <radix|cand>_cta<T> (one CTA of T = 128, 256 or
 //                                              512 threads per row forced); GB/s over R * L * 4 bytes
 // Timing: CUDA events around `iters` back-to-back launches queued behind a GPU spin (no host
 // launch overhead timed), median of 5 repetitions; UseManualTime.

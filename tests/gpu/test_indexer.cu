@@ -635,9 +635,12 @@ GPU_CASE("indexer: chunked prefill equals one-shot (caches and selections bit-id
   o.reference = false;
   const StepOut one = run_step(a, {sz(200, 100), 61}, o);
   std::vector<StepOut> parts;
+  // every part's mean query length (2 requests) stays >= kScoreWgmmaMinMeanQ, so the parts and the
+  // one-shot step run the same score kernel (wgmma f16; mma.sync would differ in a few low bits)
+  static_assert(step5::ops::detail::kScoreWgmmaMinMeanQ <= 16, "the chunk sizes below assume kScoreWgmmaMinMeanQ <= 16");
   parts.push_back(run_step(b, {37, 20}, o));
-  parts.push_back(run_step(b, {sz(100, 40), 41}, o));  // quick: 37 + 40 + 23 = 100
-  parts.push_back(run_step(b, {sz(63, 23), 0}, o));
+  parts.push_back(run_step(b, {sz(100, 32), 41}, o));  // quick: 37 + 32 + 31 = 100
+  parts.push_back(run_step(b, {sz(63, 31), 0}, o));
   EXPECT(down(a.d_sum, a.summary.size()) == down(b.d_sum, b.summary.size()), "summary caches differ");
   {  // pending tail rows (rows < seq_len % 8 of each request's slot; rows beyond are stale by definition)
     const auto ta = down(a.d_tail, a.tail.size()), tb = down(b.d_tail, b.tail.size());

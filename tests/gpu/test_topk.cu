@@ -413,7 +413,7 @@ GPU_CASE("topk: decode-shaped rows of 16384 regions (128K tokens), 1, 16, 64 and
   }
 }
 
-GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 4096; the launcher's short-row CTA size), every pattern") {
+GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 4096) on every CTA size, every pattern; the short-row rule") {
   // rows as indexer_select lays out a prefill chunk without history: token t's rows have
   // n = t / 8 regions, so a quarter of them (n <= topk) select everything; ld 2048 (16K tokens) and
   // 4096 (the short-row bound kTopkShortMaxLd when it is 4096), every pattern cycling through

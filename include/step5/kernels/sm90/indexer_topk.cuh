@@ -103,12 +103,14 @@ static_assert(kTopkFirstBits >= 8 && kTopkFirstBits <= 12, "first digit: 8 to 12
 /// Candidate compaction: the most candidates kept in shared memory (beyond it, or beyond what fits
 /// next to the staged keys, the remaining digits run over every key). To be measured.
 inline constexpr int kTopkCandKeys = 8192;
-/// Candidate compaction on one CTA per row (kc == 1) with at most kTopkFirstBins candidates kept
-/// (cap): the candidates overwrite the first-digit histogram, dead once the threshold bin is picked,
-/// instead of taking cap keys of dynamic shared memory (short rows: more CTAs per SM). Host and
-/// device use this one rule (the launcher sizes the dynamic shared memory with it).
-__host__ __device__ __forceinline__ constexpr bool topk_cand_in_hist(int kc, int cap) {
-  return kc == 1 && cap <= kTopkFirstBins;
+/// Candidate compaction on one CTA per row (kc == 1) of a short-row size (threads < kTopkThreads)
+/// with at most kTopkFirstBins candidates kept (cap): the candidates overwrite the first-digit
+/// histogram, dead once the threshold bin is picked, instead of taking cap keys of dynamic shared
+/// memory (more CTAs per SM). 512-thread CTAs keep their candidates in dynamic shared memory, the
+/// code their GPU tests ran. Host and device use this one rule (the launcher sizes the dynamic
+/// shared memory with it).
+__host__ __device__ __forceinline__ constexpr bool topk_cand_in_hist(int kc, int threads, int cap) {
+  return kc == 1 && threads < kTopkThreads && cap <= kTopkFirstBins;
 }
 /// CTAs per row of the cluster variant (a thread-block cluster; histograms and compaction offsets
 /// are exchanged through distributed shared memory).
@@ -402,7 +404,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
       if (cnt == krest) {
         need = krest;  // every key of the threshold bin is taken
       } else if (cnt <= static_cast<unsigned>(a.cand_cap)) {
-        std::uint32_t* cand = topk_cand_in_hist(kC, a.cand_cap) ? hfirst : skeys + (kSmem ? (a.ld + kC - 1) / kC : 0);
+        std::uint32_t* cand = topk_cand_in_hist(kC, kThreads, a.cand_cap) ? hfirst : skeys + (kSmem ? (a.ld + kC - 1) / kC : 0);
         if (tid == 0) {
           unsigned off = 0;
           for (int q = 0; q < crank; ++q) off += rank_smem<kC>(hfirst, q)[pk.digit];
@@ -575,7 +577,7 @@ inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
 /// pays the same barriers and scans for 2048 keys as for 16384, and only 2 fit on an SM (60-64
 /// registers); smaller CTAs put more rows in flight (ptxas -v, CUDA 13.0: 256 threads 48 registers,
 /// 5 CTAs per SM; 128 threads 40 registers, 11-12 CTAs per SM at ld <= 4096). Measured on the H200
-/// (bench_indexer topk/ours_radix_cta<T>/rows:R/ld:L, 2026-12-01, bench/RESULTS.md), radix, µs for
+/// (bench_indexer topk/radix_cta<T>/rows:R/ld:L, 2026-12-01, bench/RESULTS.md), radix, µs for
 /// 128 / 256 / 512 threads: ld 2048 × 65536 rows 461 / 631 / 1252; ld 4096 × 16384 rows 225 / 260
 /// / 406; ld 8192 × 4096 rows 148 / 121 / 160 (candidates slower at every one of these sizes). The
 /// measured rule: 128 threads up to kTopkShortMaxLd, 256 up to kTopkMidMaxLd, 512 beyond.
@@ -614,7 +616,6 @@ inline constexpr int topk_cta_threads(std::int64_t ld, int cluster_size) {
 /// Errors: kInvalidArgument (cluster_size, threads, STEP5_TOPK), kCudaError (a failed query or launch).
 inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream, int cluster_size = 0,
                                    TopkAlgo algo = TopkAlgo::kDefault, int cand_cap = -1, int threads = 0) {
-  if (rows <= 0) return ::step5::Status::Ok();
   if (cluster_size != 0 && cluster_size != 1 && cluster_size != kTopkCluster)
     return ::step5::invalid_argument("launch_topk: cluster_size = " + std::to_string(cluster_size) +
                                      ", expected 0, 1 or " + std::to_string(kTopkCluster));
@@ -628,6 +629,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
                                        std::to_string(kTopkThreads) + "-thread CTAs)");
     cluster_size = 1;
   }
+  if (rows <= 0) return ::step5::Status::Ok();
   if (algo == TopkAlgo::kDefault) STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &algo));
   if (cluster_size != 1) {
     int dev = 0, sms = 0;
@@ -660,7 +662,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
     cap = static_cast<std::int64_t>(cap) < a.ld ? cap : static_cast<int>(a.ld);
     args.cand_cap = cap < room ? cap : room;
   }
-  const int cand_keys = topk_cand_in_hist(cluster_size, args.cand_cap) ? 0 : args.cand_cap;
+  const int cand_keys = topk_cand_in_hist(cluster_size, threads, args.cand_cap) ? 0 : args.cand_cap;
   const int smem = ((smem_keys ? static_cast<int>(slice) : 0) + cand_keys) * 4;
   auto launch = [&](auto kernel, int kc) -> ::step5::Status {
     if (smem > 32 * 1024) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));  // static smem counts towards 48 KB
