@@ -505,7 +505,7 @@ int main(int argc, char** argv) {
     const std::string shape = "/rows:" + std::to_string(rows) + "/ld:" + std::to_string(ld);
     reg("topk/ours" + shape, [=](benchmark::State& st) { bm_topk(st, rows, ld, 0, TopkAlgo::kDefault, 0, true); });
     for (TopkAlgo algo : {TopkAlgo::kCandidates, TopkAlgo::kRadix})
-      for (int threads : {128, 256, step5::kernels::sm90::kTopkThreads})
+      for (int threads : step5::kernels::sm90::kTopkCtaSizes)
         reg(std::string("topk/") + (algo == TopkAlgo::kRadix ? "radix" : "cand") + "_cta" + std::to_string(threads) + shape,
             [=](benchmark::State& st) { bm_topk(st, rows, ld, 1, algo, threads, true); });
   }

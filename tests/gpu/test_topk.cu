@@ -172,9 +172,9 @@ struct Variant {
            (threads != 0 ? " threads " + std::to_string(threads) : "");
   }
 };
-/// The CTA sizes forced on one-CTA-per-row launches besides the launcher's choice: 512 (long rows)
-/// and the short-row sizes (kernels/sm90/indexer_topk.cuh, topk_cta_threads).
-constexpr int kForcedThreads[] = {128, 256, step5::kernels::sm90::kTopkThreads};
+/// The CTA sizes forced on one-CTA-per-row launches besides the launcher's choice: every size the
+/// kernel is built for (kernels/sm90/indexer_topk.cuh, kTopkCtaSizes).
+constexpr auto& kForcedThreads = step5::kernels::sm90::kTopkCtaSizes;
 const Variant kEntry{true};
 
 /// The selection of every row with variant `v`. With `noise`, every launch runs on a non-blocking
@@ -433,16 +433,16 @@ GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 4096) on every CT
   // and clusters 512
   namespace k = step5::kernels::sm90;
   const bool on = k::kTopkShortCtasVerified;
-  EXPECT(k::topk_cta_threads(2048, 1) == (on ? k::kTopkShortThreads : k::kTopkThreads) &&
-             k::topk_cta_threads(k::kTopkShortMaxLd, 1) == (on ? k::kTopkShortThreads : k::kTopkThreads) &&
-             k::topk_cta_threads(k::kTopkShortMaxLd + 1, 1) == (on ? k::kTopkMidThreads : k::kTopkThreads) &&
-             k::topk_cta_threads(k::kTopkMidMaxLd, 1) == (on ? k::kTopkMidThreads : k::kTopkThreads) &&
-             k::topk_cta_threads(k::kTopkMidMaxLd + 1, 1) == k::kTopkThreads &&
-             k::topk_cta_threads(2048, kTopkCluster) == k::kTopkThreads,
-         "topk_cta_threads: ld 2048 %d, ld %lld %d, ld %lld %d, cluster %d", k::topk_cta_threads(2048, 1),
-         static_cast<long long>(k::kTopkShortMaxLd + 1), k::topk_cta_threads(k::kTopkShortMaxLd + 1, 1),
-         static_cast<long long>(k::kTopkMidMaxLd + 1), k::topk_cta_threads(k::kTopkMidMaxLd + 1, 1),
-         k::topk_cta_threads(2048, kTopkCluster));
+  EXPECT(k::topk_cta_threads(1, 2048) == (on ? k::kTopkShortThreads : k::kTopkThreads) &&
+             k::topk_cta_threads(1, k::kTopkShortMaxLd) == (on ? k::kTopkShortThreads : k::kTopkThreads) &&
+             k::topk_cta_threads(1, k::kTopkShortMaxLd + 1) == (on ? k::kTopkMidThreads : k::kTopkThreads) &&
+             k::topk_cta_threads(1, k::kTopkMidMaxLd) == (on ? k::kTopkMidThreads : k::kTopkThreads) &&
+             k::topk_cta_threads(1, k::kTopkMidMaxLd + 1) == k::kTopkThreads &&
+             k::topk_cta_threads(kTopkCluster, 2048) == k::kTopkThreads,
+         "topk_cta_threads: ld 2048 %d, ld %lld %d, ld %lld %d, cluster %d", k::topk_cta_threads(1, 2048),
+         static_cast<long long>(k::kTopkShortMaxLd + 1), k::topk_cta_threads(1, k::kTopkShortMaxLd + 1),
+         static_cast<long long>(k::kTopkMidMaxLd + 1), k::topk_cta_threads(1, k::kTopkMidMaxLd + 1),
+         k::topk_cta_threads(kTopkCluster, 2048));
 }
 
 GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels running, every variant") {

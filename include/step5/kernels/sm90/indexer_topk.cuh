@@ -26,10 +26,12 @@
 /// alone, CTA-locally; too many candidates fall back to the full passes (topk_select_kernel).
 #include <cuda_runtime.h>
 
+#include <algorithm>  // std::find (launch_topk)
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>  // std::getenv (STEP5_TOPK)
 #include <cstring>  // std::memcpy (score_key on the host)
+#include <iterator>  // std::begin / std::end
 
 #include "step5/kernels/sm90/arch.cuh"
 #include "step5/kernels/sm90/pdl.cuh"
@@ -79,17 +81,22 @@ struct TopkArgs {
 /// CTA size of the selection kernel for long rows (and every cluster launch). 1024 measured slower
 /// for both variants.
 inline constexpr int kTopkThreads = 512;
-/// CTA sizes the selection kernel is built for (template kThreads of topk_select_kernel): 512
-/// (kTopkThreads) and the short-row sizes 256 and 128, which put more rows in flight per SM
-/// (see kTopkShortThreads) when a row's keys are few (prefill: n = position / 8 <= 2048 at 16K tokens). The algorithm, and
-/// so the output, is the same for every size; only the work per thread changes.
+/// The short-row CTA sizes (see topk_cta_threads), which put more rows in flight per SM when a
+/// row's keys are few (prefill: n = position / 8 <= 2048 at 16K tokens).
+inline constexpr int kTopkShortThreads = 128;
+inline constexpr int kTopkMidThreads = 256;
+/// The CTA sizes the selection kernel is built for (template kThreads of topk_select_kernel; the
+/// one list the launcher, its tests and benchmarks use). The algorithm, and so the output, is the
+/// same for every size; only the work per thread changes.
+inline constexpr int kTopkCtaSizes[] = {kTopkShortThreads, kTopkMidThreads, kTopkThreads};
 template <int kThreads>
-inline constexpr bool kTopkThreadsValid = kThreads == 128 || kThreads == 256 || kThreads == 512;
+inline constexpr bool kTopkThreadsValid = kThreads == kTopkShortThreads || kThreads == kTopkMidThreads ||
+                                          kThreads == kTopkThreads;
 /// CTAs per SM the register allocation must allow (__launch_bounds__ minimum blocks), by CTA size
 /// (ptxas -v, CUDA 13.0, sm_90a; no spills): 512: 0 = unspecified, as before (60-64 registers, so
 /// 2 CTAs per SM); 256: 5 (48 registers; 6 would be 40 and spills); 128: 12 (40 registers).
 template <int kThreads>
-inline constexpr int kTopkMinCtas = kThreads == 512 ? 0 : kThreads == 256 ? 5 : 12;
+inline constexpr int kTopkMinCtas = kThreads == kTopkThreads ? 0 : kThreads == kTopkMidThreads ? 5 : 12;
 inline constexpr int kTopkItems = 8;  // ids per thread per compaction tile
 /// A CTA whose slice of a row has at most this many regions stages its keys in shared memory.
 inline constexpr int kTopkSmemKeys = 49152;
@@ -581,9 +588,7 @@ inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
 /// 128 / 256 / 512 threads: ld 2048 × 65536 rows 461 / 631 / 1252; ld 4096 × 16384 rows 225 / 260
 /// / 406; ld 8192 × 4096 rows 148 / 121 / 160 (candidates slower at every one of these sizes). The
 /// measured rule: 128 threads up to kTopkShortMaxLd, 256 up to kTopkMidMaxLd, 512 beyond.
-inline constexpr int kTopkShortThreads = 128;
 inline constexpr std::int64_t kTopkShortMaxLd = 4096;
-inline constexpr int kTopkMidThreads = 256;
 inline constexpr std::int64_t kTopkMidMaxLd = 8192;
 /// The measured rule above is not the automatic choice yet: the short-row CTAs ran in that
 /// benchmark, but test_topk (every pattern on 128 / 256 / 512 threads against the reference and
@@ -591,9 +596,10 @@ inline constexpr std::int64_t kTopkMidMaxLd = 8192;
 /// has, launches keep 512 threads unless `threads` forces a size (tests, benchmarks).
 inline constexpr bool kTopkShortCtasVerified = false;
 
-/// Threads per CTA of a launch with row stride (longest row) `ld` and `cluster_size` CTAs per row
-/// (1 or kTopkCluster): the one place the short-row rule lives. Host-callable (tests).
-inline constexpr int topk_cta_threads(std::int64_t ld, int cluster_size) {
+/// Threads per CTA of a launch with `cluster_size` CTAs per row (1 or kTopkCluster) and row stride
+/// (longest row) `ld` (the arguments of topk_default_algo): the one place the short-row rule
+/// lives. Host-callable (tests).
+inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld) {
   if (!kTopkShortCtasVerified || cluster_size != 1) return kTopkThreads;
   return ld <= kTopkShortMaxLd ? kTopkShortThreads : ld <= kTopkMidMaxLd ? kTopkMidThreads : kTopkThreads;
 }
@@ -611,7 +617,7 @@ inline constexpr int topk_cta_threads(std::int64_t ld, int cluster_size) {
 /// algo: TopkAlgo (kDefault reads STEP5_TOPK). cand_cap (kCandidates; tests): the most candidates
 /// kept, clamped to [0, kTopkCandKeys], to ld (a row never has more candidates than regions) and to
 /// the shared memory left next to the staged keys; −1 = as many as fit; 0 = always the full passes.
-/// threads (tests, benchmarks): threads per CTA, 0 = topk_cta_threads(a.ld, cluster size); 128 or
+/// threads (tests, benchmarks): threads per CTA, 0 = topk_cta_threads(cluster size, a.ld); 128 or
 /// 256 force one CTA per row (cluster_size 0 or 1); 512 is the only size of a cluster launch.
 /// Errors: kInvalidArgument (cluster_size, threads, STEP5_TOPK), kCudaError (a failed query or launch).
 inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream, int cluster_size = 0,
@@ -619,9 +625,10 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
   if (cluster_size != 0 && cluster_size != 1 && cluster_size != kTopkCluster)
     return ::step5::invalid_argument("launch_topk: cluster_size = " + std::to_string(cluster_size) +
                                      ", expected 0, 1 or " + std::to_string(kTopkCluster));
-  if (threads != 0 && threads != 128 && threads != 256 && threads != kTopkThreads)
-    return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(threads) + ", expected 0, 128, 256 or " +
-                                     std::to_string(kTopkThreads));
+  if (threads != 0 && std::find(std::begin(kTopkCtaSizes), std::end(kTopkCtaSizes), threads) == std::end(kTopkCtaSizes))
+    return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(threads) + ", expected 0, " +
+                                     std::to_string(kTopkShortThreads) + ", " + std::to_string(kTopkMidThreads) +
+                                     " or " + std::to_string(kTopkThreads));
   if (threads != 0 && threads != kTopkThreads) {
     if (cluster_size == kTopkCluster)
       return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(threads) + " with cluster_size = " +
@@ -647,7 +654,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
     }
   }
   if (algo == TopkAlgo::kDefault) algo = topk_default_algo(cluster_size, a.ld);
-  if (threads == 0) threads = topk_cta_threads(a.ld, cluster_size);
+  if (threads == 0) threads = topk_cta_threads(cluster_size, a.ld);
   const std::int64_t slice = (a.ld + cluster_size - 1) / cluster_size;
   const bool smem_keys = slice <= kTopkSmemKeys;
   const bool cand = algo == TopkAlgo::kCandidates;
@@ -681,8 +688,8 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
       return smem_keys ? launch(topk_select_kernel<kC, true, true>, kC) : launch(topk_select_kernel<kC, false, true>, kC);
     return smem_keys ? launch(topk_select_kernel<kC, true, false>, kC) : launch(topk_select_kernel<kC, false, false>, kC);
   }
-  if (threads == 128) return launch_cta(std::integral_constant<int, 128>{});
-  if (threads == 256) return launch_cta(std::integral_constant<int, 256>{});
+  if (threads == kTopkShortThreads) return launch_cta(std::integral_constant<int, kTopkShortThreads>{});
+  if (threads == kTopkMidThreads) return launch_cta(std::integral_constant<int, kTopkMidThreads>{});
   return launch_cta(std::integral_constant<int, kTopkThreads>{});
 }
 
