@@ -590,11 +590,11 @@ inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
 /// measured rule: 128 threads up to kTopkShortMaxLd, 256 up to kTopkMidMaxLd, 512 beyond.
 inline constexpr std::int64_t kTopkShortMaxLd = 4096;
 inline constexpr std::int64_t kTopkMidMaxLd = 8192;
-/// The measured rule above is not the automatic choice yet: the short-row CTAs ran in that
-/// benchmark, but test_topk (every pattern on 128 / 256 / 512 threads against the reference and
-/// bit-identical to radix) has not run on them — its output of that device run was lost. Until it
-/// has, launches keep 512 threads unless `threads` forces a size (tests, benchmarks).
-inline constexpr bool kTopkShortCtasVerified = false;
+/// The rule is the automatic choice since test_topk (every pattern on 128 / 256 / 512 threads
+/// against the reference, bit-identical to radix on 512, over repeated launches) passed on the H200
+/// with it on (2026-12-01, fifth session). Setting this to false returns every launch to 512
+/// threads unless `threads` forces a size (tests, benchmarks).
+inline constexpr bool kTopkShortCtasVerified = true;
 
 /// Threads per CTA of a launch with `cluster_size` CTAs per row (1 or kTopkCluster) and row stride
 /// (longest row) `ld` (the arguments of topk_default_algo): the one place the short-row rule
