@@ -348,11 +348,13 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   }
 
   // Tuning A/B without a rebuild: STEP5_BENCH_ATTN_SPLITS / STEP5_BENCH_ATTN_STAGES /
-  // STEP5_BENCH_ATTN_MERGE / STEP5_BENCH_ATTN_QT force the plan's num_splits / pipeline_stages /
-  // split_merge (1: the last-arriver merge instead of the cluster merge) / query_tile (unset = the
-  // planner's choice; the case name is unchanged, so compare such runs only with each other).
+  // STEP5_BENCH_ATTN_MERGE / STEP5_BENCH_ATTN_QT / STEP5_BENCH_ATTN_GATHER force the plan's
+  // num_splits / pipeline_stages / split_merge (1: the last-arriver merge instead of the cluster
+  // merge) / query_tile / tile_gather (1: the union of every tile, 2: per-query gathers) (unset =
+  // the planner's choice; the case name is unchanged, so compare such runs only with each other).
   for (const auto& [var, field] : {std::pair{"STEP5_BENCH_ATTN_SPLITS", &p.num_splits},
                                    std::pair{"STEP5_BENCH_ATTN_QT", &p.query_tile},
+                                   std::pair{"STEP5_BENCH_ATTN_GATHER", &p.tile_gather},
                                    std::pair{"STEP5_BENCH_ATTN_STAGES", &p.pipeline_stages},
                                    std::pair{"STEP5_BENCH_ATTN_MERGE", &p.split_merge}}) {
     std::string error;

@@ -86,6 +86,12 @@ struct Scenario {
   /// Every launch with num_splits > 1 also with split_merge = 1 (the last-arriver merge through the
   /// workspace) next to the default (the cluster merge where num_splits <= 16): bit-identical.
   bool merge_ab = false;
+  /// With one split (the plan's): also launches with tile_gather 1 (every multi-query tile on the
+  /// union of its selections) and 2 (query by query), each checked against the reference, and
+  /// checks that the default (tile_gather 0) equals, bit for bit, on each (query tile, KV group),
+  /// the forced launch of the path that ops::attention_per_query_pays picks for that tile from
+  /// its selections (computed here on the host); prints how many tiles took each path.
+  bool gather_ab = false;
 };
 
 /// The split-KV arrival counters (the first kAttentionCounterBytes of the workspace) are zero
@@ -393,7 +399,73 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
   DevBuf<bf16> d_q(q), d_k(kc), d_v(vc), d_gate(gate), d_out(out_poison);
   DevBuf<std::int32_t> d_table(table), d_cu(cu), d_seq(sc.seq_lens), d_ids(ids), d_counts(counts);
   DevBuf<float> d_lse(lse_poison);
-  step5::ops::SparseAttentionParams p;
+  // sc.gather_ab (see Scenario): the forced paths against the reference, the default against the
+  // per-tile rule. Tiles as the kernel's locate_tile: plan.query_tile consecutive queries of one
+  // request from its first; a region counts once per query when valid (0 <= id <= the query's
+  // current region, below the bitmap) in the first clamp(count, 0, topk + 1) entries.
+  const auto gather_ab_check = [&](const std::string& lab, step5::ops::SparseAttentionParams pg, void* ws,
+                                   std::size_t ws_bytes, const std::vector<bf16>& out0, const std::vector<float>& lse0) {
+    int dev = 0, sms = 0;
+    GPU_CHECK(cudaGetDevice(&dev));
+    GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    step5::ops::SparseAttentionPlan plan;
+    const step5::Status pst = step5::ops::sparse_attention_plan(pg, sms, &plan);
+    EXPECT(pst.ok(), "%s: plan: %s", lab.c_str(), pst.to_string().c_str());
+    if (!pst.ok() || plan.num_splits != 1) return;
+    std::vector<bf16> outs[3];
+    std::vector<float> lses[3];
+    for (const int mode : {1, 2}) {
+      pg.tile_gather = mode;
+      d_out.up(out_poison);
+      d_lse.up(lse_poison);
+      const step5::Status st = step5::ops::sparse_attention<Tag::kId>(pg, ws, ws_bytes, nullptr);
+      EXPECT(st.ok(), "%s: launch with tile_gather %d: %s", lab.c_str(), mode, st.to_string().c_str());
+      GPU_CHECK(cudaDeviceSynchronize());
+      outs[mode] = d_out.down();
+      lses[mode] = d_lse.down();
+      check_output(lab + ", tile_gather " + std::to_string(mode), outs[mode], lses[mode]);
+    }
+    const int max_region = plan.bitmap_words * 32;
+    long long tiles_of[3] = {0, 0, 0}, rows_differ = 0;
+    for (int b = 0; b < B; ++b)
+      for (int t0 = cu[b]; t0 < cu[b + 1]; t0 += plan.query_tile) {
+        const int nq = std::min(plan.query_tile, cu[b + 1] - t0);
+        for (int g = 0; g < lg; ++g) {
+          std::vector<char> in_union(static_cast<std::size_t>(max_region), 0);
+          long long union_regions = 0, query_stages = 0;
+          for (int i = 0; i < nq; ++i) {
+            const int t = t0 + i, row = g * T + t, cur = pos[t] / kR;
+            std::vector<char> mine(static_cast<std::size_t>(max_region), 0);
+            long long n = 0;
+            for (int e = 0; e < std::clamp(counts[row], 0, W); ++e) {
+              const int id = ids[static_cast<std::size_t>(row) * W + e];
+              if (id < 0 || id > cur || id >= max_region || mine[id]) continue;
+              mine[id] = 1;
+              ++n;
+              if (!in_union[id]) ++union_regions;
+              in_union[id] = 1;
+            }
+            query_stages += (n + 7) / 8;
+          }
+          const bool per_query = step5::ops::attention_per_query_pays((union_regions + 7) / 8, query_stages, nq);
+          const int mode = per_query ? 2 : 1;
+          ++tiles_of[nq > 1 ? mode : 0];
+          for (int t = t0; t < t0 + nq; ++t)
+            for (int h = g * hpg; h < (g + 1) * hpg; ++h) {
+              const std::size_t o = static_cast<std::size_t>(t) * ldo + static_cast<std::size_t>(h) * D;
+              const std::size_t l = static_cast<std::size_t>(t) * Hl + h;
+              const bool same = std::memcmp(&out0[o], &outs[mode][o], D * sizeof(bf16)) == 0 &&
+                                std::memcmp(&lse0[l], &lses[mode][l], sizeof(float)) == 0;
+              rows_differ += same ? 0 : 1;
+            }
+        }
+      }
+    EXPECT(rows_differ == 0,
+           "%s: %lld (token, head) rows of the default launch differ from the forced path the per-tile rule picks",
+           lab.c_str(), rows_differ);
+    std::printf("  %-58s tiles: %lld union, %lld per query, %lld of one query\n", (lab + ", tile_gather 0").c_str(),
+                tiles_of[1], tiles_of[2], tiles_of[0]);
+  };  step5::ops::SparseAttentionParams p;
   p.num_tokens = T;
   p.num_requests = B;
   p.num_local_heads = Hl;
@@ -450,6 +522,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
       repeat_launches<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
       graph_replays<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
     }
+    if (sc.gather_ab && T > 0) gather_ab_check(lab, p, ws.p, ws_bytes, out, lse);
     if (sc.merge_ab && ws_bytes > 0 && T > 0) {
       auto pg = p;
       pg.split_merge = 1;
@@ -535,6 +608,29 @@ GPU_CASE("prefill: short counts (1, 0, random), poisoned slots, no gate, query t
     sc2.overlap = false;
     sc2.short_counts = false;
     run_scenario<decltype(tag)>(sc2, ++g_seed);
+  });
+}
+
+GPU_CASE("prefill: per-tile choice between the union and per-query gathers (tile_gather 0 / 1 / 2), every hpg_q") {
+  each_layout([](auto tag) {
+    // random selections (union-heavy tiles: per-query gathers) and shared ones (union-light: the
+    // union), with history, partial regions, short counts, invalid ids and a bad block-table entry
+    const int h = sz(3000, 900);
+    Scenario heavy{"gather random", {37, 70, 19, 5, 1}, {h, h + 70, 19 + sz(1500, 400), 800, 300}, 16, sz(64, 24)};
+    heavy.overlap = false;
+    heavy.num_splits = 1;
+    heavy.gather_ab = true;
+    run_scenario<decltype(tag)>(heavy, ++g_seed);
+    Scenario light = heavy;
+    light.name = "gather shared";
+    light.overlap = true;
+    run_scenario<decltype(tag)>(light, ++g_seed);
+    Scenario odd = heavy;
+    odd.name = "gather random, short counts, invalid ids, bad block";
+    odd.short_counts = true;
+    odd.invalid_ids = true;
+    odd.bad_block = true;
+    run_scenario<decltype(tag)>(odd, ++g_seed);
   });
 }
 

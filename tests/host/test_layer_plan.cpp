@@ -253,6 +253,36 @@ TEST_CASE("plan reuse: one plan serves steps of every size within capacity, unch
 }
 #endif
 
+TEST_CASE("attention: per-query gathers in multi-query tiles (attention_per_query_pays) and tile_gather's range") {
+  // a union stage costs two per-query stages, one stage of fixed cost per query (ops/attention.hpp)
+  // tp 1 prefill tile of 4 queries with 513 regions each (65 stages): the layer's random-weight
+  // selections (union ~1750 regions = 219 stages) take per-query gathers; shared selections (the
+  // union is one query's 513 regions) take the union
+  CHECK(ops::attention_per_query_pays(219, 4 * 65, 4));
+  CHECK(!ops::attention_per_query_pays(65, 4 * 65, 4));
+  // the break-even: query_stages + nq < 2 * union_stages
+  CHECK(!ops::attention_per_query_pays(132, 4 * 65, 4));  // 264 < 264 is false
+  CHECK(ops::attention_per_query_pays(133, 4 * 65, 4));
+  // tp 8 tile of 8 queries (hpg_q 8): density 0.668 of 8 x 513 regions = 2741 regions = 343 stages
+  CHECK(ops::attention_per_query_pays(343, 8 * 65, 8));
+  // one query is never split into "per query" (it is the decode path already)
+  CHECK(!ops::attention_per_query_pays(1000, 1, 1));
+  CHECK(!ops::attention_per_query_pays(0, 0, 4));
+  // tile_gather: 0, 1, 2 accepted; anything else refused naming the value
+  auto a = ops::detail::attention_sizes(rank_of("step5_preview", 1, 0), 4096, 1, 512, 64, 2048, 64 * 2048);
+  ops::SparseAttentionPlan ap;
+  for (const int g : {0, 1, 2}) {
+    a.tile_gather = g;
+    CHECK(ops::sparse_attention_plan(a, 132, &ap).ok());
+  }
+  for (const int g : {-1, 3}) {
+    a.tile_gather = g;
+    const step5::Status s = ops::sparse_attention_plan(a, 132, &ap);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("tile_gather = " + std::to_string(g)) != std::string::npos);
+  }
+}
+
 TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, whole waves) and its limits") {
   // decode at 128K context (block 64, 2048 blocks per row), topk 512 = 65 stages of 64 tokens
   auto decode = [](const layout::RankLayout& r, int batch, int topk) {

@@ -17,7 +17,9 @@
 /// so 64 rows of the mma M dimension); the CTA builds the union of the tile's selected regions
 /// (bitmaps in shared memory), gathers the union 64 tokens at a time from the paged cache with
 /// cp.async and masks per (query, token); a tile of one query (decode) takes its own selection row
-/// directly (no bitmaps). Decode rows (1–4 per request) form one small tile whose token range is
+/// directly (no bitmaps). A tile whose union is large against its queries' own selections (little
+/// reuse: attention_per_query_pays) runs its queries one after the other on their own rows instead
+/// (`tile_gather`). Decode rows (1–4 per request) form one small tile whose token range is
 /// split over CTAs (split-KV); the splits are merged in split order (log-sum-exp merge) in the same
 /// launch: by the split CTAs together as a thread-block cluster (num_splits <= 16 and at most one
 /// split CTA per SM: attention_cluster_merge_pays), else by the last split CTA of a (tile, KV
@@ -96,6 +98,14 @@ struct SparseAttentionParams {
   /// same split weights and sum the splits in split order: bit-identical results (test_attention
   /// checks it), each bit-identical across launches.
   int split_merge = 0;
+  /// How a tile of several queries (prefill, MTP) launched with one split gathers its selected
+  /// regions: 0 = auto, decided per tile from its selections (attention_per_query_pays); 1 =
+  /// always the union of the tile's selections, once for all its queries (64 rows per stage); 2 =
+  /// always query by query, each on its own selection row (hpg_q rows per stage, as decode). Tiles
+  /// of one query and launches with num_splits > 1 always take their own path. Both gather the
+  /// same regions and agree with the reference within rounding (fp32 sums in another order); each
+  /// is deterministic. Tests and benchmarks force it; production uses 0.
+  int tile_gather = 0;
   /// K/V stages of the cp.async ring, kAttentionMinStages .. kAttentionMaxStages; 0 = auto
   /// (sparse_attention_plan). Tests and benchmarks force it; production uses 0.
   int pipeline_stages = 0;
@@ -414,11 +424,32 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     while (splits > 1 && workspace_for(splits) > p.max_workspace_bytes) --splits;
   if (p.split_merge < 0 || p.split_merge > 1)
     return invalid_argument(attn_msg("split_merge", p.split_merge, "0 (auto) or 1 (last-arriver merge)"));
+  if (p.tile_gather < 0 || p.tile_gather > 2)
+    return invalid_argument(
+        attn_msg("tile_gather", p.tile_gather, "0 (auto), 1 (the union of the tile) or 2 (query by query)"));
   plan->num_splits = splits;
   plan->cluster_merge =
       splits > 1 && p.split_merge == 0 && attention_cluster_merge_pays(p.head_dim, ns, ctas * splits, num_sms, splits);
   plan->workspace_bytes = workspace_for(splits);
   return Status::Ok();
+}
+
+/// Per-query gathers in a multi-query tile (`tile_gather` 0): a tile of nq > 1 queries with one
+/// split either gathers the union of its queries' selected regions once, ceil(U / 8) stages of 64
+/// tokens for all nq·hpg_q rows, or runs its queries one after the other, each on its own selection
+/// row (the decode path: ceil(n_i / 8) stages for hpg_q rows). Measured on the H200
+/// (bench_attention prefill, step5_preview, chunk 4096 after 32768 tokens, STEP5_BENCH_ATTN_QT
+/// 0 / 1, bench/RESULTS.md 2026-12-01 fifth session): over three selection patterns the union
+/// tiles took 17.0-17.8 ms × (union density) at tp 1 (4-query tiles) and 4.4-4.7 ms × density at
+/// tp 8 (8-query tiles), one-query tiles 8.56 ms and 2.18 ms on every pattern: a union stage costs
+/// kAttentionUnionStageCost = 2 per-query stages. Each query adds one stage of fixed cost (its
+/// region list, ring prologue and epilogue; as the split model's). Per-query gathers pay when
+///   query_stages + nq < kAttentionUnionStageCost · union_stages,
+/// with union_stages = ceil(U / 8) and query_stages = Σ ceil(n_i / 8) (n_i: distinct valid regions
+/// of query i). The kernel applies it per tile (the same rule, host-callable for tests).
+inline constexpr int kAttentionUnionStageCost = 2;
+constexpr bool attention_per_query_pays(long long union_stages, long long query_stages, int nq) {
+  return nq > 1 && query_stages + nq < kAttentionUnionStageCost * union_stages;
 }
 
 /// Workspace bytes `sparse_attention` needs for `p` on `p.device` (0 when no split-KV merge is

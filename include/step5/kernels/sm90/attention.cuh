@@ -18,6 +18,11 @@
 ///     (invalid ids / blocks are masked, as on the bitmap path); `prepare_stage` then reads only
 ///     shared memory. The Q fragments and the rows' gate logits are loaded before step 2 so that
 ///     their loads overlap it.
+///  2''. A tile of several queries with one split whose union is large against its queries' own
+///     selections (`uses_per_query_gathers`: ops::attention_per_query_pays on the union's stages
+///     and the queries' region counts from step 2a, or forced by tile_gather) runs its queries
+///     one after the other as tiles of one query (`attend_queries_in_turn`: steps 2', 4, 5) and
+///     ends there: gathering the union for all rows would cost more than each query's own regions.
 ///  3. `split_union`: the union's stages are dealt out evenly over the splits; split s gathers
 ///     union ordinals [u0, u1) in stages of 8 regions
 ///     (R = layout::kRegionSize) = 64 tokens; `prepare_stage` resolves the stage's token offsets
@@ -86,6 +91,7 @@ struct SparseAttentionArgs {
   int query_tile;
   int num_splits;
   int cluster_merge;       ///< num_splits > 1: the split CTAs form a cluster (1, 1, num_splits) and merge through DSMEM
+  int tile_gather;         ///< multi-query tiles, one split: 0 auto (attention_per_query_pays), 1 union, 2 per query
   int bitmap_words;
   float* ws_o;             ///< [max_tiles, lg, splits, 64, D] normalised partial outputs
   float* ws_lse;           ///< [max_tiles, lg, splits, 64] log2-domain LSE of the partials
@@ -123,6 +129,7 @@ __device__ __forceinline__ int swz(int row, int chunk) {
 struct SmemStatic {
   int tile_b, tile_t0, tile_nq, tile_valid, tile_pos0;  // pos of query i = tile_pos0 + i
   int last_split;                          // this CTA arrived last of its (tile, group): it merges
+  int qcount[kMaxQ];                       // distinct valid regions selected by each query of the tile (bitmap path)
   int scan[kWarps];
   float m[kWarps][16];
   float l[kWarps][16];
@@ -242,12 +249,14 @@ __device__ __forceinline__ void locate_tile(const SparseAttentionArgs& a, SmemSt
 }
 
 /// Step 2a: one region bitmap per query of the tile from its first `count` topk ids (ids outside
-/// [0, p/R], past the bitmap or after count are ignored). Ends with a barrier.
-__device__ __forceinline__ void build_region_bitmaps(const SparseAttentionArgs& a, const SmemPtrs& sp,
+/// [0, p/R], past the bitmap or after count are ignored), and ss.qcount[i], the number of distinct
+/// regions in query i's bitmap (for the choice of step 2''). Ends with a barrier.
+__device__ __forceinline__ void build_region_bitmaps(const SparseAttentionArgs& a, const SmemPtrs& sp, SmemStatic& ss,
                                                      const TileWork& w, int tid) {
   const int words = w.words, nq = w.nq;
   for (int i = tid; i < (nq + 1) * words; i += kThreads) sp.qbits[i] = 0u;  // qbits rows 0..nq-1 + ubits when nq == QT
   for (int i = tid; i < words; i += kThreads) sp.ubits[i] = 0u;
+  if (tid < kMaxQ) ss.qcount[tid] = 0;
   __syncthreads();
   const int T = a.num_tokens;
   const int W = a.topk + 1;
@@ -259,7 +268,10 @@ __device__ __forceinline__ void build_region_bitmaps(const SparseAttentionArgs& 
     if (k < cnt) {
       const int id = a.topk_ids[row * W + k];
       const int cur = (w.pos0 + i) >> kRegionLog2;
-      if (id >= 0 && id <= cur && id < max_region) atomicOr(&sp.qbits[i * words + (id >> 5)], 1u << (id & 31));
+      if (id >= 0 && id <= cur && id < max_region) {
+        const std::uint32_t bit = 1u << (id & 31);
+        if ((atomicOr(&sp.qbits[i * words + (id >> 5)], bit) & bit) == 0u) atomicAdd(&ss.qcount[i], 1);
+      }
     }
   }
   __syncthreads();
@@ -791,6 +803,56 @@ __device__ __forceinline__ void cluster_merge_splits(const SparseAttentionArgs& 
   cluster.sync();  // the other CTAs' reads of this CTA's partial are done before it exits
 }
 
+/// Step 2'' (a multi-query tile with one split whose union is large against its queries' own
+/// selections: `uses_per_query_gathers`): the tile's queries one after the other, each as a tile
+/// of one query — its own selection row (`build_region_list`), Q fragments, the ring over its
+/// stages with the four warps on the stage's tokens (NW = 16), the warp merge and the gated store
+/// (steps 2', 4 and 5 of decode). The rows' gate values are in sp.gate (tile row order). Every
+/// thread calls it; the first barrier orders the bitmaps' last reads (and, from the second query,
+/// the previous epilogue's reads of the stash and of ss.m / ss.l) before their space is rewritten.
+template <int D, int HPG, int NS>
+__device__ __forceinline__ void attend_queries_in_turn(const SparseAttentionArgs& a, SmemStatic& ss, StageMeta<NS>& sg,
+                                                       const SmemPtrs& sp, const TileWork& w, int tile, int tid,
+                                                       int lane, int warp, std::uint32_t (&qf)[D / 16][4]) {
+  float* buf = reinterpret_cast<float*>(sp.sK);  // the warp stash reuses the ring (as in the kernel)
+  for (int i = 0; i < w.nq; ++i) {
+    TileWork q = w;
+    q.t0 = w.t0 + i;
+    q.nq = 1;
+    q.pos0 = w.pos0 + i;
+    q.pos_last = q.pos0;
+    q.list = true;
+    __syncthreads();
+    build_region_list(a, sp, q, 0, tid);
+    load_q_fragments<D, HPG>(a, q, 0, lane, qf);
+    float acc[D / 8][4];
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+    SoftmaxState sm{-INFINITY, -INFINITY, 0.f, 0.f};
+    const int i_lo = (lane >> 2) / HPG, i_hi = ((lane >> 2) + 8) / HPG;
+    attend_stages<D, kTileTok / kWarps, NS>(a, sg, sp, q, tid, lane, warp, i_lo, i_hi, qf, sm, acc);
+    cp_async_wait<0>();
+    __syncthreads();
+    stash_warp_partials<D>(ss, buf, warp, lane, sm, acc);
+    __syncthreads();
+    merge_warps_and_store<D, HPG>(a, ss, buf, sp.gate + i * HPG, q, HPG, 1, kWarps, tile, 0, tid, false, nullptr,
+                                  nullptr);
+  }
+}
+
+/// The choice of step 2'' for a tile on the bitmap path (after step 2b): forced by a.tile_gather,
+/// else `ops::attention_per_query_pays` on the union's stages and the queries' own (ss.qcount).
+/// Only with one split (the per-query path writes final outputs, never split partials).
+__device__ __forceinline__ bool uses_per_query_gathers(const SparseAttentionArgs& a, const SmemStatic& ss,
+                                                       const SmemPtrs& sp, const TileWork& w) {
+  if (w.list || a.num_splits != 1 || a.tile_gather == 1) return false;
+  if (a.tile_gather == 2) return true;
+  long long query_stages = 0;
+  for (int i = 0; i < w.nq; ++i) query_stages += (ss.qcount[i] + kStageRegions - 1) >> kStageRegionsLog2;
+  const long long union_stages = (sp.prefix[w.words] + kStageRegions - 1) >> kStageRegionsLog2;
+  return ops::attention_per_query_pays(union_stages, query_stages, w.nq);
+}
+
 }  // namespace attn_detail
 
 /// See the file comment (steps 1–5). Grid (max_tiles, lg, num_splits), 128 threads, dynamic smem
@@ -859,12 +921,18 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
     build_region_list(a, sp, w, split, tid);
   } else {
     // 2. region bitmaps, their union and its prefix counts
-    build_region_bitmaps(a, sp, w, tid);
+    build_region_bitmaps(a, sp, ss, w, tid);
     build_union_prefix(sp, ss, w, tid, lane, warp);
     // 3. this split's share of the union
     split_union(sp.prefix[words], a.num_splits, split, w);
   }
   if (tid < rows) sp.gate[tid] = gate_row ? gate_value(glogit) : 1.f;  // read after the epilogue's barriers
+  if (uses_per_query_gathers(a, ss, sp, w)) {
+    // 2''. little reuse in this tile: its queries one after the other on their own rows
+    attend_queries_in_turn<D, HPG, NS>(a, ss, sg, sp, w, tile, tid, lane, warp, qf);
+    pdl_launch_dependents();
+    return;
+  }
 
   // 4. the stages: QK mma, online softmax, PV mma
   float acc[D / 8][4];

@@ -95,6 +95,7 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
   a.query_tile = plan.query_tile;
   a.num_splits = plan.num_splits;
   a.cluster_merge = 0;
+  a.tile_gather = p.tile_gather;
   a.bitmap_words = plan.bitmap_words;
   if (plan.num_splits > 1) {
     const ops::SparseAttentionWorkspaceLayout l =

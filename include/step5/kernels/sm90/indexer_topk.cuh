@@ -2,10 +2,9 @@
 /// \file step5/kernels/sm90/indexer_topk.cuh
 /// Deterministic top-k selection of SPEC.md §4.6: one CTA per (token, group) row, or a thread-block
 /// cluster of kTopkCluster CTAs per row (few long rows, as in decode, and rows too long for one
-/// CTA's shared memory; see launch_topk). One CTA per row runs 512 threads; 128 and 256 threads
-/// (more rows in flight per SM for short rows; the same algorithm and output) are built and forced
-/// by tests and benchmarks, and become the automatic choice for short rows once their GPU test has
-/// run (topk_cta_threads, kTopkShortCtasVerified).
+/// CTA's shared memory; see launch_topk). One CTA per row runs 512 threads on long rows and 128 or
+/// 256 threads on short ones (more rows in flight per SM; the same algorithm and output;
+/// topk_cta_threads); clusters run 512.
 ///
 /// Order: scores are mapped to order-preserving uint32 keys (NaN → 0xffffffff above +inf, −0 → +0);
 /// the selection is the first k of (key descending, region id ascending), which is unique, so the
