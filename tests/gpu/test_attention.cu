@@ -92,6 +92,9 @@ struct Scenario {
   /// the forced launch of the path that ops::attention_per_query_pays picks for that tile from
   /// its selections (computed here on the host); prints how many tiles took each path.
   bool gather_ab = false;
+  /// With gather_ab: the rule must send at least one multi-query tile to the union (bit 1) / to
+  /// per-query gathers (bit 2), so that the scenario exercises what it names.
+  int gather_expect = 0;
 };
 
 /// The split-KV arrival counters (the first kAttentionCounterBytes of the workspace) are zero
@@ -411,6 +414,8 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     step5::ops::SparseAttentionPlan plan;
     const step5::Status pst = step5::ops::sparse_attention_plan(pg, sms, &plan);
     EXPECT(pst.ok(), "%s: plan: %s", lab.c_str(), pst.to_string().c_str());
+    EXPECT(pst.ok() && plan.num_splits == 1, "%s: gather_ab needs a plan of one split (got %d)", lab.c_str(),
+           plan.num_splits);
     if (!pst.ok() || plan.num_splits != 1) return;
     std::vector<bf16> outs[3];
     std::vector<float> lses[3];
@@ -426,7 +431,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
       check_output(lab + ", tile_gather " + std::to_string(mode), outs[mode], lses[mode]);
     }
     const int max_region = plan.bitmap_words * 32;
-    long long tiles_of[3] = {0, 0, 0}, rows_differ = 0;
+    long long tiles_of[3] = {0, 0, 0}, rows_differ = 0, forced_differ = 0;
     for (int b = 0; b < B; ++b)
       for (int t0 = cu[b]; t0 < cu[b + 1]; t0 += plan.query_tile) {
         const int nq = std::min(plan.query_tile, cu[b + 1] - t0);
@@ -457,15 +462,26 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
               const bool same = std::memcmp(&out0[o], &outs[mode][o], D * sizeof(bf16)) == 0 &&
                                 std::memcmp(&lse0[l], &lses[mode][l], sizeof(float)) == 0;
               rows_differ += same ? 0 : 1;
+              // the two forced paths sum in different orders: some rows of multi-query tiles differ
+              // in their bits, which shows that tile_gather reached the kernel
+              if (nq > 1 && (std::memcmp(&outs[1][o], &outs[2][o], D * sizeof(bf16)) != 0 ||
+                             std::memcmp(&lses[1][l], &lses[2][l], sizeof(float)) != 0))
+                ++forced_differ;
             }
         }
       }
     EXPECT(rows_differ == 0,
            "%s: %lld (token, head) rows of the default launch differ from the forced path the per-tile rule picks",
            lab.c_str(), rows_differ);
+    EXPECT(tiles_of[1] + tiles_of[2] == 0 || forced_differ > 0,
+           "%s: tile_gather 1 and 2 gave the same bits on every row of %lld multi-query tiles (is it ignored?)",
+           lab.c_str(), tiles_of[1] + tiles_of[2]);
+    EXPECT(!(sc.gather_expect & 1) || tiles_of[1] > 0, "%s: no multi-query tile took the union", lab.c_str());
+    EXPECT(!(sc.gather_expect & 2) || tiles_of[2] > 0, "%s: no multi-query tile took per-query gathers", lab.c_str());
     std::printf("  %-58s tiles: %lld union, %lld per query, %lld of one query\n", (lab + ", tile_gather 0").c_str(),
                 tiles_of[1], tiles_of[2], tiles_of[0]);
-  };  step5::ops::SparseAttentionParams p;
+  };
+  step5::ops::SparseAttentionParams p;
   p.num_tokens = T;
   p.num_requests = B;
   p.num_local_heads = Hl;
@@ -620,17 +636,34 @@ GPU_CASE("prefill: per-tile choice between the union and per-query gathers (tile
     heavy.overlap = false;
     heavy.num_splits = 1;
     heavy.gather_ab = true;
+    heavy.gather_expect = 2;
     run_scenario<decltype(tag)>(heavy, ++g_seed);
     Scenario light = heavy;
     light.name = "gather shared";
     light.overlap = true;
+    light.gather_expect = 1;
     run_scenario<decltype(tag)>(light, ++g_seed);
     Scenario odd = heavy;
     odd.name = "gather random, short counts, invalid ids, bad block";
     odd.short_counts = true;
     odd.invalid_ids = true;
     odd.bad_block = true;
+    odd.gather_expect = 0;
     run_scenario<decltype(tag)>(odd, ++g_seed);
+    // deeper rings (prefill plans 2 stages; decode-like batches 2-3): the per-query path over 3
+    // and 4 ring slots
+    for (const int ns : {3, 4}) {
+      Scenario deep = heavy;
+      deep.name = "gather random, stages " + std::to_string(ns);
+      deep.pipeline_stages = ns;
+      run_scenario<decltype(tag)>(deep, ++g_seed);
+    }
+    // MTP rows (2-4 per request, decode-like: 2-query tiles and partial tiles) with one split
+    Scenario mtp{"gather mtp", {2, 3, 4, 4, 2, 1}, {h + 2, h + 3, h + 4, 700, h + 7, h + 1}, 16, sz(64, 24)};
+    mtp.overlap = false;
+    mtp.num_splits = 1;
+    mtp.gather_ab = true;
+    run_scenario<decltype(tag)>(mtp, ++g_seed);
   });
 }
 

@@ -17,9 +17,9 @@
 /// so 64 rows of the mma M dimension); the CTA builds the union of the tile's selected regions
 /// (bitmaps in shared memory), gathers the union 64 tokens at a time from the paged cache with
 /// cp.async and masks per (query, token); a tile of one query (decode) takes its own selection row
-/// directly (no bitmaps). A tile whose union is large against its queries' own selections (little
-/// reuse: attention_per_query_pays) runs its queries one after the other on their own rows instead
-/// (`tile_gather`). Decode rows (1–4 per request) form one small tile whose token range is
+/// directly (no bitmaps). With one split, a tile whose union is large against its queries' own
+/// selections (little reuse: attention_per_query_pays) runs its queries one after the other on
+/// their own rows instead (`tile_gather`). Decode rows (1–4 per request) form one small tile whose token range is
 /// split over CTAs (split-KV); the splits are merged in split order (log-sum-exp merge) in the same
 /// launch: by the split CTAs together as a thread-block cluster (num_splits <= 16 and at most one
 /// split CTA per SM: attention_cluster_merge_pays), else by the last split CTA of a (tile, KV
@@ -100,11 +100,13 @@ struct SparseAttentionParams {
   int split_merge = 0;
   /// How a tile of several queries (prefill, MTP) launched with one split gathers its selected
   /// regions: 0 = auto, decided per tile from its selections (attention_per_query_pays); 1 =
-  /// always the union of the tile's selections, once for all its queries (64 rows per stage); 2 =
-  /// always query by query, each on its own selection row (hpg_q rows per stage, as decode). Tiles
-  /// of one query and launches with num_splits > 1 always take their own path. Both gather the
-  /// same regions and agree with the reference within rounding (fp32 sums in another order); each
-  /// is deterministic. Tests and benchmarks force it; production uses 0.
+  /// always the union of the tile's selections, once for all its queries (all the tile's rows,
+  /// up to 64, per stage); 2 = always query by query, each on its own selection row (hpg_q rows
+  /// per stage, as decode). Tiles of one query and launches with num_splits > 1 always take their
+  /// own path. For selection rows of distinct ids (SPEC §4 step 6) both gather the same regions
+  /// and agree with the reference within rounding (fp32 sums in another order; a repeated id
+  /// counts twice per query, once in the union); each is deterministic. Tests and benchmarks
+  /// force it; production uses 0.
   int tile_gather = 0;
   /// K/V stages of the cp.async ring, kAttentionMinStages .. kAttentionMaxStages; 0 = auto
   /// (sparse_attention_plan). Tests and benchmarks force it; production uses 0.
@@ -447,6 +449,11 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
 ///   query_stages + nq < kAttentionUnionStageCost · union_stages,
 /// with union_stages = ceil(U / 8) and query_stages = Σ ceil(n_i / 8) (n_i: distinct valid regions
 /// of query i). The kernel applies it per tile (the same rule, host-callable for tests).
+/// Known limits of the model (to be measured, not yet done): the factor 2 was measured on full
+/// 64-row tiles only — 2-query tiles measured 1.6 (tp 1, 32 rows) and 1.4 (tp 8, 16 rows) in the
+/// same runs (STEP5_BENCH_ATTN_QT=2), so a partial tile near the break-even may take the slower
+/// path; and the per-query path runs ceil(clamp(count) / 8) stages (invalid or repeated entries
+/// take ring slots), more than n_i counts when a row carries such entries.
 inline constexpr int kAttentionUnionStageCost = 2;
 constexpr bool attention_per_query_pays(long long union_stages, long long query_stages, int nq) {
   return nq > 1 && query_stages + nq < kAttentionUnionStageCost * union_stages;
