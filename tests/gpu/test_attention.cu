@@ -92,8 +92,9 @@ struct Scenario {
   /// the forced launch of the path that ops::attention_per_query_pays picks for that tile from
   /// its selections (computed here on the host); prints how many tiles took each path.
   bool gather_ab = false;
-  /// With gather_ab: the rule must send at least one multi-query tile to the union (bit 1) / to
-  /// per-query gathers (bit 2), so that the scenario exercises what it names.
+  /// With gather_ab, at full sizes: the rule must send at least one multi-query tile to the union
+  /// (bit 1) / to per-query gathers (bit 2), so that the scenario exercises what it names (the
+  /// full run at 891af0f: every (geometry, tp) did, e.g. tp 16 random 8 union / 3 per query).
   int gather_expect = 0;
 };
 
@@ -476,8 +477,10 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     EXPECT(tiles_of[1] + tiles_of[2] == 0 || forced_differ > 0,
            "%s: tile_gather 1 and 2 gave the same bits on every row of %lld multi-query tiles (is it ignored?)",
            lab.c_str(), tiles_of[1] + tiles_of[2]);
-    EXPECT(!(sc.gather_expect & 1) || tiles_of[1] > 0, "%s: no multi-query tile took the union", lab.c_str());
-    EXPECT(!(sc.gather_expect & 2) || tiles_of[2] > 0, "%s: no multi-query tile took per-query gathers", lab.c_str());
+    // (full sizes only: quick mode's short histories and small topk can leave a scenario on one path)
+    const int expect = step5_test::quick() ? 0 : sc.gather_expect;
+    EXPECT(!(expect & 1) || tiles_of[1] > 0, "%s: no multi-query tile took the union", lab.c_str());
+    EXPECT(!(expect & 2) || tiles_of[2] > 0, "%s: no multi-query tile took per-query gathers", lab.c_str());
     std::printf("  %-58s tiles: %lld union, %lld per query, %lld of one query\n", (lab + ", tile_gather 0").c_str(),
                 tiles_of[1], tiles_of[2], tiles_of[0]);
   };
