@@ -429,14 +429,12 @@ GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 4096) on every CT
     }
     check_against_reference(R, ("prefill rows ld " + std::to_string(ld)).c_str());
   }
-  // the rule: short rows on one CTA per row get the short-row CTA sizes (once verified), long rows
-  // and clusters 512
+  // the rule: short rows on one CTA per row get the short-row CTA sizes, long rows and clusters 512
   namespace k = step5::kernels::sm90;
-  const bool on = k::kTopkShortCtasVerified;
-  EXPECT(k::topk_cta_threads(1, 2048) == (on ? k::kTopkShortThreads : k::kTopkThreads) &&
-             k::topk_cta_threads(1, k::kTopkShortMaxLd) == (on ? k::kTopkShortThreads : k::kTopkThreads) &&
-             k::topk_cta_threads(1, k::kTopkShortMaxLd + 1) == (on ? k::kTopkMidThreads : k::kTopkThreads) &&
-             k::topk_cta_threads(1, k::kTopkMidMaxLd) == (on ? k::kTopkMidThreads : k::kTopkThreads) &&
+  EXPECT(k::topk_cta_threads(1, 2048) == k::kTopkShortThreads &&
+             k::topk_cta_threads(1, k::kTopkShortMaxLd) == k::kTopkShortThreads &&
+             k::topk_cta_threads(1, k::kTopkShortMaxLd + 1) == k::kTopkMidThreads &&
+             k::topk_cta_threads(1, k::kTopkMidMaxLd) == k::kTopkMidThreads &&
              k::topk_cta_threads(1, k::kTopkMidMaxLd + 1) == k::kTopkThreads &&
              k::topk_cta_threads(kTopkCluster, 2048) == k::kTopkThreads,
          "topk_cta_threads: ld 2048 %d, ld %lld %d, ld %lld %d, cluster %d", k::topk_cta_threads(1, 2048),

@@ -586,20 +586,16 @@ inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
 /// (bench_indexer topk/radix_cta<T>/rows:R/ld:L, 2026-12-01, bench/RESULTS.md), radix, µs for
 /// 128 / 256 / 512 threads: ld 2048 × 65536 rows 461 / 631 / 1252; ld 4096 × 16384 rows 225 / 260
 /// / 406; ld 8192 × 4096 rows 148 / 121 / 160 (candidates slower at every one of these sizes). The
-/// measured rule: 128 threads up to kTopkShortMaxLd, 256 up to kTopkMidMaxLd, 512 beyond.
+/// measured rule: 128 threads up to kTopkShortMaxLd, 256 up to kTopkMidMaxLd, 512 beyond
+/// (test_topk runs every pattern on each size against the reference, bit-identical to 512).
 inline constexpr std::int64_t kTopkShortMaxLd = 4096;
 inline constexpr std::int64_t kTopkMidMaxLd = 8192;
-/// The rule is the automatic choice since test_topk (every pattern on 128 / 256 / 512 threads
-/// against the reference, bit-identical to radix on 512, over repeated launches) passed on the H200
-/// with it on (2026-12-01, fifth session). Setting this to false returns every launch to 512
-/// threads unless `threads` forces a size (tests, benchmarks).
-inline constexpr bool kTopkShortCtasVerified = true;
 
 /// Threads per CTA of a launch with `cluster_size` CTAs per row (1 or kTopkCluster) and row stride
 /// (longest row) `ld` (the arguments of topk_default_algo): the one place the short-row rule
 /// lives. Host-callable (tests).
 inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld) {
-  if (!kTopkShortCtasVerified || cluster_size != 1) return kTopkThreads;
+  if (cluster_size != 1) return kTopkThreads;
   return ld <= kTopkShortMaxLd ? kTopkShortThreads : ld <= kTopkMidMaxLd ? kTopkMidThreads : kTopkThreads;
 }
 
