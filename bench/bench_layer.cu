@@ -38,6 +38,8 @@
 // on e4m3 tensor cores (2× the bf16 rate), its floor still uses the bf16 rate (it is
 // bandwidth-bound at decode, where it matters).
 // A table is printed last, then the layer targets of issues 14 and 15 (`kTargets` in print_table).
+// STEP5_BENCH_LAYER_CUBLASLT=0 plans the two GEMMs on this library's kernels instead of kAuto's
+// cuBLASLt choice (ops::DsaLayerOptions; names and counters unchanged).
 //
 // Run: build-*/bench/bench_layer --benchmark_out=bench_layer.json --benchmark_out_format=json
 // (about 30–60 s, < 35 GB of device memory). `bench_layer --floors_only` prints the cost model at
@@ -55,6 +57,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -210,7 +213,12 @@ struct RankSetup {
     ops::DsaLayerCapacity cap;
     cap.max_tokens = T, cap.max_requests = B, cap.max_seq_len = seq, cap.max_topk = kTopk;
     cap.block_size = kBlockSize, cap.max_blocks = max_blocks, cap.num_blocks = num_blocks;
-    if (const step5::Status st = ops::dsa_layer_plan(r, kHidden, cap, &plan); !st.ok()) {
+    // STEP5_BENCH_LAYER_CUBLASLT=0: the GEMMs on this library's kernels (A/B of kAuto's cuBLASLt
+    // choice in one binary; case names unchanged)
+    ops::DsaLayerOptions options;
+    if (const char* e = std::getenv("STEP5_BENCH_LAYER_CUBLASLT"); e != nullptr && std::string(e) == "0")
+      options.gemm_allow_cublaslt = false;
+    if (const step5::Status st = ops::dsa_layer_plan(r, kHidden, cap, &plan, -1, options); !st.ok()) {
       error = st.to_string();
       return;
     }

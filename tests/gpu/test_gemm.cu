@@ -23,6 +23,7 @@
 #include <memory>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -57,17 +58,10 @@ struct Variant {
   GemmPath path = GemmPath::kAuto;
   int config = 0;
   int split_k = 0;
+  bool allow_cublaslt = true;  ///< GemmParams::allow_cublaslt (false: kAuto plans this library's kernels)
 };
 
-const char* path_name(GemmPath p) {
-  switch (p) {
-    case GemmPath::kAuto: return "auto";
-    case GemmPath::kGeneric: return "generic";
-    case GemmPath::kSplitK: return "split_k";
-    case GemmPath::kWgmma: return "wgmma";
-  }
-  return "?";
-}
+const char* path_name(GemmPath p) { return step5::ops::gemm_path_name(p); }
 
 struct DevBuf {
   void* p = nullptr;
@@ -255,9 +249,11 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
     p.path = path;
     p.config = v.config;
     p.split_k = v.split_k;
+    p.allow_cublaslt = v.allow_cublaslt;
     step5::ops::GemmPlan plan;
     const step5::Status ps = step5::ops::gemm_plan(p, &plan);
-    const std::string pn = std::string(path_name(path)) + (v.config ? "/c" + std::to_string(v.config) : "") +
+    const std::string pn = std::string(path_name(path)) + (v.allow_cublaslt ? "" : "/own") +
+                           (v.config ? "/c" + std::to_string(v.config) : "") +
                            (v.split_k ? "/s" + std::to_string(v.split_k) : "");
     EXPECT(ps.ok(), "%s path %s: gemm_plan: %s", name.c_str(), pn.c_str(), ps.to_string().c_str());
     std::unique_ptr<DevBuf> own_ws;  // a forced configuration may need more than the shared one
@@ -282,7 +278,9 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
   }
 }
 
-const std::vector<Variant> kAllPaths = {{GemmPath::kAuto}, {GemmPath::kGeneric}, {GemmPath::kSplitK}, {GemmPath::kWgmma}};
+/// kAuto (cuBLASLt where built in), kAuto on this library's kernels, every forced path.
+const std::vector<Variant> kAllPaths = {{GemmPath::kAuto},   {GemmPath::kAuto, 0, 0, false}, {GemmPath::kGeneric},
+                                        {GemmPath::kSplitK}, {GemmPath::kWgmma},             {GemmPath::kCublasLt}};
 
 /// kAllPaths plus every stream tile configuration, forced split-K factors and both wgmma tiles.
 std::vector<Variant> all_variants() {
@@ -363,7 +361,9 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
     GPU_CHECK(cudaMemset(dws.p, 0, std::max<std::size_t>(ws, 256)));
     const bool fast = s.K % 8 == 0 && s.ldx % 8 == 0 && s.ldw % 8 == 0 && s.ldc % 2 == 0;
     const std::vector<Variant> paths =
-        fast ? all_variants() : std::vector<Variant>{{GemmPath::kAuto}, {GemmPath::kGeneric}};
+        fast ? all_variants()
+             : std::vector<Variant>{{GemmPath::kAuto}, {GemmPath::kAuto, 0, 0, false}, {GemmPath::kGeneric},
+                                    {GemmPath::kCublasLt}};
     const std::string name = "T" + std::to_string(s.T) + "/N" + std::to_string(s.N) + "/K" + std::to_string(s.K) +
                              "/ld" + std::to_string(s.ldx) + "," + std::to_string(s.ldw) + "," + std::to_string(s.ldc);
     run_case(name, s.T, s.N, s.K, s.ldx, s.ldw, s.ldc, hw, dw.as<bf16>(), dws.p, ws, paths);
@@ -517,6 +517,7 @@ GPU_CASE("gemm: the plan splits K on the wgmma path where tiles leave SMs idle; 
     GemmParams p;
     p.x = kAligned, p.w = kAligned, p.c = const_cast<bf16*>(kAligned);
     p.tokens = T, p.n = N, p.k = K, p.ldx = K, p.ldw = K, p.ldc = N;
+    p.allow_cublaslt = false;  // this library's plan (the cuBLASLt choice: the next case)
     step5::ops::GemmPlan plan;
     const step5::Status st = step5::ops::gemm_plan(p, &plan);
     EXPECT(st.ok(), "plan T=%d N=%d K=%d: %s", T, N, K, st.to_string().c_str());
@@ -560,6 +561,87 @@ GPU_CASE("gemm: the plan splits K on the wgmma path where tiles leave SMs idle; 
   const step5::ops::GemmPlan o = plan_for(64, 4096, 12288);
   EXPECT(o.path == GemmPath::kWgmma && o.split_k > 1, "o_proj T=64: path %d split_k %d", static_cast<int>(o.path),
          o.split_k);
+}
+
+GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj shapes, T 1..16384); allow_cublaslt = false keeps this library's kernels; cuBLASLt bit-identical over 20 launches with other kernels running") {
+  alignas(16) static const bf16 kAligned[8] = {};  // gemm_plan reads only the pointers' alignment
+  auto plan_of = [&](int T, int N, int K, bool allow) {
+    GemmParams p;
+    p.x = kAligned, p.w = kAligned, p.c = const_cast<bf16*>(kAligned);
+    p.tokens = T, p.n = N, p.k = K, p.ldx = K, p.ldw = K, p.ldc = N;
+    p.allow_cublaslt = allow;
+    step5::ops::GemmPlan plan;
+    const step5::Status st = step5::ops::gemm_plan(p, &plan);
+    EXPECT(st.ok(), "plan T=%d N=%d K=%d: %s", T, N, K, st.to_string().c_str());
+    return plan;
+  };
+#if defined(STEP5_NO_CUBLASLT)
+  constexpr bool kLt = false;  // built without cuBLASLt: kAuto plans this library's kernels
+#else
+  constexpr bool kLt = true;
+#endif
+  step5::layout::for_each_layout([&](auto tag) {
+    using Tag = decltype(tag);
+    const step5::layout::RankLayout rl = Tag::Layout::kRank0;
+    const int hidden = Tag::kEntry.hidden, k_o = rl.local_heads * Tag::kEntry.geometry.head_dim;
+    const std::string g = std::string(Tag::kEntry.name) + "/tp" + std::to_string(Tag::kParallel.tp_size);
+    for (int T : {1, 64, 1000, 16384})
+      for (const auto& [N, K, what] : {std::tuple{rl.padded_rows, hidden, "fused"}, std::tuple{hidden, k_o, "o_proj"}}) {
+        const step5::ops::GemmPlan a = plan_of(T, N, K, true), own = plan_of(T, N, K, false);
+        const GemmPath mine = T > 32 ? GemmPath::kWgmma : GemmPath::kSplitK;
+        const GemmPath want = kLt ? GemmPath::kCublasLt : mine;
+        EXPECT(a.path == want, "%s %s T=%d: kAuto planned %s, expected %s", g.c_str(), what, T, path_name(a.path),
+               path_name(want));
+        EXPECT(own.path == mine, "%s %s T=%d: allow_cublaslt = false planned %s",
+               g.c_str(), what, T, path_name(own.path));
+      }
+  });
+#if !defined(STEP5_NO_CUBLASLT)
+  // a config or split_k override means this library's kernels even with allow_cublaslt
+  {
+    GemmParams p;
+    p.x = kAligned, p.w = kAligned, p.c = const_cast<bf16*>(kAligned);
+    p.tokens = 64, p.n = 3472, p.k = 4096, p.ldx = 4096, p.ldw = 4096, p.ldc = 3472;
+    p.split_k = 2;
+    step5::ops::GemmPlan plan;
+    const step5::Status st = step5::ops::gemm_plan(p, &plan);
+    EXPECT(st.ok() && plan.path == GemmPath::kWgmma && plan.split_k == 2, "kAuto + split_k 2: %s path %s split %d",
+           st.to_string().c_str(), path_name(plan.path), plan.split_k);
+  }
+  // bit-identical over repeated launches with other kernels running, the right product, workspace
+  // counters untouched: the step5_preview tp 8 and tp 1 decode shapes (T = 64) and a prefill one
+  const int quick_reps = step5_test::quick() ? 5 : 20;
+  for (const auto& [T, N, K] : {std::tuple{64, 3472, 4096}, std::tuple{64, 18512, 4096}, std::tuple{1000, 4096, 1536}}) {
+    std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
+    fill_random(hw, 0.125f);
+    fill_random(hx, 1.0f);
+    DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * N * 2);
+    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    const std::size_t ws = step5::ops::gemm_workspace_bytes(T, N, K);
+    EXPECT(ws >= step5::ops::kGemmCounterBytes + step5::ops::kGemmCublasLtWorkspaceBytes,
+           "gemm_workspace_bytes(%d, %d, %d) = %zu does not cover the cuBLASLt workspace", T, N, K, ws);
+    DevBuf dws(ws);
+    GPU_CHECK(cudaMemset(dws.p, 0, ws));
+    GemmParams p;
+    p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
+    p.tokens = T, p.n = N, p.k = K, p.ldx = K, p.ldw = K, p.ldc = N;
+    p.workspace = dws.p, p.workspace_bytes = ws;
+    step5::ops::GemmPlan plan;
+    const step5::Status st = step5::ops::gemm_plan(p, &plan);
+    EXPECT(st.ok() && plan.path == GemmPath::kCublasLt, "T=%d N=%d: %s path %s", T, N, st.to_string().c_str(),
+           path_name(plan.path));
+    std::vector<std::uint16_t> first, last;
+    int counters_left = 0;
+    const std::string what = "cuBLASLt T=" + std::to_string(T) + " N=" + std::to_string(N);
+    const int changed = repeat_with_noise(p, quick_reps, what, &first, &last, &counters_left);
+    EXPECT(changed == 0, "%s: %d of %d launches differ from the first", what.c_str(), changed, quick_reps - 1);
+    EXPECT(counters_left == 0, "%s: %d split-K counters written", what.c_str(), counters_left);
+    const int bad = fp64_spot_check_failures(hx, hw, first, T, N, K, T > 100 ? 37 : 1);
+    EXPECT(bad == 0, "%s: %d spot-checked outputs off the fp64 product", what.c_str(), bad);
+    std::printf("  %-28s %d launches bit-identical: %s\n", what.c_str(), quick_reps, changed == 0 ? "ok" : "FAIL");
+  }
+#endif
 }
 
 GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with other kernels running") {
@@ -763,6 +845,17 @@ GPU_CASE("gemm: preconditions return Status naming the values") {
     const std::string needle = "config = " + std::to_string(p.config);
     expect_err(p, step5::StatusCode::kInvalidArgument, needle.c_str(), "bad config"); }
   { GemmParams p = good; p.split_k = -2; expect_err(p, step5::StatusCode::kInvalidArgument, "split_k = -2", "bad split_k"); }
+  { GemmParams p = good; p.path = static_cast<GemmPath>(7);
+    expect_err(p, step5::StatusCode::kInvalidArgument, "path = 7", "path outside the enum"); }
+#if !defined(STEP5_NO_CUBLASLT)
+  { GemmParams p = good; p.path = GemmPath::kCublasLt; p.config = 2;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "config = 2", "config with kCublasLt"); }
+  { GemmParams p = good; p.path = GemmPath::kCublasLt; p.split_k = 3;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "split_k = 3", "split_k with kCublasLt"); }
+#else
+  { GemmParams p = good; p.path = GemmPath::kCublasLt;
+    expect_err(p, step5::StatusCode::kUnsupported, "without cuBLASLt", "kCublasLt not built"); }
+#endif
   {  // T == 0 is a no-op even with null pointers
     GemmParams p = good; p.tokens = 0; p.x = nullptr; p.c = nullptr;
     const step5::Status s = step5::ops::gemm_bf16(p, nullptr);

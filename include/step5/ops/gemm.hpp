@@ -8,8 +8,12 @@
 /// docs/ARCHITECTURE.md; for o_proj X = attention output `[T, Hl*D]`, W = `o_proj_local
 /// [hidden, Hl*D]`, N = hidden, K = Hl*D.
 ///
-/// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: unaligned shapes -> kGeneric,
-/// T <= 32 -> kSplitK, T > 32 -> kWgmma):
+/// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: cuBLASLt where it has an algorithm and
+/// `allow_cublaslt`, else unaligned shapes -> kGeneric, T <= 32 -> kSplitK, T > 32 -> kWgmma):
+///  * `kCublasLt` — cuBLASLt (the peer bench_gemm measures this library's kernels against), kAuto's
+///                choice: it measured faster at every fused-projection shape but one (tp 1, T = 128:
+///                equal), see gemm_launch.cuh `auto_takes_cublaslt`. Absent when built with
+///                STEP5_NO_CUBLASLT (CMake STEP5_ENABLE_CUBLASLT=OFF);
 ///  * `kWgmma`  — sm_90a TMA + wgmma, warp-specialised, persistent (T > 32). Tiles of 128 (or, for
 ///                narrow shapes at T <= 256 — fewer 128×128 tiles than SMs, `wgmma_m64_eligible`
 ///                — 64) tokens × BN weight rows (`kGemmWgmmaTiles`); when those tiles leave SMs idle
@@ -42,6 +46,9 @@ namespace step5::ops {
 /// split paths keep their per-tile counters there (4 bytes each; the wgmma path two per tile,
 /// one per 64-token half) and split K only while the counters fit; the fp32 partials follow.
 inline constexpr std::size_t kGemmCounterBytes = 16384;
+/// Most workspace bytes the cuBLASLt path uses, after the counters (cuBLAS' recommended workspace
+/// for Hopper); less given, its heuristic picks among the algorithms that fit (0: none needed).
+inline constexpr std::size_t kGemmCublasLtWorkspaceBytes = std::size_t(32) << 20;
 
 /// Which kernel runs a GEMM.
 enum class GemmPath : int {
@@ -49,7 +56,21 @@ enum class GemmPath : int {
   kGeneric = 1,  ///< simple tiled kernel, any shape and alignment
   kSplitK = 2,   ///< mma.sync + cp.async + split-K (needs the fast-path alignment)
   kWgmma = 3,    ///< TMA + wgmma (needs the fast-path alignment)
+  kCublasLt = 4, ///< cuBLASLt (any shape and alignment; k == 0 runs kGeneric: C = 0; kUnsupported when built without it)
 };
+
+/// The short name of a path, for labels and test output: "auto", "generic", "split_k", "wgmma",
+/// "cublaslt" ("?" for a value outside the enum).
+inline const char* gemm_path_name(GemmPath p) {
+  switch (p) {
+    case GemmPath::kAuto: return "auto";
+    case GemmPath::kGeneric: return "generic";
+    case GemmPath::kSplitK: return "split_k";
+    case GemmPath::kWgmma: return "wgmma";
+    case GemmPath::kCublasLt: return "cublaslt";
+  }
+  return "?";
+}
 
 /// One tile configuration of the split-K path: W rows × tokens per CTA tile, cp.async stages.
 struct GemmTile {
@@ -114,6 +135,11 @@ struct GemmParams {
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   GemmPath path = GemmPath::kAuto;  ///< force a path (tests/benchmarks); kAuto in production
+  /// kAuto may take cuBLASLt (where it is faster, see kCublasLt). false: kAuto plans this
+  /// library's kernels only (bench_gemm's `gemm/` rows, tests of those kernels). The cuBLASLt
+  /// path's algorithm depends on the workspace given (up to kGemmCublasLtWorkspaceBytes after the
+  /// counters): the same inputs, workspace size and device give the same bits.
+  bool allow_cublaslt = true;
   /// Tuning overrides for tests/benchmarks (0 = the launcher's choice, use 0 in production).
   /// config: split-K path 1..size(kGemmSplitKTiles) = row config-1 of kGemmSplitKTiles;
   /// wgmma path 1..size(kGemmWgmmaTiles) = tile kind kGemmWgmmaTiles[config-1].
@@ -137,10 +163,11 @@ struct GemmPlan {
 Status gemm_plan(const GemmParams& p, GemmPlan* plan);
 
 /// Workspace bytes needed by any launch with at most `max_tokens` tokens and these n, k
-/// (path kAuto, or kWgmma forced, without config/split_k overrides; both split paths counted;
-/// `gemm_plan` gives one launch's need, also with overrides). Allocate once with this size and
-/// zero-fill it (16-byte aligned, e.g. cudaMalloc).
-/// Returns 0 when no split-K launch is possible or the device cannot be queried.
+/// (path kAuto, or kWgmma forced, without config/split_k overrides; both split paths counted, and
+/// kGemmCounterBytes + kGemmCublasLtWorkspaceBytes when cuBLASLt is built in: the cuBLASLt path
+/// needs none but uses that much; `gemm_plan` gives one launch's need, also with overrides).
+/// Allocate once with this size and zero-fill it (256-byte aligned, e.g. cudaMalloc).
+/// Returns 0 when no launch uses a workspace or the device cannot be queried.
 std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int device = -1);
 
 /// Launches `C = X @ W^T` on `stream` (asynchronous). Errors (as Status, nothing launched):

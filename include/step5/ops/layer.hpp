@@ -95,6 +95,13 @@ struct DsaLayerCapacity {
   int block_size = 0, max_blocks = 0, num_blocks = 0;
 };
 
+/// Choices of `dsa_layer_plan` beyond the capacity (defaults: the library's measured choices).
+struct DsaLayerOptions {
+  /// The two GEMMs may take cuBLASLt (GemmParams::allow_cublaslt: kAuto's choice where it is
+  /// faster); false plans this library's GEMM kernels (A/B benchmarks, engines that want them).
+  bool gemm_allow_cublaslt = true;
+};
+
 /// Optional hook called after each stage is enqueued (e.g. to record CUDA events per kernel).
 struct DsaLayerHook {
   virtual ~DsaLayerHook() = default;
@@ -247,8 +254,9 @@ inline Status dsa_layer_plan_for(const layout::RankLayout& rank, int hidden, con
 /// that engines run once per capacity, outside CUDA-graph capture (it queries the device and sets
 /// kernel attributes). Errors: those of `dsa_layer_plan_for`, kUnsupported for a device that is
 /// not sm_90, kCudaError for a failed query, and the GEMM planner's errors (e.g. hidden).
+/// `options`: DsaLayerOptions (whether the GEMMs may take cuBLASLt).
 inline Status dsa_layer_plan(const layout::RankLayout& rank, int hidden, const DsaLayerCapacity& cap,
-                             DsaLayerPlan* plan, int device = -1) {
+                             DsaLayerPlan* plan, int device = -1, const DsaLayerOptions& options = {}) {
   if (plan == nullptr) return invalid_argument("dsa_layer_plan: plan is null");
   DsaLayerDeviceFacts f;
   if (device < 0) STEP5_CUDA_RETURN(cudaGetDevice(&device));
@@ -266,6 +274,7 @@ inline Status dsa_layer_plan(const layout::RankLayout& rank, int hidden, const D
     GemmParams g1;
     g1.x = kAligned, g1.w = kAligned, g1.c = const_cast<bf16*>(kAligned), g1.n = rank.padded_rows, g1.k = hidden;
     g1.ldx = hidden, g1.ldw = hidden, g1.ldc = rank.padded_rows, g1.device = device;
+    g1.allow_cublaslt = options.gemm_allow_cublaslt;
     GemmParams g2 = g1;
     g2.n = hidden, g2.k = k_o, g2.ldx = k_o, g2.ldw = k_o, g2.ldc = hidden;
     const int planned = std::min(cap.max_tokens, kDsaLayerPlannedGemmTokens);

@@ -1,7 +1,7 @@
 #pragma once
 /// \file step5/kernels/sm90/gemm_launch.cuh
 /// Host launcher of the projection GEMM (step5/ops/gemm.hpp): precondition checks, path choice
-/// (wgmma / split-K / generic), split-K planning, TMA descriptor encoding, launches. Inline
+/// (cuBLASLt / wgmma / split-K / generic), split-K planning, TMA descriptor encoding, launches. Inline
 /// functions and templates only (any number of translation units may include it); the public
 /// entry points `gemm_bf16`, `gemm_plan`, `gemm_workspace_bytes` are defined from these by
 /// step5/instantiate.cuh (in step5::kernels, or in the one .cu of an engine that includes it).
@@ -20,6 +20,7 @@
 
 #include "step5/core/cuda_check.hpp"
 #include "step5/kernels/sm90/arch.cuh"
+#include "step5/kernels/sm90/gemm_cublaslt.cuh"
 #include "step5/kernels/sm90/gemm_generic.cuh"
 #include "step5/kernels/sm90/gemm_stream.cuh"
 #include "step5/kernels/sm90/gemm_wgmma.cuh"
@@ -575,8 +576,23 @@ struct FullPlan {
   GemmPlan plan;
   StreamPlan stream;
   WgmmaPlan wgmma;
+#if !defined(STEP5_NO_CUBLASLT)
+  const LtEntry* lt = nullptr;
+  cublasLtHandle_t lt_handle = nullptr;
+#endif
   int device = 0, sms = 0;
 };
+
+/// kAuto with `allow_cublaslt` (and no config / split_k override) takes cuBLASLt whenever it has
+/// an algorithm for the shape: measured on the H200 (bench_gemm `cublaslt/` against `gemm/`, same
+/// binary, bench/RESULTS.md), cuBLASLt was faster at every fused-projection shape of
+/// step5_preview and dsa_h64_kv8_d128, T = 1 … 16384, tp 1 and 8 (this library's kernels at
+/// 0.47–0.98× of its speed), except tp 1 T = 128 (1.01–1.02×, within run-to-run noise).
+/// This library's kernels stay the path for kAuto without cuBLASLt (not built, no algorithm,
+/// allow_cublaslt = false, or an override), and every forced path.
+inline bool auto_takes_cublaslt(const GemmParams& p) {
+  return kHaveCublasLt && p.allow_cublaslt && p.config == 0 && p.split_k == 0 && p.k > 0;
+}
 
 inline Status make_plan(const GemmParams& p, FullPlan* fp) {
   bool fast = false;
@@ -590,9 +606,31 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
   fp->sms = info.sms;
   if (p.split_k < 0) return invalid_argument("gemm_bf16: split_k = " + s(p.split_k) + " must be >= 0");
   GemmPath path = p.path;
+  if (path != GemmPath::kAuto && path != GemmPath::kGeneric && path != GemmPath::kSplitK &&
+      path != GemmPath::kWgmma && path != GemmPath::kCublasLt)
+    return invalid_argument("gemm_bf16: path = " + s(static_cast<int>(path)) + ", expected 0..4 (GemmPath)");
   if ((path == GemmPath::kSplitK || path == GemmPath::kWgmma) && !fast)
     return invalid_argument(std::string("gemm_bf16: the ") + (path == GemmPath::kSplitK ? "split-K" : "wgmma") +
                             " path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
+  if (path == GemmPath::kCublasLt) {
+    if (!kHaveCublasLt)
+      return unsupported("gemm_bf16: path kCublasLt, but step5 was built without cuBLASLt (STEP5_NO_CUBLASLT)");
+    if (p.config != 0 || p.split_k > 1)
+      return invalid_argument("gemm_bf16: config = " + s(p.config) + ", split_k = " + s(p.split_k) +
+                              " with path kCublasLt; expected config 0 and split_k 0 or 1 (cuBLASLt plans itself)");
+  }
+  if (path == GemmPath::kCublasLt && p.k == 0) path = GemmPath::kGeneric;  // C = 0, no product to run
+#if !defined(STEP5_NO_CUBLASLT)
+  if (path == GemmPath::kCublasLt || (path == GemmPath::kAuto && auto_takes_cublaslt(p))) {
+    STEP5_RETURN_IF_ERROR(lt_entry(p, fp->device, &fp->lt, &fp->lt_handle));
+    if (fp->lt->found) {
+      path = GemmPath::kCublasLt;
+    } else if (path == GemmPath::kCublasLt) {
+      return unsupported("gemm_bf16: cuBLASLt has no algorithm for tokens = " + s(p.tokens) + ", n = " + s(p.n) +
+                         ", k = " + s(p.k) + " (ldx " + s(p.ldx) + ", ldw " + s(p.ldw) + ", ldc " + s(p.ldc) + ")");
+    }
+  }
+#endif
   if (path == GemmPath::kAuto) {
     if (!fast) {
       path = GemmPath::kGeneric;
@@ -643,7 +681,10 @@ inline std::size_t workspace_bytes(std::int64_t max_tokens, std::int64_t n, std:
     best = std::max(best, plan_stream(t, n, k, info.sms, 0, 0).workspace);
   }
   // kAuto sends T > kWgmmaMinT to the wgmma path (a kSplitK forced at larger T is an override).
-  return std::max(best, wgmma_workspace_max(max_tokens, n, k, info.sms));
+  best = std::max(best, wgmma_workspace_max(max_tokens, n, k, info.sms));
+  // cuBLASLt (kAuto's choice when built in) uses up to kGemmCublasLtWorkspaceBytes after the counters
+  if (kHaveCublasLt) best = std::max(best, kGemmCounterBytes + kGemmCublasLtWorkspaceBytes);
+  return best;
 }
 
 inline Status launch(const GemmParams& p, cudaStream_t stream) {
@@ -658,6 +699,9 @@ inline Status launch(const GemmParams& p, cudaStream_t stream) {
     case GemmPath::kWgmma:
       STEP5_RETURN_IF_ERROR(check_workspace(p, fp.wgmma.workspace, "wgmma split-K"));
       return launch_wgmma(p, fp.wgmma, fp.device, fp.sms, stream);
+#if !defined(STEP5_NO_CUBLASLT)
+    case GemmPath::kCublasLt: return launch_cublaslt(p, *fp.lt, fp.lt_handle, stream);
+#endif
     default: break;
   }
   return Status(StatusCode::kInternal, "gemm_bf16: unknown path");

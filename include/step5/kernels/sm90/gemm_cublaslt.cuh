@@ -1,0 +1,162 @@
+#pragma once
+/// \file step5/kernels/sm90/gemm_cublaslt.cuh
+/// The cuBLASLt path of the projection GEMM (`GemmPath::kCublasLt`, step5/ops/gemm.hpp): the
+/// same `C = X @ W^T` (bf16 in and out, fp32 accumulation) run by cuBLASLt, the peer that
+/// bench_gemm measures next to this library's kernels. `gemm_plan` with path kAuto takes it
+/// where it is the faster of the two (`GemmParams::allow_cublaslt`; see gemm_launch.cuh
+/// `make_plan`). Host code only; inline (any number of translation units may include it).
+///
+/// Column-major view (cuBLASLt's): C^T [N, T] (ld ldc) = op_T(W^T [K, N], ld ldw) · X^T [K, T]
+/// (ld ldx): A = W with TRANSA, B = X, no transpose. Each distinct (device, shape, strides, pointer
+/// alignments, workspace limit) gets its descriptors and its heuristic's first algorithm once
+/// (`lt_entry`, a process-wide cache behind a mutex; also the "no algorithm" answers), so a
+/// launch does no host-side search and is capturable in a CUDA graph. The algorithm is fixed per
+/// entry, so C is bit-reproducible for the same inputs, workspace size and device.
+/// Built without cuBLASLt (`STEP5_NO_CUBLASLT`, CMake option STEP5_ENABLE_CUBLASLT=OFF) the path
+/// does not exist: kAuto never takes it and a forced kCublasLt returns kUnsupported.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "step5/core/cuda_check.hpp"
+#include "step5/ops/gemm.hpp"
+
+#if !defined(STEP5_NO_CUBLASLT)
+#include <cublasLt.h>
+#endif
+
+namespace step5::ops::gemm_detail {
+
+#if !defined(STEP5_NO_CUBLASLT)
+inline constexpr bool kHaveCublasLt = true;
+
+inline Status lt_status(cublasStatus_t st, const char* call) {
+  if (st == CUBLAS_STATUS_SUCCESS) return Status::Ok();
+  return Status(StatusCode::kCudaError, std::string("gemm_bf16 (cuBLASLt): ") + call + " failed with cublasStatus " +
+                                            std::to_string(static_cast<int>(st)));
+}
+#define STEP5_LT_RETURN(call) STEP5_RETURN_IF_ERROR(::step5::ops::gemm_detail::lt_status((call), #call))
+
+/// The largest power of two (<= 256) dividing the address of `p` (cuBLASLt's alignment preferences).
+inline std::uint32_t lt_alignment(const void* p) {
+  const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p);
+  if (a == 0) return 256;
+  const std::uintptr_t low = a & (~a + 1);
+  return low >= 256 ? 256u : static_cast<std::uint32_t>(low);
+}
+
+/// Descriptors and algorithm of one (device, shape, strides, alignments, workspace limit).
+struct LtEntry {
+  bool found = false;  ///< false: cuBLASLt has no algorithm for it
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  std::size_t workspace = 0;  ///< bytes of workspace the algorithm uses (<= the limit of its key)
+};
+
+struct LtCache {
+  std::mutex mu;
+  std::map<int, cublasLtHandle_t> handles;  // one per device, for the process' lifetime
+  std::map<std::tuple<int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
+                      std::uint32_t, std::uint32_t, std::uint32_t, std::size_t>,
+           LtEntry>
+      entries;
+};
+inline LtCache& lt_cache() {
+  static LtCache* c = new LtCache;  // never destroyed: launches may run during static destruction
+  return *c;
+}
+
+/// The workspace cuBLASLt may use in a launch of `p`: the bytes after the split-K counters
+/// (kGemmCounterBytes) up to kGemmCublasLtWorkspaceBytes, when that region is 256-byte aligned.
+inline std::size_t lt_workspace_limit(const GemmParams& p) {
+  if (p.workspace == nullptr || p.workspace_bytes <= kGemmCounterBytes) return 0;
+  const void* base = static_cast<const char*>(p.workspace) + kGemmCounterBytes;
+  if (lt_alignment(base) < 256) return 0;
+  const std::size_t avail = p.workspace_bytes - kGemmCounterBytes;
+  return avail < kGemmCublasLtWorkspaceBytes ? avail : kGemmCublasLtWorkspaceBytes;
+}
+
+/// The cached entry of `p` on `device` (created on first use: handle, descriptors, heuristic).
+/// `*out` stays valid for the process' lifetime. Errors: kCudaError naming the cuBLASLt call.
+inline Status lt_entry(const GemmParams& p, int device, const LtEntry** out, cublasLtHandle_t* handle) {
+  const std::size_t ws_limit = lt_workspace_limit(p);
+  const auto key = std::make_tuple(device, p.tokens, p.n, p.k, p.ldx, p.ldw, p.ldc, lt_alignment(p.x),
+                                   lt_alignment(p.w), lt_alignment(p.c), ws_limit);
+  LtCache& c = lt_cache();
+  std::lock_guard<std::mutex> lock(c.mu);
+  auto h = c.handles.find(device);
+  if (h == c.handles.end()) {
+    int current = -1;
+    STEP5_CUDA_RETURN(cudaGetDevice(&current));
+    if (current != device) STEP5_CUDA_RETURN(cudaSetDevice(device));
+    cublasLtHandle_t created = nullptr;
+    const cublasStatus_t st = cublasLtCreate(&created);
+    if (current != device) STEP5_CUDA_RETURN(cudaSetDevice(current));
+    STEP5_RETURN_IF_ERROR(lt_status(st, "cublasLtCreate"));
+    h = c.handles.emplace(device, created).first;
+  }
+  *handle = h->second;
+  if (auto it = c.entries.find(key); it != c.entries.end()) {
+    *out = &it->second;
+    return Status::Ok();
+  }
+  LtEntry e;
+  STEP5_LT_RETURN(cublasLtMatmulDescCreate(&e.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  STEP5_LT_RETURN(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  STEP5_LT_RETURN(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  STEP5_LT_RETURN(cublasLtMatrixLayoutCreate(&e.la, CUDA_R_16BF, static_cast<std::uint64_t>(p.k),
+                                             static_cast<std::uint64_t>(p.n), p.ldw));
+  STEP5_LT_RETURN(cublasLtMatrixLayoutCreate(&e.lb, CUDA_R_16BF, static_cast<std::uint64_t>(p.k),
+                                             static_cast<std::uint64_t>(p.tokens), p.ldx));
+  STEP5_LT_RETURN(cublasLtMatrixLayoutCreate(&e.lc, CUDA_R_16BF, static_cast<std::uint64_t>(p.n),
+                                             static_cast<std::uint64_t>(p.tokens), p.ldc));
+  cublasLtMatmulPreference_t pref = nullptr;
+  STEP5_LT_RETURN(cublasLtMatmulPreferenceCreate(&pref));
+  const std::uint32_t ax = std::get<7>(key), aw = std::get<8>(key), ac = std::get<9>(key);
+  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_limit,
+                                                           sizeof(ws_limit));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof(aw));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof(ax));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac));
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac));
+  cublasLtMatmulHeuristicResult_t res{};
+  int n = 0;
+  if (st == CUBLAS_STATUS_SUCCESS)
+    st = cublasLtMatmulAlgoGetHeuristic(*handle, e.desc, e.la, e.lb, e.lc, e.lc, pref, 1, &res, &n);
+  cublasLtMatmulPreferenceDestroy(pref);
+  // "no algorithm" is an answer (cached: kAuto then keeps this library's kernels), not an error
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) return lt_status(st, "cublasLtMatmulAlgoGetHeuristic");
+  e.found = st == CUBLAS_STATUS_SUCCESS && n > 0;
+  if (e.found) {
+    e.algo = res.algo;
+    e.workspace = res.workspaceSize;
+  }
+  *out = &c.entries.emplace(key, e).first->second;
+  return Status::Ok();
+}
+
+/// Launches `C = X @ W^T` of `p` with entry `e` (e.found) on `stream`.
+inline Status launch_cublaslt(const GemmParams& p, const LtEntry& e, cublasLtHandle_t handle, cudaStream_t stream) {
+  const float one = 1.0f, zero = 0.0f;
+  void* ws = e.workspace > 0 ? static_cast<char*>(p.workspace) + kGemmCounterBytes : nullptr;
+  STEP5_LT_RETURN(cublasLtMatmul(handle, e.desc, &one, p.w, e.la, p.x, e.lb, &zero, p.c, e.lc, p.c, e.lc, &e.algo, ws,
+                                 e.workspace, stream));
+  return Status::Ok();
+}
+#undef STEP5_LT_RETURN
+
+#else  // STEP5_NO_CUBLASLT
+inline constexpr bool kHaveCublasLt = false;
+#endif
+
+}  // namespace step5::ops::gemm_detail
