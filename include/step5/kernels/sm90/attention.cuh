@@ -448,20 +448,45 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
 }
 
 /// Step 3c: issues the cp.async copies of ring stage `st` (K and V rows of its 64 tokens at
-/// `tok_off`, 16-byte chunks, swizzled; offset -1 zero-fills).
+/// `tok_off`, 16-byte chunks, swizzled; offset -1 zero-fills). D a multiple of 64: eight lanes
+/// copy one 128-byte chunk group of a row per instruction (lane l: chunks l % 8 + 8j of rows
+/// l / 8 + 16r of the CTA's 16-row pass), so a warp instruction moves whole sectors of four rows,
+/// and each thread resolves a row's offset and swizzle once for its D / 64 chunk groups (the swizzle
+/// flips only the low three chunk bits: swz(row, l + 8j) = swz(row, l) + 64j) — a quarter of the
+/// issue slots of one chunk per loop iteration, which the decode stages are bound by (bench/RESULTS.md).
 template <int D>
 __device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const long long* tok_off,
                                              const SmemPtrs& sp, int st, int tid) {
   constexpr int kChunks = D / 8;  // 16-byte chunks of a row
   __nv_bfloat16* dk = sp.sK + st * kTileTok * D;
   __nv_bfloat16* dv = sp.sV + st * kTileTok * D;
-  for (int ch = tid; ch < kTileTok * kChunks; ch += kThreads) {
-    const int c = ch / kChunks, part = ch - c * kChunks;
-    const long long off = tok_off[c];
-    const int bytes = off >= 0 ? 16 : 0;
-    const long long src = off >= 0 ? off + part * 8 : 0;
-    cp_async16(smem_u32(dk + swz<D>(c, part)), a.k_cache + src, bytes);
-    cp_async16(smem_u32(dv + swz<D>(c, part)), a.v_cache + src, bytes);
+  if constexpr (D % 64 == 0) {
+    constexpr int kRowsPerPass = kThreads / 8;
+    static_assert(kTileTok % kRowsPerPass == 0, "whole passes of 16 rows");
+    const int lc = tid & 7;
+#pragma unroll
+    for (int r = 0; r < kTileTok / kRowsPerPass; ++r) {
+      const int c = (tid >> 3) + r * kRowsPerPass;
+      const long long off = tok_off[c];
+      const int bytes = off >= 0 ? 16 : 0;
+      const __nv_bfloat16* ks = a.k_cache + (off >= 0 ? off : 0) + lc * 8;
+      const __nv_bfloat16* vs = a.v_cache + (off >= 0 ? off : 0) + lc * 8;
+      const int dst = swz<D>(c, lc);
+#pragma unroll
+      for (int j = 0; j < D / 64; ++j) {
+        cp_async16(smem_u32(dk + dst + 64 * j), ks + 64 * j, bytes);
+        cp_async16(smem_u32(dv + dst + 64 * j), vs + 64 * j, bytes);
+      }
+    }
+  } else {
+    for (int ch = tid; ch < kTileTok * kChunks; ch += kThreads) {
+      const int c = ch / kChunks, part = ch - c * kChunks;
+      const long long off = tok_off[c];
+      const int bytes = off >= 0 ? 16 : 0;
+      const long long src = off >= 0 ? off + part * 8 : 0;
+      cp_async16(smem_u32(dk + swz<D>(c, part)), a.k_cache + src, bytes);
+      cp_async16(smem_u32(dv + swz<D>(c, part)), a.v_cache + src, bytes);
+    }
   }
 }
 
@@ -515,6 +540,11 @@ __device__ __forceinline__ void online_softmax(const unsigned char* mk, int i_lo
   const float mn_lo = fmaxf(sm.m_lo, mx_lo), mn_hi = fmaxf(sm.m_hi, mx_hi);
   const float mu_lo = mn_lo == -INFINITY ? 0.f : mn_lo, mu_hi = mn_hi == -INFINITY ? 0.f : mn_hi;
   const float al_lo = exp2f(sm.m_lo - mu_lo), al_hi = exp2f(sm.m_hi - mu_hi);
+  // the accumulator's rescale is skipped when no row of the warp changed its max: then each alpha
+  // is exactly 1 (finite max) or the row has seen no token yet (accumulator +0, alpha 0 or 1), so
+  // the skip leaves every bit as the multiply would (a max settles after the first stages: most
+  // decode stages skip D / 2 multiplies per thread)
+  const bool rescale = __any_sync(0xffffffffu, mn_lo != sm.m_lo || mn_hi != sm.m_hi);
   sm.m_lo = mn_lo;
   sm.m_hi = mn_hi;
   float sum_lo = 0.f, sum_hi = 0.f;
@@ -529,12 +559,14 @@ __device__ __forceinline__ void online_softmax(const unsigned char* mk, int i_lo
   }
   sm.l_lo = sm.l_lo * al_lo + sum_lo;
   sm.l_hi = sm.l_hi * al_hi + sum_hi;
+  if (rescale) {
 #pragma unroll
-  for (int i = 0; i < D / 8; ++i) {
-    acc[i][0] *= al_lo;
-    acc[i][1] *= al_lo;
-    acc[i][2] *= al_hi;
-    acc[i][3] *= al_hi;
+    for (int i = 0; i < D / 8; ++i) {
+      acc[i][0] *= al_lo;
+      acc[i][1] *= al_lo;
+      acc[i][2] *= al_hi;
+      acc[i][3] *= al_hi;
+    }
   }
 }
 
