@@ -71,6 +71,28 @@ struct DevBuf {
   T* as() const { return static_cast<T*>(p); }
 };
 
+/// Dense operands of one GEMM: random W [N, K] (±0.125) and X [T, K] (±1) on the host and the
+/// device, and C [T, N] on the device; `params()` fills a GemmParams with them (ld = K, K, N).
+struct DenseOperands {
+  std::vector<bf16> hw, hx;
+  DevBuf dw, dx, dc;
+  int T, N, K;
+  DenseOperands(int t, int n, int k)
+      : hw(static_cast<std::size_t>(n) * k), hx(static_cast<std::size_t>(t) * k), dw(hw.size() * 2),
+        dx(hx.size() * 2), dc(static_cast<std::size_t>(t) * n * 2), T(t), N(n), K(k) {
+    fill_random(hw, 0.125f);
+    fill_random(hx, 1.0f);
+    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  }
+  GemmParams params() const {
+    GemmParams p;
+    p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
+    p.tokens = T, p.n = N, p.k = K, p.ldx = K, p.ldw = K, p.ldc = N;
+    return p;
+  }
+};
+
 /// The verdict on GPU output `hc` (`[T, ldc]` bf16) against the fp32 reference `ref` (`[rows.size(),
 /// N]`, row i = output row rows[i]): each element within 1e-2 relative + 1e-3 of its row's RMS
 /// (bf16 output rounding plus fp32 summation order), the padding columns [N, ldc) still poison
@@ -378,17 +400,9 @@ GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with ot
   // repeated launches while another kernel streams memory on a second stream.
   const int K = 4096, N = 4608;
   for (int T : {1, 8}) {
-    std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
-    fill_random(hw, 0.125f);
-    fill_random(hx, 1.0f);
-    DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * N * 2);
-    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-    GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-    GemmParams p;
-    p.x = dx.as<bf16>();
-    p.w = dw.as<bf16>();
-    p.c = dc.as<bf16>();
-    p.tokens = T; p.n = N; p.k = K; p.ldx = K; p.ldw = K; p.ldc = N;
+    const DenseOperands op(T, N, K);
+    const std::vector<bf16>&hw = op.hw, &hx = op.hx;
+    GemmParams p = op.params();
     p.path = GemmPath::kSplitK;
     p.split_k = 8;
     p.config = 1;  // row 0 of kGemmSplitKTiles: 64 W rows x 16 tokens per tile (the partials' layout below)
@@ -612,20 +626,14 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
   // counters untouched: the step5_preview tp 8 and tp 1 decode shapes (T = 64) and a prefill one
   const int quick_reps = step5_test::quick() ? 5 : 20;
   for (const auto& [T, N, K] : {std::tuple{64, 3472, 4096}, std::tuple{64, 18512, 4096}, std::tuple{1000, 4096, 1536}}) {
-    std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
-    fill_random(hw, 0.125f);
-    fill_random(hx, 1.0f);
-    DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * N * 2);
-    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-    GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    const DenseOperands op(T, N, K);
+    const std::vector<bf16>&hw = op.hw, &hx = op.hx;
     const std::size_t ws = step5::ops::gemm_workspace_bytes(T, N, K);
     EXPECT(ws >= step5::ops::kGemmCounterBytes + step5::ops::kGemmCublasLtWorkspaceBytes,
            "gemm_workspace_bytes(%d, %d, %d) = %zu does not cover the cuBLASLt workspace", T, N, K, ws);
     DevBuf dws(ws);
     GPU_CHECK(cudaMemset(dws.p, 0, ws));
-    GemmParams p;
-    p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
-    p.tokens = T, p.n = N, p.k = K, p.ldx = K, p.ldw = K, p.ldc = N;
+    GemmParams p = op.params();
     p.workspace = dws.p, p.workspace_bytes = ws;
     step5::ops::GemmPlan plan;
     const step5::Status st = step5::ops::gemm_plan(p, &plan);
@@ -657,17 +665,9 @@ GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with oth
     const int BN = step5::ops::kGemmWgmmaTiles[c - 1].w_rows;
     const std::string kind = step5::ops::gemm_wgmma_tile_name(step5::ops::kGemmWgmmaTiles[c - 1]) + " T=" + std::to_string(T);
     constexpr int kSplits = 4;
-    std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
-    fill_random(hw, 0.125f);
-    fill_random(hx, 1.0f);
-    DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * N * 2);
-    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-    GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-    GemmParams p;
-    p.x = dx.as<bf16>();
-    p.w = dw.as<bf16>();
-    p.c = dc.as<bf16>();
-    p.tokens = T; p.n = N; p.k = K; p.ldx = K; p.ldw = K; p.ldc = N;
+    const DenseOperands op(T, N, K);
+    const std::vector<bf16>&hw = op.hw, &hx = op.hx;
+    GemmParams p = op.params();
     p.path = GemmPath::kWgmma;
     p.config = c;
     p.split_k = kSplits;
