@@ -7,18 +7,21 @@
 /// the partials (NCCL: step5/comm/nccl.hpp) and the residual add (ops/elementwise.hpp) follow.
 ///
 /// Lifecycle (the plan/run split engines use with CUDA graphs):
-///  * `dsa_layer_plan(rank, hidden, capacity, &plan)` once per capacity, outside any capture:
-///    queries the device (SM count), lays out the workspace (`plan.workspace_bytes`), picks the
-///    GEMM path / tile configuration / split-K factor for every planned token count, bounds the
-///    attention split-KV space, and sets the kernels' shared-memory attributes;
+///  * `dsa_layer_plan(rank, hidden, capacity, &plan[, device, options])` once per capacity, outside
+///    any capture: queries the device (SM count), lays out the workspace (`plan.workspace_bytes`),
+///    picks the GEMM path (cuBLASLt where it is faster, unless `DsaLayerOptions::
+///    gemm_allow_cublaslt` is false) / tile configuration / split-K factor for every planned token
+///    count, bounds the attention split-KV space, and sets the kernels' shared-memory attributes;
 ///  * `dsa_layer_run(plan, weights, caches, step, x, partial, workspace, bytes, stream)` per step:
 ///    host-only validation of the step (`validate_step`, no device read, no synchronisation), then
-///    the launches. No allocation, no re-planning: safe inside `cudaStreamBeginCapture`.
+///    the launches. No device allocation, no re-planning: safe inside `cudaStreamBeginCapture`
+///    (the cuBLASLt path builds its descriptors and picks its algorithm on the first run of each
+///    token count and workspace size: host work, cached for the process, capture-safe).
 ///  * `dsa_layer_forward(...)` = plan + run in one call (convenience for one-off calls and tests;
 ///    it plans on every call, engines keep a plan).
-/// The kernels are launched with programmatic dependent launch while `ops::pdl_enabled()`
-/// (step5/ops/pdl.hpp; a captured graph keeps the programmatic edges); results are bit-identical
-/// either way.
+/// The library's kernels are launched with programmatic dependent launch while `ops::pdl_enabled()`
+/// (step5/ops/pdl.hpp; a captured graph keeps the programmatic edges; cuBLASLt launches its own
+/// kernels as it chooses); results are bit-identical either way.
 /// Device pointers throughout; layouts of docs/ARCHITECTURE.md. The workspace (one allocation of
 /// `plan.workspace_bytes`) is zero-filled once before its first use (the GEMM split-K counters
 /// and the attention split-KV counters live in it; every launch leaves them zero). The sequence
