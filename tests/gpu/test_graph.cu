@@ -289,6 +289,41 @@ void graph_replay_case(const char* label) {
     GPU_CHECK(cudaGraphInstantiate(&exec[i], graph[i], 0));
   }
 
+  // The same step planned on this library's GEMM kernels (DsaLayerOptions::gemm_allow_cublaslt =
+  // false), captured with PDL on and not replayed: every kernel node is this library's and each
+  // but the first has its programmatic edge (kn - 1), which covers the GEMM kernels' PDL wiring
+  // that the cuBLASLt nodes above leave unchecked.
+  if (captured_all) {
+    step5::ops::DsaLayerOptions own;
+    own.gemm_allow_cublaslt = false;
+    step5::ops::DsaLayerPlan plan_own;
+    const step5::Status ps = step5::ops::dsa_layer_plan(rank, hidden, cap, &plan_own, -1, own);
+    EXPECT(ps.ok() && plan_own.workspace_bytes <= ws_bytes, "%s: own-GEMM plan: %s, workspace %zu (have %zu)", label,
+           ps.to_string().c_str(), plan_own.workspace_bytes, ws_bytes);
+    if (ps.ok() && plan_own.workspace_bytes <= ws_bytes) {
+      step5::ops::set_pdl_enabled(true);
+      Path& p = *paths[2];
+      cudaGraph_t g_own = nullptr;
+      GPU_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const step5::Status cs = step5::ops::dsa_layer_run(plan_own, w, caches_of(p), make_step(p), p.x.p, p.partial.p,
+                                                         p.ws.p, ws_bytes, stream);
+      const cudaError_t end = cudaStreamEndCapture(stream, &g_own);
+      EXPECT(cs.ok() && end == cudaSuccess, "%s: own GEMMs: capture: %s, %s", label, cs.to_string().c_str(),
+             cudaGetErrorString(end));
+      if (cs.ok() && end == cudaSuccess) {
+        const std::size_t kn = kernel_nodes(g_own), pe = programmatic_edges(g_own);
+        const OurNodes ours = our_kernel_nodes(g_own);
+        EXPECT(kn >= 7 && ours.kernels == kn && pe == kn - 1,
+               "%s: own GEMMs, PDL on: %zu kernel nodes (%zu of this library), %zu programmatic edges; expected >= 7, "
+               "all, and kernel nodes - 1", label, kn, ours.kernels, pe);
+        std::printf("  %s: own GEMMs (PDL on): %zu kernel nodes, %zu programmatic edges\n", label, kn, pe);
+      } else {
+        cudaGetLastError();
+      }
+      if (g_own != nullptr) GPU_CHECK(cudaGraphDestroy(g_own));
+    }
+  }
+
   for (int s = 0; captured_all && s < S; ++s) {
     for (int b = 0; b < B; ++b) seq[b] = start[b] + s + 1;  // the row sits at position start + s
     const std::vector<bf16> x = random_bf16(static_cast<std::size_t>(B) * hidden, rng, 1.0f);

@@ -242,6 +242,19 @@ TEST_CASE("plan reuse: one plan serves steps of every size within capacity, unch
   ops::detail::apply_gemm_choice(plan.facts.fused_gemm, plan.facts.fused_large, 200, &g2);
   CHECK(g2.path == ops::GemmPath::kWgmma);
   CHECK(g2.split_k == 0);
+  // a planned cuBLASLt choice stays kAuto at run time (the launcher falls back when the run's key
+  // has no cuBLASLt algorithm)
+  ops::DsaLayerDeviceFacts f_lt = f;
+  f_lt.fused_gemm.assign(ops::kDsaLayerPlannedGemmTokens, ops::GemmPlan{ops::GemmPath::kCublasLt, 1, 0, 0});
+  f_lt.fused_large = ops::GemmPlan{ops::GemmPath::kCublasLt, 1, 0, 0};
+  for (int t : {1, 64, 200}) {
+    ops::GemmParams g3;
+    ops::detail::apply_gemm_choice(f_lt.fused_gemm, f_lt.fused_large, t, &g3);
+    CHECK(g3.path == ops::GemmPath::kAuto);
+    CHECK(g3.allow_cublaslt);
+    CHECK(g3.config == 0);
+    CHECK(g3.split_k == 0);
+  }
   // a smaller capacity gives a smaller workspace; the same capacity the same plan
   ops::DsaLayerCapacity small = cap;
   small.max_tokens = 16, small.max_requests = 16;

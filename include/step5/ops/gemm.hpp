@@ -11,9 +11,10 @@
 /// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: cuBLASLt where it has an algorithm and
 /// `allow_cublaslt`, else unaligned shapes -> kGeneric, T <= 32 -> kSplitK, T > 32 -> kWgmma):
 ///  * `kCublasLt` — cuBLASLt (the peer bench_gemm measures this library's kernels against), kAuto's
-///                choice: it measured faster at every fused-projection shape but one (tp 1, T = 128:
-///                equal), see gemm_launch.cuh `auto_takes_cublaslt`. Absent when built with
-///                STEP5_NO_CUBLASLT (CMake STEP5_ENABLE_CUBLASLT=OFF);
+///                choice whenever it has an algorithm: it measured faster at nearly every
+///                fused-projection shape (two near-ties the other way, ≤ 1.05×; the evidence is in
+///                gemm_launch.cuh `auto_takes_cublaslt`). Absent when built with STEP5_NO_CUBLASLT
+///                (CMake STEP5_ENABLE_CUBLASLT=OFF; every translation unit of a program must agree);
 ///  * `kWgmma`  — sm_90a TMA + wgmma, warp-specialised, persistent (T > 32). Tiles of 128 (or, for
 ///                narrow shapes at T <= 256 — fewer 128×128 tiles than SMs, `wgmma_m64_eligible`
 ///                — 64) tokens × BN weight rows (`kGemmWgmmaTiles`); when those tiles leave SMs idle
@@ -56,7 +57,8 @@ enum class GemmPath : int {
   kGeneric = 1,  ///< simple tiled kernel, any shape and alignment
   kSplitK = 2,   ///< mma.sync + cp.async + split-K (needs the fast-path alignment)
   kWgmma = 3,    ///< TMA + wgmma (needs the fast-path alignment)
-  kCublasLt = 4, ///< cuBLASLt (any shape and alignment; k == 0 runs kGeneric: C = 0; kUnsupported when built without it)
+  kCublasLt = 4, ///< cuBLASLt (any shape and alignment it has an algorithm for, else kUnsupported; k == 0 runs
+                 ///< kGeneric: C = 0; kUnsupported when built without it)
 };
 
 /// The short name of a path, for labels and test output: "auto", "generic", "split_k", "wgmma",
@@ -135,10 +137,11 @@ struct GemmParams {
   void* workspace = nullptr;
   std::size_t workspace_bytes = 0;
   GemmPath path = GemmPath::kAuto;  ///< force a path (tests/benchmarks); kAuto in production
-  /// kAuto may take cuBLASLt (where it is faster, see kCublasLt). false: kAuto plans this
-  /// library's kernels only (bench_gemm's `gemm/` rows, tests of those kernels). The cuBLASLt
-  /// path's algorithm depends on the workspace given (up to kGemmCublasLtWorkspaceBytes after the
-  /// counters): the same inputs, workspace size and device give the same bits.
+  /// kAuto may take cuBLASLt (see kCublasLt). false: kAuto plans this library's kernels only
+  /// (bench_gemm's `gemm/` rows, tests of those kernels). The cuBLASLt path's algorithm depends on
+  /// the sizes, strides, the pointers' alignments (up to 256 bytes) and the workspace given (up to
+  /// kGemmCublasLtWorkspaceBytes after the counters): the same inputs, strides, alignments,
+  /// workspace size and device give the same bits.
   bool allow_cublaslt = true;
   /// Tuning overrides for tests/benchmarks (0 = the launcher's choice, use 0 in production).
   /// config: split-K path 1..size(kGemmSplitKTiles) = row config-1 of kGemmSplitKTiles;

@@ -9,7 +9,7 @@
 /// Lifecycle (the plan/run split engines use with CUDA graphs):
 ///  * `dsa_layer_plan(rank, hidden, capacity, &plan[, device, options])` once per capacity, outside
 ///    any capture: queries the device (SM count), lays out the workspace (`plan.workspace_bytes`),
-///    picks the GEMM path (cuBLASLt where it is faster, unless `DsaLayerOptions::
+///    picks the GEMM path (cuBLASLt where it has an algorithm, unless `DsaLayerOptions::
 ///    gemm_allow_cublaslt` is false) / tile configuration / split-K factor for every planned token
 ///    count, bounds the attention split-KV space, and sets the kernels' shared-memory attributes;
 ///  * `dsa_layer_run(plan, weights, caches, step, x, partial, workspace, bytes, stream)` per step:
@@ -100,8 +100,9 @@ struct DsaLayerCapacity {
 
 /// Choices of `dsa_layer_plan` beyond the capacity (defaults: the library's measured choices).
 struct DsaLayerOptions {
-  /// The two GEMMs may take cuBLASLt (GemmParams::allow_cublaslt: kAuto's choice where it is
-  /// faster); false plans this library's GEMM kernels (A/B benchmarks, engines that want them).
+  /// The two GEMMs may take cuBLASLt (GemmParams::allow_cublaslt: kAuto's choice; it measured
+  /// faster at nearly every shape); false plans this library's GEMM kernels (A/B benchmarks,
+  /// engines that want them). The workspace still reserves cuBLASLt's share either way.
   bool gemm_allow_cublaslt = true;
 };
 
@@ -137,7 +138,8 @@ inline SparseAttentionParams attention_sizes(const layout::RankLayout& r, int to
 }
 
 /// The workspace layout for capacity `cap` on a device with `num_sms` SMs, given the GEMM
-/// split-K bytes `gemm_bytes` (the larger of the two GEMMs' `gemm_workspace_bytes`). Host-only.
+/// workspace bytes `gemm_bytes` (the larger of the two GEMMs' `gemm_workspace_bytes`: split-K
+/// counters and partials, cuBLASLt's workspace). Host-only.
 inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const DsaLayerCapacity& cap, int num_sms,
                                   std::size_t gemm_bytes, LayerWorkspaceMap* m) {
   if (hidden <= 0 || cap.max_tokens <= 0 || cap.max_requests <= 0 || cap.max_seq_len <= 0 || cap.max_topk < 1 ||
@@ -209,7 +211,7 @@ inline constexpr int kDsaLayerPlannedGemmTokens = 64;
 struct DsaLayerDeviceFacts {
   int device = -1;                       ///< CUDA device ordinal
   int num_sms = 0;                       ///< streaming multiprocessors (> 0)
-  std::size_t gemm_workspace_bytes = 0;  ///< split-K bytes of the larger GEMM (gemm_workspace_bytes)
+  std::size_t gemm_workspace_bytes = 0;  ///< workspace bytes of the larger GEMM (gemm_workspace_bytes: split-K, cuBLASLt)
   /// GEMM choices per token count: index T-1 for T = 1 .. size() (fused projection / o_proj).
   std::vector<GemmPlan> fused_gemm, o_proj_gemm;
   /// GEMM choices for T > size() of the tables (path kAuto = the launcher chooses).
@@ -343,11 +345,14 @@ inline Status dsa_layer_workspace_bytes(const layout::RankLayout& rank, int hidd
 }
 
 namespace detail {
-/// The GEMM choice of `plan` for `tokens` (forced into `g`; kAuto leaves it to the launcher).
+/// The GEMM choice of `plan` for `tokens` (forced into `g`; kAuto leaves it to the launcher). A
+/// planned kCublasLt is left to the launcher too (kAuto, allow_cublaslt): the run's operands and
+/// workspace make a cuBLASLt key of their own, and where cuBLASLt had no algorithm for it kAuto
+/// falls back to this library's kernels instead of failing.
 inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan& large, int tokens, GemmParams* g) {
   const bool per_t = tokens <= static_cast<int>(table.size());
   const GemmPlan& c = per_t ? table[static_cast<std::size_t>(tokens - 1)] : large;
-  if (c.path == GemmPath::kAuto) return;
+  if (c.path == GemmPath::kAuto || c.path == GemmPath::kCublasLt) return;
   g->path = c.path;
   g->config = c.config;
   // A per-T plan fixes the K splits of either split path; for larger T the wgmma splits stay the

@@ -449,8 +449,8 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
 
 /// Step 3c: issues the cp.async copies of ring stage `st` (K and V rows of its 64 tokens at
 /// `tok_off`, 16-byte chunks, swizzled; offset -1 zero-fills). D a multiple of 64: eight lanes
-/// copy one 128-byte chunk group of a row per instruction (lane l: chunks l % 8 + 8j of rows
-/// l / 8 + 16r of the CTA's 16-row pass), so a warp instruction moves whole sectors of four rows,
+/// copy one 128-byte chunk group of a row per instruction (thread t: chunks t % 8 + 8j of rows
+/// t / 8 + 16r, r < 4), so a warp instruction moves whole sectors of four rows,
 /// and each thread resolves a row's offset and swizzle once for its D / 64 chunk groups (the swizzle
 /// flips only the low three chunk bits: swz(row, l + 8j) = swz(row, l) + 64j) — a quarter of the
 /// issue slots of one chunk per loop iteration, which the decode stages are bound by (bench/RESULTS.md).
@@ -541,9 +541,10 @@ __device__ __forceinline__ void online_softmax(const unsigned char* mk, int i_lo
   const float mu_lo = mn_lo == -INFINITY ? 0.f : mn_lo, mu_hi = mn_hi == -INFINITY ? 0.f : mn_hi;
   const float al_lo = exp2f(sm.m_lo - mu_lo), al_hi = exp2f(sm.m_hi - mu_hi);
   // the accumulator's rescale is skipped when no row of the warp changed its max: then each alpha
-  // is exactly 1 (finite max) or the row has seen no token yet (accumulator +0, alpha 0 or 1), so
-  // the skip leaves every bit as the multiply would (a max settles after the first stages: most
-  // decode stages skip D / 2 multiplies per thread)
+  // is exactly 1 (finite max) or the row has seen no valid token yet (max -inf, alpha 0, the
+  // accumulator ±0 or NaN, which x·0 keeps), so the skip leaves every bit as the multiply would
+  // under IEEE float (a denormal accumulator under -ftz is the exception); a max settles after the
+  // first stages, so most decode stages skip D / 2 multiplies per thread
   const bool rescale = __any_sync(0xffffffffu, mn_lo != sm.m_lo || mn_hi != sm.m_hi);
   sm.m_lo = mn_lo;
   sm.m_hi = mn_hi;

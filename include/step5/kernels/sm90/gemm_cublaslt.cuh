@@ -3,8 +3,9 @@
 /// The cuBLASLt path of the projection GEMM (`GemmPath::kCublasLt`, step5/ops/gemm.hpp): the
 /// same `C = X @ W^T` (bf16 in and out, fp32 accumulation) run by cuBLASLt, the peer that
 /// bench_gemm measures next to this library's kernels. `gemm_plan` with path kAuto takes it
-/// where it is the faster of the two (`GemmParams::allow_cublaslt`; see gemm_launch.cuh
-/// `make_plan`). Host code only; inline (any number of translation units may include it).
+/// whenever it has an algorithm (`GemmParams::allow_cublaslt`; the measurements behind that rule:
+/// gemm_launch.cuh `auto_takes_cublaslt`). Host code only; inline (any number of translation units
+/// may include it).
 ///
 /// Column-major view (cuBLASLt's): C^T [N, T] (ld ldc) = op_T(W^T [K, N], ld ldw) · X^T [K, T]
 /// (ld ldx): A = W with TRANSA, B = X, no transpose. Each distinct (device, shape, strides, pointer
@@ -81,8 +82,90 @@ inline std::size_t lt_workspace_limit(const GemmParams& p) {
   return avail < kGemmCublasLtWorkspaceBytes ? avail : kGemmCublasLtWorkspaceBytes;
 }
 
-/// The cached entry of `p` on `device` (created on first use: handle, descriptors, heuristic).
-/// `*out` stays valid for the process' lifetime. Errors: kCudaError naming the cuBLASLt call.
+/// Makes `device` current for its scope when it is not (the cuBLASLt handle and heuristics of
+/// that device), restoring the caller's device on exit.
+struct LtDeviceScope {
+  int previous = -1;
+  bool switched = false;
+  Status status;
+  explicit LtDeviceScope(int device) : status(enter(device)) {}
+  Status enter(int device) {
+    STEP5_CUDA_RETURN(cudaGetDevice(&previous));
+    if (previous != device) {
+      STEP5_CUDA_RETURN(cudaSetDevice(device));
+      switched = true;
+    }
+    return Status::Ok();
+  }
+  ~LtDeviceScope() {
+    if (switched) cudaSetDevice(previous);
+  }
+};
+
+/// Frees what `e` holds (descriptors and layouts; the destroy calls accept null).
+inline void lt_release(LtEntry& e) {
+  if (e.la) cublasLtMatrixLayoutDestroy(e.la);
+  if (e.lb) cublasLtMatrixLayoutDestroy(e.lb);
+  if (e.lc) cublasLtMatrixLayoutDestroy(e.lc);
+  if (e.desc) cublasLtMatmulDescDestroy(e.desc);
+  e = LtEntry{};
+}
+
+/// Descriptors of `p` and the heuristic's first algorithm under workspace limit `ws_limit` and the
+/// pointer alignments `ax`, `aw`, `ac` (bytes) into `e`; e.found = false when cuBLASLt has none.
+/// On error everything created is freed; the Status names the failing call.
+inline Status lt_build(cublasLtHandle_t handle, const GemmParams& p, std::size_t ws_limit, std::uint32_t ax,
+                       std::uint32_t aw, std::uint32_t ac, LtEntry* e) {
+  struct PrefGuard {
+    cublasLtMatmulPreference_t pref = nullptr;
+    ~PrefGuard() {
+      if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    }
+  } pg;
+  const Status st = [&]() -> Status {
+    STEP5_LT_RETURN(cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    STEP5_LT_RETURN(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    STEP5_LT_RETURN(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    STEP5_LT_RETURN(cublasLtMatrixLayoutCreate(&e->la, CUDA_R_16BF, static_cast<std::uint64_t>(p.k),
+                                               static_cast<std::uint64_t>(p.n), p.ldw));
+    STEP5_LT_RETURN(cublasLtMatrixLayoutCreate(&e->lb, CUDA_R_16BF, static_cast<std::uint64_t>(p.k),
+                                               static_cast<std::uint64_t>(p.tokens), p.ldx));
+    STEP5_LT_RETURN(cublasLtMatrixLayoutCreate(&e->lc, CUDA_R_16BF, static_cast<std::uint64_t>(p.n),
+                                               static_cast<std::uint64_t>(p.tokens), p.ldc));
+    STEP5_LT_RETURN(cublasLtMatmulPreferenceCreate(&pg.pref));
+    STEP5_LT_RETURN(cublasLtMatmulPreferenceSetAttribute(pg.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_limit,
+                                                         sizeof(ws_limit)));
+    STEP5_LT_RETURN(cublasLtMatmulPreferenceSetAttribute(pg.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw,
+                                                         sizeof(aw)));
+    STEP5_LT_RETURN(cublasLtMatmulPreferenceSetAttribute(pg.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax,
+                                                         sizeof(ax)));
+    STEP5_LT_RETURN(cublasLtMatmulPreferenceSetAttribute(pg.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac,
+                                                         sizeof(ac)));
+    STEP5_LT_RETURN(cublasLtMatmulPreferenceSetAttribute(pg.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
+                                                         sizeof(ac)));
+    cublasLtMatmulHeuristicResult_t res{};
+    int n = 0;
+    const cublasStatus_t h =
+        cublasLtMatmulAlgoGetHeuristic(handle, e->desc, e->la, e->lb, e->lc, e->lc, pg.pref, 1, &res, &n);
+    // "no algorithm" is an answer (cached: kAuto then keeps this library's kernels), not an error
+    if (h != CUBLAS_STATUS_SUCCESS && h != CUBLAS_STATUS_NOT_SUPPORTED)
+      return lt_status(h, "cublasLtMatmulAlgoGetHeuristic");
+    e->found = h == CUBLAS_STATUS_SUCCESS && n > 0;
+    if (e->found) {
+      e->algo = res.algo;
+      e->workspace = res.workspaceSize;
+    }
+    return Status::Ok();
+  }();
+  if (!st.ok()) lt_release(*e);
+  return st;
+}
+
+/// The cached entry of `p` on `device` (created on first use, with `device` current: handle,
+/// descriptors, heuristic). `*out` stays valid for the process' lifetime. One mutex guards the
+/// cache (a lookup per launch); the entries are never freed (one per distinct key). Errors:
+/// kCudaError naming the failing CUDA or cuBLASLt call.
 inline Status lt_entry(const GemmParams& p, int device, const LtEntry** out, cublasLtHandle_t* handle) {
   const std::size_t ws_limit = lt_workspace_limit(p);
   const auto key = std::make_tuple(device, p.tokens, p.n, p.k, p.ldx, p.ldw, p.ldc, lt_alignment(p.x),
@@ -90,57 +173,26 @@ inline Status lt_entry(const GemmParams& p, int device, const LtEntry** out, cub
   LtCache& c = lt_cache();
   std::lock_guard<std::mutex> lock(c.mu);
   auto h = c.handles.find(device);
+  const auto it = c.entries.find(key);
+  if (h != c.handles.end() && it != c.entries.end()) {
+    *handle = h->second;
+    *out = &it->second;
+    return Status::Ok();
+  }
+  const LtDeviceScope scope(device);
+  STEP5_RETURN_IF_ERROR(scope.status);
   if (h == c.handles.end()) {
-    int current = -1;
-    STEP5_CUDA_RETURN(cudaGetDevice(&current));
-    if (current != device) STEP5_CUDA_RETURN(cudaSetDevice(device));
     cublasLtHandle_t created = nullptr;
-    const cublasStatus_t st = cublasLtCreate(&created);
-    if (current != device) STEP5_CUDA_RETURN(cudaSetDevice(current));
-    STEP5_RETURN_IF_ERROR(lt_status(st, "cublasLtCreate"));
+    STEP5_LT_RETURN(cublasLtCreate(&created));
     h = c.handles.emplace(device, created).first;
   }
   *handle = h->second;
-  if (auto it = c.entries.find(key); it != c.entries.end()) {
+  if (it != c.entries.end()) {
     *out = &it->second;
     return Status::Ok();
   }
   LtEntry e;
-  STEP5_LT_RETURN(cublasLtMatmulDescCreate(&e.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  STEP5_LT_RETURN(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  STEP5_LT_RETURN(cublasLtMatmulDescSetAttribute(e.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  STEP5_LT_RETURN(cublasLtMatrixLayoutCreate(&e.la, CUDA_R_16BF, static_cast<std::uint64_t>(p.k),
-                                             static_cast<std::uint64_t>(p.n), p.ldw));
-  STEP5_LT_RETURN(cublasLtMatrixLayoutCreate(&e.lb, CUDA_R_16BF, static_cast<std::uint64_t>(p.k),
-                                             static_cast<std::uint64_t>(p.tokens), p.ldx));
-  STEP5_LT_RETURN(cublasLtMatrixLayoutCreate(&e.lc, CUDA_R_16BF, static_cast<std::uint64_t>(p.n),
-                                             static_cast<std::uint64_t>(p.tokens), p.ldc));
-  cublasLtMatmulPreference_t pref = nullptr;
-  STEP5_LT_RETURN(cublasLtMatmulPreferenceCreate(&pref));
-  const std::uint32_t ax = std::get<7>(key), aw = std::get<8>(key), ac = std::get<9>(key);
-  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_limit,
-                                                           sizeof(ws_limit));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof(aw));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof(ax));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac));
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac, sizeof(ac));
-  cublasLtMatmulHeuristicResult_t res{};
-  int n = 0;
-  if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulAlgoGetHeuristic(*handle, e.desc, e.la, e.lb, e.lc, e.lc, pref, 1, &res, &n);
-  cublasLtMatmulPreferenceDestroy(pref);
-  // "no algorithm" is an answer (cached: kAuto then keeps this library's kernels), not an error
-  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) return lt_status(st, "cublasLtMatmulAlgoGetHeuristic");
-  e.found = st == CUBLAS_STATUS_SUCCESS && n > 0;
-  if (e.found) {
-    e.algo = res.algo;
-    e.workspace = res.workspaceSize;
-  }
+  STEP5_RETURN_IF_ERROR(lt_build(*handle, p, ws_limit, std::get<7>(key), std::get<8>(key), std::get<9>(key), &e));
   *out = &c.entries.emplace(key, e).first->second;
   return Status::Ok();
 }

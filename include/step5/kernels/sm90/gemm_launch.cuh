@@ -583,13 +583,18 @@ struct FullPlan {
   int device = 0, sms = 0;
 };
 
-/// kAuto with `allow_cublaslt` (and no config / split_k override) takes cuBLASLt whenever it has
-/// an algorithm for the shape: measured on the H200 (bench_gemm `cublaslt/` against `gemm/`, same
-/// binary, bench/RESULTS.md), cuBLASLt was faster at every fused-projection shape of
-/// step5_preview and dsa_h64_kv8_d128, T = 1 … 16384, tp 1 and 8 (this library's kernels at
-/// 0.47–0.98× of its speed), except tp 1 T = 128 (1.01–1.02×, within run-to-run noise).
-/// This library's kernels stay the path for kAuto without cuBLASLt (not built, no algorithm,
-/// allow_cublaslt = false, or an override), and every forced path.
+/// kAuto with `allow_cublaslt` (and no config / split_k override, k > 0) takes cuBLASLt whenever it
+/// has an algorithm for the shape — there is no per-shape table. The evidence (H200, bench/RESULTS.md):
+/// bench_gemm `gemm/` (this library's kernels) against `cublaslt/` in the same binary, on the
+/// fused-projection shapes of step5_preview (tp 1, 8) and dsa_h64_kv8_d128 (tp 8): this library's
+/// kernels at 0.46–0.98× of cuBLASLt's speed over T = 1 … 16384 (2026-11-30), 0.75–0.95× at
+/// T = 1 / 64 / 256 / 4096 (2026-12-01, sixth session), with two near-ties the other way (1.01–1.02×
+/// at step5_preview tp 1 T = 128, third session; 1.05× at dsa_h64_kv8_d128 tp 8 T = 1, sixth
+/// session). The o_proj shapes were measured only inside the layer (bench_layer, sixth session,
+/// `STEP5_BENCH_LAYER_CUBLASLT=0` A/B): cuBLASLt faster in 4 of 5 cases, 33.0 → 33.6 µs at tp 1
+/// batch 64. This library's kernels stay the path for kAuto without cuBLASLt (not built, no
+/// algorithm, allow_cublaslt = false, or an override), and every forced path. A cuBLASLt error
+/// (handle, descriptor, heuristic) is returned, not hidden by a fallback.
 inline bool auto_takes_cublaslt(const GemmParams& p) {
   return kHaveCublasLt && p.allow_cublaslt && p.config == 0 && p.split_k == 0 && p.k > 0;
 }
