@@ -1,6 +1,8 @@
 // Benchmark of the fused projection GEMM (step5/ops/gemm.hpp, SPEC §3/§4.1):
-//   gemm/<geometry>/tp:N/tokens:T      our launcher (path picked by gemm_plan)
-//   cublaslt/<geometry>/tp:N/tokens:T  cuBLASLt on the identical fused shape
+//   gemm/<geometry>/tp:N/tokens:T      this library's kernels (kAuto with allow_cublaslt = false)
+//   gemm_auto/<geometry>/tp:N/tokens:T what gemm_bf16's kAuto runs (its cuBLASLt path where it has
+//                                      an algorithm: the library's workspace limit and alignments)
+//   cublaslt/<geometry>/tp:N/tokens:T  cuBLASLt on the identical fused shape (64 MiB workspace)
 //   unfused/<geometry>/tp:N/tokens:T   separate cuBLASLt GEMMs: qkv, indexer (q|k|z), gate, sparse_indexer_w
 //   copy/d2d                           the shared copy ceiling of bench_common.hpp (1 GiB D2D, median,
 //                                      bytes read + written / s)
@@ -320,8 +322,10 @@ bool env_override(benchmark::State& st, const char* var, int* field) {
   return true;
 }
 
-void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, int config, int split_k) {
-  const bool auto_case = path == step5::ops::GemmPath::kAuto && config == 0 && split_k == 0;  // the table's row
+void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, int config, int split_k,
+             bool allow_cublaslt) {
+  // the table's row: this library's kernels as kAuto plans them
+  const bool auto_case = path == step5::ops::GemmPath::kAuto && config == 0 && split_k == 0 && !allow_cublaslt;
   if (!env_override(st, "STEP5_BENCH_GEMM_CONFIG", &config) || !env_override(st, "STEP5_BENCH_GEMM_SPLIT_K", &split_k))
     return;
   ShapeBuffers& b = buffers(s, kMaxT);
@@ -335,9 +339,10 @@ void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, in
   p.path = path;
   p.config = config;
   p.split_k = split_k;
-  // this library's kernels: kAuto's cuBLASLt choice (GemmParams::allow_cublaslt) is the
-  // `cublaslt/` row itself, so `gemm/` keeps measuring the kernels against it
-  p.allow_cublaslt = false;
+  // `gemm/` and the forced rows: this library's kernels, measured against the `cublaslt/` row;
+  // `gemm_auto/`: what gemm_bf16's kAuto runs (cuBLASLt through the library's cached plan, with
+  // its workspace limit and alignment preferences, or the kernels where cuBLASLt has no algorithm)
+  p.allow_cublaslt = allow_cublaslt;
   step5::ops::GemmPlan plan;
   step5::Status ps = step5::ops::gemm_plan(p, &plan);
   if (!ps.ok()) {
@@ -413,20 +418,22 @@ int main(int argc, char** argv) {
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       benchmark::RegisterBenchmark(("unfused/" + k).c_str(), bm_unfused, s, T)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("gemm/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0)
+      benchmark::RegisterBenchmark(("gemm/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, false)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("gemm_auto/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, true)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       // the other path / tile choices around the launcher's crossovers
       if (T >= 32 && T <= 128)
-        benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kSplitK, 0, 0)
+        benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kSplitK, 0, 0, false)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       if (T == 32)
-        benchmark::RegisterBenchmark(("gemm_wgmma128/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kWgmma, 1, 0)
+        benchmark::RegisterBenchmark(("gemm_wgmma128/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kWgmma, 1, 0, false)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       // the wgmma path's K splits forced (its tile width planned), to re-fit the split cost model
       if (T >= 64 && T <= 256)
         for (int sk : {1, 2, 3, 4, 6, 8})
           benchmark::RegisterBenchmark(("gemm_wgmma_sk" + std::to_string(sk) + "/" + k).c_str(), bm_ours, s, T,
-                                       step5::ops::GemmPath::kWgmma, 0, sk)
+                                       step5::ops::GemmPath::kWgmma, 0, sk, false)
               ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       // every wgmma tile kind of kGemmWgmmaTiles forced (names gemm_wgmma<gemm_wgmma_tile_name>/...,
       // e.g. gemm_wgmma128/, gemm_wgmmam64n256/; K splits planned)
@@ -434,7 +441,7 @@ int main(int argc, char** argv) {
         for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)); ++c)
           benchmark::RegisterBenchmark(
               ("gemm_wgmma" + step5::ops::gemm_wgmma_tile_name(step5::ops::kGemmWgmmaTiles[c - 1]) + "/" + k).c_str(),
-              bm_ours, s, T, step5::ops::GemmPath::kWgmma, c, 0)
+              bm_ours, s, T, step5::ops::GemmPath::kWgmma, c, 0, false)
               ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
     }
   benchmark::Initialize(&argc, argv);

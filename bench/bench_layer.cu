@@ -52,12 +52,12 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <numeric>
 #include <random>
-#include <cstdlib>
 #include <string>
 #include <vector>
 

@@ -177,7 +177,8 @@ std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::i
 /// kInvalidArgument for null pointers (when tokens > 0), negative sizes, ld < row length,
 /// a forced fast path whose alignment rules fail, a config out of range, a too small workspace
 /// (the message names the bytes needed and given); kUnsupported for a
-/// device that is not sm_90; kCudaError for a failed launch or driver call (the message
+/// device that is not sm_90, or a forced kCublasLt when built without cuBLASLt or when it has no
+/// algorithm for the shape; kCudaError for a failed launch, driver or cuBLASLt call (the message
 /// names it). tokens == 0 (or n == 0) returns Ok without launching. When k == 0, C = 0.
 Status gemm_bf16(const GemmParams& p, cudaStream_t stream);
 
