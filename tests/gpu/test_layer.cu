@@ -186,7 +186,8 @@ struct LayerCaseStats {
 /// partial and (through `ref_out`) the reference partial it was compared with.
 std::vector<bf16> run_rank_step(Rank& R, const ref::StepBatch& step, const std::vector<bf16>& x, int max_seq_len,
                                 const step5::ops::DsaLayerCapacity& cap, const std::string& ctx,
-                                std::vector<bf16>* ref_out, LayerCaseStats* stats) {
+                                std::vector<bf16>* ref_out, LayerCaseStats* stats,
+                                const step5::ops::DsaLayerOptions& options) {
   const auto& r = R.w.rank;
   const auto& g = r.geometry;
   const int B = step.num_requests(), T = step.view().num_tokens();
@@ -203,7 +204,7 @@ std::vector<bf16> run_rank_step(Rank& R, const ref::StepBatch& step, const std::
   ls.table.num_blocks = R.cache.num_blocks;
   ls.tail_slot = d_slot.p, ls.max_seq_len = max_seq_len, ls.topk = kTopk;
   const step5::Status st = step5::ops::dsa_layer_forward(r, kHidden, R.dw, R.dcaches(), ls, d_x.p, d_partial.p, R.ws.p,
-                                                         R.ws.n, cap, nullptr);
+                                                         R.ws.n, cap, nullptr, nullptr, options);
   EXPECT(st.ok(), "%s: dsa_layer_forward: %s", ctx.c_str(), st.to_string().c_str());
   GPU_CHECK(cudaDeviceSynchronize());
   step5::ops::DsaLayerPlan plan;  // the same plan dsa_layer_forward made: where the layer keeps its intermediates
@@ -283,7 +284,8 @@ std::vector<bf16> run_rank_step(Rank& R, const ref::StepBatch& step, const std::
   return g_partial;
 }
 
-void layer_case(const step5::layout::GeometryEntry& e, int tp) {
+/// `options`: the layer plan's choices (default: the GEMMs on cuBLASLt where it has an algorithm).
+void layer_case(const step5::layout::GeometryEntry& e, int tp, const step5::ops::DsaLayerOptions& options = {}) {
   const int hist0 = sz(4300, 4200);  // > 4096 + 8 positions: more than 512 regions
   // per step: q_len of requests 0..4 (the last step verifies MTP rows)
   const std::vector<std::vector<int>> steps = {{sz(16, 9), sz(96, 40), 0, sz(64, 30), sz(100, 24)},
@@ -349,7 +351,7 @@ void layer_case(const step5::layout::GeometryEntry& e, int tp) {
       const std::string ctx = std::string(e.name) + " tp " + std::to_string(tp) + " rank " + std::to_string(k) +
                               " step " + std::to_string(s);
       std::vector<bf16> ref_part;
-      gpu_parts.push_back(run_rank_step(*R[k], step, x, max_seq_len, cap, ctx, &ref_part, &stats));
+      gpu_parts.push_back(run_rank_step(*R[k], step, x, max_seq_len, cap, ctx, &ref_part, &stats, options));
       ref_parts.push_back(std::move(ref_part));
     }
     if (ranks > 1) {  // the simulated TP all-reduce of SPEC §4.8
@@ -370,6 +372,12 @@ void layer_case(const step5::layout::GeometryEntry& e, int tp) {
 
 GPU_CASE("layer: dsa_layer_forward == reference, topk 512, chunked prefill + decode + MTP, every geometry, tp 1") {
   for (const auto& e : step5::layout::kGeometries) layer_case(e, 1);
+}
+
+GPU_CASE("layer: the GEMMs on this library's kernels (DsaLayerOptions::gemm_allow_cublaslt = false), every geometry, tp 1") {
+  step5::ops::DsaLayerOptions own;
+  own.gemm_allow_cublaslt = false;
+  for (const auto& e : step5::layout::kGeometries) layer_case(e, 1, own);
 }
 
 GPU_CASE("layer: tp 4, every rank simulated (quick: rank 0) + simulated all-reduce, every geometry") {

@@ -467,13 +467,15 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
 /// Convenience for one-off calls and tests: `dsa_layer_plan(rank, hidden, cap)` then
 /// `dsa_layer_run` (plans on every call — engines plan once and call `dsa_layer_run`; do not
 /// capture this one in a graph: planning queries the device). `workspace` holds
-/// `dsa_layer_workspace_bytes(rank, hidden, cap)` bytes. Errors: those of both.
+/// `dsa_layer_workspace_bytes(rank, hidden, cap)` bytes; `options` as for `dsa_layer_plan`.
+/// Errors: those of both.
 inline Status dsa_layer_forward(const layout::RankLayout& rank, int hidden, const DsaLayerWeights& w,
                                 const DsaLayerCaches& caches, const DsaLayerStep& step, const bf16* x, bf16* partial,
                                 void* workspace, std::size_t workspace_bytes, const DsaLayerCapacity& cap,
-                                cudaStream_t stream, DsaLayerHook* hook = nullptr) {
+                                cudaStream_t stream, DsaLayerHook* hook = nullptr,
+                                const DsaLayerOptions& options = {}) {
   DsaLayerPlan plan;
-  STEP5_RETURN_IF_ERROR(dsa_layer_plan(rank, hidden, cap, &plan));
+  STEP5_RETURN_IF_ERROR(dsa_layer_plan(rank, hidden, cap, &plan, -1, options));
   return dsa_layer_run(plan, w, caches, step, x, partial, workspace, workspace_bytes, stream, hook);
 }
 
