@@ -326,7 +326,9 @@ void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, in
              bool allow_cublaslt) {
   // the table's row: this library's kernels as kAuto plans them
   const bool auto_case = path == step5::ops::GemmPath::kAuto && config == 0 && split_k == 0 && !allow_cublaslt;
-  if (!env_override(st, "STEP5_BENCH_GEMM_CONFIG", &config) || !env_override(st, "STEP5_BENCH_GEMM_SPLIT_K", &split_k))
+  // the overrides are for this library's kernels (a config or split_k would turn kAuto's cuBLASLt off)
+  if (!allow_cublaslt &&
+      (!env_override(st, "STEP5_BENCH_GEMM_CONFIG", &config) || !env_override(st, "STEP5_BENCH_GEMM_SPLIT_K", &split_k)))
     return;
   ShapeBuffers& b = buffers(s, kMaxT);
   step5::ops::GemmParams p;

@@ -11,7 +11,8 @@ MEMORY = ("l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum", "l1tex__t_sectors_p
 
 
 def main():
-    rows = [r for r in csv.reader(sys.stdin) if len(r) > 10]
+    # ncu's CSV rows start with a quote; the benchmark's own output is left out before parsing
+    rows = [r for r in csv.reader(line for line in sys.stdin if line.startswith('"')) if len(r) > 10]
     if not rows:
         sys.exit("ncu_stalls: no profile rows (kernel regex, filter, or ncu permissions?)")
     col = {n: i for i, n in enumerate(rows[0])}

@@ -291,8 +291,9 @@ void graph_replay_case(const char* label) {
 
   // The same step planned on this library's GEMM kernels (DsaLayerOptions::gemm_allow_cublaslt =
   // false), captured with PDL on and not replayed: every kernel node is this library's and each
-  // but the first has its programmatic edge (kn - 1), which covers the GEMM kernels' PDL wiring
-  // that the cuBLASLt nodes above leave unchecked.
+  // but the first has its programmatic edge (kn - 1). This checks the launch attributes (the
+  // o_proj GEMM's among them; the fused GEMM is the first node) — not pdl_wait placement, and not
+  // results: the replays compared bit for bit above run the cuBLASLt plan.
   if (captured_all) {
     step5::ops::DsaLayerOptions own;
     own.gemm_allow_cublaslt = false;

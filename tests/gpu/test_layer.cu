@@ -207,8 +207,20 @@ std::vector<bf16> run_rank_step(Rank& R, const ref::StepBatch& step, const std::
                                                          R.ws.n, cap, nullptr, nullptr, options);
   EXPECT(st.ok(), "%s: dsa_layer_forward: %s", ctx.c_str(), st.to_string().c_str());
   GPU_CHECK(cudaDeviceSynchronize());
-  step5::ops::DsaLayerPlan plan;  // the same plan dsa_layer_forward made: where the layer keeps its intermediates
-  EXPECT(step5::ops::dsa_layer_plan(r, kHidden, cap, &plan).ok(), "%s: plan", ctx.c_str());
+  step5::ops::DsaLayerPlan plan;  // the plan dsa_layer_forward made: where the layer keeps its intermediates
+  EXPECT(step5::ops::dsa_layer_plan(r, kHidden, cap, &plan, -1, options).ok(), "%s: plan", ctx.c_str());
+  if (!options.gemm_allow_cublaslt) {
+    // this library's kernels at every token count: no table entry is cuBLASLt or left to kAuto
+    auto mine = [](const step5::ops::GemmPlan& g) {
+      return g.path != step5::ops::GemmPath::kCublasLt && g.path != step5::ops::GemmPath::kAuto;
+    };
+    bool all_mine = plan.options.gemm_allow_cublaslt == false;
+    for (const auto& g : plan.facts.fused_gemm) all_mine = all_mine && mine(g);
+    for (const auto& g : plan.facts.o_proj_gemm) all_mine = all_mine && mine(g);
+    if (cap.max_tokens > static_cast<int>(plan.facts.fused_gemm.size()))
+      all_mine = all_mine && mine(plan.facts.fused_large) && mine(plan.facts.o_proj_large);
+    EXPECT(all_mine, "%s: the plan on this library's GEMMs holds a cuBLASLt or kAuto choice", ctx.c_str());
+  }
   const step5::ops::detail::LayerWorkspaceMap& m = plan.map;
   const unsigned char* ws = R.ws.p;
   const auto g_c = step5_test::download(reinterpret_cast<const bf16*>(ws + m.c), static_cast<std::size_t>(T) * ldc);

@@ -229,6 +229,7 @@ struct DsaLayerPlan {
   DsaLayerDeviceFacts facts{};
   detail::LayerWorkspaceMap map{};
   std::size_t workspace_bytes = 0;  ///< bytes of the workspace `dsa_layer_run` needs (== map.total)
+  DsaLayerOptions options{};        ///< the choices it was planned with (`dsa_layer_run` applies them too)
 };
 
 /// Plans with given device facts (host-only, no CUDA call). Errors: capacity values not positive
@@ -298,7 +299,9 @@ inline Status dsa_layer_plan(const layout::RankLayout& rank, int hidden, const D
       f.fused_large.split_k = f.o_proj_large.split_k = 0;
     }
   }
-  return dsa_layer_plan_for(rank, hidden, cap, std::move(f), plan);
+  STEP5_RETURN_IF_ERROR(dsa_layer_plan_for(rank, hidden, cap, std::move(f), plan));
+  plan->options = options;
+  return Status::Ok();
 }
 
 /// Host-only checks of one step against `plan` (run by `dsa_layer_run` before any launch; no
@@ -403,6 +406,7 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   g1.x = x, g1.w = w.fused, g1.c = c, g1.tokens = T, g1.n = rank.padded_rows, g1.k = hidden;
   g1.ldx = hidden, g1.ldw = hidden, g1.ldc = ldc, g1.workspace = base + m.gemm, g1.workspace_bytes = m.gemm_bytes;
   g1.device = plan.facts.device;
+  g1.allow_cublaslt = plan.options.gemm_allow_cublaslt;  // also where a table leaves the path to kAuto
   detail::apply_gemm_choice(plan.facts.fused_gemm, plan.facts.fused_large, T, &g1);
   STEP5_RETURN_IF_ERROR(gemm_bf16(g1, stream));
   mark("fused_gemm");
@@ -458,6 +462,7 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   g2.x = attn, g2.w = w.o_proj, g2.c = partial, g2.tokens = T, g2.n = hidden, g2.k = static_cast<std::int64_t>(Hl) * D;
   g2.ldx = g2.k, g2.ldw = g2.k, g2.ldc = hidden, g2.workspace = base + m.gemm, g2.workspace_bytes = m.gemm_bytes;
   g2.device = plan.facts.device;
+  g2.allow_cublaslt = plan.options.gemm_allow_cublaslt;
   detail::apply_gemm_choice(plan.facts.o_proj_gemm, plan.facts.o_proj_large, T, &g2);
   STEP5_RETURN_IF_ERROR(gemm_bf16(g2, stream));
   mark("o_proj_gemm");
