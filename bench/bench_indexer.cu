@@ -15,6 +15,9 @@
 //                                              wgmma_e4m3 (e4m3 operands: ~14-bit accumulation, never
 //                                              the automatic choice; measured for reference)
 //   scores_decode/tp:N/batch:B/ctx:C           the score kernel alone on decode rows
+//   read/summaries/batch:B/ctx:C               read ceiling of that traffic: every byte of the same
+//                                              summary cache read once by a plain streaming kernel
+//                                              (16-byte loads, 8 in flight per thread); GB/s read
 //   topk/<v>/rows:R/regions:N                  selection alone: v = ours (the launcher's choice),
 //                                              ours_cta (one CTA per row), ours_cluster (a cluster of
 //                                              kTopkCluster CTAs per row), cub_segmented_sort (CUB
@@ -184,6 +187,8 @@ struct SelectSetup {
   std::vector<void*> allocs;
   std::vector<int> h_cu, h_seq;  // host mirrors of the batch metadata (validated by the launcher)
   double summary_bytes = 0, score_flops = 0;
+  const std::uint8_t* summaries = nullptr;  ///< the whole summary cache (summaries_size bytes)
+  std::size_t summaries_size = 0;
   template <class T>
   T* alloc(std::size_t n) {
     void* q;
@@ -203,6 +208,8 @@ struct SelectSetup {
     for (std::size_t i = 0; i < bt.size(); ++i) bt[i] = static_cast<int>(i);
     const std::size_t sum_bytes = bt.size() * (bs / kR) * P;
     auto* d_sum = alloc<std::uint8_t>(sum_bytes);
+    summaries = d_sum;
+    summaries_size = sum_bytes;
     auto* d_iq = alloc<std::uint8_t>(static_cast<std::size_t>(T) * Il * P);
     auto* d_w = alloc<float>(static_cast<std::size_t>(T) * Il);
     std::mt19937 rng(1);
@@ -295,6 +302,43 @@ void bm_scores_decode(benchmark::State& st, int tp, int batch, int ctx) {
   const double sec = time_scores_only(s);
   record(st, "scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + "/ctx:" + std::to_string(ctx),
          sec, s.summary_bytes / sec / 1e9, "GB/s");
+}
+
+/// Read ceiling of the decode score kernel's traffic: every byte of the summary cache read once
+/// with 16-byte loads (8 in flight per thread, 4 CTAs of 256 threads per SM), XOR-folded.
+__global__ void __launch_bounds__(256) read_ceiling_kernel(const uint4* p, std::size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 7 * stride < n; i += 8 * stride) {
+    uint4 v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = __ldg(p + i + j * stride);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+  }
+  for (; i < n; i += stride) {
+    const uint4 v = __ldg(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;  // keeps the loads; practically never stores
+}
+
+void bm_read_ceiling(benchmark::State& st, int batch, int ctx) {
+  SelectSetup s(1, std::vector<int>(batch, 1), std::vector<int>(batch, ctx), 512, ctx);
+  int dev = 0, sms = 0;
+  CK(cudaGetDevice(&dev));
+  CKS(step5::device_sm_count(dev, &sms));
+  unsigned* sink = s.alloc<unsigned>(1);
+  const std::size_t n = s.summaries_size / 16;
+  const double sec = time_it(
+      [&] {
+        read_ceiling_kernel<<<4 * sms, 256, 0, g_stream>>>(reinterpret_cast<const uint4*>(s.summaries), n, sink);
+      },
+      3);
+  CK(cudaGetLastError());
+  record(st, "read/summaries/batch:" + std::to_string(batch) + "/ctx:" + std::to_string(ctx), sec,
+         static_cast<double>(s.summaries_size) / sec / 1e9, "GB/s");
 }
 
 void bm_prefill(benchmark::State& st, int tp, int tokens, int hist, bool scores_only) {
@@ -427,6 +471,13 @@ void print_table() {
     if (n.rfind("indexer_decode", 0) == 0 || n.rfind("scores_decode", 0) == 0) {
       std::snprintf(buf, sizeof buf, "%.1f%% of copy BW", 100.0 * g_result[n] / g_copy_gbs);
       ratio = buf;
+      // scores_decode/tp:N/batch:B/ctx:C against read/summaries/batch:B/ctx:C (same bytes)
+      const std::size_t bpos = n.find("/batch:");
+      const std::string read = "read/summaries" + (bpos == std::string::npos ? std::string() : n.substr(bpos));
+      if (n.rfind("scores_decode", 0) == 0 && g_result.count(read)) {
+        std::snprintf(buf, sizeof buf, ", %.2f of the read ceiling", g_result[n] / g_result[read]);
+        ratio += buf;
+      }
     } else if (n.rfind("indexer_prefill", 0) == 0 || n.rfind("scores_prefill", 0) == 0) {
       std::snprintf(buf, sizeof buf, "%.1f%% of cuBLASLt e4m3 rate, %.1f%% of cuBLAS bf16 rate",
                     100.0 * g_result[n] / g_e4m3_tflops, 100.0 * g_result[n] / g_tc_tflops);
@@ -478,6 +529,9 @@ int main(int argc, char** argv) {
     for (int batch : {16, 64})
       reg("scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + "/ctx:131072",
           [=](benchmark::State& st) { bm_scores_decode(st, tp, batch, 131072); });
+  for (int batch : {16, 64})
+    reg("read/summaries/batch:" + std::to_string(batch) + "/ctx:131072",
+        [=](benchmark::State& st) { bm_read_ceiling(st, batch, 131072); });
   const int kC = step5::kernels::sm90::kTopkCluster;
   for (int rows : {16, 64, 512}) {
     reg("topk/cub/rows:" + std::to_string(rows), [=](benchmark::State& st) { bm_topk(st, rows, 16384, -1); });

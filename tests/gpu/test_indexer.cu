@@ -948,11 +948,13 @@ namespace detail_ns = step5::ops::detail;
 /// r < p/8 within `tol` of the row max and the rms error within `rms_tol` (bit for bit with
 /// Inputs::kExact), every column >= p/8 still the poison (nothing written past the history).
 /// Checks that the plan took the path asked for. Returns the scores of columns r < p/8, in
-/// (token, group, column) order, for comparisons between paths.
+/// (token, group, column) order, for comparisons between paths. `num_sms` > 0 plans for a GPU of
+/// that many SMs instead of this one (longer region chunks per CTA); `plan_out` receives the plan.
 template <step5::layout::GeometryId Id>
 std::vector<float> check_scores_path(int tp, const std::vector<int>& q_lens, const std::vector<int>& seq_lens, int chunk,
                        Inputs inputs, detail_ns::ScorePath want, int block_size, float tol, double rms_tol,
-                       std::uint32_t seed, const std::string& what) {
+                       std::uint32_t seed, const std::string& what, int num_sms = 0,
+                       detail_ns::ScorePlan* plan_out = nullptr) {
   const auto& e = step5::layout::entry_of(Id);
   const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
   const int P = rl.geometry.proxy_dim, lg = rl.local_kv_groups, hpg = rl.hpg_i, Il = rl.index_local_heads;
@@ -968,7 +970,9 @@ std::vector<float> check_scores_path(int tp, const std::vector<int>& q_lens, con
   int dev = 0, sms = 0;
   GPU_CHECK(cudaGetDevice(&dev));
   EXPECT(step5::device_sm_count(dev, &sms).ok(), "device_sm_count");
+  if (num_sms > 0) sms = num_sms;
   const detail_ns::ScorePlan sp = detail_ns::score_plan<Id>(Il, T, B, ld, block_size, sms, want);
+  if (plan_out) *plan_out = sp;
   EXPECT(sp.path == want, "%s: the plan took path %s, asked for %s", what.c_str(), detail_ns::score_path_name(sp.path),
          detail_ns::score_path_name(want));
   const std::int32_t* tile_start = nullptr;
@@ -1093,6 +1097,48 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
                f16_random.size(), mma_random.size());
         std::printf("  %s: wgmma_f16 vs mma.sync on random inputs: %zu of %zu scores differ in their bits\n", base.c_str(),
                     differ, f16_random.size());
+      });
+    }
+  }
+}
+
+GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SMs: up to kScoreMaxRegionsPerCta regions per CTA), block sizes 16 and 64, MTP, every geometry at its smallest and largest tp") {
+  // The mma.sync score kernel walks up to kScoreMaxRegionsPerCta regions per CTA (16 m-tiles per
+  // warp) when the grid still fills the GPU; the engine-sized cases above plan for this GPU and
+  // mostly get short chunks. Planning for fewer SMs gives the long ones on small batches: every
+  // warp walks many m-tiles across pages, chunk ends cut m-tiles, and histories end mid-chunk.
+  // Exact inputs bit for bit, random inputs within the select tolerance; a plan for 1 SM must
+  // take the longest chunks.
+  using detail_ns::ScorePath;
+  const std::vector<int> seq = {32768 + 3, 20001, 8 * 300 + 5, 4, 16384, 9, 32760, 1};
+  const std::vector<int> q1(seq.size(), 1), q2(seq.size(), 2);
+  std::vector<int> seq2(seq);  // MTP: 2 tokens per request
+  for (int& x : seq2) x += 1;
+  for (int gi = 0; gi < static_cast<int>(step5::layout::kNumGeometries); ++gi) {
+    const auto& e = step5::layout::kGeometries[gi];
+    for (int i : {0, e.num_tp_values - 1}) {
+      const int tp = e.tp_values[i];
+      with_geometry_id(gi, [&](auto id) {
+        constexpr auto kId = static_cast<step5::layout::GeometryId>(decltype(id)::value);
+        for (int sms : {1, 4, 16})
+          for (int bs : {16, 64}) {
+            const std::uint32_t seed = static_cast<std::uint32_t>(9100 + 1000 * gi + 100 * tp + 10 * sms + bs);
+            const std::string name = std::string(e.name) + " tp " + std::to_string(tp) + " plan for " +
+                                     std::to_string(sms) + " SMs, block_size " + std::to_string(bs);
+            detail_ns::ScorePlan sp;
+            check_scores_path<kId>(tp, q1, seq, 8, Inputs::kExact, ScorePath::kMma, bs, 0.f, 0.0, seed,
+                                   name + " exact", sms, &sp);
+            check_scores_path<kId>(tp, q1, seq, 8, Inputs::kRandom, ScorePath::kMma, bs, 1e-3f, 1e-4, seed + 1,
+                                   name + " random", sms);
+            std::printf("  %s: %d regions per CTA, %lld region chunks\n", name.c_str(), sp.regions_per_cta,
+                        static_cast<long long>(sp.region_chunks));
+            if (sms == 1)
+              EXPECT(sp.regions_per_cta == step5::kernels::sm90::kScoreMaxRegionsPerCta,
+                     "%s: %d regions per CTA, expected the longest chunks (%d)", name.c_str(), sp.regions_per_cta,
+                     step5::kernels::sm90::kScoreMaxRegionsPerCta);
+          }
+        check_scores_path<kId>(tp, q2, seq2, 16, Inputs::kRandom, ScorePath::kMma, 16, 1e-3f, 1e-4, 9999u + gi,
+                               std::string(e.name) + " tp " + std::to_string(tp) + " MTP plan for 1 SM", 1);
       });
     }
   }

@@ -34,6 +34,11 @@ inline Status require_sm90(int device) {
   return Status::Ok();
 }
 
+/// Shared memory of an sm_90 SM (228 KiB) and what the driver reserves per resident CTA (1 KiB)
+/// (CUDA C++ Programming Guide, compute capability 9.0): launch plans that count CTAs per SM use these.
+inline constexpr int kSm90SmemPerSm = 233472;
+inline constexpr int kSm90SmemReservedPerCta = 1024;
+
 /// The number of streaming multiprocessors of `device` (cudaDevAttrMultiProcessorCount), queried
 /// once per device (devices 0..63 are cached; the value never changes for a device) and safe to
 /// call from several host threads and during CUDA-graph capture. The launch plans that size their

@@ -68,8 +68,8 @@ inline constexpr int kScoreWgmmaMinMeanQ = 16;
 /// Launch shape of the score kernel for T tokens of B requests (shared with bench/bench_indexer.cu).
 /// mma.sync path: tok_tile (tokens per tile, one pass over a request's summaries serves them all)
 /// follows the mean query length, so decode tiles stage only their own columns; region chunks
-/// shrink until the grid covers two waves of CTAs (2 × `num_sms`, the device's SM count:
-/// `device_sm_count`). wgmma path: tok_tile = 128 / Il (a full N = 128 tile), region chunks of up
+/// (at most kScoreMaxRegionsPerCta regions) halve until the grid fills 90 % of the resident CTA
+/// slots (CTAs per SM × `num_sms`, the device's SM count: `device_sm_count`). wgmma path: tok_tile = 128 / Il (a full N = 128 tile), region chunks of up
 /// to 4096 regions (multiples of 128), shrunk the same way (one CTA per SM).
 /// `want` forces a path (tests, benchmarks); a wgmma path the shape does not fit falls back to
 /// the mma.sync kernel (`path` says which one the plan took).
@@ -113,13 +113,21 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   s.cols_cap = (s.tok_tile * Il + 7) / 8 * 8;
   // Σ_b ceil(q_len_b / tok_tile) <= T / tok_tile + B; exactly T with one token per tile
   s.tiles_upper = s.tok_tile == 1 ? T : (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile + B;
+  // region chunks: the longest (fewest CTAs, each walking its summaries in one stream) whose grid
+  // still fills 90 % of the resident CTA slots (CTAs per SM from the register bound and shared
+  // memory); halved down to one m-tile per warp. Measured (bench_indexer scores_decode, 128K
+  // context, batch 64): 2048 regions per CTA (512 CTAs, one wave) 77.5 µs at tp 1 against 82.4 µs
+  // for 512 regions (2048 CTAs); batch 16 keeps 512 (bench/RESULTS.md, seventh session).
   constexpr int kStep = 16 * kernels::sm90::kScoreWarps;
-  int rpc = 4 * kStep;
-  while (rpc > kStep && s.tiles_upper * ((ld + rpc - 1) / rpc) < 2ll * num_sms) rpc /= 2;
-  s.regions_per_cta = rpc;
-  s.region_chunks = (ld + rpc - 1) / rpc;
-  s.bt_cap = rpc * layout::kRegionSize / block_size + 2;
-  s.smem_bytes = kernels::sm90::score_smem_bytes(G.proxy_dim, s.cols_cap, s.bt_cap);
+  for (int rpc = kernels::sm90::kScoreMaxRegionsPerCta;; rpc /= 2) {
+    s.regions_per_cta = rpc;
+    s.region_chunks = (ld + rpc - 1) / rpc;
+    s.bt_cap = rpc * layout::kRegionSize / block_size + 2;
+    s.smem_bytes = kernels::sm90::score_smem_bytes(G.proxy_dim, s.cols_cap, s.bt_cap);
+    const int per_sm = std::min(kernels::sm90::score_min_ctas(G.proxy_dim),
+                                kSm90SmemPerSm / (s.smem_bytes + kSm90SmemReservedPerCta));
+    if (rpc <= kStep || s.tiles_upper * s.region_chunks * 10 >= 9ll * per_sm * num_sms) break;
+  }
   return s;
 }
 
@@ -178,10 +186,10 @@ Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream
   constexpr layout::Geometry G = layout::geometry_of(Id);
   constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
   auto kern = kernels::sm90::indexer_scores_kernel<G.proxy_dim, kHpg>;
-  // the largest plan (kScoreCols columns, 512 regions per CTA, block_size 8): one fixed limit, so
-  // launches from several host threads never lower each other's
+  // the largest plan (kScoreCols columns, kScoreMaxRegionsPerCta regions per CTA, block_size 8):
+  // one fixed limit, so launches from several host threads never lower each other's
   constexpr int kMaxSmem = kernels::sm90::score_smem_bytes(G.proxy_dim, kernels::sm90::kScoreCols,
-                                                           4 * 16 * kernels::sm90::kScoreWarps + 2);
+                                                           kernels::sm90::kScoreMaxRegionsPerCta + 2);
   if (sp.smem_bytes > kMaxSmem) return Status(StatusCode::kInternal, "launch_scores: plan exceeds the smem bound");
   if constexpr (kMaxSmem > 48 * 1024)
     STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
