@@ -116,8 +116,9 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   // region chunks: the longest (fewest CTAs, each walking its summaries in one stream) whose grid
   // still fills 90 % of the resident CTA slots (CTAs per SM from the register bound and shared
   // memory); halved down to one m-tile per warp. Measured (bench_indexer scores_decode, 128K
-  // context, batch 64): 2048 regions per CTA (512 CTAs, one wave) 77.5 µs at tp 1 against 82.4 µs
-  // for 512 regions (2048 CTAs); batch 16 keeps 512 (bench/RESULTS.md, seventh session).
+  // context, batch 64, same binary): 2048 regions per CTA (512 CTAs, one wave) 77.5 / 73.6 µs at
+  // tp 1 / 8 against 82.4 / 78.4 µs for 512 regions (2048 CTAs); batch 16 keeps 512
+  // (bench/RESULTS.md, seventh session).
   constexpr int kStep = 16 * kernels::sm90::kScoreWarps;
   for (int rpc = kernels::sm90::kScoreMaxRegionsPerCta;; rpc /= 2) {
     s.regions_per_cta = rpc;

@@ -91,18 +91,6 @@ __device__ __forceinline__ std::uint32_t e4m3x2_to_f16x2(std::uint32_t v, bool h
 
 __device__ __forceinline__ float relu_keep_nan(float x) { return x < 0.f ? 0.f : x; }
 
-/// One 16-byte load of a summary row (read-only path, no L1 allocation) with the L2::256B
-/// prefetch-size hint: the first of the four 64-byte requests a warp makes to a 256-byte row
-/// (one per chunk i of the main loop) brings the whole 256-byte segment from DRAM. Measured on the
-/// H200 (bench_indexer scores_decode, same binary, 128K context, batch 64): tp 1 82.4 -> 80.7 µs,
-/// tp 8 78.4 -> 76.5 µs (bench/RESULTS.md, seventh session).
-__device__ __forceinline__ uint4 ld_summary(const uint4* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
 
 /// Register epilogue of one n-tile `nt` (q columns nt·8 .. nt·8 + 7) of the 16-region m-tile at `rb`.
 /// The m16n8 accumulator gives lane (g, c) columns 2c, 2c + 1 of rows (regions) rb + g and rb + g + 8,
@@ -273,7 +261,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32, score_min_ctas(P)) indexer_s
         const uint4* src = reinterpret_cast<const uint4*>(
             a.summary_cache + (blk * slots + (r - page * slots)) * P + c * 16);
 #pragma unroll
-        for (int i = 0; i < kChunks; ++i) dst[i] = ld_summary(src + i * 4);
+        for (int i = 0; i < kChunks; ++i) dst[i] = __ldg(src + i * 4);
       } else {
 #pragma unroll
         for (int i = 0; i < kChunks; ++i) dst[i] = make_uint4(0, 0, 0, 0);

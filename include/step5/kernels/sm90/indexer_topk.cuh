@@ -11,7 +11,8 @@
 /// result never depends on thread timing. A 4-pass 8-bit radix select (shared-memory histograms; a
 /// warp whose 32 keys share one digit adds once, so plateaus of equal scores do not serialise) finds
 /// the k-th key K* and how many keys equal to K* are taken (`need`); a compaction pass in id order
-/// (cub::BlockScan) then writes ids with key > K*, and the first `need` ids with key == K*, ascending.
+/// (one CTA per row: warp ballots, `compact_by_ballots`; a cluster: cub::BlockScan over tiles) then
+/// writes ids with key > K*, and the first `need` ids with key == K*, ascending.
 /// In a cluster, CTA rank c owns an id-contiguous slice of the row: every rank sums the ranks'
 /// histograms in rank order through distributed shared memory (identical results everywhere), and
 /// the compaction offsets of a slice are the (gt, eq) totals of the lower ranks.
@@ -248,6 +249,74 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
   return krem;
 }
 
+/// Compaction of one CTA's row in id order (one CTA per row): writes the ids i of [0, len) (plus
+/// `lo`) with (key & mask) > prefix, and the first `need` ids with (key & mask) == prefix, to
+/// out[0, k) in ascending order, where position = (# such keys with a lower id, the equal ones
+/// counted up to `need`). Warp w takes the 1024-key segment w of each round of kThreads / 32
+/// segments; for its 32 sub-blocks of 32 consecutive keys it takes two ballots (greater, equal),
+/// lane j keeps sub-block j's masks, so one warp scan of their (packed) counts and one exchange of
+/// the warps' totals in shared memory give every key its position: one barrier pair per round
+/// (16384 keys on 512 threads: one round) instead of a block scan per tile of 8 keys per thread.
+/// Counts are packed (eq << 16) | gt: a round has at most 32768 keys (kThreads <= 1024).
+template <int kThreads, class KeyAt>
+__device__ __forceinline__ void compact_by_ballots(KeyAt key_at, int len, int lo, int k, std::uint32_t prefix,
+                                                   std::uint32_t mask, unsigned need, std::int32_t* out) {
+  constexpr int kWarps = kThreads / 32;
+  constexpr int kSeg = 32 * 32;
+  static_assert(kWarps * kSeg < 65536, "compact_by_ballots: a round's counts must fit 16 bits");
+  __shared__ unsigned s_warp_cnt[kWarps];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  unsigned carry_gt = 0, carry_eq = 0;  // over the lower rounds (uniform)
+  for (int base = 0; base < len; base += kWarps * kSeg) {
+    if (carry_gt + (carry_eq < need ? carry_eq : need) >= static_cast<unsigned>(k)) break;  // uniform
+    const int seg = base + warp * kSeg;
+    unsigned my_gt = 0, my_eq = 0;  // lane j: the masks of keys seg + 32j .. seg + 32j + 31
+#pragma unroll 8  // fully unrolled, the 32 loads of unstaged keys would outgrow the register bound
+    for (int j = 0; j < 32; ++j) {
+      const int i = seg + 32 * j + lane;
+      const bool in = i < len;
+      const std::uint32_t km = in ? key_at(i) & mask : 0u;
+      const unsigned g = __ballot_sync(0xffffffffu, in && km > prefix);
+      const unsigned e = __ballot_sync(0xffffffffu, in && km == prefix);
+      if (lane == j) my_gt = g, my_eq = e;
+    }
+    const unsigned cnt = (static_cast<unsigned>(__popc(my_eq)) << 16) | static_cast<unsigned>(__popc(my_gt));
+    unsigned incl = cnt;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const unsigned v = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += v;
+    }
+    if (lane == 31) s_warp_cnt[warp] = incl;
+    __syncthreads();
+    unsigned warp_before = 0, round_total = 0;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const unsigned v = s_warp_cnt[w];
+      warp_before += w < warp ? v : 0u;
+      round_total += v;
+    }
+    __syncthreads();  // s_warp_cnt is rewritten by the next round
+    const unsigned before = warp_before + incl - cnt;
+    unsigned gt_b = carry_gt + (before & 0xffffu), eq_b = carry_eq + (before >> 16);
+    unsigned bits = my_gt | my_eq;
+    while (bits != 0) {
+      const int b = __ffs(bits) - 1;
+      bits &= bits - 1;
+      const std::int32_t id = lo + seg + 32 * lane + b;
+      if ((my_gt >> b) & 1u) {
+        out[gt_b + (eq_b < need ? eq_b : need)] = id;
+        ++gt_b;
+      } else {
+        if (eq_b < need) out[gt_b + eq_b] = id;
+        ++eq_b;
+      }
+    }
+    carry_gt += round_total & 0xffffu;
+    carry_eq += round_total >> 16;
+  }
+}
+
 /// One selection row per kC CTAs (kC = 1: one CTA; kC = kTopkCluster: a cluster, CTA rank c owns the
 /// id-contiguous slice [c·S, (c+1)·S) of the row, S = ceil(n / kC)). kSmem: the slice's keys are
 /// staged in dynamic shared memory (ceil(ld / kC) keys), else re-read from global memory.
@@ -464,6 +533,13 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
 #pragma unroll
     for (int q = 0; q < kC; ++q) carry += lower[q];
   }
+  // one CTA per row: the ballot compaction; clusters, and the candidates on 128-thread CTAs (a
+  // variant no launch plan picks by itself; the ballot compaction spills there at 40 registers),
+  // keep the block-scan tiles below
+  if constexpr (kC == 1 && !(kCand && kThreads == kTopkShortThreads)) {
+    compact_by_ballots<kThreads>([&](int i) { return staged ? skeys[i] : score_key(src[i]); }, len, lo, k, prefix,
+                                 mask, need, out);
+  } else {
   constexpr int kTile = kThreads * kTopkItems;
   for (int base = 0; base < len; base += kTile) {
     const unsigned sel_before = static_cast<unsigned>(carry & 0xffffffffu) +
@@ -498,6 +574,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
       }
     }
     carry += total;
+  }
   }
   if (crank == 0) {
     for (int j = k + tid; j <= a.topk; j += kThreads) out[j] = j == k ? n : -1;
