@@ -252,27 +252,29 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
 /// Compaction of one CTA's row in id order (one CTA per row): writes the ids i of [0, len) (plus
 /// `lo`) with (key & mask) > prefix, and the first `need` ids with (key & mask) == prefix, to
 /// out[0, k) in ascending order, where position = (# such keys with a lower id, the equal ones
-/// counted up to `need`). Warp w takes the 1024-key segment w of each round of kThreads / 32
-/// segments; for its 32 sub-blocks of 32 consecutive keys it takes two ballots (greater, equal),
-/// lane j keeps sub-block j's masks, so one warp scan of their (packed) counts and one exchange of
-/// the warps' totals in shared memory give every key its position: one barrier pair per round
-/// (16384 keys on 512 threads: one round) instead of a block scan per tile of 8 keys per thread.
+/// counted up to `need`). A round covers kThreads / 32 warp segments of S sub-blocks of 32
+/// consecutive keys, S = min(32, ceil(len / kThreads)) (uniform: short rows walk short segments);
+/// warp w takes segment w; for each sub-block it takes two ballots (greater, equal) and lane j
+/// keeps sub-block j's masks, so one warp scan of their (packed) counts and one exchange of the
+/// warps' totals in shared memory give every key its position: one barrier pair per round (16384
+/// keys on 512 threads: one round) instead of a block scan per tile of 8 keys per thread.
 /// Counts are packed (eq << 16) | gt: a round has at most 32768 keys (kThreads <= 1024).
 template <int kThreads, class KeyAt>
 __device__ __forceinline__ void compact_by_ballots(KeyAt key_at, int len, int lo, int k, std::uint32_t prefix,
                                                    std::uint32_t mask, unsigned need, std::int32_t* out) {
   constexpr int kWarps = kThreads / 32;
-  constexpr int kSeg = 32 * 32;
-  static_assert(kWarps * kSeg < 65536, "compact_by_ballots: a round's counts must fit 16 bits");
+  static_assert(kWarps * 32 * 32 < 65536, "compact_by_ballots: a round's counts must fit 16 bits");
   __shared__ unsigned s_warp_cnt[kWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int sub = min(32, (len + kThreads - 1) / kThreads);  // sub-blocks per warp segment
+  const int seg_keys = 32 * sub;
   unsigned carry_gt = 0, carry_eq = 0;  // over the lower rounds (uniform)
-  for (int base = 0; base < len; base += kWarps * kSeg) {
+  for (int base = 0; base < len; base += kWarps * seg_keys) {
     if (carry_gt + (carry_eq < need ? carry_eq : need) >= static_cast<unsigned>(k)) break;  // uniform
-    const int seg = base + warp * kSeg;
+    const int seg = base + warp * seg_keys;
     unsigned my_gt = 0, my_eq = 0;  // lane j: the masks of keys seg + 32j .. seg + 32j + 31
 #pragma unroll 8  // fully unrolled, the 32 loads of unstaged keys would outgrow the register bound
-    for (int j = 0; j < 32; ++j) {
+    for (int j = 0; j < sub; ++j) {
       const int i = seg + 32 * j + lane;
       const bool in = i < len;
       const std::uint32_t km = in ? key_at(i) & mask : 0u;
@@ -533,10 +535,12 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
 #pragma unroll
     for (int q = 0; q < kC; ++q) carry += lower[q];
   }
-  // one CTA per row: the ballot compaction; clusters, and the candidates on 128-thread CTAs (a
-  // variant no launch plan picks by itself; the ballot compaction spills there at 40 registers),
-  // keep the block-scan tiles below
-  if constexpr (kC == 1 && !(kCand && kThreads == kTopkShortThreads)) {
+  // one CTA per row of 256 or 512 threads: the ballot compaction (measured on the H200,
+  // bench_indexer, seventh session: 64 / 512 decode rows of 16384 regions 17.0 / 43.5 -> 14.0 /
+  // 36.8 µs; 4096 rows of ld 8192 on 256 threads 159.6 -> 116.9 µs); 128-thread CTAs (short
+  // prefill rows: 65536 rows of ld 2048 took 461 -> 581 µs with it) and clusters keep the
+  // block-scan tiles below
+  if constexpr (kC == 1 && kThreads != kTopkShortThreads) {
     compact_by_ballots<kThreads>([&](int i) { return staged ? skeys[i] : score_key(src[i]); }, len, lo, k, prefix,
                                  mask, need, out);
   } else {
