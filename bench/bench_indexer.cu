@@ -473,8 +473,10 @@ void print_table() {
       ratio = buf;
       // scores_decode/tp:N/batch:B/ctx:C against read/summaries/batch:B/ctx:C (same bytes)
       const std::size_t bpos = n.find("/batch:");
-      const std::string read = "read/summaries" + (bpos == std::string::npos ? std::string() : n.substr(bpos));
-      if (n.rfind("scores_decode", 0) == 0 && g_result.count(read)) {
+      const std::string read = n.rfind("scores_decode", 0) == 0 && bpos != std::string::npos
+                                   ? "read/summaries" + n.substr(bpos)
+                                   : std::string();
+      if (!read.empty() && g_result.count(read)) {
         std::snprintf(buf, sizeof buf, ", %.2f of the read ceiling", g_result[n] / g_result[read]);
         ratio += buf;
       }

@@ -1102,13 +1102,15 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
   }
 }
 
-GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SMs: up to kScoreMaxRegionsPerCta regions per CTA), block sizes 16 and 64, MTP, every geometry at its smallest and largest tp") {
+GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SMs: up to kScoreMaxRegionsPerCta regions per CTA), block sizes 8, 16 and 64, MTP, every geometry at its smallest and largest tp") {
   // The mma.sync score kernel walks up to kScoreMaxRegionsPerCta regions per CTA (16 m-tiles per
   // warp) when the grid still fills the GPU; the engine-sized cases above plan for this GPU and
   // mostly get short chunks. Planning for fewer SMs gives the long ones on small batches: every
   // warp walks many m-tiles across pages, chunk ends cut m-tiles, and histories end mid-chunk.
   // Exact inputs bit for bit, random inputs within the select tolerance; a plan for 1 SM must
-  // take the longest chunks.
+  // take the longest chunks (block_size 8: the largest staged block table), one for 16 SMs shorter
+  // ones (512 regions: 8 tiles x 8 chunks fill 90 % of 64 slots); MTP steps of 2 tokens and of
+  // 128 columns (tokens x local index heads) per tile take the longest chunks too.
   using detail_ns::ScorePath;
   const std::vector<int> seq = {32768 + 3, 20001, 8 * 300 + 5, 4, 16384, 9, 32760, 1};
   const std::vector<int> q1(seq.size(), 1), q2(seq.size(), 2);
@@ -1121,7 +1123,7 @@ GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SM
       with_geometry_id(gi, [&](auto id) {
         constexpr auto kId = static_cast<step5::layout::GeometryId>(decltype(id)::value);
         for (int sms : {1, 4, 16})
-          for (int bs : {16, 64}) {
+          for (int bs : {8, 16, 64}) {
             const std::uint32_t seed = static_cast<std::uint32_t>(9100 + 1000 * gi + 100 * tp + 10 * sms + bs);
             const std::string name = std::string(e.name) + " tp " + std::to_string(tp) + " plan for " +
                                      std::to_string(sms) + " SMs, block_size " + std::to_string(bs);
@@ -1132,13 +1134,28 @@ GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SM
                                    name + " random", sms);
             std::printf("  %s: %d regions per CTA, %lld region chunks\n", name.c_str(), sp.regions_per_cta,
                         static_cast<long long>(sp.region_chunks));
-            if (sms == 1)
-              EXPECT(sp.regions_per_cta == step5::kernels::sm90::kScoreMaxRegionsPerCta,
-                     "%s: %d regions per CTA, expected the longest chunks (%d)", name.c_str(), sp.regions_per_cta,
-                     step5::kernels::sm90::kScoreMaxRegionsPerCta);
+            const int expect = sms == 1 ? step5::kernels::sm90::kScoreMaxRegionsPerCta : sms == 16 ? 512 : 0;
+            if (expect > 0)
+              EXPECT(sp.regions_per_cta == expect, "%s: %d regions per CTA, expected %d", name.c_str(),
+                     sp.regions_per_cta, expect);
           }
+        const std::string mtp = std::string(e.name) + " tp " + std::to_string(tp) + " MTP plan for 1 SM";
+        detail_ns::ScorePlan sp;
         check_scores_path<kId>(tp, q2, seq2, 16, Inputs::kRandom, ScorePath::kMma, 16, 1e-3f, 1e-4, 9999u + gi,
-                               std::string(e.name) + " tp " + std::to_string(tp) + " MTP plan for 1 SM", 1);
+                               mtp + ", 2 tokens per request", 1, &sp);
+        EXPECT(sp.regions_per_cta == step5::kernels::sm90::kScoreMaxRegionsPerCta, "%s: %d regions per CTA",
+               mtp.c_str(), sp.regions_per_cta);
+        // tiles of 128 columns: kScoreCols / Il tokens per request (tp 1: 16 index heads -> 8 tokens)
+        const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
+        const int qw = step5::kernels::sm90::kScoreCols / rl.index_local_heads;
+        if (qw <= 8 && i == 0) {
+          std::vector<int> qn(seq.size(), qw), seqn(seq);
+          for (int& x : seqn) x += qw;
+          check_scores_path<kId>(tp, qn, seqn, 8 * qw, Inputs::kRandom, ScorePath::kMma, 8, 1e-3f, 1e-4, 8888u + gi,
+                                 mtp + ", " + std::to_string(qw) + " tokens per request (128 columns)", 1, &sp);
+          EXPECT(sp.cols_cap == step5::kernels::sm90::kScoreCols && sp.regions_per_cta == step5::kernels::sm90::kScoreMaxRegionsPerCta,
+                 "%s: %d columns, %d regions per CTA", mtp.c_str(), sp.cols_cap, sp.regions_per_cta);
+        }
       });
     }
   }

@@ -34,9 +34,11 @@ inline Status require_sm90(int device) {
   return Status::Ok();
 }
 
-/// Shared memory of an sm_90 SM (228 KiB) and what the driver reserves per resident CTA (1 KiB)
-/// (CUDA C++ Programming Guide, compute capability 9.0): launch plans that count CTAs per SM use these.
+/// Shared memory of an sm_90 SM (228 KiB), the most one CTA may use (227 KiB), and what the
+/// driver reserves per resident CTA (1 KiB) (CUDA C++ Programming Guide, compute capability 9.0):
+/// launch plans that count CTAs per SM, and kernels that size their stages, use these.
 inline constexpr int kSm90SmemPerSm = 233472;
+inline constexpr int kSm90MaxSmemPerCta = 232448;
 inline constexpr int kSm90SmemReservedPerCta = 1024;
 
 /// The number of streaming multiprocessors of `device` (cudaDevAttrMultiProcessorCount), queried

@@ -192,7 +192,7 @@ constexpr bool attention_cluster_merge_pays(int head_dim, int stages, long long 
          split_ctas <= num_sms;
 }
 /// Dynamic shared memory a CTA may use on sm_90.
-inline constexpr std::size_t kAttentionMaxSmem = 232448 - 4096;  // 227 KiB less the static part
+inline constexpr std::size_t kAttentionMaxSmem = kSm90MaxSmemPerCta - 4096;  // 227 KiB less the static part
 static_assert(attention_static_smem(kAttentionMaxStages) <= 4096, "kAttentionMaxSmem leaves 4 KiB of static smem");
 /// Dynamic shared memory that still lets two CTAs share an SM (228 KiB per SM, 1 KiB reserved and
 /// the static part per CTA).

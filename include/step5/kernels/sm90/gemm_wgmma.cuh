@@ -34,6 +34,7 @@
 /// counters (tiles × kWgmmaCountersPerTile of them fit) followed by the partials (16-byte aligned).
 #include <cuda.h>  // CUtensorMap (types only; the driver entry point is fetched at run time)
 
+#include "step5/core/cuda_check.hpp"  // kSm90MaxSmemPerCta
 #include "step5/kernels/sm90/gemm_common.cuh"
 #include "step5/kernels/sm90/wgmma.cuh"  // descriptors, fences, wait (shared with the indexer scores)
 #include "step5/kernels/sm90/pdl.cuh"
@@ -225,7 +226,7 @@ struct WgmmaConfig {
   static_assert(kABoxBytes % 1024 == 0 && kBBoxBytes % 1024 == 0 && (kSplitN ? (kWN * 128) % 1024 == 0 : true),
                 "boxes and warpgroup halves must stay 1024-byte aligned (128B swizzle atoms)");
   static_assert(KBOX >= 1 && STAGES >= 2, "at least one K box per stage and two stages");
-  static_assert(kSmemBytes <= 232448, "stages exceed the 227 KB of shared memory of an sm_90 CTA");
+  static_assert(kSmemBytes <= kSm90MaxSmemPerCta, "stages exceed the 227 KB of shared memory of an sm_90 CTA");
 };
 
 /// Split-K partials of the wgmma path: 16-token slabs (one consumer warp's rows) of BN fp32

@@ -69,8 +69,10 @@ inline constexpr int kScoreWgmmaMinMeanQ = 16;
 /// mma.sync path: tok_tile (tokens per tile, one pass over a request's summaries serves them all)
 /// follows the mean query length, so decode tiles stage only their own columns; region chunks
 /// (at most kScoreMaxRegionsPerCta regions) halve until the grid fills 90 % of the resident CTA
-/// slots (CTAs per SM × `num_sms`, the device's SM count: `device_sm_count`). wgmma path: tok_tile = 128 / Il (a full N = 128 tile), region chunks of up
-/// to 4096 regions (multiples of 128), shrunk the same way (one CTA per SM).
+/// slots (CTAs per SM × `num_sms`, the device's SM count: `device_sm_count`), counting the
+/// fewest tiles the batch can have. wgmma path: tok_tile = 128 / Il (a full N = 128 tile), region
+/// chunks of up to 4096 regions (multiples of 128), halved until the grid covers 2 × `num_sms`
+/// CTAs (one CTA per SM).
 /// `want` forces a path (tests, benchmarks); a wgmma path the shape does not fit falls back to
 /// the mma.sync kernel (`path` says which one the plan took).
 struct ScorePlan {
@@ -111,23 +113,26 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   s.path = ScorePath::kMma;
   s.tok_tile = std::max(1, std::min(kernels::sm90::kScoreCols / Il, mean_q));
   s.cols_cap = (s.tok_tile * Il + 7) / 8 * 8;
-  // Σ_b ceil(q_len_b / tok_tile) <= T / tok_tile + B; exactly T with one token per tile
+  // Σ_b ceil(q_len_b / tok_tile) <= T / tok_tile + B (the grid); >= max(B, ceil(T / tok_tile))
+  // (the fill test below); exactly T with one token per tile
   s.tiles_upper = s.tok_tile == 1 ? T : (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile + B;
+  const std::int64_t tiles_lower =
+      s.tok_tile == 1 ? T : std::max<std::int64_t>(B, (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile);
   // region chunks: the longest (fewest CTAs, each walking its summaries in one stream) whose grid
   // still fills 90 % of the resident CTA slots (CTAs per SM from the register bound and shared
   // memory); halved down to one m-tile per warp. Measured (bench_indexer scores_decode, 128K
   // context, batch 64, same binary): 2048 regions per CTA (512 CTAs, one wave) 77.5 / 73.6 µs at
   // tp 1 / 8 against 82.4 / 78.4 µs for 512 regions (2048 CTAs); batch 16 keeps 512
   // (bench/RESULTS.md, seventh session).
-  constexpr int kStep = 16 * kernels::sm90::kScoreWarps;
   for (int rpc = kernels::sm90::kScoreMaxRegionsPerCta;; rpc /= 2) {
     s.regions_per_cta = rpc;
     s.region_chunks = (ld + rpc - 1) / rpc;
-    s.bt_cap = rpc * layout::kRegionSize / block_size + 2;
+    s.bt_cap = kernels::sm90::score_bt_cap(rpc, block_size);
     s.smem_bytes = kernels::sm90::score_smem_bytes(G.proxy_dim, s.cols_cap, s.bt_cap);
     const int per_sm = std::min(kernels::sm90::score_min_ctas(G.proxy_dim),
                                 kSm90SmemPerSm / (s.smem_bytes + kSm90SmemReservedPerCta));
-    if (rpc <= kStep || s.tiles_upper * s.region_chunks * 10 >= 9ll * per_sm * num_sms) break;
+    if (rpc <= kernels::sm90::kScoreMinRegionsPerCta || tiles_lower * s.region_chunks * 10 >= 9ll * per_sm * num_sms)
+      break;
   }
   return s;
 }
@@ -187,10 +192,11 @@ Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream
   constexpr layout::Geometry G = layout::geometry_of(Id);
   constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
   auto kern = kernels::sm90::indexer_scores_kernel<G.proxy_dim, kHpg>;
-  // the largest plan (kScoreCols columns, kScoreMaxRegionsPerCta regions per CTA, block_size 8):
-  // one fixed limit, so launches from several host threads never lower each other's
-  constexpr int kMaxSmem = kernels::sm90::score_smem_bytes(G.proxy_dim, kernels::sm90::kScoreCols,
-                                                           kernels::sm90::kScoreMaxRegionsPerCta + 2);
+  // the largest plan (kScoreCols columns, kScoreMaxRegionsPerCta regions per CTA, the smallest
+  // block_size): one fixed limit, so launches from several host threads never lower each other's
+  constexpr int kMaxSmem = kernels::sm90::score_smem_bytes(
+      G.proxy_dim, kernels::sm90::kScoreCols,
+      kernels::sm90::score_bt_cap(kernels::sm90::kScoreMaxRegionsPerCta, layout::kRegionSize));
   if (sp.smem_bytes > kMaxSmem) return Status(StatusCode::kInternal, "launch_scores: plan exceeds the smem bound");
   if constexpr (kMaxSmem > 48 * 1024)
     STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));

@@ -48,17 +48,25 @@ struct ScoreArgs {
   int t0, t1;      // token chunk [t0, t1)
   float* scores;   // [(t1 - t0) * lg, ld]
   std::int64_t ld;
-  int regions_per_cta;  // multiple of 16 * kScoreWarps
+  int regions_per_cta;  // kScoreMinRegionsPerCta << j, <= kScoreMaxRegionsPerCta
   int cols_cap;         // tok_tile * Il rounded up to 8 (<= kScoreCols): staged q columns; the
                         // block-table entries of a CTA's regions (<= regions_per_cta * 8 /
                         // block_size + 2, sized by the launcher) follow the weights in shared memory
 };
 
 inline constexpr int kScoreWarps = 8;
-/// Most regions a CTA of the mma.sync score kernel walks (16 m-tiles per warp); the plan
-/// (indexer_launch.cuh `score_plan`) halves it down to 16 * kScoreWarps until the grid fills the
-/// GPU's resident CTA slots.
-inline constexpr int kScoreMaxRegionsPerCta = 16 * 16 * kScoreWarps;
+/// Regions a CTA of the mma.sync score kernel walks: from one m-tile of 16 regions per warp up to
+/// 16 m-tiles per warp; the plan (indexer_launch.cuh `score_plan`) halves the longest until the
+/// grid fills the GPU's resident CTA slots.
+inline constexpr int kScoreMinRegionsPerCta = 16 * kScoreWarps;
+inline constexpr int kScoreMaxRegionsPerCta = 16 * kScoreMinRegionsPerCta;
+static_assert((kScoreMaxRegionsPerCta / kScoreMinRegionsPerCta & (kScoreMaxRegionsPerCta / kScoreMinRegionsPerCta - 1)) == 0,
+              "the plan halves kScoreMaxRegionsPerCta down to kScoreMinRegionsPerCta: a power-of-two ratio");
+/// Block-table entries a CTA of `regions_per_cta` regions stages (the pages its regions touch,
+/// block_size a multiple of kRegionSize; +2: a chunk may start and end inside a page).
+__host__ __device__ constexpr int score_bt_cap(int regions_per_cta, int block_size) {
+  return regions_per_cta * layout::kRegionSize / block_size + 2;
+}
 inline constexpr int kScoreCols = 128;  // max mma columns (token x head) per CTA
 
 /// Bytes of one staged q column in shared memory: P fp16 values and 16 bytes of padding (a row
@@ -90,7 +98,6 @@ __device__ __forceinline__ std::uint32_t e4m3x2_to_f16x2(std::uint32_t v, bool h
 }
 
 __device__ __forceinline__ float relu_keep_nan(float x) { return x < 0.f ? 0.f : x; }
-
 
 /// Register epilogue of one n-tile `nt` (q columns nt·8 .. nt·8 + 7) of the 16-region m-tile at `rb`.
 /// The m16n8 accumulator gives lane (g, c) columns 2c, 2c + 1 of rows (regions) rb + g and rb + g + 8,

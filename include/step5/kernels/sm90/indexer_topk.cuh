@@ -3,15 +3,16 @@
 /// Deterministic top-k selection of SPEC.md §4.6: one CTA per (token, group) row, or a thread-block
 /// cluster of kTopkCluster CTAs per row (few long rows, as in decode, and rows too long for one
 /// CTA's shared memory; see launch_topk). One CTA per row runs 512 threads on long rows and 128 or
-/// 256 threads on short ones (more rows in flight per SM; the same algorithm and output;
-/// topk_cta_threads); clusters run 512.
+/// 256 threads on short ones (more rows in flight per SM; the same selection and output, bit for
+/// bit; topk_cta_threads); clusters run 512.
 ///
 /// Order: scores are mapped to order-preserving uint32 keys (NaN → 0xffffffff above +inf, −0 → +0);
 /// the selection is the first k of (key descending, region id ascending), which is unique, so the
 /// result never depends on thread timing. A 4-pass 8-bit radix select (shared-memory histograms; a
 /// warp whose 32 keys share one digit adds once, so plateaus of equal scores do not serialise) finds
 /// the k-th key K* and how many keys equal to K* are taken (`need`); a compaction pass in id order
-/// (one CTA per row: warp ballots, `compact_by_ballots`; a cluster: cub::BlockScan over tiles) then
+/// (one CTA of 256 or 512 threads per row: warp ballots, `compact_by_ballots`; 128-thread CTAs and
+/// clusters: cub::BlockScan over tiles of kTopkItems keys per thread) then
 /// writes ids with key > K*, and the first `need` ids with key == K*, ascending.
 /// In a cluster, CTA rank c owns an id-contiguous slice of the row: every rank sums the ranks'
 /// histograms in rank order through distributed shared memory (identical results everywhere), and
@@ -86,18 +87,19 @@ inline constexpr int kTopkThreads = 512;
 inline constexpr int kTopkShortThreads = 128;
 inline constexpr int kTopkMidThreads = 256;
 /// The CTA sizes the selection kernel is built for (template kThreads of topk_select_kernel; the
-/// one list the launcher, its tests and benchmarks use). The algorithm, and so the output, is the
-/// same for every size; only the work per thread changes.
+/// one list the launcher, its tests and benchmarks use). The output is the same for every size
+/// (the same selection; the compaction differs: see compact_by_ballots); the work per thread changes.
 inline constexpr int kTopkCtaSizes[] = {kTopkShortThreads, kTopkMidThreads, kTopkThreads};
 template <int kThreads>
 inline constexpr bool kTopkThreadsValid = kThreads == kTopkShortThreads || kThreads == kTopkMidThreads ||
                                           kThreads == kTopkThreads;
 /// CTAs per SM the register allocation must allow (__launch_bounds__ minimum blocks), by CTA size
-/// (ptxas -v, CUDA 13.0, sm_90a; no spills): 512: 0 = unspecified, as before (60-64 registers, so
-/// 2 CTAs per SM); 256: 5 (48 registers; 6 would be 40 and spills); 128: 12 (40 registers).
+/// (ptxas -v, CUDA 13.0, sm_90a; no spills): 512: 0 = unspecified, as before (candidates 64
+/// registers, so 2 CTAs per SM; radix 32-40 since the ballot compaction); 256: 5 (40-48
+/// registers; 6 would be 40 and spilled before it); 128: 12 (40 registers).
 template <int kThreads>
 inline constexpr int kTopkMinCtas = kThreads == kTopkThreads ? 0 : kThreads == kTopkMidThreads ? 5 : 12;
-inline constexpr int kTopkItems = 8;  // ids per thread per compaction tile
+inline constexpr int kTopkItems = 8;  // ids per thread per block-scan compaction tile (128 threads, clusters)
 /// A CTA whose slice of a row has at most this many regions stages its keys in shared memory.
 inline constexpr int kTopkSmemKeys = 49152;
 /// Candidate compaction (TopkAlgo::kCandidates): width of the first digit, the top bits of the key,
@@ -544,41 +546,41 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
     compact_by_ballots<kThreads>([&](int i) { return staged ? skeys[i] : score_key(src[i]); }, len, lo, k, prefix,
                                  mask, need, out);
   } else {
-  constexpr int kTile = kThreads * kTopkItems;
-  for (int base = 0; base < len; base += kTile) {
-    const unsigned sel_before = static_cast<unsigned>(carry & 0xffffffffu) +
-                                (static_cast<unsigned>(carry >> 32) < need ? static_cast<unsigned>(carry >> 32) : need);
-    if (sel_before >= static_cast<unsigned>(k)) break;  // uniform: carry is the same in every thread
-    const int first = base + tid * kTopkItems;
-    unsigned gt_bits = 0, eq_bits = 0;
+    constexpr int kTile = kThreads * kTopkItems;
+    for (int base = 0; base < len; base += kTile) {
+      const unsigned sel_before = static_cast<unsigned>(carry & 0xffffffffu) +
+                                  (static_cast<unsigned>(carry >> 32) < need ? static_cast<unsigned>(carry >> 32) : need);
+      if (sel_before >= static_cast<unsigned>(k)) break;  // uniform: carry is the same in every thread
+      const int first = base + tid * kTopkItems;
+      unsigned gt_bits = 0, eq_bits = 0;
 #pragma unroll
-    for (int j = 0; j < kTopkItems; ++j) {
-      const int i = first + j;
-      if (i < len) {
-        const std::uint32_t km = (staged ? skeys[i] : score_key(src[i])) & mask;
-        if (km > prefix) gt_bits |= 1u << j;
-        else if (km == prefix) eq_bits |= 1u << j;
+      for (int j = 0; j < kTopkItems; ++j) {
+        const int i = first + j;
+        if (i < len) {
+          const std::uint32_t km = (staged ? skeys[i] : score_key(src[i])) & mask;
+          if (km > prefix) gt_bits |= 1u << j;
+          else if (km == prefix) eq_bits |= 1u << j;
+        }
       }
-    }
-    const unsigned long long mine =
-        (static_cast<unsigned long long>(__popc(eq_bits)) << 32) | static_cast<unsigned long long>(__popc(gt_bits));
-    unsigned long long before, total;
-    __syncthreads();  // scan_tmp reuse
-    Scan(scan_tmp).ExclusiveSum(mine, before, total);
-    before += carry;
-    unsigned gt_b = static_cast<unsigned>(before & 0xffffffffu), eq_b = static_cast<unsigned>(before >> 32);
+      const unsigned long long mine =
+          (static_cast<unsigned long long>(__popc(eq_bits)) << 32) | static_cast<unsigned long long>(__popc(gt_bits));
+      unsigned long long before, total;
+      __syncthreads();  // scan_tmp reuse
+      Scan(scan_tmp).ExclusiveSum(mine, before, total);
+      before += carry;
+      unsigned gt_b = static_cast<unsigned>(before & 0xffffffffu), eq_b = static_cast<unsigned>(before >> 32);
 #pragma unroll
-    for (int j = 0; j < kTopkItems; ++j) {
-      if (gt_bits & (1u << j)) {
-        out[gt_b + (eq_b < need ? eq_b : need)] = lo + first + j;
-        ++gt_b;
-      } else if (eq_bits & (1u << j)) {
-        if (eq_b < need) out[gt_b + eq_b] = lo + first + j;
-        ++eq_b;
+      for (int j = 0; j < kTopkItems; ++j) {
+        if (gt_bits & (1u << j)) {
+          out[gt_b + (eq_b < need ? eq_b : need)] = lo + first + j;
+          ++gt_b;
+        } else if (eq_bits & (1u << j)) {
+          if (eq_b < need) out[gt_b + eq_b] = lo + first + j;
+          ++eq_b;
+        }
       }
+      carry += total;
     }
-    carry += total;
-  }
   }
   if (crank == 0) {
     for (int j = k + tid; j <= a.topk; j += kThreads) out[j] = j == k ? n : -1;
