@@ -1146,14 +1146,16 @@ GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SM
         EXPECT(sp.regions_per_cta == step5::kernels::sm90::kScoreMaxRegionsPerCta, "%s: %d regions per CTA",
                mtp.c_str(), sp.regions_per_cta);
         // tiles of 128 columns: kScoreCols / Il tokens per request (tp 1: 16 index heads -> 8 tokens)
-        const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
+        const auto rl =
+            step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
         const int qw = step5::kernels::sm90::kScoreCols / rl.index_local_heads;
         if (qw <= 8 && i == 0) {
           std::vector<int> qn(seq.size(), qw), seqn(seq);
           for (int& x : seqn) x += qw;
           check_scores_path<kId>(tp, qn, seqn, 8 * qw, Inputs::kRandom, ScorePath::kMma, 8, 1e-3f, 1e-4, 8888u + gi,
                                  mtp + ", " + std::to_string(qw) + " tokens per request (128 columns)", 1, &sp);
-          EXPECT(sp.cols_cap == step5::kernels::sm90::kScoreCols && sp.regions_per_cta == step5::kernels::sm90::kScoreMaxRegionsPerCta,
+          EXPECT(sp.cols_cap == step5::kernels::sm90::kScoreCols &&
+                     sp.regions_per_cta == step5::kernels::sm90::kScoreMaxRegionsPerCta,
                  "%s: %d columns, %d regions per CTA", mtp.c_str(), sp.cols_cap, sp.regions_per_cta);
         }
       });

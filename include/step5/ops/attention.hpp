@@ -197,8 +197,8 @@ static_assert(attention_static_smem(kAttentionMaxStages) <= 4096, "kAttentionMax
 /// Dynamic shared memory that still lets two CTAs share an SM (228 KiB per SM, 1 KiB reserved and
 /// the static part per CTA).
 constexpr std::size_t attention_two_per_sm_smem(int stages) {
-  return (static_cast<std::size_t>(kSm90SmemPerSm) - 2u * kSm90SmemReservedPerCta - 2u * attention_static_smem(stages)) /
-         2u;
+  const std::size_t per_sm = static_cast<std::size_t>(kSm90SmemPerSm);
+  return (per_sm - 2u * kSm90SmemReservedPerCta - 2u * attention_static_smem(stages)) / 2u;
 }
 
 /// Bytes of split-KV arrival counters at the start of a sparse-attention workspace: one uint32 per

@@ -60,7 +60,8 @@ inline constexpr int kScoreWarps = 8;
 /// grid fills the GPU's resident CTA slots.
 inline constexpr int kScoreMinRegionsPerCta = 16 * kScoreWarps;
 inline constexpr int kScoreMaxRegionsPerCta = 16 * kScoreMinRegionsPerCta;
-static_assert((kScoreMaxRegionsPerCta / kScoreMinRegionsPerCta & (kScoreMaxRegionsPerCta / kScoreMinRegionsPerCta - 1)) == 0,
+inline constexpr int kScoreChunkRatio = kScoreMaxRegionsPerCta / kScoreMinRegionsPerCta;
+static_assert((kScoreChunkRatio & (kScoreChunkRatio - 1)) == 0,
               "the plan halves kScoreMaxRegionsPerCta down to kScoreMinRegionsPerCta: a power-of-two ratio");
 /// Block-table entries a CTA of `regions_per_cta` regions stages (the pages its regions touch,
 /// block_size a multiple of kRegionSize; +2: a chunk may start and end inside a page).
