@@ -69,8 +69,8 @@ inline constexpr int kScoreWgmmaMinMeanQ = 16;
 /// mma.sync path: tok_tile (tokens per tile, one pass over a request's summaries serves them all)
 /// follows the mean query length, so decode tiles stage only their own columns; region chunks
 /// (at most kScoreMaxRegionsPerCta regions) halve until the grid fills 90 % of the resident CTA
-/// slots (CTAs per SM × `num_sms`, the device's SM count: `device_sm_count`), counting the
-/// fewest tiles the batch can have. wgmma path: tok_tile = 128 / Il (a full N = 128 tile), region
+/// slots (CTAs per SM × `num_sms`, the device's SM count: `device_sm_count`), counting
+/// max(B, ceil(T / tok_tile)) tiles (the fewest a batch without empty requests has). wgmma path: tok_tile = 128 / Il (a full N = 128 tile), region
 /// chunks of up to 4096 regions (multiples of 128), halved until the grid covers 2 × `num_sms`
 /// CTAs (one CTA per SM).
 /// `want` forces a path (tests, benchmarks); a wgmma path the shape does not fit falls back to
@@ -114,7 +114,8 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   s.tok_tile = std::max(1, std::min(kernels::sm90::kScoreCols / Il, mean_q));
   s.cols_cap = (s.tok_tile * Il + 7) / 8 * 8;
   // Σ_b ceil(q_len_b / tok_tile) <= T / tok_tile + B (the grid); >= max(B, ceil(T / tok_tile))
-  // (the fill test below); exactly T with one token per tile
+  // when no request is empty (the fill test below; an empty request only makes the chunks
+  // longer than needed); exactly T with one token per tile
   s.tiles_upper = s.tok_tile == 1 ? T : (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile + B;
   const std::int64_t tiles_lower =
       s.tok_tile == 1 ? T : std::max<std::int64_t>(B, (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile);

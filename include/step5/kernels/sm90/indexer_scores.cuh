@@ -50,8 +50,8 @@ struct ScoreArgs {
   std::int64_t ld;
   int regions_per_cta;  // kScoreMinRegionsPerCta << j, <= kScoreMaxRegionsPerCta
   int cols_cap;         // tok_tile * Il rounded up to 8 (<= kScoreCols): staged q columns; the
-                        // block-table entries of a CTA's regions (<= regions_per_cta * 8 /
-                        // block_size + 2, sized by the launcher) follow the weights in shared memory
+                        // block-table entries of a CTA's regions (at most score_bt_cap, sized by
+                        // the launcher) follow the weights in shared memory
 };
 
 inline constexpr int kScoreWarps = 8;
