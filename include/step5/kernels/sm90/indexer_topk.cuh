@@ -156,6 +156,25 @@ __device__ __forceinline__ T* rank_smem(T* p, int q) {
 struct TopkPick {
   unsigned digit, above, count;
 };
+/// The shared-memory slot of a TopkPick: one 16-byte aligned word, read whole (one 16-byte load
+/// that stays inside the slot). Held as three separate words, the three reads were merged by ptxas into
+/// one 16-byte load that also covered a neighbouring shared variable, which thread 0 then wrote
+/// before the next barrier: the bytes read were unused, but compute-sanitizer racecheck reports
+/// the overlap (`s_cand_pos`, candidate variants; eighth session).
+struct TopkPickSlot {
+  uint4 v;
+  // three scalar stores (the fourth word is never read): a uint4 store inside the unrolled pick
+  // loops added register spills to the 128/256-thread variants (ptxas -v)
+  __device__ __forceinline__ void put(const TopkPick& p) {
+    v.x = p.digit;
+    v.y = p.above;
+    v.z = p.count;
+  }
+  __device__ __forceinline__ TopkPick get() const {
+    const uint4 x = v;
+    return {x.x, x.y, x.z};
+  }
+};
 
 /// Adds one key per thread of a warp to histogram `h` (bin `digit`, only where `match`): a warp
 /// whose 32 keys share one bin adds once (plateaus of equal scores do not serialise), otherwise
@@ -181,7 +200,7 @@ __device__ __forceinline__ void warp_hist_add(unsigned* h, unsigned digit, bool 
 template <int kC, int kThreads, class KeyAt>
 __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, std::uint32_t& prefix,
                                                  std::uint32_t& mask, unsigned krem, unsigned (&hist)[2][256],
-                                                 unsigned* hsum, TopkPick& pick) {
+                                                 unsigned* hsum, TopkPickSlot& pick) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   static_assert(kTopkThreadsValid<kThreads> && (kC == 1 || kThreads == kTopkThreads),
                 "clusters run 512-thread CTAs (the cross-rank sum below uses threads 0-511)");
@@ -230,7 +249,7 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
       unsigned above = incl - s;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        if (above < krem && above + c[j] >= krem) pick = {255u - 8u * lane - j, above, c[j]};
+        if (above < krem && above + c[j] >= krem) pick.put({255u - 8u * lane - j, above, c[j]});
         above += c[j];
       }
     } else if (kC == 1) {
@@ -242,7 +261,7 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
         for (int i = c0; i < 256; i += kClear) hist[buf ^ 1][i] = 0;
     }
     __syncthreads();
-    const TopkPick pk = pick;
+    const TopkPick pk = pick.get();
     krem -= pk.above;
     prefix |= pk.digit << shift;
     mask |= 0xffu << shift;
@@ -349,7 +368,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
   __shared__ unsigned hist[2][256];  // double-buffered: remote ranks may still read the previous pass
   __shared__ unsigned hsum[kC > 1 ? 256 : 1];  // cluster: the row's histogram (sum over ranks)
   __shared__ __align__(16) unsigned hfirst[kCand ? kTopkFirstBins : 1];  // kCand: first-digit histogram of the slice
-  __shared__ TopkPick pick;
+  __shared__ TopkPickSlot pick;
   __shared__ unsigned s_cand_off, s_cand_pos;  // kCand: this rank's candidates' offset, and count so far
   __shared__ unsigned long long s_total;  // (eq << 32) | gt of this CTA's slice
   extern __shared__ __align__(16) std::uint32_t skeys[];  // 16: the float4 staging of kCand
@@ -472,11 +491,11 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
 #pragma unroll
       for (int j = 0; j < kPer; ++j) {
         if (above < krem && above + c[j] >= krem)
-          pick = {static_cast<unsigned>(kTopkFirstBins - 1 - (tid * kPer + j)), above, c[j]};
+          pick.put({static_cast<unsigned>(kTopkFirstBins - 1 - (tid * kPer + j)), above, c[j]});
         above += c[j];
       }
       __syncthreads();
-      const TopkPick pk = pick;
+      const TopkPick pk = pick.get();
       const unsigned krest = krem - pk.above, cnt = pk.count;
       prefix = pk.digit << kFirstShift;
       mask = ~0u << kFirstShift;
