@@ -23,7 +23,10 @@
 //   layer_us, floor_us (sum of the stage floors), x_floor = layer_us / floor_us,
 //   <stage>_us, <stage>_floor_us, <stage>_x_floor, <stage>_bytes, <stage>_flops, <stage>_GBps, <stage>_TFLOPs
 //   for stage in fused_gemm prepare summaries select attention o_proj_gemm, plus copy_GBps, gemm_TFLOPs,
-//   tp, tokens, ctx, batch, nonfinite_out (non-finite values among the first output rows; must be 0).
+//   tp, tokens, ctx, batch, nonfinite_out (non-finite values among the first output rows; must be 0),
+//   host_us: host time of one eager dsa_layer_run call (its checks, plans and launches, plus this
+//   bench's cudaEventRecord after each stage; measured while the GPU spins, so it is not in
+//   layer_us; an engine running eagerly pays it per layer), <stage>_host_us: its share per stage.
 // Decode cases (ctx > 0) also replay the step from a CUDA graph, the way engines run decode: the
 // step (no per-stage events) is captured once with programmatic dependent launch as
 // `ops::pdl_enabled()` says (on unless STEP5_PDL=0) and once with it off, then each graph is timed
@@ -49,6 +52,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -300,8 +304,11 @@ struct EventHook final : ops::DsaLayerHook {
   ~EventHook() override {
     for (auto& e : ev) cudaEventDestroy(e);
   }
+  /// Host clock when each stage's launches were done (index 0: begin), for <stage>_host_us.
+  std::array<std::chrono::steady_clock::time_point, kStages + 1> host_t{};
   void begin(cudaStream_t s) {
     seen.fill(false);
+    host_t[0] = std::chrono::steady_clock::now();
     STEP5_BENCH_CUDA(cudaEventRecord(ev[0], s));
   }
   void after(const char* stage, cudaStream_t s) override {
@@ -309,6 +316,7 @@ struct EventHook final : ops::DsaLayerHook {
       if (std::strcmp(stage, kStageNames[i]) == 0) {
         if (seen[i] || (i > 0 && !seen[i - 1])) error = std::string("stage '") + stage + "' out of order";
         seen[i] = true;
+        host_t[i + 1] = std::chrono::steady_clock::now();
         STEP5_BENCH_CUDA(cudaEventRecord(ev[i + 1], s));
         return;
       }
@@ -448,13 +456,15 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
 
   sb::L2Flusher flusher;
   const double spin_us = T >= 4096 ? 3000 : 1000;
-  std::vector<double> layer_v;
-  std::array<std::vector<double>, kStages> stage_v;
+  std::vector<double> layer_v, host_v;
+  std::array<std::vector<double>, kStages> stage_v, stage_host_v;
   for (auto _ : state) {
     flusher.flush(s);
     sb::gpu_sleep(s, spin_us);
     hook.begin(s);
+    const auto host0 = std::chrono::steady_clock::now();
     const step5::Status st = forward();
+    host_v.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - host0).count());
     if (!st.ok()) {
       state.SkipWithError(st.to_string().c_str());
       break;
@@ -465,7 +475,10 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
     }
     state.SetIterationTime(layer_s);
     layer_v.push_back(layer_s);
-    for (int i = 0; i < kStages; ++i) stage_v[i].push_back(stage_s[i]);
+    for (int i = 0; i < kStages; ++i) {
+      stage_v[i].push_back(stage_s[i]);
+      stage_host_v[i].push_back(std::chrono::duration<double>(hook.host_t[i + 1] - hook.host_t[i]).count());
+    }
   }
   STEP5_BENCH_CUDA(cudaStreamSynchronize(s));
   STEP5_BENCH_CUDA(cudaGetLastError());
@@ -504,6 +517,7 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
     ctr[k + "_flops"] = cost[i].flops;
     ctr[k + "_GBps"] = cost[i].bytes / t / 1e9;
     ctr[k + "_TFLOPs"] = cost[i].flops / t / 1e12;
+    ctr[k + "_host_us"] = sb::median(stage_host_v[i]) * 1e6;
   }
   ctr["layer_us"] = row.layer_us;
   ctr["floor_us"] = row.floor_us;
@@ -515,6 +529,7 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
   ctr["ctx"] = c.ctx;
   ctr["batch"] = B;
   ctr["nonfinite_out"] = nonfinite;
+  ctr["host_us"] = sb::median(host_v) * 1e6;
   if (c.ctx > 0) {
     row.graph_us = graph_s * 1e6;
     ctr["graph_us"] = row.graph_us;
