@@ -270,6 +270,21 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
   return krem;
 }
 
+/// The compaction's placement rule (SPEC §4.6 order): a selected key of id `id` goes after the
+/// selected keys of lower id — `gt_b` keys above K* and min(`eq_b`, `need`) of those equal to it —
+/// if it is above K* (`greater`), or if it is one of the first `need` keys equal to K*; the count
+/// of its class is advanced. Both compactions (ballots, block-scan tiles) place ids with it.
+__device__ __forceinline__ void place_selected(std::int32_t* out, bool greater, std::int32_t id, unsigned& gt_b,
+                                               unsigned& eq_b, unsigned need) {
+  if (greater) {
+    out[gt_b + (eq_b < need ? eq_b : need)] = id;
+    ++gt_b;
+  } else {
+    if (eq_b < need) out[gt_b + eq_b] = id;
+    ++eq_b;
+  }
+}
+
 /// Compaction of one CTA's row in id order (one CTA per row): writes the ids i of [0, len) (plus
 /// `lo`) with (key & mask) > prefix, and the first `need` ids with (key & mask) == prefix, to
 /// out[0, k) in ascending order, where position = (# such keys with a lower id, the equal ones
@@ -326,14 +341,7 @@ __device__ __forceinline__ void compact_by_ballots(KeyAt key_at, int len, int lo
     while (bits != 0) {
       const int b = __ffs(bits) - 1;
       bits &= bits - 1;
-      const std::int32_t id = lo + seg + 32 * lane + b;
-      if ((my_gt >> b) & 1u) {
-        out[gt_b + (eq_b < need ? eq_b : need)] = id;
-        ++gt_b;
-      } else {
-        if (eq_b < need) out[gt_b + eq_b] = id;
-        ++eq_b;
-      }
+      place_selected(out, (my_gt >> b) & 1u, lo + seg + 32 * lane + b, gt_b, eq_b, need);
     }
     carry_gt += round_total & 0xffffu;
     carry_eq += round_total >> 16;
@@ -590,13 +598,8 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
       unsigned gt_b = static_cast<unsigned>(before & 0xffffffffu), eq_b = static_cast<unsigned>(before >> 32);
 #pragma unroll
       for (int j = 0; j < kTopkItems; ++j) {
-        if (gt_bits & (1u << j)) {
-          out[gt_b + (eq_b < need ? eq_b : need)] = lo + first + j;
-          ++gt_b;
-        } else if (eq_bits & (1u << j)) {
-          if (eq_b < need) out[gt_b + eq_b] = lo + first + j;
-          ++eq_b;
-        }
+        if (gt_bits & (1u << j)) place_selected(out, true, lo + first + j, gt_b, eq_b, need);
+        else if (eq_bits & (1u << j)) place_selected(out, false, lo + first + j, gt_b, eq_b, need);
       }
       carry += total;
     }
