@@ -13,7 +13,8 @@
 // decode batches of 1, 33 and 257 requests with mixed counts; the workspace's partial space is
 // poisoned (NaN bytes) and only its counters zeroed once; the counters must be 0 after every
 // launch; 50 launches with competing work and two CUDA-graph replays must equal the first launch
-// bit for bit. Every ring depth (pipeline_stages 2, 3, 4) on decode, MTP and prefill.
+// bit for bit, while a second host thread launches another plan of the same kernel instance (its
+// dynamic shared memory size differs) in a loop: no launch of either thread may fail. Every ring depth (pipeline_stages 2, 3, 4) on decode, MTP and prefill.
 // The two selection paths of the kernel: tiles of one query (decode, and prefill at query tile 1
 // or a request's last single query) take the region-list path, tiles of several queries (MTP,
 // prefill) the region-bitmap path; the forced-split sweeps run both (decode batches and an MTP
@@ -29,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -37,6 +39,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu/gpu_test.hpp"
@@ -111,6 +114,11 @@ void check_counters_zero(const std::string& lab, const void* ws, std::size_t ws_
 /// Launches `p` `repeats` times on the same workspace while noise_kernel (a different grid each
 /// time) streams memory on another stream; outputs poisoned before each launch; every result
 /// must equal the first launch's (`out0`, `lse0`) bit for bit.
+/// Meanwhile a second host thread launches, in a loop on its own stream, buffers and workspace,
+/// another plan of the same kernel instance (the same ring depth, query tile 1 and half the topk,
+/// hence a smaller dynamic shared memory size): no launch of either thread may fail (a
+/// per-plan cudaFuncAttributeMaxDynamicSharedMemorySize let one thread lower the limit between
+/// the other's set and launch).
 template <class Tag>
 void repeat_launches(const std::string& lab, const step5::ops::SparseAttentionParams& p, void* ws,
                      std::size_t ws_bytes, DevBuf<bf16>& d_out, DevBuf<float>& d_lse,
@@ -122,20 +130,78 @@ void repeat_launches(const std::string& lab, const step5::ops::SparseAttentionPa
   cudaStream_t s_attn, s_noise;
   GPU_CHECK(cudaStreamCreateWithFlags(&s_attn, cudaStreamNonBlocking));
   GPU_CHECK(cudaStreamCreateWithFlags(&s_noise, cudaStreamNonBlocking));
+  // the competing plan: the plan's ring depth, query tile 1 and half the topk (the selection rows
+  // are read as narrower rows: invalid ids are ignored by design, and its output is not checked),
+  // so that both parts of the tile metadata (bitmaps, region list) and the smem size shrink
+  int dev = 0, sms = 0;
+  GPU_CHECK(cudaGetDevice(&dev));
+  GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  step5::ops::SparseAttentionPlan plan{}, plan2{};
+  EXPECT(step5::ops::sparse_attention_plan(p, sms, &plan).ok(), "%s: plan", lab.c_str());
+  step5::ops::SparseAttentionParams p2 = p;
+  p2.pipeline_stages = plan.stages;
+  p2.query_tile = 1;
+  p2.topk = std::max(1, p.topk / 2);
+  const bool compete = step5::ops::sparse_attention_plan(p2, sms, &plan2).ok() && plan2.stages == plan.stages &&
+                       plan2.smem_bytes != plan.smem_bytes;
+  EXPECT(compete || plan.query_tile == 1 || p.topk == 1,
+         "%s: no competing plan of another shared memory size (query tile %d, topk %d, %zu bytes)", lab.c_str(),
+         plan.query_tile, p.topk, plan.smem_bytes);
+  DevBuf<bf16> out2(out_poison);
+  DevBuf<float> lse2(lse_poison);
+  // its own workspace, of its own size (query tile 1: more tiles, more split partials)
+  std::size_t ws2_bytes = 0;
+  if (compete) EXPECT(step5::ops::sparse_attention_workspace_size(p2, &ws2_bytes).ok(), "%s: workspace size", lab.c_str());
+  DevBuf<unsigned char> ws2(std::max<std::size_t>(ws2_bytes, 1));
+  GPU_CHECK(cudaMemset(ws2.p, 0, ws2.n));
+  p2.out = out2.p;
+  p2.lse = p.lse ? lse2.p : nullptr;
+  std::atomic<bool> stop{false};
+  std::atomic<int> failed2{0}, launches2{0};
+  std::string first_error2;  // written by the competitor before its first failure is counted
+  std::thread competitor;
+  if (compete)
+    competitor = std::thread([&] {
+      cudaStream_t s2;
+      if (cudaSetDevice(dev) != cudaSuccess || cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) != cudaSuccess) {
+        failed2 = -1;
+        return;
+      }
+      while (!stop.load()) {
+        const step5::Status st =
+            step5::ops::sparse_attention<Tag::kId>(p2, ws2_bytes ? ws2.p : nullptr, ws2_bytes, s2);
+        const cudaError_t sync = cudaStreamSynchronize(s2);
+        if ((!st.ok() || sync != cudaSuccess) && failed2.load() == 0)
+          first_error2 = st.ok() ? std::string(cudaGetErrorString(sync)) : st.to_string();
+        failed2 += !st.ok() || sync != cudaSuccess;
+        ++launches2;
+      }
+      cudaStreamDestroy(s2);
+    });
   const int repeats = step5_test::quick() ? 5 : 50;
   int changed = 0, failed = 0;
   for (int it = 0; it < repeats; ++it) {
     d_out.up(out_poison);
     d_lse.up(lse_poison);
-    GPU_CHECK(cudaDeviceSynchronize());
+    GPU_CHECK(cudaStreamSynchronize(s_attn));
+    GPU_CHECK(cudaStreamSynchronize(s_noise));
     step5_test::noise_kernel<<<33 + 17 * (it % 13), 256, 0, s_noise>>>(noise.p, noise_n, 1);
     GPU_CHECK(cudaGetLastError());
     failed += !step5::ops::sparse_attention<Tag::kId>(p, ws, ws_bytes, s_attn).ok();
-    GPU_CHECK(cudaDeviceSynchronize());
+    GPU_CHECK(cudaStreamSynchronize(s_attn));
+    GPU_CHECK(cudaStreamSynchronize(s_noise));
     changed += !(step5_test::same_bits(d_out.down(), out0) && step5_test::same_bits(d_lse.down(), lse0));
   }
+  stop = true;
+  if (competitor.joinable()) competitor.join();
   EXPECT(failed == 0 && changed == 0, "%s: %d of %d repeated launches failed, %d differ from the first", lab.c_str(),
          failed, repeats, changed);
+  EXPECT(failed2.load() == 0, "%s: %d of %d launches of the competing plan (query tile %d, %zu bytes of shared "
+         "memory against %zu) on another host thread failed, the first: %s", lab.c_str(), failed2.load(),
+         launches2.load(), plan2.query_tile, plan2.smem_bytes, plan.smem_bytes, first_error2.c_str());
+  if (compete)
+    std::printf("  %-58s %d launches of a competing plan (query tile %d, %zu B of smem against %zu) on another "
+                "host thread\n", lab.c_str(), launches2.load(), plan2.query_tile, plan2.smem_bytes, plan.smem_bytes);
   check_counters_zero(lab + " (after repeats)", ws, ws_bytes);
   GPU_CHECK(cudaStreamDestroy(s_attn));
   GPU_CHECK(cudaStreamDestroy(s_noise));

@@ -108,8 +108,12 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
   auto kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4>
                 : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3>
                                    : &sparse_attention_kernel<D, HPG, 2>;  // ring depth from the plan
+  // one fixed limit (every plan's smem_bytes <= ops::kAttentionMaxSmem), the same on every call: a
+  // per-plan value let two host threads launching different plans of one instance lower each
+  // other's limit between the set and the launch (the top-k and score launchers follow the same
+  // rule)
   STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(plan.smem_bytes)));
+                                         static_cast<int>(ops::kAttentionMaxSmem)));
   LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>(plan.max_tiles), static_cast<unsigned>(p.num_kv_groups),
                     static_cast<unsigned>(plan.num_splits));
