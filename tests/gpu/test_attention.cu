@@ -949,6 +949,9 @@ GPU_CASE("launcher preconditions return Status with the value") {
   q.seq_lens_host = nullptr;
   expect_err(q, "seq_lens_host is null", "no host mirror of seq_lens");
   q = p;
+  q.num_blocks = 1 << 28;  // 2^28 blocks x 16 x 4 groups: cache rows past int32
+  expect_err(q, "num_blocks * block_size (cache tokens) = 4294967296", "cache rows past int32");
+  q = p;
   const std::int32_t long_seq[1] = {1025};  // capacity 64 x 16 = 1024 positions
   q.seq_lens_host = long_seq;
   expect_err(q, "request 0: position 1024", "position past the block-table row");

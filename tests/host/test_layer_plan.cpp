@@ -295,6 +295,24 @@ TEST_CASE("attention: per-query gathers in multi-query tiles (attention_per_quer
   }
 }
 
+TEST_CASE("attention plan: cache rows (num_blocks * block_size * KV groups) within int32, the bound named") {
+  // tp 1: 4 KV groups, block 64: (2^31 - 1) / 4 = 536870911 tokens = 8388607 whole blocks
+  const layout::RankLayout r = rank_of("step5_preview", 1, 0);
+  ops::SparseAttentionPlan ap;
+  ops::SparseAttentionParams a = ops::detail::attention_sizes(r, 64, 64, 512, 64, 2048, 8388607);
+  CHECK(ops::sparse_attention_plan(a, 132, &ap).ok());
+  a.num_blocks = 8388608;  // 2^31 rows
+  const step5::Status s = ops::sparse_attention_plan(a, 132, &ap);
+  CHECK(s.code() == StatusCode::kUnsupported);
+  CHECK(s.message().find("num_blocks * block_size (cache tokens) = 536870912") != std::string::npos);
+  CHECK(s.message().find("at most 536870911 with 4 KV groups") != std::string::npos);
+  a.num_blocks = 0x7fffffff;  // no product overflows
+  a.block_size = 1 << 20;
+  const step5::Status big = ops::sparse_attention_plan(a, 132, &ap);
+  CHECK(big.code() == StatusCode::kUnsupported);
+  CHECK(big.message().find("(cache tokens) = 2251799812636672") != std::string::npos);
+}
+
 TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, whole waves) and its limits") {
   // decode at 128K context (block 64, 2048 blocks per row), topk 512 = 65 stages of 64 tokens
   auto decode = [](const layout::RankLayout& r, int batch, int topk) {

@@ -61,7 +61,7 @@ struct SparseAttentionParams {
   std::int64_t q_row_stride = 0;   ///< elements between tokens; 0 = Hl*D; a multiple of 2
   const bf16* k_cache = nullptr;   ///< `[num_blocks, block_size, lg, D]`, 16-byte aligned
   const bf16* v_cache = nullptr;   ///< same shape as k_cache
-  int num_blocks = 0;              ///< blocks in the caches (a block id outside is never read)
+  int num_blocks = 0;              ///< blocks in the caches (a block id outside is never read); num_blocks * block_size * lg <= kAttentionMaxCacheRows
   int block_size = 0;              ///< tokens per block, a positive multiple of 8
   const std::int32_t* block_table = nullptr;  ///< `[B, max_blocks]`
   int max_blocks = 0;              ///< row stride of block_table; max_blocks*block_size bounds positions
@@ -133,12 +133,19 @@ inline constexpr int kAttentionTileTokens = 64;
 inline constexpr int kAttentionMinStages = 2;
 inline constexpr int kAttentionMaxStages = 4;
 /// Upper bound of the kernel's static shared memory with `stages` ring stages: 768 bytes of tile
-/// state and softmax statistics plus, per stage, 64 token offsets (8 bytes) and the
-/// (query, region) masks (16 x 8 bytes), rounded up to 1 KiB as ptxas allocates it (2, 3, 4
-/// stages: 2048, 3072, 4096 bytes). The kernel static_asserts its layout against it.
+/// state and softmax statistics plus, per metadata slot (stages + 1 of them: the stage loop
+/// prepares a stage while the two before it are read), 64 token cache rows (int32) and the
+/// (query, region) masks (16 x 8 bytes), rounded up to 1 KiB (2, 3, 4 stages: 2048, 3072, 3072
+/// bytes; ptxas reports 1792, 2176, 2560 for step5_preview). The kernel static_asserts its layout
+/// against it.
 constexpr std::size_t attention_static_smem(int stages) {
-  return (768u + static_cast<std::size_t>(stages) * (kAttentionTileTokens * 8u + 16u * 8u) + 1023u) / 1024u * 1024u;
+  return (768u + (static_cast<std::size_t>(stages) + 1u) * (kAttentionTileTokens * 4u + 16u * 8u) + 1023u) / 1024u *
+         1024u;
 }
+/// The kernel keeps a gathered token's cache row, (block * block_size + slot) * num_kv_groups + g,
+/// in an int32: num_blocks * block_size * num_kv_groups must not exceed this (sparse_attention_plan
+/// returns kUnsupported beyond it; 2^31 rows of 384 bytes at D 192 are 824 GB per K cache).
+inline constexpr long long kAttentionMaxCacheRows = 0x7fffffffLL;
 /// Bytes of the kernel's dynamic shared memory after the K/V ring stages (the tile metadata):
 /// the larger of the multi-query path's region bitmaps (`query_tile` per-query bitmaps, their union
 /// and its word prefix counts, `bitmap_words` 32-bit words each) and the one-query (decode) path's
@@ -300,6 +307,14 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
     return invalid_argument(attn_msg("pipeline_stages", p.pipeline_stages,
                                      "0 (auto) or " + std::to_string(kAttentionMinStages) + " .. " +
                                          std::to_string(kAttentionMaxStages)));
+  // num_blocks * block_size fits int64 (two ints); compared against the bound / num_kv_groups so
+  // that no product overflows
+  const long long cache_tokens = static_cast<long long>(p.num_blocks) * p.block_size;
+  if (cache_tokens > kAttentionMaxCacheRows / p.num_kv_groups)
+    return unsupported(attn_msg("num_blocks * block_size (cache tokens)", cache_tokens,
+                                "at most " + std::to_string(kAttentionMaxCacheRows / p.num_kv_groups) + " with " +
+                                    std::to_string(p.num_kv_groups) +
+                                    " KV groups: the kernel indexes cache rows (tokens x groups) with int32"));
   const long long max_tokens = static_cast<long long>(p.max_blocks) * p.block_size;
   const long long regions = max_tokens / layout::kRegionSize;
   const long long words = (regions + 31) / 32;
@@ -487,7 +502,8 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
 /// cu_seqlens_q / seq_lens host mirrors null or inconsistent, a position >= max_blocks *
 /// block_size, topk, a too small workspace), null pointers (when T > 0), bad strides or
 /// alignment; kUnsupported for a layout not listed for `Id`,
-/// a device that is not sm_90 or a context too long for the shared-memory bitmaps; kCudaError
+/// a device that is not sm_90, a context too long for the shared-memory bitmaps or caches of more
+/// than kAttentionMaxCacheRows rows (num_blocks * block_size * num_kv_groups); kCudaError
 /// for a failed launch. T == 0 returns Ok without launching (after the size checks). Defined for every built
 /// geometry (step5/instantiate.cuh; kernels/sm90/attention_launch.cuh); run-time selection by the
 /// rank's layout goes through `sparse_attention(rank, ...)` (ops/dispatch.hpp).

@@ -234,7 +234,8 @@ struct DsaLayerPlan {
 
 /// Plans with given device facts (host-only, no CUDA call). Errors: capacity values not positive
 /// or topk > kMaxTopk, num_sms <= 0, a geometry not in geometries.def (kUnsupported), a block
-/// table capacity whose region bitmaps do not fit in shared memory (kUnsupported).
+/// table capacity whose region bitmaps do not fit in shared memory, caches of more than
+/// ops::kAttentionMaxCacheRows rows (num_blocks * block_size * local KV groups; kUnsupported).
 inline Status dsa_layer_plan_for(const layout::RankLayout& rank, int hidden, const DsaLayerCapacity& cap,
                                  DsaLayerDeviceFacts facts, DsaLayerPlan* plan) {
   if (plan == nullptr) return invalid_argument("dsa_layer_plan: plan is null");

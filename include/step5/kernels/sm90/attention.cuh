@@ -25,7 +25,7 @@
 ///     ends there: gathering the union for all rows would cost more than each query's own regions.
 ///  3. `split_union`: the union's stages are dealt out evenly over the splits; split s gathers
 ///     union ordinals [u0, u1) in stages of 8 regions
-///     (R = layout::kRegionSize) = 64 tokens; `prepare_stage` resolves the stage's token offsets
+///     (R = layout::kRegionSize) = 64 tokens; `prepare_stage` resolves the stage's token cache rows
 ///     and per-(query, region) masks, `gather_stage` issues its cp.async copies of K and V (a ring
 ///     of NS stages, NS = plan.stages from `ops::sparse_attention_plan`, rows XOR-swizzled by
 ///     16-byte chunk); tokens past the tile's last position (not yet written) are zero-filled,
@@ -135,11 +135,14 @@ struct SmemStatic {
   float l[kWarps][16];
 };
 
-/// Shared state of the NS ring stages (static part; the K/V rows are dynamic, SmemPtrs).
+/// Shared state of the ring stages (static part; the K/V rows are dynamic, SmemPtrs): NS + 1
+/// metadata slots for the NS K/V slots, so that a stage's metadata is prepared while two others
+/// are still read (attend_stages: one barrier per stage).
 template <int NS>
 struct StageMeta {
-  long long tok_off[NS][kTileTok];               // element offset of a gathered token, -1 = zero-fill
-  unsigned char mask[NS][kMaxQ][kStageRegions];  // per (query, region of the stage): token bits
+  static constexpr int kSlots = NS + 1;
+  int tok_row[kSlots][kTileTok];                     // cache row ((block * block_size + slot) * kv_heads + g) of a gathered token, -1 = zero-fill
+  unsigned char mask[kSlots][kMaxQ][kStageRegions];  // per (query, region of the stage): token bits
 };
 
 /// The region id of union ordinal k (k < U).
@@ -193,8 +196,8 @@ struct TileWork {
 
 /// Dynamic shared memory of one CTA (plan.smem_bytes).
 struct SmemPtrs {
-  __nv_bfloat16* sK;      ///< [2][64][D] K stages (swizzled)
-  __nv_bfloat16* sV;      ///< [2][64][D] V stages
+  __nv_bfloat16* sK;      ///< [NS][64][D] K stages (swizzled)
+  __nv_bfloat16* sV;      ///< [NS][64][D] V stages
   std::uint32_t* qbits;   ///< [QT][words] region bitmap per query
   std::uint32_t* ubits;   ///< [words] their union
   int* prefix;            ///< [words + 1] set bits of ubits before each word
@@ -380,25 +383,22 @@ __device__ __forceinline__ void load_q_fragments(const SparseAttentionArgs& a, c
   }
 }
 
-/// Step 3b: prepares a ring stage for gathered tile `it`: threads 0..63 resolve the cache offset
-/// of one token into tok_off[64] (-1 = zero-fill: past the union, past the tile's last position,
-/// or a slot / block id outside the table), the others the per-(query, region) token masks into
-/// mask[kMaxQ][kStageRegions].
-template <int D>
+/// Step 3b: prepares a ring stage for gathered tile `it`: threads 0..63 resolve the cache row
+/// of one token into tok_row[64] (-1 = zero-fill: past the union, past the tile's last position,
+/// or a slot / block id outside the table; rows fit int32: sparse_attention_plan), the others the
+/// per-(query, region) token masks into mask[kMaxQ][kStageRegions].
 __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, const SmemPtrs& sp, const TileWork& w,
-                                              int it, long long* tok_off, unsigned char (*mask)[kStageRegions],
-                                              int tid) {
+                                              int it, int* tok_row, unsigned char (*mask)[kStageRegions], int tid) {
   if (w.list) {  // one query: the regions resolved by build_region_list (shared memory only)
     if (tid < kTileTok) {
       const int c = tid, e = it * kStageRegions + (c >> kRegionLog2);
-      long long off = -1;
+      int row = -1;
       if (w.u0 + e < w.u1) {
         const int id = sp.reg_id[e], blk = sp.reg_blk[e];
         const int pos = id * kRegion + (c & (kRegion - 1));
-        if (blk >= 0 && pos <= w.pos_last)
-          off = ((static_cast<long long>(blk) * a.block_size + pos % a.block_size) * a.kv_heads + w.g) * D;
+        if (blk >= 0 && pos <= w.pos_last) row = (blk * a.block_size + pos % a.block_size) * a.kv_heads + w.g;
       }
-      tok_off[c] = off;
+      tok_row[c] = row;
     } else {
       for (int idx = tid - kTileTok; idx < kMaxQ * kStageRegions; idx += kThreads - kTileTok) {
         const int i = idx >> kStageRegionsLog2, j = idx & (kStageRegions - 1), e = it * kStageRegions + j;
@@ -415,17 +415,17 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
   }
   if (tid < kTileTok) {
     const int c = tid, ord = w.u0 + it * kStageRegions + (c >> kRegionLog2);
-    long long off = -1;
+    int row = -1;
     if (ord < w.u1) {
       const int id = select_region(sp.ubits, sp.prefix, w.words, ord);
       const int pos = id * kRegion + (c & (kRegion - 1));
       if (pos <= w.pos_last) {  // a slot outside the row or a block id outside [0, num_blocks) is not read
         const long long blk =
             checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, w.b, pos, a.bounds_fault);
-        if (blk >= 0) off = ((blk * a.block_size + pos % a.block_size) * a.kv_heads + w.g) * D;
+        if (blk >= 0) row = (static_cast<int>(blk) * a.block_size + pos % a.block_size) * a.kv_heads + w.g;
       }
     }
-    tok_off[c] = off;
+    tok_row[c] = row;
   } else {
     for (int idx = tid - kTileTok; idx < kMaxQ * kStageRegions; idx += kThreads - kTileTok) {
       const int i = idx >> kStageRegionsLog2, j = idx & (kStageRegions - 1), ord = w.u0 + it * kStageRegions + j;
@@ -447,16 +447,16 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
   }
 }
 
-/// Step 3c: issues the cp.async copies of ring stage `st` (K and V rows of its 64 tokens at
-/// `tok_off`, 16-byte chunks, swizzled; offset -1 zero-fills). D a multiple of 64: eight lanes
+/// Step 3c: issues the cp.async copies of ring stage `st` (K and V rows of its 64 tokens at cache
+/// rows `tok_row`, 16-byte chunks, swizzled; row -1 zero-fills). D a multiple of 64: eight lanes
 /// copy one 128-byte chunk group of a row per instruction (thread t: chunks t % 8 + 8j of rows
 /// t / 8 + 16r, r < 4), so a warp instruction moves whole sectors of four rows,
 /// and each thread resolves a row's offset and swizzle once for its D / 64 chunk groups (the swizzle
 /// flips only the low three chunk bits: swz(row, l + 8j) = swz(row, l) + 64j) — a quarter of the
 /// issue slots of one chunk per loop iteration, which the decode stages are bound by (bench/RESULTS.md).
 template <int D>
-__device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const long long* tok_off,
-                                             const SmemPtrs& sp, int st, int tid) {
+__device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const int* tok_row, const SmemPtrs& sp,
+                                             int st, int tid) {
   constexpr int kChunks = D / 8;  // 16-byte chunks of a row
   __nv_bfloat16* dk = sp.sK + st * kTileTok * D;
   __nv_bfloat16* dv = sp.sV + st * kTileTok * D;
@@ -467,7 +467,7 @@ __device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const
 #pragma unroll
     for (int r = 0; r < kTileTok / kRowsPerPass; ++r) {
       const int c = (tid >> 3) + r * kRowsPerPass;
-      const long long off = tok_off[c];
+      const long long off = static_cast<long long>(tok_row[c]) * D;  // -1 * D < 0: zero-fill
       const int bytes = off >= 0 ? 16 : 0;
       const __nv_bfloat16* ks = a.k_cache + (off >= 0 ? off : 0) + lc * 8;
       const __nv_bfloat16* vs = a.v_cache + (off >= 0 ? off : 0) + lc * 8;
@@ -481,7 +481,7 @@ __device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const
   } else {
     for (int ch = tid; ch < kTileTok * kChunks; ch += kThreads) {
       const int c = ch / kChunks, part = ch - c * kChunks;
-      const long long off = tok_off[c];
+      const long long off = static_cast<long long>(tok_row[c]) * D;
       const int bytes = off >= 0 ? 16 : 0;
       const long long src = off >= 0 ? off + part * 8 : 0;
       cp_async16(smem_u32(dk + swz<D>(c, part)), a.k_cache + src, bytes);
@@ -594,40 +594,48 @@ __device__ __forceinline__ void pv_mma(const float (&s)[NW / 8][4], const __nv_b
   }
 }
 
-/// Step 4: the gathered stages through a ring of NS stages: NS - 1 stages are prepared and in
-/// flight (cp.async groups) while one is computed; each iteration prepares and issues stage
-/// it + NS - 1 into the slot freed by stage it - 1, waits for stage it and computes it. Each warp
-/// computes NW tokens (column group tg) of its 16 rows.
+/// Step 4: the gathered stages through a ring of NS K/V slots (cp.async groups, one per stage),
+/// one barrier per stage. The first NS stages are issued up front. At iteration `it` every thread
+/// waits for its copies of stage `it` and meets the others: stage `it` is then visible, and every
+/// thread has finished computing stage it - 1, so its K/V slot takes stage it + NS - 1 (issued
+/// from iteration 1 on: while stage `it` is computed, the NS - 1 after it are in flight), whose
+/// cache rows were prepared one iteration earlier. After computing stage `it`, the metadata of
+/// stage it + NS is prepared into the slot of stage it - 1: NS + 1 metadata slots, since stage
+/// `it`'s masks and stage it + NS - 1's rows are still being read. Each warp computes NW tokens
+/// (column group tg) of its 16 rows.
 template <int D, int NW, int NS>
 __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, StageMeta<NS>& sg, const SmemPtrs& sp,
                                               const TileWork& w, int tid, int lane, int tg, int i_lo, int i_hi,
                                               const std::uint32_t (&qf)[D / 16][4], SoftmaxState& sm,
                                               float (&acc)[D / 8][4]) {
+  constexpr int kMeta = StageMeta<NS>::kSlots;
   if (w.ntiles <= 0) return;
 #pragma unroll
-  for (int j = 0; j < NS - 1; ++j)
-    if (j < w.ntiles) prepare_stage<D>(a, sp, w, j, sg.tok_off[j], sg.mask[j], tid);
+  for (int j = 0; j < NS; ++j)
+    if (j < w.ntiles) prepare_stage(a, sp, w, j, sg.tok_row[j], sg.mask[j], tid);
   __syncthreads();
 #pragma unroll
-  for (int j = 0; j < NS - 1; ++j) {
-    if (j < w.ntiles) gather_stage<D>(a, sg.tok_off[j], sp, j, tid);
-    cp_async_commit();  // one group per stage, empty past the last: the wait count stays NS - 1
+  for (int j = 0; j < NS; ++j) {
+    if (j < w.ntiles) gather_stage<D>(a, sg.tok_row[j], sp, j, tid);
+    cp_async_commit();  // group j = stage j (empty past the last stage)
   }
   for (int it = 0; it < w.ntiles; ++it) {
-    const int nx = it + NS - 1;
-    const int st = it % NS, nx_st = nx % NS;  // ring slots of stages it and nx
-    if (nx < w.ntiles) prepare_stage<D>(a, sp, w, nx, sg.tok_off[nx_st], sg.mask[nx_st], tid);
+    // committed: groups 0 .. NS - 1 + max(it - 1, 0), group g = stage g; stage `it` complete
+    if (it == 0) cp_async_wait<NS - 1>();
+    else cp_async_wait<NS - 2>();
     __syncthreads();
-    if (nx < w.ntiles) gather_stage<D>(a, sg.tok_off[nx_st], sp, nx_st, tid);
-    cp_async_commit();
-    cp_async_wait<NS - 1>();  // groups of stages <= it are complete
-    __syncthreads();
-    const int c0 = tg * NW;
+    if (it > 0) {
+      const int nx = it + NS - 1;  // into the K/V slot of stage it - 1
+      if (nx < w.ntiles) gather_stage<D>(a, sg.tok_row[nx % kMeta], sp, nx % NS, tid);
+      cp_async_commit();
+    }
+    const int st = it % NS, c0 = tg * NW;
     float s[NW / 8][4];
     qk_mma<D, NW>(qf, sp.sK + st * kTileTok * D, c0, lane, s);
-    online_softmax<D, NW>(&sg.mask[st][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
+    online_softmax<D, NW>(&sg.mask[it % kMeta][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
     pv_mma<D, NW>(s, sp.sV + st * kTileTok * D, c0, lane, acc);
-    __syncthreads();
+    const int pre = it + NS;  // into the metadata slot of stage it - 1
+    if (pre < w.ntiles) prepare_stage(a, sp, w, pre, sg.tok_row[pre % kMeta], sg.mask[pre % kMeta], tid);
   }
 }
 
