@@ -497,7 +497,10 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
 /// `kAttentionCounterBytes` bytes (split-KV arrival counters) must be zero-filled once before its
 /// first use (e.g. cudaMemset after cudaMalloc); every launch leaves them zero, so one allocation
 /// serves every later call of any plan ordered after it (same stream, or CUDA-graph replays).
-/// Two concurrent calls must not share a workspace.
+/// Two concurrent calls must not share a workspace. Calls from several host threads (each with its
+/// own workspace and stream) may run any plans of one kernel instance at once: the launcher sets one
+/// fixed dynamic shared-memory limit per kernel, never a per-plan one (test_attention's competing
+/// launches).
 /// Errors (nothing launched): kInvalidArgument for every rule of `validate_step` (ops/batch_check.hpp:
 /// cu_seqlens_q / seq_lens host mirrors null or inconsistent, a position >= max_blocks *
 /// block_size, topk, a too small workspace), null pointers (when T > 0), bad strides or
