@@ -14,7 +14,8 @@
 // poisoned (NaN bytes) and only its counters zeroed once; the counters must be 0 after every
 // launch; 50 launches with competing work and two CUDA-graph replays must equal the first launch
 // bit for bit, while a second host thread launches another plan of the same kernel instance (its
-// dynamic shared memory size differs) in a loop: no launch of either thread may fail. Every ring depth (pipeline_stages 2, 3, 4) on decode, MTP and prefill.
+// dynamic shared memory size differs) in a loop: no launch of either thread may fail. Every ring
+// depth (pipeline_stages 2, 3, 4) on decode, MTP and prefill.
 // The two selection paths of the kernel: tiles of one query (decode, and prefill at query tile 1
 // or a request's last single query) take the region-list path, tiles of several queries (MTP,
 // prefill) the region-bitmap path; the forced-split sweeps run both (decode batches and an MTP
@@ -151,7 +152,8 @@ void repeat_launches(const std::string& lab, const step5::ops::SparseAttentionPa
   DevBuf<float> lse2(lse_poison);
   // its own workspace, of its own size (query tile 1: more tiles, more split partials)
   std::size_t ws2_bytes = 0;
-  if (compete) EXPECT(step5::ops::sparse_attention_workspace_size(p2, &ws2_bytes).ok(), "%s: workspace size", lab.c_str());
+  if (compete)
+    EXPECT(step5::ops::sparse_attention_workspace_size(p2, &ws2_bytes).ok(), "%s: workspace size", lab.c_str());
   DevBuf<unsigned char> ws2(std::max<std::size_t>(ws2_bytes, 1));
   GPU_CHECK(cudaMemset(ws2.p, 0, ws2.n));
   p2.out = out2.p;

@@ -61,7 +61,9 @@ struct SparseAttentionParams {
   std::int64_t q_row_stride = 0;   ///< elements between tokens; 0 = Hl*D; a multiple of 2
   const bf16* k_cache = nullptr;   ///< `[num_blocks, block_size, lg, D]`, 16-byte aligned
   const bf16* v_cache = nullptr;   ///< same shape as k_cache
-  int num_blocks = 0;              ///< blocks in the caches (a block id outside is never read); num_blocks * block_size * lg <= kAttentionMaxCacheRows
+  /// blocks in the caches (a block id outside is never read); num_blocks * block_size * lg <=
+  /// kAttentionMaxCacheRows
+  int num_blocks = 0;
   int block_size = 0;              ///< tokens per block, a positive multiple of 8
   const std::int32_t* block_table = nullptr;  ///< `[B, max_blocks]`
   int max_blocks = 0;              ///< row stride of block_table; max_blocks*block_size bounds positions
@@ -132,15 +134,18 @@ inline constexpr int kAttentionTileTokens = 64;
 /// computed, the others are in flight. The planner picks the count (sparse_attention_plan).
 inline constexpr int kAttentionMinStages = 2;
 inline constexpr int kAttentionMaxStages = 4;
+/// Metadata slots of the kernel's stage loop with `stages` K/V ring stages: one more than the
+/// stages, since a stage's metadata is prepared while two others are still read (one barrier per
+/// stage). The kernel's StageMeta and attention_static_smem both take it from here.
+constexpr int attention_meta_slots(int stages) { return stages + 1; }
 /// Upper bound of the kernel's static shared memory with `stages` ring stages: 768 bytes of tile
-/// state and softmax statistics plus, per metadata slot (stages + 1 of them: the stage loop
-/// prepares a stage while the two before it are read), 64 token cache rows (int32) and the
-/// (query, region) masks (16 x 8 bytes), rounded up to 1 KiB (2, 3, 4 stages: 2048, 3072, 3072
-/// bytes; ptxas reports 1792, 2176, 2560 for step5_preview). The kernel static_asserts its layout
-/// against it.
+/// state and softmax statistics plus, per metadata slot (attention_meta_slots), 64 token cache
+/// rows (int32) and the (query, region) masks (16 x 8 bytes), rounded up to 1 KiB (2, 3, 4
+/// stages: 2048, 3072, 3072 bytes; ptxas reports 1792, 2176, 2560 for step5_preview). The kernel
+/// static_asserts its layout against it.
 constexpr std::size_t attention_static_smem(int stages) {
-  return (768u + (static_cast<std::size_t>(stages) + 1u) * (kAttentionTileTokens * 4u + 16u * 8u) + 1023u) / 1024u *
-         1024u;
+  return (768u + static_cast<std::size_t>(attention_meta_slots(stages)) * (kAttentionTileTokens * 4u + 16u * 8u) +
+          1023u) / 1024u * 1024u;
 }
 /// The kernel keeps a gathered token's cache row, (block * block_size + slot) * num_kv_groups + g,
 /// in an int32: num_blocks * block_size * num_kv_groups must not exceed this (sparse_attention_plan

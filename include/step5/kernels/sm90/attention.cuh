@@ -140,8 +140,9 @@ struct SmemStatic {
 /// are still read (attend_stages: one barrier per stage).
 template <int NS>
 struct StageMeta {
-  static constexpr int kSlots = NS + 1;
-  int tok_row[kSlots][kTileTok];                     // cache row ((block * block_size + slot) * kv_heads + g) of a gathered token, -1 = zero-fill
+  static constexpr int kSlots = ops::attention_meta_slots(NS);
+  // cache row ((block * block_size + slot) * kv_heads + g) of a gathered token, -1 = zero-fill
+  int tok_row[kSlots][kTileTok];
   unsigned char mask[kSlots][kMaxQ][kStageRegions];  // per (query, region of the stage): token bits
 };
 
