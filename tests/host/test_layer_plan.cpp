@@ -336,6 +336,7 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
     REQUIRE(ops::sparse_attention_plan(decode(rank_of("step5_preview", c.tp, 0), c.batch, 512), sms, &ap).ok());
     CHECK(ap.stages == 2);
     CHECK(ap.smem_bytes <= ops::attention_two_per_sm_smem(2));  // two CTAs per SM
+    CHECK(!ap.wgmma_tiles);  // one query per request: the instance without the 64-row wgmma path
     CHECK(ap.num_splits == c.splits);
     CHECK((ap.num_splits > 1) == (ap.workspace_bytes > 0));
     // the cluster merge only with at most one split CTA per SM (ops::attention_cluster_merge_pays)
@@ -360,11 +361,17 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
     REQUIRE(ops::sparse_attention_plan(a, sms, &ap).ok());
     CHECK(ap.stages == 2);
     CHECK(ap.query_tile == 4);
+    CHECK(ap.wgmma_tiles);  // 64-row tiles on wgmma (D 192, 2 stages, several rows per request)
+    auto mtp = decode(r, 8, 512);
+    mtp.num_tokens = 8 * 3;  // MTP verification: 3 rows per request, tiles of up to 3 queries
+    REQUIRE(ops::sparse_attention_plan(mtp, sms, &ap).ok());
+    CHECK(ap.wgmma_tiles == (ap.stages == 2));
     for (const int ns : {2, 3, 4}) {
       CAPTURE(ns);
       a.pipeline_stages = ns;
       REQUIRE(ops::sparse_attention_plan(a, sms, &ap).ok());
       CHECK(ap.stages == ns);
+      CHECK(ap.wgmma_tiles == (ns == 2));  // the wgmma instance has a 2-stage ring only
       auto d = decode(r, 8, 512);
       d.pipeline_stages = ns;
       REQUIRE(ops::sparse_attention_plan(d, sms, &ap).ok());

@@ -241,6 +241,10 @@ inline SparseAttentionWorkspaceLayout sparse_attention_workspace_layout(long lon
   return l;
 }
 
+/// Whether the kernel has the wgmma path for 64-row tiles at head_dim D (an m64nDk16 instruction
+/// for P·V: D 128 or 192). The kernel and the planner both read it from here.
+constexpr bool attention_wgmma_head_dim(int head_dim) { return head_dim == 128 || head_dim == 192; }
+
 /// How a launch is carried out (derived from the params and the SM count only).
 struct SparseAttentionPlan {
   int hpg_q = 0;
@@ -252,6 +256,11 @@ struct SparseAttentionPlan {
   /// sized for the last-arriver merge either way.
   bool cluster_merge = false;
   int stages = 2;              ///< K/V stages of the cp.async ring (picks the kernel instance)
+  /// The kernel instance whose 64-row tiles (query_tile x hpg_q > 32 rows, one warpgroup) run Q·Kᵀ
+  /// and P·V on wgmma (attention_wgmma_head_dim, 2 stages, and some request with more than one
+  /// query row: a tile can then hold several queries); else the instance without that path, so
+  /// that one-query (decode) launches keep the smaller kernel (bench/RESULTS.md, tenth session).
+  bool wgmma_tiles = false;
   int bitmap_words = 0;        ///< 32-bit words of one region bitmap (max_blocks*block_size/8 bits)
   std::size_t smem_bytes = 0;  ///< dynamic shared memory per CTA
   std::size_t workspace_bytes = 0;  ///< 0 when num_splits == 1 (sparse_attention_workspace_layout)
@@ -374,6 +383,7 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   plan->hpg_q = hpg;
   plan->query_tile = qt;
   plan->stages = ns;
+  plan->wgmma_tiles = attention_wgmma_head_dim(p.head_dim) && ns == 2 && p.num_tokens > p.num_requests;
   plan->bitmap_words = static_cast<int>(words);
   plan->smem_bytes = smem_for(qt, ns);
   const long long tiles = (static_cast<long long>(p.num_tokens) + qt - 1) / qt + p.num_requests;

@@ -33,6 +33,10 @@
 ///  4. Rows = (query, head) pairs, 16 per warp (mma.sync m16n8k16 bf16, fp32 accumulation;
 ///     `load_q_fragments`). With 64 rows each warp owns 16 rows and all 64 tokens of a stage; with
 ///     fewer rows (decode) the warps split the stage's tokens and are merged in the epilogue.
+///     64-row tiles of the plan.wgmma_tiles instance (head_dim 128 / 192) run as one warpgroup on
+///     wgmma instead: `qk_wgmma_issue` (A = the same Q fragments in registers, B = the K stage),
+///     `pv_wgmma_issue` (A = bf16(P) in registers, B = the V stage, N-major), the next stage's
+///     `prefetch_stage` while Q·Kᵀ runs and its `prepare_stage` while P·V runs.
 ///     `attend_stages` runs the ring loop; per stage `qk_mma`, `online_softmax` (mask:
 ///     the row's query selected the token's region and position <= the query's position; exp2
 ///     domain; row sums of fp32 P) and `pv_mma` (P rounded to bf16 before P·V).
@@ -57,6 +61,7 @@
 #include "step5/kernels/sm90/bounds_fault.cuh"
 #include "step5/kernels/sm90/pdl.cuh"
 #include "step5/kernels/sm90/ptx.cuh"
+#include "step5/kernels/sm90/wgmma.cuh"
 #include "step5/layout/geometry.hpp"  // kRegionSize
 #include "step5/ops/attention.hpp"      // kAttentionMaxSplits
 
@@ -119,11 +124,19 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
   __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<std::uint32_t*>(&v);
 }
-/// Element offset of (token row, 16-byte chunk) in a swizzled [64][D] stage.
+/// Element offset of (token row, 16-byte chunk) in a [64][D] stage (D a multiple of 64): D / 64
+/// column blocks of 64 rows x 128 bytes, 8 KiB apart; inside a block, chunk c of row r sits at
+/// chunk position c ^ (r % 8) (the 128B swizzle of wgmma.cuh, `sw128_offset`). A stage is thus a
+/// wgmma operand as it stands (K-major for Q·Kᵀ, `make_desc_sw128`; N-major for P·V,
+/// `make_desc_sw128_nmajor`), and an ldmatrix of 8 rows at one chunk reads 8 distinct bank groups.
 template <int D>
 __device__ __forceinline__ int swz(int row, int chunk) {
-  return row * D + ((chunk ^ (row & 7)) << 3);
+  return (chunk >> 3) * (kTileTok * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
 }
+/// Whether the 64-row tiles (one warpgroup, TG == 1) can run Q·Kᵀ and P·V on wgmma: the head dims
+/// with an m64nDk16 instruction here (wgmma.cuh).
+template <int D>
+inline constexpr bool kWgmmaTiles = ops::attention_wgmma_head_dim(D);
 
 /// Shared state of one CTA (static part).
 struct SmemStatic {
@@ -384,12 +397,44 @@ __device__ __forceinline__ void load_q_fragments(const SparseAttentionArgs& a, c
   }
 }
 
-/// Step 3b: prepares a ring stage for gathered tile `it`: threads 0..63 resolve the cache row
-/// of one token into tok_row[64] (-1 = zero-fill: past the union, past the tile's last position,
-/// or a slot / block id outside the table; rows fit int32: sparse_attention_plan), the others the
-/// per-(query, region) token masks into mask[kMaxQ][kStageRegions].
+/// Step 3b, first half: what a ring stage's preparation reads from global memory, issued early
+/// (`prefetch_stage`; `prepare_stage` uses it later) so that on the wgmma path the block-table
+/// round trip and the union search overlap the MMAs instead of delaying the next barrier. Union
+/// path: every thread holds the id of one region of the stage (-1 past the split's share) and a
+/// block-table entry: token thread c < 64 (region c / 8) that of its token's slot, mask thread
+/// 64 + e (region e % 8) that of the region's first token. The list path reads only shared memory
+/// (build_region_list resolved its blocks up front): nothing to prefetch.
+struct StagePrefetch {
+  int id;
+  BlockEntry blk;
+};
+__device__ __forceinline__ StagePrefetch prefetch_stage(const SparseAttentionArgs& a, const SmemPtrs& sp,
+                                                        const TileWork& w, int it, int tid) {
+  StagePrefetch pf{-1, {-1, false}};
+  if (w.list) return pf;
+  const bool token = tid < kTileTok;
+  const int j = token ? tid >> kRegionLog2 : (tid - kTileTok) & (kStageRegions - 1);
+  const int ord = w.u0 + it * kStageRegions + j;
+  if (ord < w.u1) {
+    pf.id = select_region(sp.ubits, sp.prefix, w.words, ord);
+    pf.blk = load_block_entry(a.block_table, a.max_blocks, a.block_size, w.b,
+                              pf.id * kRegion + (token ? tid & (kRegion - 1) : 0));
+  }
+  return pf;
+}
+
+/// Step 3b: prepares a ring stage for gathered tile `it` (`pf` from prefetch_stage): threads
+/// 0..63 the cache row of one token each into tok_row[64] (-1 = zero-fill: past the union, past
+/// the tile's last position, or a slot / block id outside the table; rows fit int32:
+/// sparse_attention_plan), the others the per-(query, region) token masks into
+/// mask[kMaxQ][kStageRegions] (union path: thread 64 + e those of region e % 8 for queries e / 8
+/// and e / 8 + 8). A region whose block-table entry is outside the row or [0, num_blocks) is
+/// zero-filled by the token threads (never read; they report the fault for positions up to the
+/// tile's last) and masked here, or its tokens would enter the softmax with logit 0 (block_size
+/// is a multiple of R: one entry per region).
 __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, const SmemPtrs& sp, const TileWork& w,
-                                              int it, int* tok_row, unsigned char (*mask)[kStageRegions], int tid) {
+                                              int it, const StagePrefetch& pf, int* tok_row,
+                                              unsigned char (*mask)[kStageRegions], int tid) {
   if (w.list) {  // one query: the regions resolved by build_region_list (shared memory only)
     if (tid < kTileTok) {
       const int c = tid, e = it * kStageRegions + (c >> kRegionLog2);
@@ -415,78 +460,60 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
     return;
   }
   if (tid < kTileTok) {
-    const int c = tid, ord = w.u0 + it * kStageRegions + (c >> kRegionLog2);
     int row = -1;
-    if (ord < w.u1) {
-      const int id = select_region(sp.ubits, sp.prefix, w.words, ord);
-      const int pos = id * kRegion + (c & (kRegion - 1));
-      if (pos <= w.pos_last) {  // a slot outside the row or a block id outside [0, num_blocks) is not read
-        const long long blk =
-            checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, w.b, pos, a.bounds_fault);
+    if (pf.id >= 0) {
+      const int pos = pf.id * kRegion + (tid & (kRegion - 1));
+      if (pos <= w.pos_last) {
+        const long long blk = check_block_entry(pf.blk, a.num_blocks, w.b, pos, a.bounds_fault);
         if (blk >= 0) row = (static_cast<int>(blk) * a.block_size + pos % a.block_size) * a.kv_heads + w.g;
       }
     }
-    tok_row[c] = row;
-  } else {
-    for (int idx = tid - kTileTok; idx < kMaxQ * kStageRegions; idx += kThreads - kTileTok) {
-      const int i = idx >> kStageRegionsLog2, j = idx & (kStageRegions - 1), ord = w.u0 + it * kStageRegions + j;
-      unsigned m = 0;
-      if (i < w.nq && ord < w.u1) {
-        const int id = select_region(sp.ubits, sp.prefix, w.words, ord);
-        // a region whose block-table entry is outside [0, num_blocks) is zero-filled by the token
-        // threads (never read) and must also be masked here, or its tokens would enter the softmax
-        // with logit 0 (block_size is a multiple of R: one entry per region; the token threads
-        // report the fault)
-        if (((sp.qbits[i * w.words + (id >> 5)] >> (id & 31)) & 1u) &&
-            checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, w.b, id * kRegion, nullptr) >= 0) {
-          const int n = min(id * kRegion + kRegion - 1, w.pos0 + i) - id * kRegion + 1;  // tokens <= the query's position
-          m = n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
-        }
-      }
-      mask[i][j] = static_cast<unsigned char>(m);
+    tok_row[tid] = row;
+    return;
+  }
+  static_assert(kMaxQ * kStageRegions == 2 * (kThreads - kTileTok), "two mask entries per mask thread");
+  const int e = tid - kTileTok, j = e & (kStageRegions - 1);
+  const bool region_ok = pf.id >= 0 && check_block_entry(pf.blk, a.num_blocks, w.b, pf.id * kRegion, nullptr) >= 0;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = (e >> kStageRegionsLog2) + h * (kMaxQ / 2);
+    unsigned m = 0;
+    if (region_ok && i < w.nq && ((sp.qbits[i * w.words + (pf.id >> 5)] >> (pf.id & 31)) & 1u)) {
+      const int n = min(pf.id * kRegion + kRegion - 1, w.pos0 + i) - pf.id * kRegion + 1;  // tokens <= its position
+      m = n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
     }
+    mask[i][j] = static_cast<unsigned char>(m);
   }
 }
 
 /// Step 3c: issues the cp.async copies of ring stage `st` (K and V rows of its 64 tokens at cache
-/// rows `tok_row`, 16-byte chunks, swizzled; row -1 zero-fills). D a multiple of 64: eight lanes
-/// copy one 128-byte chunk group of a row per instruction (thread t: chunks t % 8 + 8j of rows
-/// t / 8 + 16r, r < 4), so a warp instruction moves whole sectors of four rows,
-/// and each thread resolves a row's offset and swizzle once for its D / 64 chunk groups (the swizzle
-/// flips only the low three chunk bits: swz(row, l + 8j) = swz(row, l) + 64j) — a quarter of the
-/// issue slots of one chunk per loop iteration, which the decode stages are bound by (bench/RESULTS.md).
+/// rows `tok_row`, 16-byte chunks, `swz` layout; row -1 zero-fills). Eight lanes copy one 128-byte
+/// chunk group of a row per instruction (thread t: chunks t % 8 + 8j of rows t / 8 + 16r, r < 4),
+/// so a warp instruction moves whole sectors of four rows, and each thread resolves a row's offset
+/// and swizzle once for its D / 64 chunk groups (chunk group j of a row is the same position in
+/// column block j: swz(row, l + 8j) = swz(row, l) + 64 * 64 * j) — a quarter of the issue slots of
+/// one chunk per loop iteration, which the decode stages are bound by (bench/RESULTS.md).
 template <int D>
 __device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const int* tok_row, const SmemPtrs& sp,
                                              int st, int tid) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks of a row
+  static_assert(D % 64 == 0, "whole 128-byte chunk groups per row");
+  constexpr int kRowsPerPass = kThreads / 8;
+  static_assert(kTileTok % kRowsPerPass == 0, "whole passes of 16 rows");
   __nv_bfloat16* dk = sp.sK + st * kTileTok * D;
   __nv_bfloat16* dv = sp.sV + st * kTileTok * D;
-  if constexpr (D % 64 == 0) {
-    constexpr int kRowsPerPass = kThreads / 8;
-    static_assert(kTileTok % kRowsPerPass == 0, "whole passes of 16 rows");
-    const int lc = tid & 7;
+  const int lc = tid & 7;
 #pragma unroll
-    for (int r = 0; r < kTileTok / kRowsPerPass; ++r) {
-      const int c = (tid >> 3) + r * kRowsPerPass;
-      const long long off = static_cast<long long>(tok_row[c]) * D;  // -1 * D < 0: zero-fill
-      const int bytes = off >= 0 ? 16 : 0;
-      const __nv_bfloat16* ks = a.k_cache + (off >= 0 ? off : 0) + lc * 8;
-      const __nv_bfloat16* vs = a.v_cache + (off >= 0 ? off : 0) + lc * 8;
-      const int dst = swz<D>(c, lc);
+  for (int r = 0; r < kTileTok / kRowsPerPass; ++r) {
+    const int c = (tid >> 3) + r * kRowsPerPass;
+    const long long off = static_cast<long long>(tok_row[c]) * D;  // -1 * D < 0: zero-fill
+    const int bytes = off >= 0 ? 16 : 0;
+    const __nv_bfloat16* ks = a.k_cache + (off >= 0 ? off : 0) + lc * 8;
+    const __nv_bfloat16* vs = a.v_cache + (off >= 0 ? off : 0) + lc * 8;
+    const int dst = swz<D>(c, lc);
 #pragma unroll
-      for (int j = 0; j < D / 64; ++j) {
-        cp_async16(smem_u32(dk + dst + 64 * j), ks + 64 * j, bytes);
-        cp_async16(smem_u32(dv + dst + 64 * j), vs + 64 * j, bytes);
-      }
-    }
-  } else {
-    for (int ch = tid; ch < kTileTok * kChunks; ch += kThreads) {
-      const int c = ch / kChunks, part = ch - c * kChunks;
-      const long long off = static_cast<long long>(tok_row[c]) * D;
-      const int bytes = off >= 0 ? 16 : 0;
-      const long long src = off >= 0 ? off + part * 8 : 0;
-      cp_async16(smem_u32(dk + swz<D>(c, part)), a.k_cache + src, bytes);
-      cp_async16(smem_u32(dv + swz<D>(c, part)), a.v_cache + src, bytes);
+    for (int j = 0; j < D / 64; ++j) {
+      cp_async16(smem_u32(dk + dst + kTileTok * 64 * j), ks + 64 * j, bytes);
+      cp_async16(smem_u32(dv + dst + kTileTok * 64 * j), vs + 64 * j, bytes);
     }
   }
 }
@@ -595,6 +622,69 @@ __device__ __forceinline__ void pv_mma(const float (&s)[NW / 8][4], const __nv_b
   }
 }
 
+/// Step 4b on wgmma (64-row tiles, TG == 1, kWgmmaTiles<D>), issue only: S = Q·Kᵀ of the warpgroup's 64 rows
+/// and the stage's 64 tokens, one m64n64k16 per 16 columns of D. A = the Q fragments in registers
+/// (wgmma's register A fragment of warp w is mma.sync's A fragment of rows 16w .. 16w + 15, so
+/// `load_q_fragments` serves both), B = the K stage (K-major: column block ks / 4 at 8 KiB each,
+/// 32 bytes per k16 step inside its 128-byte rows). The accumulator fragment is qk_mma<D, 64>'s:
+/// n8 block n of warp w holds rows 16w + lane / 4 (+ 8), columns 8n + 2 (lane % 4) (+ 1).
+template <int D>
+__device__ __forceinline__ void qk_wgmma_issue(const std::uint32_t (&qf)[D / 16][4], const __nv_bfloat16* k_st,
+                                               float (&s)[kTileTok / 8][4]) {
+  namespace wg = ::step5::kernels::sm90::wgmma;
+  const std::uint32_t base = smem_u32(k_st);
+  wg::wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+    wg::wgmma_m64n64k16_bf16_rs(&s[0][0], qf[ks],
+                                wg::make_desc_sw128(base + (ks >> 2) * (kTileTok * 128) + (ks & 3) * 32), ks > 0);
+  wg::wgmma_commit();
+}
+/// Waits for `qk_wgmma_issue` (issue only: the caller prefetches the next stage meanwhile).
+__device__ __forceinline__ void qk_wgmma_wait(float (&s)[kTileTok / 8][4]) {
+  namespace wg = ::step5::kernels::sm90::wgmma;
+  wg::wgmma_wait<0>();
+  wg::fence_regs<kTileTok / 2>(&s[0][0]);
+}
+
+/// Step 4d on wgmma, issue only: O += bf16(P)·V over the stage's 64 tokens, one m64nDk16 per 16
+/// tokens, committed as one group and NOT waited for (`pv_wgmma_wait`): the caller prepares the
+/// next stage meanwhile. A = P packed to bf16 (`pa`, the fragments pv_mma builds; the caller keeps
+/// them untouched until the wait), B = the V stage (N-major: 16 token rows of 128 bytes per k16
+/// step, the D / 64 column blocks 8 KiB apart).
+template <int D>
+__device__ __forceinline__ void pv_wgmma_issue(const float (&s)[kTileTok / 8][4], const __nv_bfloat16* v_st,
+                                               std::uint32_t (&pa)[kTileTok / 16][4], float (&acc)[D / 8][4]) {
+  namespace wg = ::step5::kernels::sm90::wgmma;
+  static_assert(kWgmmaTiles<D>, "an m64nDk16 instruction for this head_dim");
+#pragma unroll
+  for (int kk = 0; kk < kTileTok / 16; ++kk) {
+    pa[kk][0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+    pa[kk][1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+    pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+  const std::uint32_t base = smem_u32(v_st);
+  wg::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kTileTok / 16; ++kk) {
+    const std::uint64_t desc = wg::make_desc_sw128_nmajor(base + kk * 16 * 128, kTileTok * 128);
+    if constexpr (D == 128) wg::wgmma_m64n128k16_bf16_rs_nmajor(&acc[0][0], pa[kk], desc, 1);
+    else wg::wgmma_m64n192k16_bf16_rs_nmajor(&acc[0][0], pa[kk], desc, 1);
+  }
+  wg::wgmma_commit();
+}
+/// Waits for `pv_wgmma_issue`; the accumulators and P fragments are then the caller's again.
+template <int D>
+__device__ __forceinline__ void pv_wgmma_wait(std::uint32_t (&pa)[kTileTok / 16][4], float (&acc)[D / 8][4]) {
+  namespace wg = ::step5::kernels::sm90::wgmma;
+  wg::wgmma_wait<0>();
+  wg::fence_regs<D / 2>(&acc[0][0]);
+#pragma unroll
+  for (int kk = 0; kk < kTileTok / 16; ++kk)
+    asm volatile("" : "+r"(pa[kk][0]), "+r"(pa[kk][1]), "+r"(pa[kk][2]), "+r"(pa[kk][3])::"memory");
+}
+
 /// Step 4: the gathered stages through a ring of NS K/V slots (cp.async groups, one per stage),
 /// one barrier per stage. The first NS stages are issued up front. At iteration `it` every thread
 /// waits for its copies of stage `it` and meets the others: stage `it` is then visible, and every
@@ -604,7 +694,7 @@ __device__ __forceinline__ void pv_mma(const float (&s)[NW / 8][4], const __nv_b
 /// stage it + NS is prepared into the slot of stage it - 1: NS + 1 metadata slots, since stage
 /// `it`'s masks and stage it + NS - 1's rows are still being read. Each warp computes NW tokens
 /// (column group tg) of its 16 rows.
-template <int D, int NW, int NS>
+template <int D, int NW, int NS, bool WG = false>
 __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, StageMeta<NS>& sg, const SmemPtrs& sp,
                                               const TileWork& w, int tid, int lane, int tg, int i_lo, int i_hi,
                                               const std::uint32_t (&qf)[D / 16][4], SoftmaxState& sm,
@@ -613,7 +703,7 @@ __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, Stag
   if (w.ntiles <= 0) return;
 #pragma unroll
   for (int j = 0; j < NS; ++j)
-    if (j < w.ntiles) prepare_stage(a, sp, w, j, sg.tok_row[j], sg.mask[j], tid);
+    if (j < w.ntiles) prepare_stage(a, sp, w, j, prefetch_stage(a, sp, w, j, tid), sg.tok_row[j], sg.mask[j], tid);
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
@@ -624,6 +714,7 @@ __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, Stag
     // committed: groups 0 .. NS - 1 + max(it - 1, 0), group g = stage g; stage `it` complete
     if (it == 0) cp_async_wait<NS - 1>();
     else cp_async_wait<NS - 2>();
+    if constexpr (WG) ::step5::kernels::sm90::wgmma::fence_proxy_async_smem();  // cp.async data -> wgmma reads
     __syncthreads();
     if (it > 0) {
       const int nx = it + NS - 1;  // into the K/V slot of stage it - 1
@@ -631,12 +722,27 @@ __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, Stag
       cp_async_commit();
     }
     const int st = it % NS, c0 = tg * NW;
+    const int pre = it + NS;  // prepared into the metadata slot of stage it - 1, after the compute
     float s[NW / 8][4];
-    qk_mma<D, NW>(qf, sp.sK + st * kTileTok * D, c0, lane, s);
-    online_softmax<D, NW>(&sg.mask[it % kMeta][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
-    pv_mma<D, NW>(s, sp.sV + st * kTileTok * D, c0, lane, acc);
-    const int pre = it + NS;  // into the metadata slot of stage it - 1
-    if (pre < w.ntiles) prepare_stage(a, sp, w, pre, sg.tok_row[pre % kMeta], sg.mask[pre % kMeta], tid);
+    if constexpr (WG) {
+      // the prefetch of stage `pre` runs while the tensor cores compute Q·Kᵀ, its use while they
+      // compute P·V
+      qk_wgmma_issue<D>(qf, sp.sK + st * kTileTok * D, s);
+      const StagePrefetch pf = pre < w.ntiles ? prefetch_stage(a, sp, w, pre, tid) : StagePrefetch{-1, {-1, false}};
+      qk_wgmma_wait(s);
+      online_softmax<D, NW>(&sg.mask[it % kMeta][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
+      std::uint32_t pa[kTileTok / 16][4];
+      pv_wgmma_issue<D>(s, sp.sV + st * kTileTok * D, pa, acc);
+      if (pre < w.ntiles) prepare_stage(a, sp, w, pre, pf, sg.tok_row[pre % kMeta], sg.mask[pre % kMeta], tid);
+      pv_wgmma_wait<D>(pa, acc);
+    } else {
+      qk_mma<D, NW>(qf, sp.sK + st * kTileTok * D, c0, lane, s);
+      online_softmax<D, NW>(&sg.mask[it % kMeta][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
+      pv_mma<D, NW>(s, sp.sV + st * kTileTok * D, c0, lane, acc);
+      if (pre < w.ntiles)
+        prepare_stage(a, sp, w, pre, prefetch_stage(a, sp, w, pre, tid), sg.tok_row[pre % kMeta],
+                      sg.mask[pre % kMeta], tid);
+    }
   }
 }
 
@@ -898,12 +1004,14 @@ __device__ __forceinline__ bool uses_per_query_gathers(const SparseAttentionArgs
 }  // namespace attn_detail
 
 /// See the file comment (steps 1–5). Grid (max_tiles, lg, num_splits), 128 threads, dynamic smem
-/// from the plan (NS = plan.stages ring stages of K and V, then the bitmaps).
-template <int D, int HPG, int NS>
+/// from the plan (NS = plan.stages ring stages of K and V, then the bitmaps). WGT
+/// (plan.wgmma_tiles): 64-row tiles on wgmma; the instance without it keeps decode's code small.
+template <int D, int HPG, int NS, bool WGT>
 __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAttentionArgs a) {
 #if STEP5_SM90A_DEVICE
   using namespace attn_detail;
-  static_assert(D % 16 == 0 && D <= 256, "head_dim must be a multiple of 16, at most 256");
+  static_assert(D % 64 == 0 && D <= 256, "head_dim must be a multiple of 64 (the stage layout's 128-byte column "
+                "blocks, swz), at most 256");
   static_assert(HPG == 4 || HPG == 8 || HPG == 16, "hpg_q must be 4, 8 or 16 (SPEC §2 rule 6)");
   static_assert(NS >= ops::kAttentionMinStages && NS <= ops::kAttentionMaxStages, "ring stages out of range");
   static_assert(NS * 2 * kTileTok * D * 2 >= (kTileTok * kMaxSplits + kTileTok) * 4,
@@ -911,7 +1019,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   static_assert(NS * 2 * kTileTok * D * 2 >= kWarps * 16 * (D + 4) * 4, "the warp stash must fit in the K/V stages");
   static_assert(sizeof(SmemStatic) + sizeof(StageMeta<NS>) <= ops::attention_static_smem(NS),
                 "static shared memory above the planner's bound (ops::attention_static_smem)");
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ SmemStatic ss;
   __shared__ StageMeta<NS> sg;
   SmemPtrs sp;
@@ -982,7 +1090,11 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   SoftmaxState sm{-INFINITY, -INFINITY, 0.f, 0.f};
   const int i_lo = (rg * 16 + (lane >> 2)) / HPG, i_hi = (rg * 16 + (lane >> 2) + 8) / HPG;
-  if (TG == 1) attend_stages<D, 64, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  // 64-row tiles on wgmma where the head dim has the instructions and the ring is 1024-byte aligned
+  // (the 128B swizzle's atoms; `smem_raw` is declared so), else on mma.sync
+  if (WGT && kWgmmaTiles<D> && TG == 1 && (smem_u32(smem_raw) & 1023u) == 0u)
+    attend_stages<D, 64, NS, WGT && kWgmmaTiles<D>>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  else if (TG == 1) attend_stages<D, 64, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   else if (TG == 2) attend_stages<D, 32, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   else attend_stages<D, 16, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   cp_async_wait<0>();

@@ -24,16 +24,17 @@ namespace step5::kernels::sm90 {
 
 /// Whether clusters of `splits` CTAs of `kernel` (128 threads, `smem` dynamic bytes; sizes above 8
 /// need the non-portable attribute, set here) can be resident on the current device `dev`
-/// (cudaOccupancyMaxActiveClusters > 0). Cached per (instance, device, splits, stage count) with
-/// the smem size it was checked for.
+/// (cudaOccupancyMaxActiveClusters > 0). Cached per (instance: stage count and wgmma_tiles,
+/// device, splits) with the smem size it was checked for.
 template <int D, int HPG>
-Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns, int dev, int splits,
-                                    std::size_t smem, bool* available) {
-  static std::atomic<unsigned long long> cache[64][ops::kAttentionMaxClusterSplits + 1][ops::kAttentionMaxStages + 1];
+Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns, bool wgmma_tiles, int dev,
+                                    int splits, std::size_t smem, bool* available) {
+  static std::atomic<unsigned long long>
+      cache[2][64][ops::kAttentionMaxClusterSplits + 1][ops::kAttentionMaxStages + 1];
   const bool cacheable = dev >= 0 && dev < 64 && splits <= ops::kAttentionMaxClusterSplits && ns <= ops::kAttentionMaxStages;
   const unsigned long long key = (static_cast<unsigned long long>(smem) + 1ull) << 2;
   if (cacheable) {
-    const unsigned long long c = cache[dev][splits][ns].load(std::memory_order_relaxed);
+    const unsigned long long c = cache[wgmma_tiles ? 1 : 0][dev][splits][ns].load(std::memory_order_relaxed);
     if ((c & ~3ull) == key) {
       *available = (c & 3ull) == 1ull;
       return Status::Ok();
@@ -58,7 +59,8 @@ Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns,
                                               " CTAs): " + cudaGetErrorString(err));
   }
   *available = clusters > 0;
-  if (cacheable) cache[dev][splits][ns].store(key | (clusters > 0 ? 1ull : 2ull), std::memory_order_relaxed);
+  if (cacheable)
+    cache[wgmma_tiles ? 1 : 0][dev][splits][ns].store(key | (clusters > 0 ? 1ull : 2ull), std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -105,9 +107,10 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
     a.ws_o = reinterpret_cast<float*>(ws + l.partials);
     a.ws_lse = reinterpret_cast<float*>(ws + l.lse);
   }
-  auto kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4>
-                : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3>
-                                   : &sparse_attention_kernel<D, HPG, 2>;  // ring depth from the plan
+  auto kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4, false>
+                : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3, false>
+                : plan.wgmma_tiles ? &sparse_attention_kernel<D, HPG, 2, true>
+                                   : &sparse_attention_kernel<D, HPG, 2, false>;  // ring depth, wgmma: the plan
   // one fixed limit (every plan's smem_bytes <= ops::kAttentionMaxSmem), the same on every call: a
   // per-plan value let two host threads launching different plans of one instance lower each
   // other's limit between the set and the launch (the top-k and score launchers follow the same
@@ -124,7 +127,8 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
     if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
     bool available = false;
     const Status checked =
-        attention_clusters_available<D, HPG>(kernel, plan.stages, dev, plan.num_splits, plan.smem_bytes, &available);
+        attention_clusters_available<D, HPG>(kernel, plan.stages, plan.wgmma_tiles, dev, plan.num_splits,
+                                             plan.smem_bytes, &available);
     STEP5_RETURN_IF_ERROR(checked);
     if (available) {
       a.cluster_merge = 1;

@@ -23,23 +23,41 @@ __device__ __forceinline__ void report_bounds_fault(std::int32_t* rec, ops::Boun
   }
 }
 
+/// First half of `checked_block`: the raw block-table entry of position `pos` of request `b`
+/// (`in_row` false, no load, when the position lies outside the row [0, max_blocks * block_size)).
+/// Split from the check so that a kernel can issue the load early and use the value later.
+struct BlockEntry {
+  std::int32_t entry;
+  bool in_row;
+};
+__device__ __forceinline__ BlockEntry load_block_entry(const std::int32_t* block_table, int max_blocks,
+                                                       int block_size, int b, int pos) {
+  const int slot = pos / block_size;
+  if (pos < 0 || slot >= max_blocks) return {-1, false};
+  return {__ldg(block_table + static_cast<std::int64_t>(b) * max_blocks + slot), true};
+}
+/// Second half of `checked_block`: the block id of `e` (load_block_entry for position `pos`), or -1
+/// after reporting the fault: kPositionBeyondRow outside the row, kBlockIdOutOfRange for an entry
+/// outside [0, num_blocks).
+__device__ __forceinline__ std::int64_t check_block_entry(BlockEntry e, int num_blocks, int b, int pos,
+                                                          std::int32_t* rec) {
+  if (!e.in_row) {
+    report_bounds_fault(rec, ops::BoundsFault::kPositionBeyondRow, b, pos, -1);
+    return -1;
+  }
+  if (e.entry < 0 || e.entry >= num_blocks) {
+    report_bounds_fault(rec, ops::BoundsFault::kBlockIdOutOfRange, b, pos, e.entry);
+    return -1;
+  }
+  return e.entry;
+}
 /// The block id holding position `pos` of request `b`, or -1 (after reporting the fault) when
 /// the position lies outside the row [0, max_blocks * block_size) or the entry outside
 /// [0, num_blocks).
 __device__ __forceinline__ std::int64_t checked_block(const std::int32_t* block_table, int max_blocks,
                                                       int block_size, int num_blocks, int b, int pos,
                                                       std::int32_t* rec) {
-  const int slot = pos / block_size;
-  if (pos < 0 || slot >= max_blocks) {
-    report_bounds_fault(rec, ops::BoundsFault::kPositionBeyondRow, b, pos, -1);
-    return -1;
-  }
-  const int blk = __ldg(block_table + static_cast<std::int64_t>(b) * max_blocks + slot);
-  if (blk < 0 || blk >= num_blocks) {
-    report_bounds_fault(rec, ops::BoundsFault::kBlockIdOutOfRange, b, pos, blk);
-    return -1;
-  }
-  return blk;
+  return check_block_entry(load_block_entry(block_table, max_blocks, block_size, b, pos), num_blocks, b, pos, rec);
 }
 
 }  // namespace step5::kernels::sm90

@@ -1,10 +1,12 @@
 #pragma once
 /// \file step5/kernels/sm90/wgmma.cuh
 /// Warpgroup MMA helpers shared by the sm_90a kernels that use `wgmma.mma_async` (the projection
-/// GEMM, gemm_wgmma.cuh, and the indexer prefill scores, indexer_scores_wgmma.cuh): the
-/// shared-memory matrix descriptor of a K-major 128B-swizzled tile, the fence / commit / wait
-/// wrappers, a compiler fence on accumulator registers, and the m64n128 instructions the indexer
-/// scores use (f16 k16, e4m3 k32). Device code (nvcc).
+/// GEMM, gemm_wgmma.cuh, the indexer prefill scores, indexer_scores_wgmma.cuh, and the sparse
+/// attention's 64-row tiles, attention.cuh): the shared-memory matrix descriptors of K-major and
+/// N-major 128B-swizzled tiles, the fence / commit / wait wrappers, a compiler fence on
+/// accumulator registers, the m64n128 instructions the indexer scores use (f16 k16, e4m3 k32) and
+/// the register-A bf16 instructions of the attention (m64n64k16 K-major B; m64n128k16 / m64n192k16
+/// N-major B). Device code (nvcc).
 ///
 /// Layout contract of `make_desc_sw128` (PTX ISA "Shared memory matrix layout", 128-byte swizzle,
 /// K-major): the tile is a column of 8-row *atoms* of 1024 bytes (row i of an atom at byte 128·i),
@@ -64,6 +66,22 @@ __device__ __forceinline__ std::uint64_t make_desc_sw128(std::uint32_t saddr) {
   return d;
 }
 
+/// Shared-memory matrix descriptor of an N-major (MN-major) B operand in the 128B swizzle, 16-bit
+/// elements: each K row holds 64 N-values in 128 bytes (16-byte chunk c of K row i at chunk
+/// position c ^ (i % 8), as `sw128_offset`), 8 K rows form a 1024-byte atom (the atom's base
+/// 1024-byte aligned), K atoms 1024 bytes apart (stride byte offset), and the next 64 N-values
+/// `lbo_bytes` further (leading byte offset; CUTLASS's canonical "MN-major SW128" layout,
+/// ((8,8,n),(8,k)) : ((1,8,LBO),(64,SBO)) in elements). An instruction consumes 16 K rows: the
+/// start address advances by 16 * 128 bytes per k16 step.
+__device__ __forceinline__ std::uint64_t make_desc_sw128_nmajor(std::uint32_t saddr, std::uint32_t lbo_bytes) {
+  std::uint64_t d = 0;
+  d |= static_cast<std::uint64_t>((saddr & 0x3FFFF) >> 4);
+  d |= static_cast<std::uint64_t>((lbo_bytes & 0x3FFFF) >> 4) << 16;
+  d |= static_cast<std::uint64_t>(1024 >> 4) << 32;
+  d |= static_cast<std::uint64_t>(1) << 62;
+  return d;
+}
+
 /// Byte offset of 16-byte chunk `chunk` (< 8) of row `row` inside a 128B-swizzled K-block tile
 /// whose base is 1024-byte aligned (the layout `make_desc_sw128` describes).
 __host__ __device__ constexpr int sw128_offset(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
@@ -114,6 +132,90 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float* d, std::uint64_t de
       "}\n"
       : STEP5_WGMMA_ACC64(d)
       : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+/// d = A·B + (scale_d ? d : 0), m64n64k16, bf16 A from registers (the m16n8k16 A fragment of
+/// each warp's 16 rows), bf16 B from shared memory K-major (`make_desc_sw128`), fp32 accumulators.
+__device__ __forceinline__ void wgmma_m64n64k16_bf16_rs(float* d, const std::uint32_t (&a)[4],
+                                                            std::uint64_t desc_b, int scale_d) {
+#if STEP5_SM90A_DEVICE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+/// d = A·B + (scale_d ? d : 0), m64n128k16, bf16 A from registers, bf16 B from shared memory
+/// N-major (`make_desc_sw128_nmajor`), fp32 accumulators.
+__device__ __forceinline__ void wgmma_m64n128k16_bf16_rs_nmajor(float* d, const std::uint32_t (&a)[4],
+                                                            std::uint64_t desc_b, int scale_d) {
+#if STEP5_SM90A_DEVICE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+/// d = A·B + (scale_d ? d : 0), m64n192k16, bf16 A from registers, bf16 B from shared memory
+/// N-major (`make_desc_sw128_nmajor`), fp32 accumulators.
+__device__ __forceinline__ void wgmma_m64n192k16_bf16_rs_nmajor(float* d, const std::uint32_t (&a)[4],
+                                                            std::uint64_t desc_b, int scale_d) {
+#if STEP5_SM90A_DEVICE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %101, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}, "
+      "{%96, %97, %98, %99}, %100, p, 1, 1, 1;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 #endif
 }
 
