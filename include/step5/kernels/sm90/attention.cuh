@@ -403,15 +403,18 @@ __device__ __forceinline__ void load_q_fragments(const SparseAttentionArgs& a, c
 /// path: every thread holds the id of one region of the stage (-1 past the split's share) and a
 /// block-table entry: token thread c < 64 (region c / 8) that of its token's slot, mask thread
 /// 64 + e (region e % 8) that of the region's first token. The list path reads only shared memory
-/// (build_region_list resolved its blocks up front): nothing to prefetch.
+/// (build_region_list resolved its blocks up front): nothing to prefetch. LIST = w.list, a
+/// template argument so that the list (decode) loop holds no union-path code (its time is mostly
+/// instruction fetch, bench/RESULTS.md).
 struct StagePrefetch {
   int id;
   BlockEntry blk;
 };
+template <bool LIST>
 __device__ __forceinline__ StagePrefetch prefetch_stage(const SparseAttentionArgs& a, const SmemPtrs& sp,
                                                         const TileWork& w, int it, int tid) {
   StagePrefetch pf{-1, {-1, false}};
-  if (w.list) return pf;
+  if constexpr (LIST) return pf;
   const bool token = tid < kTileTok;
   const int j = token ? tid >> kRegionLog2 : (tid - kTileTok) & (kStageRegions - 1);
   const int ord = w.u0 + it * kStageRegions + j;
@@ -431,11 +434,12 @@ __device__ __forceinline__ StagePrefetch prefetch_stage(const SparseAttentionArg
 /// and e / 8 + 8). A region whose block-table entry is outside the row or [0, num_blocks) is
 /// zero-filled by the token threads (never read; they report the fault for positions up to the
 /// tile's last) and masked here, or its tokens would enter the softmax with logit 0 (block_size
-/// is a multiple of R: one entry per region).
+/// is a multiple of R: one entry per region). LIST = w.list (prefetch_stage).
+template <bool LIST>
 __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, const SmemPtrs& sp, const TileWork& w,
                                               int it, const StagePrefetch& pf, int* tok_row,
                                               unsigned char (*mask)[kStageRegions], int tid) {
-  if (w.list) {  // one query: the regions resolved by build_region_list (shared memory only)
+  if constexpr (LIST) {  // one query: the regions resolved by build_region_list (shared memory only)
     if (tid < kTileTok) {
       const int c = tid, e = it * kStageRegions + (c >> kRegionLog2);
       int row = -1;
@@ -694,7 +698,7 @@ __device__ __forceinline__ void pv_wgmma_wait(std::uint32_t (&pa)[kTileTok / 16]
 /// stage it + NS is prepared into the slot of stage it - 1: NS + 1 metadata slots, since stage
 /// `it`'s masks and stage it + NS - 1's rows are still being read. Each warp computes NW tokens
 /// (column group tg) of its 16 rows.
-template <int D, int NW, int NS, bool WG = false>
+template <int D, int NW, int NS, bool WG = false, bool LIST = false>
 __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, StageMeta<NS>& sg, const SmemPtrs& sp,
                                               const TileWork& w, int tid, int lane, int tg, int i_lo, int i_hi,
                                               const std::uint32_t (&qf)[D / 16][4], SoftmaxState& sm,
@@ -703,7 +707,8 @@ __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, Stag
   if (w.ntiles <= 0) return;
 #pragma unroll
   for (int j = 0; j < NS; ++j)
-    if (j < w.ntiles) prepare_stage(a, sp, w, j, prefetch_stage(a, sp, w, j, tid), sg.tok_row[j], sg.mask[j], tid);
+    if (j < w.ntiles)
+      prepare_stage<LIST>(a, sp, w, j, prefetch_stage<LIST>(a, sp, w, j, tid), sg.tok_row[j], sg.mask[j], tid);
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
@@ -728,20 +733,21 @@ __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, Stag
       // the prefetch of stage `pre` runs while the tensor cores compute Q·Kᵀ, its use while they
       // compute P·V
       qk_wgmma_issue<D>(qf, sp.sK + st * kTileTok * D, s);
-      const StagePrefetch pf = pre < w.ntiles ? prefetch_stage(a, sp, w, pre, tid) : StagePrefetch{-1, {-1, false}};
+      const StagePrefetch pf =
+          pre < w.ntiles ? prefetch_stage<LIST>(a, sp, w, pre, tid) : StagePrefetch{-1, {-1, false}};
       qk_wgmma_wait(s);
       online_softmax<D, NW>(&sg.mask[it % kMeta][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
       std::uint32_t pa[kTileTok / 16][4];
       pv_wgmma_issue<D>(s, sp.sV + st * kTileTok * D, pa, acc);
-      if (pre < w.ntiles) prepare_stage(a, sp, w, pre, pf, sg.tok_row[pre % kMeta], sg.mask[pre % kMeta], tid);
+      if (pre < w.ntiles) prepare_stage<LIST>(a, sp, w, pre, pf, sg.tok_row[pre % kMeta], sg.mask[pre % kMeta], tid);
       pv_wgmma_wait<D>(pa, acc);
     } else {
       qk_mma<D, NW>(qf, sp.sK + st * kTileTok * D, c0, lane, s);
       online_softmax<D, NW>(&sg.mask[it % kMeta][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
       pv_mma<D, NW>(s, sp.sV + st * kTileTok * D, c0, lane, acc);
       if (pre < w.ntiles)
-        prepare_stage(a, sp, w, pre, prefetch_stage(a, sp, w, pre, tid), sg.tok_row[pre % kMeta],
-                      sg.mask[pre % kMeta], tid);
+        prepare_stage<LIST>(a, sp, w, pre, prefetch_stage<LIST>(a, sp, w, pre, tid), sg.tok_row[pre % kMeta],
+                            sg.mask[pre % kMeta], tid);
     }
   }
 }
@@ -978,7 +984,7 @@ __device__ __forceinline__ void attend_queries_in_turn(const SparseAttentionArgs
     for (int j = 0; j < D / 8; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
     SoftmaxState sm{-INFINITY, -INFINITY, 0.f, 0.f};
     const int i_lo = (lane >> 2) / HPG, i_hi = ((lane >> 2) + 8) / HPG;
-    attend_stages<D, kTileTok / kWarps, NS>(a, sg, sp, q, tid, lane, warp, i_lo, i_hi, qf, sm, acc);
+    attend_stages<D, kTileTok / kWarps, NS, false, true>(a, sg, sp, q, tid, lane, warp, i_lo, i_hi, qf, sm, acc);
     cp_async_wait<0>();
     __syncthreads();
     stash_warp_partials<D>(ss, buf, warp, lane, sm, acc);
@@ -1096,6 +1102,8 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
     attend_stages<D, 64, NS, WGT && kWgmmaTiles<D>>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   else if (TG == 1) attend_stages<D, 64, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   else if (TG == 2) attend_stages<D, 32, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  // (one-query tiles have hpg_q <= 16 rows: TG == 4; the list loop is its own instance)
+  else if (w.list) attend_stages<D, 16, NS, false, true>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   else attend_stages<D, 16, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   cp_async_wait<0>();
   __syncthreads();
