@@ -362,6 +362,14 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
     CHECK(ap.stages == 2);
     CHECK(ap.query_tile == 4);
     CHECK(ap.wgmma_tiles);  // 64-row tiles on wgmma (D 192, 2 stages, several rows per request)
+    for (const int qt : {1, 2, 3, 4}) {  // only a tile of more than 32 rows (hpg_q 16: 3 queries) has them
+      CAPTURE(qt);
+      auto f = a;
+      f.query_tile = qt;
+      REQUIRE(ops::sparse_attention_plan(f, sms, &ap).ok());
+      CHECK(ap.wgmma_tiles == (qt * 16 > 32));
+    }
+    REQUIRE(ops::sparse_attention_plan(a, sms, &ap).ok());
     auto mtp = decode(r, 8, 512);
     mtp.num_tokens = 8 * 3;  // MTP verification: 3 rows per request, tiles of up to 3 queries
     REQUIRE(ops::sparse_attention_plan(mtp, sms, &ap).ok());

@@ -141,11 +141,15 @@ constexpr int attention_meta_slots(int stages) { return stages + 1; }
 /// Upper bound of the kernel's static shared memory with `stages` ring stages: 768 bytes of tile
 /// state and softmax statistics plus, per metadata slot (attention_meta_slots), 64 token cache
 /// rows (int32) and the (query, region) masks (16 x 8 bytes), rounded up to 1 KiB (2, 3, 4
-/// stages: 2048, 3072, 3072 bytes; ptxas reports 1792, 2176, 2560 for step5_preview). The kernel
-/// static_asserts its layout against it.
+/// stages: 2048, 3072, 3072 bytes). The rounding is what the kernel occupies: its dynamic shared
+/// memory is declared kAttentionSmemAlign-aligned (the wgmma operands' 128B-swizzle atoms), so
+/// ptxas pads the static part to the next KiB (it reports 2048, 3072, 3072 bytes for
+/// step5_preview). The kernel static_asserts its layout against it.
+/// Alignment of the kernel's dynamic shared memory (the K/V ring: 128B-swizzle atoms of 1 KiB).
+inline constexpr std::size_t kAttentionSmemAlign = 1024;
 constexpr std::size_t attention_static_smem(int stages) {
   return (768u + static_cast<std::size_t>(attention_meta_slots(stages)) * (kAttentionTileTokens * 4u + 16u * 8u) +
-          1023u) / 1024u * 1024u;
+          kAttentionSmemAlign - 1u) / kAttentionSmemAlign * kAttentionSmemAlign;
 }
 /// The kernel keeps a gathered token's cache row, (block * block_size + slot) * num_kv_groups + g,
 /// in an int32: num_blocks * block_size * num_kv_groups must not exceed this (sparse_attention_plan
@@ -242,8 +246,10 @@ inline SparseAttentionWorkspaceLayout sparse_attention_workspace_layout(long lon
 }
 
 /// Whether the kernel has the wgmma path for 64-row tiles at head_dim D (an m64nDk16 instruction
-/// for P·V: D 128 or 192). The kernel and the planner both read it from here.
+/// for P·V: D 128 or 192), and the one ring depth it is built for. The kernel, the planner and
+/// the launcher read them from here.
 constexpr bool attention_wgmma_head_dim(int head_dim) { return head_dim == 128 || head_dim == 192; }
+inline constexpr int kAttentionWgmmaStages = 2;
 
 /// How a launch is carried out (derived from the params and the SM count only).
 struct SparseAttentionPlan {
@@ -256,10 +262,12 @@ struct SparseAttentionPlan {
   /// sized for the last-arriver merge either way.
   bool cluster_merge = false;
   int stages = 2;              ///< K/V stages of the cp.async ring (picks the kernel instance)
-  /// The kernel instance whose 64-row tiles (query_tile x hpg_q > 32 rows, one warpgroup) run Q·Kᵀ
-  /// and P·V on wgmma (attention_wgmma_head_dim, 2 stages, and some request with more than one
-  /// query row: a tile can then hold several queries); else the instance without that path, so
-  /// that one-query (decode) launches keep the smaller kernel (bench/RESULTS.md, tenth session).
+  /// The kernel instance whose 64-row tiles (more than 32 rows, one warpgroup) run Q·Kᵀ and P·V on
+  /// wgmma: attention_wgmma_head_dim, kAttentionWgmmaStages stages, query_tile x hpg_q > 32 and
+  /// some request with more than one query row (a tile can then hold several queries); else the
+  /// instance without that path, so that one-query (decode) launches keep the smaller kernel
+  /// (bench/RESULTS.md, tenth session). From sizes only: MTP batches whose requests have too few
+  /// rows for such a tile (e.g. 3 rows at hpg_q 8) also take it, and run its mma.sync paths.
   bool wgmma_tiles = false;
   int bitmap_words = 0;        ///< 32-bit words of one region bitmap (max_blocks*block_size/8 bits)
   std::size_t smem_bytes = 0;  ///< dynamic shared memory per CTA
@@ -383,7 +391,8 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   plan->hpg_q = hpg;
   plan->query_tile = qt;
   plan->stages = ns;
-  plan->wgmma_tiles = attention_wgmma_head_dim(p.head_dim) && ns == 2 && p.num_tokens > p.num_requests;
+  plan->wgmma_tiles = attention_wgmma_head_dim(p.head_dim) && ns == kAttentionWgmmaStages &&
+                      qt * hpg > kAttentionTileRows / 2 && p.num_tokens > p.num_requests;
   plan->bitmap_words = static_cast<int>(words);
   plan->smem_bytes = smem_for(qt, ns);
   const long long tiles = (static_cast<long long>(p.num_tokens) + qt - 1) / qt + p.num_requests;

@@ -3,7 +3,8 @@
 /// Device code of the DSA sparse GQA attention + head-wise gate (SPEC.md §4 steps 7–8), sm_90a.
 /// Host API: step5/ops/attention.hpp. Instantiated per geometry row by src/instances/attention.cu.in.
 ///
-/// `sparse_attention_kernel<D, HPG>`: one CTA (4 warps) per (query tile, local KV group, split).
+/// `sparse_attention_kernel<D, HPG, NS, WGT>`: one CTA (4 warps) per (query tile, local KV group,
+/// split).
 /// The kernel body is the list of steps, each one `__device__ __forceinline__` function of
 /// attn_detail:
 ///  1. `locate_tile`: tiles are `query_tile` consecutive queries of one request (a warp scan
@@ -25,21 +26,23 @@
 ///     ends there: gathering the union for all rows would cost more than each query's own regions.
 ///  3. `split_union`: the union's stages are dealt out evenly over the splits; split s gathers
 ///     union ordinals [u0, u1) in stages of 8 regions
-///     (R = layout::kRegionSize) = 64 tokens; `prepare_stage` resolves the stage's token cache rows
-///     and per-(query, region) masks, `gather_stage` issues its cp.async copies of K and V (a ring
-///     of NS stages, NS = plan.stages from `ops::sparse_attention_plan`, rows XOR-swizzled by
-///     16-byte chunk); tokens past the tile's last position (not yet written) are zero-filled,
-///     never read.
+///     (R = layout::kRegionSize) = 64 tokens; `prefetch_stage` (the union search and block-table
+///     loads) and `prepare_stage` resolve the stage's token cache rows and per-(query, region)
+///     masks, `gather_stage` issues its cp.async copies of K and V (a ring of NS stages, NS =
+///     plan.stages from `ops::sparse_attention_plan`; a stage is D/64 column blocks of 64 rows x
+///     128 bytes in the 128B swizzle, `swz`); tokens past the tile's last position (not yet
+///     written) are zero-filled, never read.
 ///  4. Rows = (query, head) pairs, 16 per warp (mma.sync m16n8k16 bf16, fp32 accumulation;
 ///     `load_q_fragments`). With 64 rows each warp owns 16 rows and all 64 tokens of a stage; with
 ///     fewer rows (decode) the warps split the stage's tokens and are merged in the epilogue.
-///     64-row tiles of the plan.wgmma_tiles instance (head_dim 128 / 192) run as one warpgroup on
-///     wgmma instead: `qk_wgmma_issue` (A = the same Q fragments in registers, B = the K stage),
-///     `pv_wgmma_issue` (A = bf16(P) in registers, B = the V stage, N-major), the next stage's
-///     `prefetch_stage` while Q·Kᵀ runs and its `prepare_stage` while P·V runs.
 ///     `attend_stages` runs the ring loop; per stage `qk_mma`, `online_softmax` (mask:
 ///     the row's query selected the token's region and position <= the query's position; exp2
-///     domain; row sums of fp32 P) and `pv_mma` (P rounded to bf16 before P·V).
+///     domain; row sums of fp32 P) and `pv_mma` (P rounded to bf16 before P·V). 64-row tiles of
+///     the WGT = plan.wgmma_tiles instance (head_dim 128 / 192) run as one warpgroup on wgmma
+///     instead: `qk_wgmma_issue` (A = the same Q fragments in registers, B = the K stage),
+///     `pv_wgmma_issue` (A = bf16(P) in registers, B = the V stage, N-major); the metadata of the
+///     stage NS ahead is prefetched while Q·Kᵀ runs and prepared while P·V runs. One-query tiles
+///     run their own instance of the loop (LIST: no union-path code).
 ///  5. Epilogue: `stash_warp_partials` + `merge_warps_and_store` merge the warps of a row through
 ///     shared memory; with one split they write bf16(o), the gate and the LSE
 ///     (`store_gated_output`); else the normalised fp32 partial and its log2-LSE go to the
@@ -129,9 +132,13 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
 /// chunk position c ^ (r % 8) (the 128B swizzle of wgmma.cuh, `sw128_offset`). A stage is thus a
 /// wgmma operand as it stands (K-major for Q·Kᵀ, `make_desc_sw128`; N-major for P·V,
 /// `make_desc_sw128_nmajor`), and an ldmatrix of 8 rows at one chunk reads 8 distinct bank groups.
+constexpr int kBlockCols = 64;                        // bf16 columns of a stage's column block (128 bytes)
+constexpr int kBlockElems = kTileTok * kBlockCols;     // elements of a column block
+constexpr int kRowBytes = kBlockCols * 2;              // bytes of a row of a column block
+constexpr int kBlockBytes = kTileTok * kRowBytes;      // bytes of a column block (8 KiB)
 template <int D>
 __device__ __forceinline__ int swz(int row, int chunk) {
-  return (chunk >> 3) * (kTileTok * 64) + row * 64 + (((chunk & 7) ^ (row & 7)) << 3);
+  return (chunk >> 3) * kBlockElems + row * kBlockCols + (((chunk & 7) ^ (row & 7)) << 3);
 }
 /// Whether the 64-row tiles (one warpgroup, TG == 1) can run Q·Kᵀ and P·V on wgmma: the head dims
 /// with an m64nDk16 instruction here (wgmma.cuh).
@@ -210,8 +217,8 @@ struct TileWork {
 
 /// Dynamic shared memory of one CTA (plan.smem_bytes).
 struct SmemPtrs {
-  __nv_bfloat16* sK;      ///< [NS][64][D] K stages (swizzled)
-  __nv_bfloat16* sV;      ///< [NS][64][D] V stages
+  __nv_bfloat16* sK;      ///< [NS][D/64][64][64] K stages (`swz`)
+  __nv_bfloat16* sV;      ///< [NS][D/64][64][64] V stages
   std::uint32_t* qbits;   ///< [QT][words] region bitmap per query
   std::uint32_t* ubits;   ///< [words] their union
   int* prefix;            ///< [words + 1] set bits of ubits before each word
@@ -410,10 +417,12 @@ struct StagePrefetch {
   int id;
   BlockEntry blk;
 };
+/// Nothing prefetched (the list path, or no stage NS ahead).
+__device__ __forceinline__ constexpr StagePrefetch no_prefetch() { return {-1, {-1, false}}; }
 template <bool LIST>
 __device__ __forceinline__ StagePrefetch prefetch_stage(const SparseAttentionArgs& a, const SmemPtrs& sp,
                                                         const TileWork& w, int it, int tid) {
-  StagePrefetch pf{-1, {-1, false}};
+  StagePrefetch pf = no_prefetch();
   if constexpr (LIST) return pf;
   const bool token = tid < kTileTok;
   const int j = token ? tid >> kRegionLog2 : (tid - kTileTok) & (kStageRegions - 1);
@@ -495,7 +504,7 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
 /// chunk group of a row per instruction (thread t: chunks t % 8 + 8j of rows t / 8 + 16r, r < 4),
 /// so a warp instruction moves whole sectors of four rows, and each thread resolves a row's offset
 /// and swizzle once for its D / 64 chunk groups (chunk group j of a row is the same position in
-/// column block j: swz(row, l + 8j) = swz(row, l) + 64 * 64 * j) — a quarter of the issue slots of
+/// column block j: swz(row, l + 8j) = swz(row, l) + kBlockElems * j) — a quarter of the issue slots of
 /// one chunk per loop iteration, which the decode stages are bound by (bench/RESULTS.md).
 template <int D>
 __device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const int* tok_row, const SmemPtrs& sp,
@@ -516,8 +525,8 @@ __device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const
     const int dst = swz<D>(c, lc);
 #pragma unroll
     for (int j = 0; j < D / 64; ++j) {
-      cp_async16(smem_u32(dk + dst + kTileTok * 64 * j), ks + 64 * j, bytes);
-      cp_async16(smem_u32(dv + dst + kTileTok * 64 * j), vs + 64 * j, bytes);
+      cp_async16(smem_u32(dk + dst + kBlockElems * j), ks + kBlockCols * j, bytes);
+      cp_async16(smem_u32(dv + dst + kBlockElems * j), vs + kBlockCols * j, bytes);
     }
   }
 }
@@ -641,10 +650,10 @@ __device__ __forceinline__ void qk_wgmma_issue(const std::uint32_t (&qf)[D / 16]
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks)
     wg::wgmma_m64n64k16_bf16_rs(&s[0][0], qf[ks],
-                                wg::make_desc_sw128(base + (ks >> 2) * (kTileTok * 128) + (ks & 3) * 32), ks > 0);
+                                wg::make_desc_sw128(base + (ks >> 2) * kBlockBytes + (ks & 3) * 32), ks > 0);
   wg::wgmma_commit();
 }
-/// Waits for `qk_wgmma_issue` (issue only: the caller prefetches the next stage meanwhile).
+/// Waits for `qk_wgmma_issue` (issue only: the caller prefetches the stage NS ahead meanwhile).
 __device__ __forceinline__ void qk_wgmma_wait(float (&s)[kTileTok / 8][4]) {
   namespace wg = ::step5::kernels::sm90::wgmma;
   wg::wgmma_wait<0>();
@@ -653,7 +662,7 @@ __device__ __forceinline__ void qk_wgmma_wait(float (&s)[kTileTok / 8][4]) {
 
 /// Step 4d on wgmma, issue only: O += bf16(P)·V over the stage's 64 tokens, one m64nDk16 per 16
 /// tokens, committed as one group and NOT waited for (`pv_wgmma_wait`): the caller prepares the
-/// next stage meanwhile. A = P packed to bf16 (`pa`, the fragments pv_mma builds; the caller keeps
+/// stage NS ahead meanwhile. A = P packed to bf16 (`pa`, the fragments pv_mma builds; the caller keeps
 /// them untouched until the wait), B = the V stage (N-major: 16 token rows of 128 bytes per k16
 /// step, the D / 64 column blocks 8 KiB apart).
 template <int D>
@@ -672,9 +681,10 @@ __device__ __forceinline__ void pv_wgmma_issue(const float (&s)[kTileTok / 8][4]
   wg::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kTileTok / 16; ++kk) {
-    const std::uint64_t desc = wg::make_desc_sw128_nmajor(base + kk * 16 * 128, kTileTok * 128);
+    const std::uint64_t desc = wg::make_desc_sw128_nmajor(base + kk * 16 * kRowBytes, kBlockBytes);
     if constexpr (D == 128) wg::wgmma_m64n128k16_bf16_rs_nmajor(&acc[0][0], pa[kk], desc, 1);
-    else wg::wgmma_m64n192k16_bf16_rs_nmajor(&acc[0][0], pa[kk], desc, 1);
+    else if constexpr (D == 192) wg::wgmma_m64n192k16_bf16_rs_nmajor(&acc[0][0], pa[kk], desc, 1);
+    else static_assert(D != D, "an m64nDk16 N-major instruction for every ops::attention_wgmma_head_dim");
   }
   wg::wgmma_commit();
 }
@@ -697,7 +707,10 @@ __device__ __forceinline__ void pv_wgmma_wait(std::uint32_t (&pa)[kTileTok / 16]
 /// cache rows were prepared one iteration earlier. After computing stage `it`, the metadata of
 /// stage it + NS is prepared into the slot of stage it - 1: NS + 1 metadata slots, since stage
 /// `it`'s masks and stage it + NS - 1's rows are still being read. Each warp computes NW tokens
-/// (column group tg) of its 16 rows.
+/// (column group tg) of its 16 rows. WG (64-row tiles, NW = 64): the warpgroup computes on wgmma;
+/// every thread fences its completed cp.async writes to the async proxy before the barrier, the
+/// prefetch of stage it + NS runs while Q·Kᵀ is in flight and its prepare_stage while P·V is.
+/// LIST = w.list (one query: no union-path code in the loop).
 template <int D, int NW, int NS, bool WG = false, bool LIST = false>
 __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, StageMeta<NS>& sg, const SmemPtrs& sp,
                                               const TileWork& w, int tid, int lane, int tg, int i_lo, int i_hi,
@@ -734,7 +747,7 @@ __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, Stag
       // compute P·V
       qk_wgmma_issue<D>(qf, sp.sK + st * kTileTok * D, s);
       const StagePrefetch pf =
-          pre < w.ntiles ? prefetch_stage<LIST>(a, sp, w, pre, tid) : StagePrefetch{-1, {-1, false}};
+          pre < w.ntiles ? prefetch_stage<LIST>(a, sp, w, pre, tid) : no_prefetch();
       qk_wgmma_wait(s);
       online_softmax<D, NW>(&sg.mask[it % kMeta][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
       std::uint32_t pa[kTileTok / 16][4];
@@ -1025,7 +1038,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   static_assert(NS * 2 * kTileTok * D * 2 >= kWarps * 16 * (D + 4) * 4, "the warp stash must fit in the K/V stages");
   static_assert(sizeof(SmemStatic) + sizeof(StageMeta<NS>) <= ops::attention_static_smem(NS),
                 "static shared memory above the planner's bound (ops::attention_static_smem)");
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  extern __shared__ __align__(ops::kAttentionSmemAlign) unsigned char smem_raw[];
   __shared__ SmemStatic ss;
   __shared__ StageMeta<NS> sg;
   SmemPtrs sp;
@@ -1096,9 +1109,10 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   SoftmaxState sm{-INFINITY, -INFINITY, 0.f, 0.f};
   const int i_lo = (rg * 16 + (lane >> 2)) / HPG, i_hi = (rg * 16 + (lane >> 2) + 8) / HPG;
-  // 64-row tiles on wgmma where the head dim has the instructions and the ring is 1024-byte aligned
-  // (the 128B swizzle's atoms; `smem_raw` is declared so), else on mma.sync
-  if (WGT && kWgmmaTiles<D> && TG == 1 && (smem_u32(smem_raw) & 1023u) == 0u)
+  // 64-row tiles on wgmma where the head dim has the instructions and the ring is aligned to the
+  // 128B swizzle's 1 KiB atoms (`smem_raw` is declared so; the check is a guard: were the base ever
+  // misaligned, these tiles would run the mma.sync loop, with the same results, more slowly)
+  if (WGT && kWgmmaTiles<D> && TG == 1 && (smem_u32(smem_raw) % ops::kAttentionSmemAlign) == 0u)
     attend_stages<D, 64, NS, WGT && kWgmmaTiles<D>>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   else if (TG == 1) attend_stages<D, 64, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   else if (TG == 2) attend_stages<D, 32, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);

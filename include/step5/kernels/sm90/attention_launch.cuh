@@ -24,8 +24,8 @@ namespace step5::kernels::sm90 {
 
 /// Whether clusters of `splits` CTAs of `kernel` (128 threads, `smem` dynamic bytes; sizes above 8
 /// need the non-portable attribute, set here) can be resident on the current device `dev`
-/// (cudaOccupancyMaxActiveClusters > 0). Cached per (instance: stage count and wgmma_tiles,
-/// device, splits) with the smem size it was checked for.
+/// (cudaOccupancyMaxActiveClusters > 0). Cached per (instance: stage count and whether it is the
+/// wgmma instance, device, splits) with the smem size it was checked for.
 template <int D, int HPG>
 Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns, bool wgmma_tiles, int dev,
                                     int splits, std::size_t smem, bool* available) {
@@ -107,10 +107,18 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
     a.ws_o = reinterpret_cast<float*>(ws + l.partials);
     a.ws_lse = reinterpret_cast<float*>(ws + l.lse);
   }
+  // the instance: ring depth and wgmma path from the plan (the wgmma instance exists for the head
+  // dims and the ring depth of ops::attention_wgmma_head_dim / kAttentionWgmmaStages only)
   auto kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4, false>
                 : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3, false>
-                : plan.wgmma_tiles ? &sparse_attention_kernel<D, HPG, 2, true>
-                                   : &sparse_attention_kernel<D, HPG, 2, false>;  // ring depth, wgmma: the plan
+                                   : &sparse_attention_kernel<D, HPG, 2, false>;
+  bool wgmma_instance = false;
+  if constexpr (ops::attention_wgmma_head_dim(D)) {
+    if (plan.wgmma_tiles) {
+      kernel = &sparse_attention_kernel<D, HPG, ops::kAttentionWgmmaStages, true>;
+      wgmma_instance = true;
+    }
+  }
   // one fixed limit (every plan's smem_bytes <= ops::kAttentionMaxSmem), the same on every call: a
   // per-plan value let two host threads launching different plans of one instance lower each
   // other's limit between the set and the launch (the top-k and score launchers follow the same
@@ -127,7 +135,7 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
     if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
     bool available = false;
     const Status checked =
-        attention_clusters_available<D, HPG>(kernel, plan.stages, plan.wgmma_tiles, dev, plan.num_splits,
+        attention_clusters_available<D, HPG>(kernel, plan.stages, wgmma_instance, dev, plan.num_splits,
                                              plan.smem_bytes, &available);
     STEP5_RETURN_IF_ERROR(checked);
     if (available) {
