@@ -138,6 +138,8 @@ inline constexpr int kAttentionMaxStages = 4;
 /// stages, since a stage's metadata is prepared while two others are still read (one barrier per
 /// stage). The kernel's StageMeta and attention_static_smem both take it from here.
 constexpr int attention_meta_slots(int stages) { return stages + 1; }
+/// Alignment of the kernel's dynamic shared memory (the K/V ring: 128B-swizzle atoms of 1 KiB).
+inline constexpr std::size_t kAttentionSmemAlign = 1024;
 /// Upper bound of the kernel's static shared memory with `stages` ring stages: 768 bytes of tile
 /// state and softmax statistics plus, per metadata slot (attention_meta_slots), 64 token cache
 /// rows (int32) and the (query, region) masks (16 x 8 bytes), rounded up to 1 KiB (2, 3, 4
@@ -145,8 +147,6 @@ constexpr int attention_meta_slots(int stages) { return stages + 1; }
 /// memory is declared kAttentionSmemAlign-aligned (the wgmma operands' 128B-swizzle atoms), so
 /// ptxas pads the static part to the next KiB (it reports 2048, 3072, 3072 bytes for
 /// step5_preview). The kernel static_asserts its layout against it.
-/// Alignment of the kernel's dynamic shared memory (the K/V ring: 128B-swizzle atoms of 1 KiB).
-inline constexpr std::size_t kAttentionSmemAlign = 1024;
 constexpr std::size_t attention_static_smem(int stages) {
   return (768u + static_cast<std::size_t>(attention_meta_slots(stages)) * (kAttentionTileTokens * 4u + 16u * 8u) +
           kAttentionSmemAlign - 1u) / kAttentionSmemAlign * kAttentionSmemAlign;
@@ -245,6 +245,10 @@ inline SparseAttentionWorkspaceLayout sparse_attention_workspace_layout(long lon
   return l;
 }
 
+/// Row groups of 16 rows (one warp each) of a tile of `rows` = queries x hpg_q rows: 1, 2 or 4; the
+/// kernel's 4 warps split each stage's tokens over 4 / groups of them. A tile of 4 groups (more
+/// than 32 rows) is one warpgroup on all 64 tokens: the tile the wgmma path takes.
+constexpr int attention_row_groups(int rows) { return rows <= 16 ? 1 : (rows <= 32 ? 2 : 4); }
 /// Whether the kernel has the wgmma path for 64-row tiles at head_dim D (an m64nDk16 instruction
 /// for P·V: D 128 or 192), and the one ring depth it is built for. The kernel, the planner and
 /// the launcher read them from here.
@@ -392,7 +396,7 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   plan->query_tile = qt;
   plan->stages = ns;
   plan->wgmma_tiles = attention_wgmma_head_dim(p.head_dim) && ns == kAttentionWgmmaStages &&
-                      qt * hpg > kAttentionTileRows / 2 && p.num_tokens > p.num_requests;
+                      attention_row_groups(qt * hpg) == kAttentionTileRows / 16 && p.num_tokens > p.num_requests;
   plan->bitmap_words = static_cast<int>(words);
   plan->smem_bytes = smem_for(qt, ns);
   const long long tiles = (static_cast<long long>(p.num_tokens) + qt - 1) / qt + p.num_requests;

@@ -435,6 +435,18 @@ __device__ __forceinline__ StagePrefetch prefetch_stage(const SparseAttentionArg
   return pf;
 }
 
+/// The cache row of the token at position `pos` of block `blk` and local KV group `g`:
+/// (blk * block_size + pos % block_size) * kv_heads + g (int32: sparse_attention_plan bounds it).
+__device__ __forceinline__ int token_cache_row(const SparseAttentionArgs& a, int blk, int pos, int g) {
+  return (blk * a.block_size + pos % a.block_size) * a.kv_heads + g;
+}
+/// The token bits of region `id` that a query at position `qpos` attends: its tokens at positions
+/// <= qpos (SPEC §4 step 7: the current region up to the query, whole earlier regions).
+__device__ __forceinline__ unsigned region_token_mask(int id, int qpos) {
+  const int n = min(id * kRegion + kRegion - 1, qpos) - id * kRegion + 1;
+  return n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
+}
+
 /// Step 3b: prepares a ring stage for gathered tile `it` (`pf` from prefetch_stage): threads
 /// 0..63 the cache row of one token each into tok_row[64] (-1 = zero-fill: past the union, past
 /// the tile's last position, or a slot / block id outside the table; rows fit int32:
@@ -455,18 +467,14 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
       if (w.u0 + e < w.u1) {
         const int id = sp.reg_id[e], blk = sp.reg_blk[e];
         const int pos = id * kRegion + (c & (kRegion - 1));
-        if (blk >= 0 && pos <= w.pos_last) row = (blk * a.block_size + pos % a.block_size) * a.kv_heads + w.g;
+        if (blk >= 0 && pos <= w.pos_last) row = token_cache_row(a, blk, pos, w.g);
       }
       tok_row[c] = row;
     } else {
       for (int idx = tid - kTileTok; idx < kMaxQ * kStageRegions; idx += kThreads - kTileTok) {
         const int i = idx >> kStageRegionsLog2, j = idx & (kStageRegions - 1), e = it * kStageRegions + j;
         unsigned m = 0;
-        if (i == 0 && w.u0 + e < w.u1 && sp.reg_blk[e] >= 0) {
-          const int id = sp.reg_id[e];
-          const int n = min(id * kRegion + kRegion - 1, w.pos0) - id * kRegion + 1;  // tokens <= the position
-          m = n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
-        }
+        if (i == 0 && w.u0 + e < w.u1 && sp.reg_blk[e] >= 0) m = region_token_mask(sp.reg_id[e], w.pos0);
         mask[i][j] = static_cast<unsigned char>(m);
       }
     }
@@ -478,7 +486,7 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
       const int pos = pf.id * kRegion + (tid & (kRegion - 1));
       if (pos <= w.pos_last) {
         const long long blk = check_block_entry(pf.blk, a.num_blocks, w.b, pos, a.bounds_fault);
-        if (blk >= 0) row = (static_cast<int>(blk) * a.block_size + pos % a.block_size) * a.kv_heads + w.g;
+        if (blk >= 0) row = token_cache_row(a, static_cast<int>(blk), pos, w.g);
       }
     }
     tok_row[tid] = row;
@@ -491,10 +499,8 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
   for (int h = 0; h < 2; ++h) {
     const int i = (e >> kStageRegionsLog2) + h * (kMaxQ / 2);
     unsigned m = 0;
-    if (region_ok && i < w.nq && ((sp.qbits[i * w.words + (pf.id >> 5)] >> (pf.id & 31)) & 1u)) {
-      const int n = min(pf.id * kRegion + kRegion - 1, w.pos0 + i) - pf.id * kRegion + 1;  // tokens <= its position
-      m = n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
-    }
+    if (region_ok && i < w.nq && ((sp.qbits[i * w.words + (pf.id >> 5)] >> (pf.id & 31)) & 1u))
+      m = region_token_mask(pf.id, w.pos0 + i);
     mask[i][j] = static_cast<unsigned char>(m);
   }
 }
@@ -1073,7 +1079,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
 
   // warp roles: RG row groups of 16 rows, TG token groups per stage
   const int rows = w.nq * HPG;
-  const int RG = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);
+  const int RG = ops::attention_row_groups(rows);
   const int TG = kWarps / RG;
   const int rg = warp % RG, tg = warp / RG;
   // 4a. Q fragments and the rows' gate logits: independent of steps 2-3, issued first so that
