@@ -155,15 +155,28 @@ constexpr std::size_t attention_static_smem(int stages) {
 /// in an int32: num_blocks * block_size * num_kv_groups must not exceed this (sparse_attention_plan
 /// returns kUnsupported beyond it; 2^31 rows of 384 bytes at D 192 are 824 GB per K cache).
 inline constexpr long long kAttentionMaxCacheRows = 0x7fffffffLL;
-/// Bytes of the kernel's dynamic shared memory after the K/V ring stages (the tile metadata):
-/// the larger of the multi-query path's region bitmaps (`query_tile` per-query bitmaps, their union
-/// and its word prefix counts, `bitmap_words` 32-bit words each) and the one-query (decode) path's
-/// region list (a region id and a block id, int32, per entry of a topk row: 2 x (topk + 1)), then
-/// the per-row gate values (kAttentionTileRows fp32). The planner (smem_bytes) and the kernel (its
-/// pointers) both read it from here.
-constexpr std::size_t attention_meta_bytes(int query_tile, long long bitmap_words, int topk) {
+/// Union regions the multi-query path resolves at a time (region id and block-table entry, once
+/// per region instead of once per thread that uses it): the regions of kAttentionTileTokens /
+/// kRegionSize = 8 consecutive ring stages. The kernel keeps two such chunks (the one read and
+/// the next, resolved while it is read).
+inline constexpr int kAttentionChunkRegions = 64;
+/// Byte offset, from the start of the tile metadata, of the multi-query path's two region chunks
+/// (int32 pairs {region id, block-table entry}, kAttentionChunkRegions each): after the
+/// `query_tile` per-query region bitmaps, their union and its word prefix counts (`bitmap_words`
+/// 32-bit words each; words + 1 prefix counts), 8-byte aligned.
+constexpr std::size_t attention_chunk_offset(int query_tile, long long bitmap_words) {
   const std::size_t bitmaps = (static_cast<std::size_t>(query_tile) + 1u) * static_cast<std::size_t>(bitmap_words) * 4u +
                               (static_cast<std::size_t>(bitmap_words) + 1u) * 4u;
+  return (bitmaps + 7u) / 8u * 8u;
+}
+/// Bytes of the kernel's dynamic shared memory after the K/V ring stages (the tile metadata):
+/// the larger of the multi-query path's region bitmaps and region chunks (attention_chunk_offset,
+/// then 2 x kAttentionChunkRegions x 8 bytes) and the one-query (decode) path's region list (a
+/// region id and a block id, int32, per entry of a topk row: 2 x (topk + 1)), then the per-row
+/// gate values (kAttentionTileRows fp32). The planner (smem_bytes) and the kernel (its pointers)
+/// both read it from here.
+constexpr std::size_t attention_meta_bytes(int query_tile, long long bitmap_words, int topk) {
+  const std::size_t bitmaps = attention_chunk_offset(query_tile, bitmap_words) + 2u * kAttentionChunkRegions * 8u;
   const std::size_t list = 2u * 4u * (static_cast<std::size_t>(topk) + 1u);
   return (bitmaps > list ? bitmaps : list) + 4u * kAttentionTileRows;
 }

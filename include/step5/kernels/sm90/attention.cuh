@@ -26,9 +26,10 @@
 ///     ends there: gathering the union for all rows would cost more than each query's own regions.
 ///  3. `split_union`: the union's stages are dealt out evenly over the splits; split s gathers
 ///     union ordinals [u0, u1) in stages of 8 regions
-///     (R = layout::kRegionSize) = 64 tokens; `prefetch_stage` (the union search and block-table
-///     loads) and `prepare_stage` resolve the stage's token cache rows and per-(query, region)
-///     masks, `gather_stage` issues its cp.async copies of K and V (a ring of NS stages, NS =
+///     (R = layout::kRegionSize) = 64 tokens; the ordinals' region ids and block ids are resolved
+///     64 at a time, once per region (`prefetch_chunk` / `store_chunk`: the union search and the
+///     block-table loads, into a ring of two chunks), `prepare_stage` writes the stage's token
+///     cache rows and per-(query, region) masks from them, `gather_stage` issues its cp.async copies of K and V (a ring of NS stages, NS =
 ///     plan.stages from `ops::sparse_attention_plan`; a stage is D/64 column blocks of 64 rows x
 ///     128 bytes in the 128B swizzle, `swz`); tokens past the tile's last position (not yet
 ///     written) are zero-filled, never read.
@@ -40,8 +41,8 @@
 ///     domain; row sums of fp32 P) and `pv_mma` (P rounded to bf16 before P·V). 64-row tiles of
 ///     the WGT = plan.wgmma_tiles instance (head_dim 128 / 192) run as one warpgroup on wgmma
 ///     instead: `qk_wgmma_issue` (A = the same Q fragments in registers, B = the K stage),
-///     `pv_wgmma_issue` (A = bf16(P) in registers, B = the V stage, N-major); the metadata of the
-///     stage NS ahead is prefetched while Q·Kᵀ runs and prepared while P·V runs. One-query tiles
+///     `pv_wgmma_issue` (A = bf16(P) in registers, B = the V stage, N-major); a due chunk's loads
+///     are issued while Q·Kᵀ runs, and the stage NS ahead is prepared while P·V runs. One-query tiles
 ///     run their own instance of the loop (LIST: no union-path code).
 ///  5. Epilogue: `stash_warp_partials` + `merge_warps_and_store` merge the warps of a row through
 ///     shared memory; with one split they write bf16(o), the gate and the LSE
@@ -120,6 +121,9 @@ static_assert(kRegion == 8, "sparse_attention_kernel: one mask byte and one m16n
 constexpr int kStageRegions = kTileTok / kRegion;  // regions gathered per stage
 constexpr int kStageRegionsLog2 = std::countr_zero(static_cast<unsigned>(kStageRegions));
 constexpr int kMaxSplits = ::step5::ops::kAttentionMaxSplits;  // columns of the merge's weight table
+constexpr int kChunkRegions = ::step5::ops::kAttentionChunkRegions;  // union regions resolved at a time
+constexpr int kChunkStages = kChunkRegions / kStageRegions;            // the ring stages of one chunk
+static_assert(kChunkRegions % kStageRegions == 0 && kChunkRegions <= kThreads, "one thread per region of a chunk");
 
 using namespace ::step5::kernels::sm90::ptx;  // cp.async, ldmatrix, mma.sync (ptx.cuh)
 
@@ -224,6 +228,7 @@ struct SmemPtrs {
   int* prefix;            ///< [words + 1] set bits of ubits before each word
   int* reg_id;            ///< list path: [topk + 1] region id per entry of the split's share (-1: ignored); aliases qbits
   int* reg_blk;           ///< list path: [topk + 1] its block id (-1: not read)
+  int2* chunk;            ///< union path: [2][kChunkRegions] {region id, block id} of union ordinals (`store_chunk`)
   float* gate;            ///< [64] bf16(sigmoid(gate)) per tile row (1 without a gate), after the metadata
 };
 
@@ -404,35 +409,46 @@ __device__ __forceinline__ void load_q_fragments(const SparseAttentionArgs& a, c
   }
 }
 
-/// Step 3b, first half: what a ring stage's preparation reads from global memory, issued early
-/// (`prefetch_stage`; `prepare_stage` uses it later) so that on the wgmma path the block-table
-/// round trip and the union search overlap the MMAs instead of delaying the next barrier. Union
-/// path: every thread holds the id of one region of the stage (-1 past the split's share) and a
-/// block-table entry: token thread c < 64 (region c / 8) that of its token's slot, mask thread
-/// 64 + e (region e % 8) that of the region's first token. The list path reads only shared memory
-/// (build_region_list resolved its blocks up front): nothing to prefetch. LIST = w.list, a
-/// template argument so that the list (decode) loop holds no union-path code (its time is mostly
-/// instruction fetch, bench/RESULTS.md).
-struct StagePrefetch {
+/// Step 3b, first half (union path): the union ordinals of ring stages kChunkStages * k ..
+/// kChunkStages * (k + 1) - 1, i.e. ordinals w.u0 + kChunkRegions * k + t (t < kChunkRegions, below
+/// w.u1), are resolved once per region, by thread t: its region id (`select_region`) and the
+/// block-table entry of the region's first token (block_size is a multiple of R: one entry per
+/// region). Split in two so that the block-table load is in flight while the MMAs run:
+/// `prefetch_chunk` issues it, `store_chunk` checks it (faults reported at the region's first
+/// position, which is at most the tile's last: every union region was selected by a query at or
+/// after it) and writes {id, block id or -1} into chunk slot k % 2, read by prepare_stage after
+/// the next barrier. The list path resolved its row up front (build_region_list): no chunks.
+struct RegionPrefetch {
   int id;
   BlockEntry blk;
 };
-/// Nothing prefetched (the list path, or no stage NS ahead).
-__device__ __forceinline__ constexpr StagePrefetch no_prefetch() { return {-1, {-1, false}}; }
-template <bool LIST>
-__device__ __forceinline__ StagePrefetch prefetch_stage(const SparseAttentionArgs& a, const SmemPtrs& sp,
-                                                        const TileWork& w, int it, int tid) {
-  StagePrefetch pf = no_prefetch();
-  if constexpr (LIST) return pf;
-  const bool token = tid < kTileTok;
-  const int j = token ? tid >> kRegionLog2 : (tid - kTileTok) & (kStageRegions - 1);
-  const int ord = w.u0 + it * kStageRegions + j;
-  if (ord < w.u1) {
+/// Nothing prefetched (the list path, a thread past the chunk's regions, or no chunk due).
+__device__ __forceinline__ constexpr RegionPrefetch no_prefetch() { return {-1, {-1, false}}; }
+__device__ __forceinline__ RegionPrefetch prefetch_chunk(const SparseAttentionArgs& a, const SmemPtrs& sp,
+                                                         const TileWork& w, int k, int tid) {
+  RegionPrefetch pf = no_prefetch();
+  const int ord = w.u0 + k * kChunkRegions + tid;
+  if (tid < kChunkRegions && ord < w.u1) {
     pf.id = select_region(sp.ubits, sp.prefix, w.words, ord);
-    pf.blk = load_block_entry(a.block_table, a.max_blocks, a.block_size, w.b,
-                              pf.id * kRegion + (token ? tid & (kRegion - 1) : 0));
+    pf.blk = load_block_entry(a.block_table, a.max_blocks, a.block_size, w.b, pf.id * kRegion);
   }
   return pf;
+}
+__device__ __forceinline__ void store_chunk(const SparseAttentionArgs& a, const SmemPtrs& sp, const TileWork& w,
+                                            int k, const RegionPrefetch& pf, int tid) {
+  if (tid >= kChunkRegions) return;
+  const int blk = pf.id >= 0 ? static_cast<int>(check_block_entry(pf.blk, a.num_blocks, w.b, pf.id * kRegion,
+                                                                  a.bounds_fault))
+                             : -1;
+  sp.chunk[(k & 1) * kChunkRegions + tid] = make_int2(pf.id, blk);
+}
+/// Whether chunk `k` (stages kChunkStages * k ..) is resolved at iteration `it` of the stage loop:
+/// the iteration before the one that prepares its first stage (it + NS + 1 = kChunkStages * k),
+/// so that the barrier at the top of that iteration publishes it. Chunk 0 is resolved up front.
+template <int NS>
+__device__ __forceinline__ int chunk_due(const TileWork& w, int it) {
+  const int first = it + NS + 1;
+  return first % kChunkStages == 0 && first < w.ntiles ? first / kChunkStages : -1;
 }
 
 /// The cache row of the token at position `pos` of block `blk` and local KV group `g`:
@@ -447,60 +463,48 @@ __device__ __forceinline__ unsigned region_token_mask(int id, int qpos) {
   return n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
 }
 
-/// Step 3b: prepares a ring stage for gathered tile `it` (`pf` from prefetch_stage): threads
-/// 0..63 the cache row of one token each into tok_row[64] (-1 = zero-fill: past the union, past
-/// the tile's last position, or a slot / block id outside the table; rows fit int32:
-/// sparse_attention_plan), the others the per-(query, region) token masks into
-/// mask[kMaxQ][kStageRegions] (union path: thread 64 + e those of region e % 8 for queries e / 8
-/// and e / 8 + 8). A region whose block-table entry is outside the row or [0, num_blocks) is
-/// zero-filled by the token threads (never read; they report the fault for positions up to the
-/// tile's last) and masked here, or its tokens would enter the softmax with logit 0 (block_size
-/// is a multiple of R: one entry per region). LIST = w.list (prefetch_stage).
+/// Region j of gathered tile `it` as {region id, block id}: entry e = kStageRegions * it + j of the
+/// split's share, {-1, -1} past it. List path: build_region_list's arrays (id -1 or block -1:
+/// masked, never read); union path: the chunk ring (`store_chunk`; block -1: masked, never read).
+template <bool LIST>
+__device__ __forceinline__ int2 stage_region(const SmemPtrs& sp, const TileWork& w, int it, int j) {
+  const int e = it * kStageRegions + j;
+  if (w.u0 + e >= w.u1) return make_int2(-1, -1);
+  if constexpr (LIST) return make_int2(sp.reg_id[e], sp.reg_blk[e]);
+  else return sp.chunk[e % (2 * kChunkRegions)];
+}
+
+/// Step 3b: prepares a ring stage for gathered tile `it` from shared memory only (its regions:
+/// stage_region): threads 0..63 the cache row of one token each into tok_row[64] (-1 = zero-fill:
+/// past the share, past the tile's last position, or a region whose block is unusable; rows fit
+/// int32: sparse_attention_plan), the others the per-(query, region) token masks into
+/// mask[kMaxQ][kStageRegions] (thread 64 + e those of region e % 8 for queries e / 8 and e / 8 + 8:
+/// the query selected the region (list path: query 0, its own row; union path: its bitmap) and its
+/// block is usable; else 0, or a zero-filled token would enter the softmax with logit 0).
+/// LIST = w.list, a template argument so that the list (decode) loop holds no union-path code (its
+/// time is mostly instruction fetch, bench/RESULTS.md).
 template <bool LIST>
 __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, const SmemPtrs& sp, const TileWork& w,
-                                              int it, const StagePrefetch& pf, int* tok_row,
-                                              unsigned char (*mask)[kStageRegions], int tid) {
-  if constexpr (LIST) {  // one query: the regions resolved by build_region_list (shared memory only)
-    if (tid < kTileTok) {
-      const int c = tid, e = it * kStageRegions + (c >> kRegionLog2);
-      int row = -1;
-      if (w.u0 + e < w.u1) {
-        const int id = sp.reg_id[e], blk = sp.reg_blk[e];
-        const int pos = id * kRegion + (c & (kRegion - 1));
-        if (blk >= 0 && pos <= w.pos_last) row = token_cache_row(a, blk, pos, w.g);
-      }
-      tok_row[c] = row;
-    } else {
-      for (int idx = tid - kTileTok; idx < kMaxQ * kStageRegions; idx += kThreads - kTileTok) {
-        const int i = idx >> kStageRegionsLog2, j = idx & (kStageRegions - 1), e = it * kStageRegions + j;
-        unsigned m = 0;
-        if (i == 0 && w.u0 + e < w.u1 && sp.reg_blk[e] >= 0) m = region_token_mask(sp.reg_id[e], w.pos0);
-        mask[i][j] = static_cast<unsigned char>(m);
-      }
-    }
-    return;
-  }
+                                              int it, int* tok_row, unsigned char (*mask)[kStageRegions], int tid) {
   if (tid < kTileTok) {
-    int row = -1;
-    if (pf.id >= 0) {
-      const int pos = pf.id * kRegion + (tid & (kRegion - 1));
-      if (pos <= w.pos_last) {
-        const long long blk = check_block_entry(pf.blk, a.num_blocks, w.b, pos, a.bounds_fault);
-        if (blk >= 0) row = token_cache_row(a, static_cast<int>(blk), pos, w.g);
-      }
-    }
-    tok_row[tid] = row;
+    const int2 r = stage_region<LIST>(sp, w, it, tid >> kRegionLog2);
+    const int pos = r.x * kRegion + (tid & (kRegion - 1));
+    tok_row[tid] = r.y >= 0 && pos <= w.pos_last ? token_cache_row(a, r.y, pos, w.g) : -1;
     return;
   }
   static_assert(kMaxQ * kStageRegions == 2 * (kThreads - kTileTok), "two mask entries per mask thread");
   const int e = tid - kTileTok, j = e & (kStageRegions - 1);
-  const bool region_ok = pf.id >= 0 && check_block_entry(pf.blk, a.num_blocks, w.b, pf.id * kRegion, nullptr) >= 0;
+  const int2 r = stage_region<LIST>(sp, w, it, j);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int i = (e >> kStageRegionsLog2) + h * (kMaxQ / 2);
     unsigned m = 0;
-    if (region_ok && i < w.nq && ((sp.qbits[i * w.words + (pf.id >> 5)] >> (pf.id & 31)) & 1u))
-      m = region_token_mask(pf.id, w.pos0 + i);
+    if (r.y >= 0) {
+      bool selected;
+      if constexpr (LIST) selected = i == 0;
+      else selected = i < w.nq && ((sp.qbits[i * w.words + (r.x >> 5)] >> (r.x & 31)) & 1u);
+      if (selected) m = region_token_mask(r.x, w.pos0 + i);
+    }
     mask[i][j] = static_cast<unsigned char>(m);
   }
 }
@@ -511,7 +515,10 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
 /// so a warp instruction moves whole sectors of four rows, and each thread resolves a row's offset
 /// and swizzle once for its D / 64 chunk groups (chunk group j of a row is the same position in
 /// column block j: swz(row, l + 8j) = swz(row, l) + kBlockElems * j) — a quarter of the issue slots of
-/// one chunk per loop iteration, which the decode stages are bound by (bench/RESULTS.md).
+/// one chunk per loop iteration, which the decode stages are bound by (bench/RESULTS.md). The rows of
+/// a thread are 16 apart, so they share row % 8 and thus the swizzle: their destinations differ by a
+/// constant (swz(row + 16r, l) = swz(row, l) + 16r * kBlockCols), and a row's two sources are one
+/// 64-bit element offset from the K and V bases.
 template <int D>
 __device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const int* tok_row, const SmemPtrs& sp,
                                              int st, int tid) {
@@ -521,18 +528,19 @@ __device__ __forceinline__ void gather_stage(const SparseAttentionArgs& a, const
   __nv_bfloat16* dk = sp.sK + st * kTileTok * D;
   __nv_bfloat16* dv = sp.sV + st * kTileTok * D;
   const int lc = tid & 7;
+  const std::uint32_t dk0 = smem_u32(dk + swz<D>(tid >> 3, lc)), dv0 = smem_u32(dv + swz<D>(tid >> 3, lc));
 #pragma unroll
   for (int r = 0; r < kTileTok / kRowsPerPass; ++r) {
-    const int c = (tid >> 3) + r * kRowsPerPass;
-    const long long off = static_cast<long long>(tok_row[c]) * D;  // -1 * D < 0: zero-fill
-    const int bytes = off >= 0 ? 16 : 0;
-    const __nv_bfloat16* ks = a.k_cache + (off >= 0 ? off : 0) + lc * 8;
-    const __nv_bfloat16* vs = a.v_cache + (off >= 0 ? off : 0) + lc * 8;
-    const int dst = swz<D>(c, lc);
+    const int row = tok_row[(tid >> 3) + r * kRowsPerPass];  // -1: zero-fill
+    const int bytes = row >= 0 ? 16 : 0;
+    const std::size_t off = static_cast<std::size_t>(max(row, 0)) * D + lc * 8;
+    const __nv_bfloat16* ks = a.k_cache + off;
+    const __nv_bfloat16* vs = a.v_cache + off;
+    const std::uint32_t drow = r * kRowsPerPass * kRowBytes;
 #pragma unroll
     for (int j = 0; j < D / 64; ++j) {
-      cp_async16(smem_u32(dk + dst + kBlockElems * j), ks + kBlockCols * j, bytes);
-      cp_async16(smem_u32(dv + dst + kBlockElems * j), vs + kBlockCols * j, bytes);
+      cp_async16(dk0 + drow + kBlockBytes * j, ks + kBlockCols * j, bytes);
+      cp_async16(dv0 + drow + kBlockBytes * j, vs + kBlockCols * j, bytes);
     }
   }
 }
@@ -558,25 +566,38 @@ __device__ __forceinline__ void qk_mma(const std::uint32_t (&qf)[D / 16][4], con
   }
 }
 
-/// Step 4c: masks and scales S (log2 domain; a token the row's query did not select, or past its
-/// position, is -inf), updates the running max and row sums, turns S into P = exp2(S - max) and
-/// rescales the accumulator.
+/// The token bits of the NB regions j0 .. j0 + NB - 1 of one (query, stage) mask row (`mask`,
+/// kStageRegions bytes per query), region j0 + n in bits 8n .. 8n + 7: one shared load (j0 is a
+/// multiple of NB, so the load is aligned).
+template <int NB>
+__device__ __forceinline__ std::uint64_t load_mask_bits(const unsigned char* row, int j0) {
+  static_assert(NB == 8 || NB == 4 || NB == 2, "NW of 64, 32 or 16 tokens");
+  if constexpr (NB == 8) return *reinterpret_cast<const std::uint64_t*>(row + j0);
+  else if constexpr (NB == 4) return *reinterpret_cast<const std::uint32_t*>(row + j0);
+  else return *reinterpret_cast<const std::uint16_t*>(row + j0);
+}
+
+/// Step 4c: masks S (a token the row's query did not select, or past its position, is -inf),
+/// updates the running max (log2 domain: max_raw · scale_log2) and row sums, turns S into
+/// P = 2^(S · scale_log2 - max) (one FFMA and one MUFU ex2 per element, `ex2_approx_ftz`) and
+/// rescales the accumulator. scale_log2 > 0, so the max of the raw scores gives the max of the
+/// scaled ones.
 template <int D, int NW>
 __device__ __forceinline__ void online_softmax(const unsigned char* mk, int i_lo, int i_hi, int c0, int lane,
                                                float scale_log2, float (&s)[NW / 8][4], SoftmaxState& sm,
                                                float (&acc)[D / 8][4]) {
   constexpr int NB = NW / 8;
+  const int j0 = c0 >> kRegionLog2;  // n8 block n = region j0 + n of the stage
+  const int tt = 2 * (lane & 3);     // this thread's two columns of each n8 block
+  const std::uint64_t mlo = i_lo < kMaxQ ? load_mask_bits<NB>(mk + i_lo * kStageRegions, j0) >> tt : 0u;
+  const std::uint64_t mhi = i_hi < kMaxQ ? load_mask_bits<NB>(mk + i_hi * kStageRegions, j0) >> tt : 0u;
   float mx_lo = -INFINITY, mx_hi = -INFINITY;
 #pragma unroll
   for (int n = 0; n < NB; ++n) {
-    const int j = (c0 >> kRegionLog2) + n;  // n8 block n = region j of the stage
-    const unsigned mlo = i_lo < kMaxQ ? mk[i_lo * kStageRegions + j] : 0u;
-    const unsigned mhi = i_hi < kMaxQ ? mk[i_hi * kStageRegions + j] : 0u;
-    const int tt = 2 * (lane & 3);
-    s[n][0] = ((mlo >> tt) & 1u) ? s[n][0] * scale_log2 : -INFINITY;
-    s[n][1] = ((mlo >> (tt + 1)) & 1u) ? s[n][1] * scale_log2 : -INFINITY;
-    s[n][2] = ((mhi >> tt) & 1u) ? s[n][2] * scale_log2 : -INFINITY;
-    s[n][3] = ((mhi >> (tt + 1)) & 1u) ? s[n][3] * scale_log2 : -INFINITY;
+    s[n][0] = ((mlo >> (8 * n)) & 1u) ? s[n][0] : -INFINITY;
+    s[n][1] = ((mlo >> (8 * n + 1)) & 1u) ? s[n][1] : -INFINITY;
+    s[n][2] = ((mhi >> (8 * n)) & 1u) ? s[n][2] : -INFINITY;
+    s[n][3] = ((mhi >> (8 * n + 1)) & 1u) ? s[n][3] : -INFINITY;
     mx_lo = fmaxf(mx_lo, fmaxf(s[n][0], s[n][1]));
     mx_hi = fmaxf(mx_hi, fmaxf(s[n][2], s[n][3]));
   }
@@ -584,9 +605,9 @@ __device__ __forceinline__ void online_softmax(const unsigned char* mk, int i_lo
   mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
   mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
   mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-  const float mn_lo = fmaxf(sm.m_lo, mx_lo), mn_hi = fmaxf(sm.m_hi, mx_hi);
+  const float mn_lo = fmaxf(sm.m_lo, mx_lo * scale_log2), mn_hi = fmaxf(sm.m_hi, mx_hi * scale_log2);
   const float mu_lo = mn_lo == -INFINITY ? 0.f : mn_lo, mu_hi = mn_hi == -INFINITY ? 0.f : mn_hi;
-  const float al_lo = exp2f(sm.m_lo - mu_lo), al_hi = exp2f(sm.m_hi - mu_hi);
+  const float al_lo = ex2_approx_ftz(sm.m_lo - mu_lo), al_hi = ex2_approx_ftz(sm.m_hi - mu_hi);
   // the accumulator's rescale is skipped when no row of the warp changed its max: then each alpha
   // is exactly 1 (finite max) or the row has seen no valid token yet (max -inf, alpha 0, the
   // accumulator ±0 or NaN, which x·0 keeps), so the skip leaves every bit as the multiply would
@@ -598,10 +619,10 @@ __device__ __forceinline__ void online_softmax(const unsigned char* mk, int i_lo
   float sum_lo = 0.f, sum_hi = 0.f;
 #pragma unroll
   for (int n = 0; n < NB; ++n) {
-    s[n][0] = exp2f(s[n][0] - mu_lo);
-    s[n][1] = exp2f(s[n][1] - mu_lo);
-    s[n][2] = exp2f(s[n][2] - mu_hi);
-    s[n][3] = exp2f(s[n][3] - mu_hi);
+    s[n][0] = ex2_approx_ftz(fmaf(s[n][0], scale_log2, -mu_lo));
+    s[n][1] = ex2_approx_ftz(fmaf(s[n][1], scale_log2, -mu_lo));
+    s[n][2] = ex2_approx_ftz(fmaf(s[n][2], scale_log2, -mu_hi));
+    s[n][3] = ex2_approx_ftz(fmaf(s[n][3], scale_log2, -mu_hi));
     sum_lo += s[n][0] + s[n][1];
     sum_hi += s[n][2] + s[n][3];
   }
@@ -651,12 +672,12 @@ template <int D>
 __device__ __forceinline__ void qk_wgmma_issue(const std::uint32_t (&qf)[D / 16][4], const __nv_bfloat16* k_st,
                                                float (&s)[kTileTok / 8][4]) {
   namespace wg = ::step5::kernels::sm90::wgmma;
-  const std::uint32_t base = smem_u32(k_st);
+  const std::uint64_t desc = wg::make_desc_sw128(smem_u32(k_st));
   wg::wgmma_fence();
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks)
-    wg::wgmma_m64n64k16_bf16_rs(&s[0][0], qf[ks],
-                                wg::make_desc_sw128(base + (ks >> 2) * kBlockBytes + (ks & 3) * 32), ks > 0);
+    wg::wgmma_m64n64k16_bf16_rs(&s[0][0], qf[ks], wg::desc_advance(desc, (ks >> 2) * kBlockBytes + (ks & 3) * 32),
+                                ks > 0);
   wg::wgmma_commit();
 }
 /// Waits for `qk_wgmma_issue` (issue only: the caller prefetches the stage NS ahead meanwhile).
@@ -683,11 +704,11 @@ __device__ __forceinline__ void pv_wgmma_issue(const float (&s)[kTileTok / 8][4]
     pa[kk][2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
     pa[kk][3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
   }
-  const std::uint32_t base = smem_u32(v_st);
+  const std::uint64_t desc0 = wg::make_desc_sw128_nmajor(smem_u32(v_st), kBlockBytes);
   wg::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kTileTok / 16; ++kk) {
-    const std::uint64_t desc = wg::make_desc_sw128_nmajor(base + kk * 16 * kRowBytes, kBlockBytes);
+    const std::uint64_t desc = wg::desc_advance(desc0, kk * 16 * kRowBytes);
     if constexpr (D == 128) wg::wgmma_m64n128k16_bf16_rs_nmajor(&acc[0][0], pa[kk], desc, 1);
     else if constexpr (D == 192) wg::wgmma_m64n192k16_bf16_rs_nmajor(&acc[0][0], pa[kk], desc, 1);
     else static_assert(D != D, "an m64nDk16 N-major instruction for every ops::attention_wgmma_head_dim");
@@ -713,9 +734,11 @@ __device__ __forceinline__ void pv_wgmma_wait(std::uint32_t (&pa)[kTileTok / 16]
 /// cache rows were prepared one iteration earlier. After computing stage `it`, the metadata of
 /// stage it + NS is prepared into the slot of stage it - 1: NS + 1 metadata slots, since stage
 /// `it`'s masks and stage it + NS - 1's rows are still being read. Each warp computes NW tokens
-/// (column group tg) of its 16 rows. WG (64-row tiles, NW = 64): the warpgroup computes on wgmma;
-/// every thread fences its completed cp.async writes to the async proxy before the barrier, the
-/// prefetch of stage it + NS runs while Q·Kᵀ is in flight and its prepare_stage while P·V is.
+/// (column group tg) of its 16 rows. Union path: the stages' regions come from the chunk ring,
+/// chunk 0 resolved before the first stage, chunk k at the iteration `chunk_due` names. WG (64-row
+/// tiles, NW = 64): the warpgroup computes on wgmma; every thread fences its completed cp.async
+/// writes to the async proxy before the barrier; a due chunk's block-table loads are issued while
+/// Q·Kᵀ is in flight, and stage it + NS's prepare_stage and the chunk's store run while P·V is.
 /// LIST = w.list (one query: no union-path code in the loop).
 template <int D, int NW, int NS, bool WG = false, bool LIST = false>
 __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, StageMeta<NS>& sg, const SmemPtrs& sp,
@@ -723,11 +746,15 @@ __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, Stag
                                               const std::uint32_t (&qf)[D / 16][4], SoftmaxState& sm,
                                               float (&acc)[D / 8][4]) {
   constexpr int kMeta = StageMeta<NS>::kSlots;
+  static_assert(NS < kChunkStages, "chunk_due: chunk 1 is resolved inside the loop");
   if (w.ntiles <= 0) return;
+  if constexpr (!LIST) {
+    store_chunk(a, sp, w, 0, prefetch_chunk(a, sp, w, 0, tid), tid);
+    __syncthreads();
+  }
 #pragma unroll
   for (int j = 0; j < NS; ++j)
-    if (j < w.ntiles)
-      prepare_stage<LIST>(a, sp, w, j, prefetch_stage<LIST>(a, sp, w, j, tid), sg.tok_row[j], sg.mask[j], tid);
+    if (j < w.ntiles) prepare_stage<LIST>(a, sp, w, j, sg.tok_row[j], sg.mask[j], tid);
   __syncthreads();
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
@@ -748,25 +775,26 @@ __device__ __forceinline__ void attend_stages(const SparseAttentionArgs& a, Stag
     const int st = it % NS, c0 = tg * NW;
     const int pre = it + NS;  // prepared into the metadata slot of stage it - 1, after the compute
     float s[NW / 8][4];
+    int chunk = -1;
+    if constexpr (!LIST) chunk = chunk_due<NS>(w, it);
     if constexpr (WG) {
-      // the prefetch of stage `pre` runs while the tensor cores compute Q·Kᵀ, its use while they
-      // compute P·V
+      // a due chunk's loads are issued while the tensor cores compute Q·Kᵀ; stage `pre` and the
+      // chunk's store are written while they compute P·V
       qk_wgmma_issue<D>(qf, sp.sK + st * kTileTok * D, s);
-      const StagePrefetch pf =
-          pre < w.ntiles ? prefetch_stage<LIST>(a, sp, w, pre, tid) : no_prefetch();
+      const RegionPrefetch pf = chunk >= 0 ? prefetch_chunk(a, sp, w, chunk, tid) : no_prefetch();
       qk_wgmma_wait(s);
       online_softmax<D, NW>(&sg.mask[it % kMeta][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
       std::uint32_t pa[kTileTok / 16][4];
       pv_wgmma_issue<D>(s, sp.sV + st * kTileTok * D, pa, acc);
-      if (pre < w.ntiles) prepare_stage<LIST>(a, sp, w, pre, pf, sg.tok_row[pre % kMeta], sg.mask[pre % kMeta], tid);
+      if (pre < w.ntiles) prepare_stage<LIST>(a, sp, w, pre, sg.tok_row[pre % kMeta], sg.mask[pre % kMeta], tid);
+      if (chunk >= 0) store_chunk(a, sp, w, chunk, pf, tid);
       pv_wgmma_wait<D>(pa, acc);
     } else {
       qk_mma<D, NW>(qf, sp.sK + st * kTileTok * D, c0, lane, s);
       online_softmax<D, NW>(&sg.mask[it % kMeta][0][0], i_lo, i_hi, c0, lane, a.scale_log2, s, sm, acc);
       pv_mma<D, NW>(s, sp.sV + st * kTileTok * D, c0, lane, acc);
-      if (pre < w.ntiles)
-        prepare_stage<LIST>(a, sp, w, pre, prefetch_stage<LIST>(a, sp, w, pre, tid), sg.tok_row[pre % kMeta],
-                            sg.mask[pre % kMeta], tid);
+      if (pre < w.ntiles) prepare_stage<LIST>(a, sp, w, pre, sg.tok_row[pre % kMeta], sg.mask[pre % kMeta], tid);
+      if (chunk >= 0) store_chunk(a, sp, w, chunk, prefetch_chunk(a, sp, w, chunk, tid), tid);
     }
   }
 }
@@ -799,39 +827,44 @@ __device__ __forceinline__ void stash_warp_partials(SmemStatic& ss, float* buf, 
 /// Step 5b: merges the TG token-group warps of each row (log-sum-exp), normalises, and writes
 /// the gated bf16 output and LSE (one split), or the fp32 partial and its log2-LSE: to this CTA's
 /// shared memory for the cluster merge (`cpart` rows of stride D + 4, in place over the stash when
-/// TG == 1, and `clse`), else to the split-KV workspace.
+/// TG == 1, and `clse`), else to the split-KV workspace. First each row's factors, once per row:
+/// the weight 2^(m_t - max) / L of each warp t (in place of ss.m) and the row's log2-LSE (in place
+/// of ss.l[row group]); then every element is the weighted sum of the warps' stashed values.
+/// Every thread of the CTA calls it (a barrier between the two).
 template <int D, int HPG>
-__device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs& a, const SmemStatic& ss,
+__device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs& a, SmemStatic& ss,
                                                       const float* buf, const float* sp_gate, const TileWork& w,
                                                       int rows, int RG, int TG, int tile, int split, int tid,
                                                       bool to_cluster, float* cpart, float* clse) {
   constexpr int kBufStride = D + 4;
   const int S = a.num_splits;
   const long long part_base = ((static_cast<long long>(tile) * gridDim.y + w.g) * S + split) * 64;
-  for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
-    const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
+  for (int r = tid; r < rows; r += kThreads) {
     const int rgr = r >> 4, rr = r & 15;
     float mt = -INFINITY;
     for (int t = 0; t < TG; ++t) mt = fmaxf(mt, ss.m[t * RG + rgr][rr]);
     const float mu = mt == -INFINITY ? 0.f : mt;
     float L = 0.f;
+    for (int t = 0; t < TG; ++t) L += ss.l[t * RG + rgr][rr] * exp2f(ss.m[t * RG + rgr][rr] - mu);
+    const float inv = L > 0.f ? 1.f / L : 0.f;
+    for (int t = 0; t < TG; ++t) ss.m[t * RG + rgr][rr] = exp2f(ss.m[t * RG + rgr][rr] - mu) * inv;
+    ss.l[rgr][rr] = L > 0.f ? mu + log2f(L) : -INFINITY;
+  }
+  __syncthreads();
+  for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
+    const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
+    const int rgr = r >> 4, rr = r & 15;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int t = 0; t < TG; ++t) {
       const int wi = t * RG + rgr;
-      const float f = exp2f(ss.m[wi][rr] - mu);
-      L += ss.l[wi][rr] * f;
+      const float f = ss.m[wi][rr];
       const float4 v = *reinterpret_cast<const float4*>(buf + (wi * 16 + rr) * kBufStride + d4);
       o.x += v.x * f;
       o.y += v.y * f;
       o.z += v.z * f;
       o.w += v.w * f;
     }
-    const float inv = L > 0.f ? 1.f / L : 0.f;
-    o.x *= inv;
-    o.y *= inv;
-    o.z *= inv;
-    o.w *= inv;
-    const float lse2 = L > 0.f ? mu + log2f(L) : -INFINITY;
+    const float lse2 = ss.l[rgr][rr];
     const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
     if (S == 1) {
       store_gated_output<D>(a, t, h, d4, o, lse2, sp_gate[r]);
@@ -1056,6 +1089,8 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   sp.prefix = reinterpret_cast<int*>(sp.ubits + words);
   sp.reg_id = reinterpret_cast<int*>(sp.qbits);
   sp.reg_blk = sp.reg_id + (a.topk + 1);
+  sp.chunk = reinterpret_cast<int2*>(reinterpret_cast<unsigned char*>(sp.qbits) +
+                                     ops::attention_chunk_offset(a.query_tile, words));
   sp.gate = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(sp.qbits) +
                                      ops::attention_meta_bytes(a.query_tile, words, a.topk) - 4 * kTileTok);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

@@ -1,7 +1,7 @@
 #pragma once
 /// \file step5/kernels/sm90/ptx.cuh
 /// PTX wrappers shared by the sm_90 kernels (projection GEMM, sparse attention): shared-memory
-/// addresses, 16-byte cp.async, ldmatrix, bf16 mma.sync and named barriers. Device code (nvcc).
+/// addresses, 16-byte cp.async, ldmatrix, bf16 mma.sync, the MUFU exp2 and named barriers. Device code (nvcc).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -36,6 +36,15 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t addr, std::uint3
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
                : "r"(addr));
+}
+
+/// 2^x on the MUFU unit (ex2.approx.ftz.f32: relative error below 2^-22, a result below 2^-126
+/// flushed to 0, 2^-inf = 0). exp2f without -ftz adds a range test and two multiplies around
+/// the same instruction to keep denormal results.
+__device__ __forceinline__ float ex2_approx_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 /// bar.sync on named barrier `id` (1..15; 0 is __syncthreads) for `threads` threads (a multiple of 32).

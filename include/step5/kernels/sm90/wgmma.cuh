@@ -82,6 +82,14 @@ __device__ __forceinline__ std::uint64_t make_desc_sw128_nmajor(std::uint32_t sa
   return d;
 }
 
+/// The descriptor `d` (make_desc_sw128 / make_desc_sw128_nmajor) with its start address advanced
+/// by `bytes` (a multiple of 16): one add to the 14-bit address field instead of a new descriptor.
+/// Shared-memory addresses stay below 2^18 bytes (228 KiB per SM), so the field never carries
+/// into the next one.
+__device__ __forceinline__ std::uint64_t desc_advance(std::uint64_t d, std::uint32_t bytes) {
+  return d + (bytes >> 4);
+}
+
 /// Byte offset of 16-byte chunk `chunk` (< 8) of row `row` inside a 128B-swizzled K-block tile
 /// whose base is 1024-byte aligned (the layout `make_desc_sw128` describes).
 __host__ __device__ constexpr int sw128_offset(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
