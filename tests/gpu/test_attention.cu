@@ -721,6 +721,16 @@ GPU_CASE("prefill: per-tile choice between the union and per-query gathers (tile
     odd.bad_block = true;
     odd.gather_expect = 0;
     run_scenario<decltype(tag)>(odd, ++g_seed);
+    // unions of several region chunks (ops::kAttentionChunkRegions, two in the kernel's ring):
+    // 128 random regions per query out of ~1000, so a 4-query tile's union spans > 256 regions
+    // (> 32 stages: the third chunk reuses the first's slot), on the union path and per query
+    Scenario wide = heavy;
+    wide.name = "gather random, unions of 3+ region chunks";
+    wide.q_lens = {64, 29};
+    wide.seq_lens = {sz(8000, 4000), sz(5000, 3000)};
+    wide.topk = sz(127, 63);
+    wide.gather_expect = 0;
+    run_scenario<decltype(tag)>(wide, ++g_seed);
     // deeper rings (prefill plans 2 stages; decode-like batches 2-3): the per-query path over 3
     // and 4 ring slots
     for (const int ns : {3, 4}) {

@@ -362,6 +362,17 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
     CHECK(ap.stages == 2);
     CHECK(ap.query_tile == 4);
     CHECK(ap.wgmma_tiles);  // 64-row tiles on wgmma (D 192, 2 stages, several rows per request)
+    // two CTAs per SM up to bench_attention's prefill shape (16K chunk after 128K history: 147456
+    // positions per row): the region bitmaps and chunks grow with the row; one more KiB of tile
+    // metadata there left one CTA per SM and measured 1.5x slower (bench/RESULTS.md)
+    for (const int positions : {64 * 2048, 147456}) {
+      CAPTURE(positions);
+      auto wide = ops::detail::attention_sizes(r, 16384, 1, 512, 64, positions / 64, positions / 64);
+      REQUIRE(ops::sparse_attention_plan(wide, sms, &ap).ok());
+      CHECK(ap.stages == 2);
+      CHECK(ap.query_tile == 4);
+      CHECK(ap.smem_bytes <= ops::attention_two_per_sm_smem(2));
+    }
     for (const int qt : {1, 2, 3, 4}) {  // only a tile of more than 32 rows (hpg_q 16: 3 queries) has them
       CAPTURE(qt);
       auto f = a;

@@ -156,9 +156,11 @@ constexpr std::size_t attention_static_smem(int stages) {
 /// returns kUnsupported beyond it; 2^31 rows of 384 bytes at D 192 are 824 GB per K cache).
 inline constexpr long long kAttentionMaxCacheRows = 0x7fffffffLL;
 /// Union regions the multi-query path resolves at a time (region id and block-table entry, once
-/// per region instead of once per thread that uses it): the regions of kAttentionTileTokens /
-/// kRegionSize = 8 consecutive ring stages. The kernel keeps two such chunks (the one read and
-/// the next, resolved while it is read).
+/// per region instead of once per thread that uses it): the regions of 8 consecutive ring stages
+/// of kAttentionTileTokens / kRegionSize = 8 regions. The kernel keeps two such chunks (the one
+/// read and the next, resolved while it is read): 1 KiB. Chunks of 128 regions (2 KiB) measured
+/// 1.5x slower on bench_attention's prefill at 128K history: the tile metadata then no longer
+/// let two CTAs share an SM (test_layer_plan pins that bound).
 inline constexpr int kAttentionChunkRegions = 64;
 /// Byte offset, from the start of the tile metadata, of the multi-query path's two region chunks
 /// (int32 pairs {region id, block-table entry}, kAttentionChunkRegions each): after the

@@ -15,7 +15,7 @@
 ///     U = union size.
 ///  2'. Tiles of one query (nq == 1: decode) skip the bitmaps: `build_region_list` takes the
 ///     split's share of the query's own selection row (`split_union` over its first `count`
-///     entries) and resolves every entry's region id and block id up front in one parallel pass
+///     entries) and resolves every entry's region id and cache row up front in one parallel pass
 ///     (invalid ids / blocks are masked, as on the bitmap path); `prepare_stage` then reads only
 ///     shared memory. The Q fragments and the rows' gate logits are loaded before step 2 so that
 ///     their loads overlap it.
@@ -26,10 +26,11 @@
 ///     ends there: gathering the union for all rows would cost more than each query's own regions.
 ///  3. `split_union`: the union's stages are dealt out evenly over the splits; split s gathers
 ///     union ordinals [u0, u1) in stages of 8 regions
-///     (R = layout::kRegionSize) = 64 tokens; the ordinals' region ids and block ids are resolved
+///     (R = layout::kRegionSize) = 64 tokens; the ordinals' region ids and cache rows are resolved
 ///     64 at a time, once per region (`prefetch_chunk` / `store_chunk`: the union search and the
 ///     block-table loads, into a ring of two chunks), `prepare_stage` writes the stage's token
-///     cache rows and per-(query, region) masks from them, `gather_stage` issues its cp.async copies of K and V (a ring of NS stages, NS =
+///     cache rows and per-(query, region) masks from them, `gather_stage` issues its cp.async
+///     copies of K and V (a ring of NS stages, NS =
 ///     plan.stages from `ops::sparse_attention_plan`; a stage is D/64 column blocks of 64 rows x
 ///     128 bytes in the 128B swizzle, `swz`); tokens past the tile's last position (not yet
 ///     written) are zero-filled, never read.
@@ -227,8 +228,8 @@ struct SmemPtrs {
   std::uint32_t* ubits;   ///< [words] their union
   int* prefix;            ///< [words + 1] set bits of ubits before each word
   int* reg_id;            ///< list path: [topk + 1] region id per entry of the split's share (-1: ignored); aliases qbits
-  int* reg_blk;           ///< list path: [topk + 1] its block id (-1: not read)
-  int2* chunk;            ///< union path: [2][kChunkRegions] {region id, block id} of union ordinals (`store_chunk`)
+  int* reg_row;           ///< list path: [topk + 1] the cache row of its first token (-1: not read)
+  int2* chunk;            ///< union path: [2][kChunkRegions] {region id, first token's cache row} (`store_chunk`)
   float* gate;            ///< [64] bf16(sigmoid(gate)) per tile row (1 without a gate), after the metadata
 };
 
@@ -351,12 +352,20 @@ __device__ __forceinline__ void split_union(int U, int num_splits, int split, Ti
   w.ntiles = s1 - s0;
 }
 
+/// The cache row of the first token of region `id` in block `blk`, local KV group `g`:
+/// (blk * block_size + (id * R) % block_size) * kv_heads + g (int32: sparse_attention_plan bounds
+/// it). block_size is a multiple of R, so token t < R of the region is at that row + t * kv_heads.
+__device__ __forceinline__ int region_cache_row(const SparseAttentionArgs& a, int blk, int id, int g) {
+  return (blk * a.block_size + (id * kRegion) % a.block_size) * a.kv_heads + g;
+}
+
 /// Step 2' (tiles of one query, nq == 1: decode; replaces steps 2a, 2b and 3a): the split's share
 /// of the query's own selection row, resolved up front. The row's first cnt = clamp(counts, 0,
 /// topk + 1) entries are dealt out over the splits like the union (`split_union` with U = cnt:
 /// deterministic, the same share on every launch); entry u0 + e of the share becomes reg_id[e]
-/// (its region id, or -1 when outside [0, p/R]: never gathered, masked) and reg_blk[e] (its block
-/// id, `checked_block`, or -1: never read, masked), all entries in one parallel pass: one topk-id
+/// (its region id, or -1 when outside [0, p/R]: never gathered, masked) and reg_row[e] (the cache
+/// row of its first token, `region_cache_row` of its `checked_block`, or -1: never read, masked),
+/// all entries in one parallel pass: one topk-id
 /// load and one block-table load per entry, instead of one dependent block-table round trip per ring
 /// stage. The selection rows list distinct ids (SPEC §4 step 6) in ascending order, so the gathered
 /// regions and their order are those of the union path (a repeated id would count twice here, once
@@ -382,7 +391,7 @@ __device__ __forceinline__ void build_region_list(const SparseAttentionArgs& a, 
       blk = static_cast<int>(checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, w.b,
                                            id * kRegion, a.bounds_fault));
     sp.reg_id[e] = valid ? id : -1;
-    sp.reg_blk[e] = blk;
+    sp.reg_row[e] = blk >= 0 ? region_cache_row(a, blk, id, w.g) : -1;
   }
   __syncthreads();
 }
@@ -416,8 +425,9 @@ __device__ __forceinline__ void load_q_fragments(const SparseAttentionArgs& a, c
 /// region). Split in two so that the block-table load is in flight while the MMAs run:
 /// `prefetch_chunk` issues it, `store_chunk` checks it (faults reported at the region's first
 /// position, which is at most the tile's last: every union region was selected by a query at or
-/// after it) and writes {id, block id or -1} into chunk slot k % 2, read by prepare_stage after
-/// the next barrier. The list path resolved its row up front (build_region_list): no chunks.
+/// after it) and writes {id, the cache row of the region's first token (region_cache_row) or -1}
+/// into chunk slot k % 2, read by prepare_stage after the next barrier. The list path resolved its
+/// row up front (build_region_list): no chunks.
 struct RegionPrefetch {
   int id;
   BlockEntry blk;
@@ -440,7 +450,7 @@ __device__ __forceinline__ void store_chunk(const SparseAttentionArgs& a, const 
   const int blk = pf.id >= 0 ? static_cast<int>(check_block_entry(pf.blk, a.num_blocks, w.b, pf.id * kRegion,
                                                                   a.bounds_fault))
                              : -1;
-  sp.chunk[(k & 1) * kChunkRegions + tid] = make_int2(pf.id, blk);
+  sp.chunk[(k & 1) * kChunkRegions + tid] = make_int2(pf.id, blk >= 0 ? region_cache_row(a, blk, pf.id, w.g) : -1);
 }
 /// Whether chunk `k` (stages kChunkStages * k ..) is resolved at iteration `it` of the stage loop:
 /// the iteration before the one that prepares its first stage (it + NS + 1 = kChunkStages * k),
@@ -451,11 +461,6 @@ __device__ __forceinline__ int chunk_due(const TileWork& w, int it) {
   return first % kChunkStages == 0 && first < w.ntiles ? first / kChunkStages : -1;
 }
 
-/// The cache row of the token at position `pos` of block `blk` and local KV group `g`:
-/// (blk * block_size + pos % block_size) * kv_heads + g (int32: sparse_attention_plan bounds it).
-__device__ __forceinline__ int token_cache_row(const SparseAttentionArgs& a, int blk, int pos, int g) {
-  return (blk * a.block_size + pos % a.block_size) * a.kv_heads + g;
-}
 /// The token bits of region `id` that a query at position `qpos` attends: its tokens at positions
 /// <= qpos (SPEC §4 step 7: the current region up to the query, whole earlier regions).
 __device__ __forceinline__ unsigned region_token_mask(int id, int qpos) {
@@ -463,21 +468,22 @@ __device__ __forceinline__ unsigned region_token_mask(int id, int qpos) {
   return n >= kRegion ? 0xffu : (n > 0 ? ((1u << n) - 1u) : 0u);
 }
 
-/// Region j of gathered tile `it` as {region id, block id}: entry e = kStageRegions * it + j of the
-/// split's share, {-1, -1} past it. List path: build_region_list's arrays (id -1 or block -1:
-/// masked, never read); union path: the chunk ring (`store_chunk`; block -1: masked, never read).
+/// Region j of gathered tile `it` as {region id, cache row of its first token}: entry e =
+/// kStageRegions * it + j of the split's share, {-1, -1} past it. List path: build_region_list's
+/// arrays (id -1 or row -1: masked, never read); union path: the chunk ring (`store_chunk`; row
+/// -1: masked, never read).
 template <bool LIST>
 __device__ __forceinline__ int2 stage_region(const SmemPtrs& sp, const TileWork& w, int it, int j) {
   const int e = it * kStageRegions + j;
   if (w.u0 + e >= w.u1) return make_int2(-1, -1);
-  if constexpr (LIST) return make_int2(sp.reg_id[e], sp.reg_blk[e]);
+  if constexpr (LIST) return make_int2(sp.reg_id[e], sp.reg_row[e]);
   else return sp.chunk[e % (2 * kChunkRegions)];
 }
 
 /// Step 3b: prepares a ring stage for gathered tile `it` from shared memory only (its regions:
-/// stage_region): threads 0..63 the cache row of one token each into tok_row[64] (-1 = zero-fill:
-/// past the share, past the tile's last position, or a region whose block is unusable; rows fit
-/// int32: sparse_attention_plan), the others the per-(query, region) token masks into
+/// stage_region): threads 0..63 the cache row of one token each into tok_row[64] (the region's row
+/// + its slot * kv_heads; -1 = zero-fill: past the share, past the tile's last position, or a
+/// region whose block is unusable), the others the per-(query, region) token masks into
 /// mask[kMaxQ][kStageRegions] (thread 64 + e those of region e % 8 for queries e / 8 and e / 8 + 8:
 /// the query selected the region (list path: query 0, its own row; union path: its bitmap) and its
 /// block is usable; else 0, or a zero-filled token would enter the softmax with logit 0).
@@ -489,7 +495,7 @@ __device__ __forceinline__ void prepare_stage(const SparseAttentionArgs& a, cons
   if (tid < kTileTok) {
     const int2 r = stage_region<LIST>(sp, w, it, tid >> kRegionLog2);
     const int pos = r.x * kRegion + (tid & (kRegion - 1));
-    tok_row[tid] = r.y >= 0 && pos <= w.pos_last ? token_cache_row(a, r.y, pos, w.g) : -1;
+    tok_row[tid] = r.y >= 0 && pos <= w.pos_last ? r.y + (tid & (kRegion - 1)) * a.kv_heads : -1;
     return;
   }
   static_assert(kMaxQ * kStageRegions == 2 * (kThreads - kTileTok), "two mask entries per mask thread");
@@ -577,11 +583,20 @@ __device__ __forceinline__ std::uint64_t load_mask_bits(const unsigned char* row
   else return *reinterpret_cast<const std::uint16_t*>(row + j0);
 }
 
+/// Slack of the running max (log2 units): a row's max moves only when a stage's max exceeds it by
+/// more than this (online_softmax).
+constexpr float kRescaleSlack = 8.f;
+
 /// Step 4c: masks S (a token the row's query did not select, or past its position, is -inf),
 /// updates the running max (log2 domain: max_raw · scale_log2) and row sums, turns S into
 /// P = 2^(S · scale_log2 - max) (one FFMA and one MUFU ex2 per element, `ex2_approx_ftz`) and
 /// rescales the accumulator. scale_log2 > 0, so the max of the raw scores gives the max of the
-/// scaled ones.
+/// scaled ones. The running max moves only when the stage's exceeds it by more than
+/// kRescaleSlack (FlashAttention-4's conditional rescaling): until then P may reach
+/// 2^kRescaleSlack, which bf16 holds with the same relative precision and the fp32 sums far from
+/// their range, and the result is the same in exact arithmetic, since the sums, the accumulator
+/// and the LSE all refer to the same max. A max then rarely moves after the first stages, and
+/// the warp skips the accumulator's rescale (D / 2 multiplies per thread) when no row moved.
 template <int D, int NW>
 __device__ __forceinline__ void online_softmax(const unsigned char* mk, int i_lo, int i_hi, int c0, int lane,
                                                float scale_log2, float (&s)[NW / 8][4], SoftmaxState& sm,
@@ -605,14 +620,15 @@ __device__ __forceinline__ void online_softmax(const unsigned char* mk, int i_lo
   mx_lo = fmaxf(mx_lo, __shfl_xor_sync(0xffffffffu, mx_lo, 2));
   mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 1));
   mx_hi = fmaxf(mx_hi, __shfl_xor_sync(0xffffffffu, mx_hi, 2));
-  const float mn_lo = fmaxf(sm.m_lo, mx_lo * scale_log2), mn_hi = fmaxf(sm.m_hi, mx_hi * scale_log2);
+  const float st_lo = mx_lo * scale_log2, st_hi = mx_hi * scale_log2;  // -inf + slack = -inf: the first max moves
+  const float mn_lo = st_lo > sm.m_lo + kRescaleSlack ? st_lo : sm.m_lo;
+  const float mn_hi = st_hi > sm.m_hi + kRescaleSlack ? st_hi : sm.m_hi;
   const float mu_lo = mn_lo == -INFINITY ? 0.f : mn_lo, mu_hi = mn_hi == -INFINITY ? 0.f : mn_hi;
   const float al_lo = ex2_approx_ftz(sm.m_lo - mu_lo), al_hi = ex2_approx_ftz(sm.m_hi - mu_hi);
-  // the accumulator's rescale is skipped when no row of the warp changed its max: then each alpha
+  // the accumulator's rescale is skipped when no row of the warp moved its max: then each alpha
   // is exactly 1 (finite max) or the row has seen no valid token yet (max -inf, alpha 0, the
   // accumulator ±0 or NaN, which x·0 keeps), so the skip leaves every bit as the multiply would
-  // under IEEE float (a denormal accumulator under -ftz is the exception); a max settles after the
-  // first stages, so most decode stages skip D / 2 multiplies per thread
+  // under IEEE float (a denormal accumulator under -ftz is the exception)
   const bool rescale = __any_sync(0xffffffffu, mn_lo != sm.m_lo || mn_hi != sm.m_hi);
   sm.m_lo = mn_lo;
   sm.m_hi = mn_hi;
@@ -1088,7 +1104,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   sp.ubits = sp.qbits + a.query_tile * words;
   sp.prefix = reinterpret_cast<int*>(sp.ubits + words);
   sp.reg_id = reinterpret_cast<int*>(sp.qbits);
-  sp.reg_blk = sp.reg_id + (a.topk + 1);
+  sp.reg_row = sp.reg_id + (a.topk + 1);
   sp.chunk = reinterpret_cast<int2*>(reinterpret_cast<unsigned char*>(sp.qbits) +
                                      ops::attention_chunk_offset(a.query_tile, words));
   sp.gate = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(sp.qbits) +
