@@ -377,6 +377,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     }
   // the reference's rows: the valid ids of the first clamp(count, 0, topk + 1) entries, in order
   std::vector<std::int32_t> ids_ref = ids, counts_ref = counts;
+  long long bad_selected = 0;  // valid selection entries inside a bad block: the kernel must report one
   if (sc.invalid_ids || sc.bad_block)
     for (int g = 0; g < lg; ++g)
       for (int t = 0; t < T; ++t) {
@@ -386,8 +387,11 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
         const std::int32_t* in = &ids[static_cast<std::size_t>(row) * W];
         std::int32_t* o = &ids_ref[static_cast<std::size_t>(row) * W];
         int c = 0;
-        for (int i = 0; i < n; ++i)
-          if (in[i] >= 0 && in[i] <= cur && !(bad_slot[b] >= 0 && in[i] * kR / bs == bad_slot[b])) o[c++] = in[i];
+        for (int i = 0; i < n; ++i) {
+          if (in[i] < 0 || in[i] > cur) continue;
+          if (bad_slot[b] >= 0 && in[i] * kR / bs == bad_slot[b]) ++bad_selected;
+          else o[c++] = in[i];
+        }
         for (int i = c; i < W; ++i) o[i] = -1;
         counts_ref[row] = c;
       }
@@ -610,6 +614,35 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
       graph_replays<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
     }
     if (sc.gather_ab && T > 0) gather_ab_check(lab, p, ws.p, ws_bytes, out, lse);
+    if (sc.bad_block && T > 0) {
+      // checked mode (p.bounds_fault): the same output bits, and the first block-table fault
+      // recorded — kBlockIdOutOfRange at a region's first position in a request's bad block,
+      // with the entry — whenever some valid selection entry lies in a bad block, else none
+      DevBuf<std::int32_t> fault(step5::ops::kBoundsFaultWords);
+      GPU_CHECK(cudaMemset(fault.p, 0, step5::ops::kBoundsFaultWords * sizeof(std::int32_t)));
+      auto pc = p;
+      pc.bounds_fault = fault.p;
+      d_out.up(out_poison);
+      d_lse.up(lse_poison);
+      const step5::Status cst = step5::ops::sparse_attention<Tag::kId>(pc, ws.p, ws_bytes, nullptr);
+      EXPECT(cst.ok(), "%s: checked-mode launch: %s", lab.c_str(), cst.to_string().c_str());
+      GPU_CHECK(cudaDeviceSynchronize());
+      EXPECT(step5_test::same_bits(d_out.down(), out) && step5_test::same_bits(d_lse.down(), lse),
+             "%s: checked mode changed the output", lab.c_str());
+      check_counters_zero(lab + " (checked mode)", ws.p, ws_bytes);
+      const std::vector<std::int32_t> rec = fault.down();
+      if (bad_selected == 0) {
+        EXPECT(rec[0] == 0, "%s: fault kind %d recorded without a selected bad block", lab.c_str(), rec[0]);
+      } else {
+        const int rb = rec[1];
+        bool ok = rec[0] == static_cast<std::int32_t>(step5::ops::BoundsFault::kBlockIdOutOfRange) && rb >= 0 &&
+                  rb < B && bad_slot[rb] >= 0;
+        ok = ok && rec[2] >= 0 && rec[2] / bs == bad_slot[rb] && rec[2] % kR == 0 &&
+             rec[3] == table[static_cast<std::size_t>(rb) * max_blocks + bad_slot[rb]];
+        EXPECT(ok, "%s: %lld selected entries in bad blocks; recorded {kind %d, request %d, position %d, value %d}",
+               lab.c_str(), bad_selected, rec[0], rec[1], rec[2], rec[3]);
+      }
+    }
     if (sc.merge_ab && ws_bytes > 0 && T > 0) {
       auto pg = p;
       pg.split_merge = 1;
@@ -731,6 +764,11 @@ GPU_CASE("prefill: per-tile choice between the union and per-query gathers (tile
     wide.topk = sz(127, 63);
     wide.gather_expect = 0;
     run_scenario<decltype(tag)>(wide, ++g_seed);
+    Scenario wide_splits = wide;  // the union path with splits whose shares start inside a chunk
+    wide_splits.name = "unions of 3+ region chunks, splits 2 and 3";
+    wide_splits.gather_ab = false;
+    wide_splits.split_list = {2, 3};
+    run_scenario<decltype(tag)>(wide_splits, ++g_seed);
     // deeper rings (prefill plans 2 stages; decode-like batches 2-3): the per-query path over 3
     // and 4 ring slots
     for (const int ns : {3, 4}) {

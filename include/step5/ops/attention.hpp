@@ -157,13 +157,17 @@ constexpr std::size_t attention_static_smem(int stages) {
 inline constexpr long long kAttentionMaxCacheRows = 0x7fffffffLL;
 /// Union regions the multi-query path resolves at a time (region id and block-table entry, once
 /// per region instead of once per thread that uses it): the regions of 8 consecutive ring stages
-/// of kAttentionTileTokens / kRegionSize = 8 regions. The kernel keeps two such chunks (the one
-/// read and the next, resolved while it is read): 1 KiB. Chunks of 128 regions (2 KiB) measured
-/// 1.5x slower on bench_attention's prefill at 128K history: the tile metadata then no longer
-/// let two CTAs share an SM (test_layer_plan pins that bound).
+/// of kAttentionTileTokens / kRegionSize = 8 regions. The kernel keeps kAttentionChunkSlots = 2
+/// such chunks (the one read and the next, resolved while it is read) of
+/// kAttentionChunkEntryBytes per region (int32 {region id, cache row of its first token}): 1 KiB.
+/// Chunks of 128 regions (2 KiB) measured 1.5x slower on bench_attention's prefill at 128K
+/// history: the tile metadata then no longer let two CTAs share an SM (test_layer_plan pins that
+/// bound).
 inline constexpr int kAttentionChunkRegions = 64;
-/// Byte offset, from the start of the tile metadata, of the multi-query path's two region chunks
-/// (int32 pairs {region id, block-table entry}, kAttentionChunkRegions each): after the
+inline constexpr int kAttentionChunkSlots = 2;
+inline constexpr int kAttentionChunkEntryBytes = 8;
+/// Byte offset, from the start of the tile metadata, of the multi-query path's region chunks
+/// (kAttentionChunkSlots x kAttentionChunkRegions entries): after the
 /// `query_tile` per-query region bitmaps, their union and its word prefix counts (`bitmap_words`
 /// 32-bit words each; words + 1 prefix counts), 8-byte aligned.
 constexpr std::size_t attention_chunk_offset(int query_tile, long long bitmap_words) {
@@ -173,12 +177,14 @@ constexpr std::size_t attention_chunk_offset(int query_tile, long long bitmap_wo
 }
 /// Bytes of the kernel's dynamic shared memory after the K/V ring stages (the tile metadata):
 /// the larger of the multi-query path's region bitmaps and region chunks (attention_chunk_offset,
-/// then 2 x kAttentionChunkRegions x 8 bytes) and the one-query (decode) path's region list (a
-/// region id and a block id, int32, per entry of a topk row: 2 x (topk + 1)), then the per-row
+/// then the chunks) and the one-query (decode) path's region list (a region id and the cache row
+/// of its first token, int32, per entry of a topk row: 2 x (topk + 1)), then the per-row
 /// gate values (kAttentionTileRows fp32). The planner (smem_bytes) and the kernel (its pointers)
 /// both read it from here.
 constexpr std::size_t attention_meta_bytes(int query_tile, long long bitmap_words, int topk) {
-  const std::size_t bitmaps = attention_chunk_offset(query_tile, bitmap_words) + 2u * kAttentionChunkRegions * 8u;
+  const std::size_t bitmaps = attention_chunk_offset(query_tile, bitmap_words) +
+                              static_cast<std::size_t>(kAttentionChunkSlots) * kAttentionChunkRegions *
+                                  kAttentionChunkEntryBytes;
   const std::size_t list = 2u * 4u * (static_cast<std::size_t>(topk) + 1u);
   return (bitmaps > list ? bitmaps : list) + 4u * kAttentionTileRows;
 }

@@ -39,7 +39,8 @@
 ///     fewer rows (decode) the warps split the stage's tokens and are merged in the epilogue.
 ///     `attend_stages` runs the ring loop; per stage `qk_mma`, `online_softmax` (mask:
 ///     the row's query selected the token's region and position <= the query's position; exp2
-///     domain; row sums of fp32 P) and `pv_mma` (P rounded to bf16 before P·V). 64-row tiles of
+///     domain; a running max that moves only by more than kRescaleSlack; row sums of fp32 P) and
+///     `pv_mma` (P rounded to bf16 before P·V). 64-row tiles of
 ///     the WGT = plan.wgmma_tiles instance (head_dim 128 / 192) run as one warpgroup on wgmma
 ///     instead: `qk_wgmma_issue` (A = the same Q fragments in registers, B = the K stage),
 ///     `pv_wgmma_issue` (A = bf16(P) in registers, B = the V stage, N-major); a due chunk's loads
@@ -125,6 +126,13 @@ constexpr int kMaxSplits = ::step5::ops::kAttentionMaxSplits;  // columns of the
 constexpr int kChunkRegions = ::step5::ops::kAttentionChunkRegions;  // union regions resolved at a time
 constexpr int kChunkStages = kChunkRegions / kStageRegions;            // the ring stages of one chunk
 static_assert(kChunkRegions % kStageRegions == 0 && kChunkRegions <= kThreads, "one thread per region of a chunk");
+static_assert(sizeof(int2) == ::step5::ops::kAttentionChunkEntryBytes, "a chunk entry is {region id, cache row}");
+constexpr int kChunkSlots = ::step5::ops::kAttentionChunkSlots;
+static_assert((kChunkSlots & (kChunkSlots - 1)) == 0, "chunk_slot: a power of two");
+/// Chunk k lives in ring slot chunk_slot(k) = k % kChunkSlots (k >= 0), so entry e = kChunkRegions
+/// * k + t of the split's share is at chunk_entry(e) = chunk_slot(k) * kChunkRegions + t.
+__device__ __forceinline__ int chunk_slot(int k) { return k & (kChunkSlots - 1); }
+__device__ __forceinline__ int chunk_entry(int e) { return e % (kChunkSlots * kChunkRegions); }
 
 using namespace ::step5::kernels::sm90::ptx;  // cp.async, ldmatrix, mma.sync (ptx.cuh)
 
@@ -168,7 +176,8 @@ struct StageMeta {
   static constexpr int kSlots = ops::attention_meta_slots(NS);
   // cache row ((block * block_size + slot) * kv_heads + g) of a gathered token, -1 = zero-fill
   int tok_row[kSlots][kTileTok];
-  unsigned char mask[kSlots][kMaxQ][kStageRegions];  // per (query, region of the stage): token bits
+  // per (query, region of the stage): token bits; 8-byte aligned rows (load_mask_bits reads a row at once)
+  alignas(8) unsigned char mask[kSlots][kMaxQ][kStageRegions];
 };
 
 /// The region id of union ordinal k (k < U).
@@ -229,7 +238,7 @@ struct SmemPtrs {
   int* prefix;            ///< [words + 1] set bits of ubits before each word
   int* reg_id;            ///< list path: [topk + 1] region id per entry of the split's share (-1: ignored); aliases qbits
   int* reg_row;           ///< list path: [topk + 1] the cache row of its first token (-1: not read)
-  int2* chunk;            ///< union path: [2][kChunkRegions] {region id, first token's cache row} (`store_chunk`)
+  int2* chunk;            ///< union path: [slots][kChunkRegions] {region id, first token's cache row} (store_chunk)
   float* gate;            ///< [64] bf16(sigmoid(gate)) per tile row (1 without a gate), after the metadata
 };
 
@@ -426,7 +435,7 @@ __device__ __forceinline__ void load_q_fragments(const SparseAttentionArgs& a, c
 /// `prefetch_chunk` issues it, `store_chunk` checks it (faults reported at the region's first
 /// position, which is at most the tile's last: every union region was selected by a query at or
 /// after it) and writes {id, the cache row of the region's first token (region_cache_row) or -1}
-/// into chunk slot k % 2, read by prepare_stage after the next barrier. The list path resolved its
+/// into its ring slot (`chunk_slot`), read by prepare_stage after the next barrier. The list path resolved its
 /// row up front (build_region_list): no chunks.
 struct RegionPrefetch {
   int id;
@@ -450,7 +459,8 @@ __device__ __forceinline__ void store_chunk(const SparseAttentionArgs& a, const 
   const int blk = pf.id >= 0 ? static_cast<int>(check_block_entry(pf.blk, a.num_blocks, w.b, pf.id * kRegion,
                                                                   a.bounds_fault))
                              : -1;
-  sp.chunk[(k & 1) * kChunkRegions + tid] = make_int2(pf.id, blk >= 0 ? region_cache_row(a, blk, pf.id, w.g) : -1);
+  sp.chunk[chunk_slot(k) * kChunkRegions + tid] =
+      make_int2(pf.id, blk >= 0 ? region_cache_row(a, blk, pf.id, w.g) : -1);
 }
 /// Whether chunk `k` (stages kChunkStages * k ..) is resolved at iteration `it` of the stage loop:
 /// the iteration before the one that prepares its first stage (it + NS + 1 = kChunkStages * k),
@@ -477,7 +487,7 @@ __device__ __forceinline__ int2 stage_region(const SmemPtrs& sp, const TileWork&
   const int e = it * kStageRegions + j;
   if (w.u0 + e >= w.u1) return make_int2(-1, -1);
   if constexpr (LIST) return make_int2(sp.reg_id[e], sp.reg_row[e]);
-  else return sp.chunk[e % (2 * kChunkRegions)];
+  else return sp.chunk[chunk_entry(e)];
 }
 
 /// Step 3b: prepares a ring stage for gathered tile `it` from shared memory only (its regions:
