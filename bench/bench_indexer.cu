@@ -277,7 +277,7 @@ double time_scores_only(SelectSetup& s, step5::ops::detail::ScorePath want = ste
   const int Il = p.rank.index_local_heads, lg = p.rank.local_kv_groups, T = p.batch.num_tokens, B = p.batch.num_requests;
   const std::int64_t ld = ops::detail::score_ld(p.max_seq_len);
   const std::size_t fixed = ops::detail::plan_bytes(B);
-  const int chunk = static_cast<int>(std::min<std::size_t>(T, (p.workspace_bytes - fixed) / (std::size_t(lg) * ld * 4)));
+  const int chunk = ops::select_chunk_tokens(T, (p.workspace_bytes - fixed) / (std::size_t(lg) * ld * 4));
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CKS(device_sm_count(dev, &sms));

@@ -124,6 +124,48 @@ TEST_CASE("workspace map: every buffer 256-byte aligned, disjoint, at least its 
   }
 }
 
+TEST_CASE("selection chunks: the fewest chunks of equal size (no short tail), the bench prefill plans") {
+  // the rule itself, over a grid of token counts and workspace fits
+  for (int T = 1; T <= 300; ++T)
+    for (std::size_t fit = 1; fit <= 80; ++fit) {
+      CAPTURE(T);
+      CAPTURE(fit);
+      const int c = ops::select_chunk_tokens(T, fit);
+      REQUIRE(c >= 1);
+      CHECK(static_cast<std::size_t>(c) <= fit);                       // fits the workspace
+      const int n = (T + c - 1) / c;
+      const std::size_t f = std::min<std::size_t>(fit, T);
+      CHECK(static_cast<std::size_t>(n) == (T + f - 1) / f);           // the fewest chunks
+      CHECK(T - (n - 1) * c >= c - n + 1);                              // the last chunk is no short tail
+    }
+  CHECK(ops::select_chunk_tokens(0, 100) == 0);
+  CHECK(ops::select_chunk_tokens(5, 0) == 1);       // a fit of 0 is taken as 1 (the launcher's minimum)
+  CHECK(ops::select_chunk_tokens(32768, 16382) == 10923);  // the old tail: 16382 + 16382 + 4 tokens
+  CHECK(ops::select_chunk_tokens(32768, 16384) == 16384);
+
+  // bench_layer's prefill plans (step5_preview, one request, max_seq_len = tokens): the launcher's
+  // chunk from the plan's selection workspace. tp 8 (one KV group): 32K tokens in two chunks of
+  // 16384 (it was 16382 + 16382 + 4: a 4-token chunk cost ~140 µs); tp 1 (4 groups) at 32K: chunks
+  // of 4096 (4094 before: a 16-token ninth chunk); at 8K every step is one chunk.
+  for (const auto& [tp, tokens, chunk] : {std::array<int, 3>{8, 32768, 16384}, std::array<int, 3>{1, 32768, 4096},
+                                         std::array<int, 3>{8, 8192, 8192}, std::array<int, 3>{1, 8192, 8192}}) {
+    CAPTURE(tp);
+    CAPTURE(tokens);
+    const layout::RankLayout r = rank_of("step5_preview", tp, 0);
+    ops::DsaLayerCapacity cap;
+    cap.max_tokens = tokens, cap.max_requests = 1, cap.max_seq_len = tokens, cap.max_topk = 512;
+    cap.block_size = 64, cap.max_blocks = tokens / 64, cap.num_blocks = tokens / 64;
+    ops::DsaLayerPlan plan;
+    REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
+    const std::size_t fixed = ops::indexer_select_workspace_bytes(r, 1, tokens, 1) -
+                              (ops::indexer_select_workspace_bytes(r, 2, tokens, 1) -
+                               ops::indexer_select_workspace_bytes(r, 1, tokens, 1));
+    const std::size_t per_token = ops::indexer_select_workspace_bytes(r, 2, tokens, 1) -
+                                  ops::indexer_select_workspace_bytes(r, 1, tokens, 1);
+    CHECK(ops::select_chunk_tokens(tokens, (plan.map.select_bytes - fixed) / per_token) == chunk);
+  }
+}
+
 TEST_CASE("plan: refused capacities and device facts name the values") {
   const layout::RankLayout r = rank_of("step5_preview", 8, 0);
   ops::DsaLayerPlan plan;

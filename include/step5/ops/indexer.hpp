@@ -203,10 +203,26 @@ inline std::size_t plan_bytes(int num_requests) {
 }
 }  // namespace detail
 
+/// Tokens per score chunk of an `indexer_select` call over `num_tokens` tokens whose workspace
+/// holds at most `fit` tokens' scores (fit = floor((workspace_bytes - fixed) / per_token) >= 1):
+/// the fewest chunks, n = ceil(num_tokens / fit), of equal size ceil(num_tokens / n), so that no
+/// chunk is a short tail. Each chunk is one score launch over the whole grid plus one top-k launch:
+/// a tail of a few tokens cost as much as the long rows' score tiles (H200, bench_layer prefill
+/// 32K tp 8: chunks of 16382 + 16382 + 4 tokens, the 4-token chunk 128 µs of scores and 12 µs of
+/// top-k; bench/RESULTS.md, twelfth session). Returns 0 for num_tokens <= 0.
+inline int select_chunk_tokens(int num_tokens, std::size_t fit) {
+  if (num_tokens <= 0) return 0;
+  const std::size_t t = static_cast<std::size_t>(num_tokens);
+  const std::size_t f = fit < 1 ? 1 : (fit > t ? t : fit);
+  const std::size_t n = (t + f - 1) / f;
+  return static_cast<int>((t + n - 1) / n);
+}
+
 /// Workspace bytes of `indexer_select` that process `max_tokens` tokens in one score chunk.
-/// The launcher processes the tokens in chunks of `floor((workspace_bytes - fixed) / per_token)`
-/// tokens, so any size >= `indexer_select_workspace_bytes(rank, 1, max_seq_len, max_requests)` works
-/// (bounded memory whatever the context); more tokens per chunk means fewer launches.
+/// The launcher processes the tokens in chunks of at most `floor((workspace_bytes - fixed) /
+/// per_token)` tokens, as equal as possible (`select_chunk_tokens`), so any size >=
+/// `indexer_select_workspace_bytes(rank, 1, max_seq_len, max_requests)` works (bounded memory
+/// whatever the context); more tokens per chunk means fewer launches.
 /// per_token = lg * round_up(max_seq_len/8, 4) * 4 bytes (fp32 scores).
 inline std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank, int max_tokens, int max_seq_len,
                                                   int max_requests) {

@@ -170,14 +170,16 @@ inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const
   m->gemm_bytes = gemm_bytes;
   m->gemm = take(std::max<std::size_t>(m->gemm_bytes, kGemmCounterBytes));
   // Selection: tokens are scored in chunks that fit the workspace (any size works). Large chunks
-  // keep prefill scoring on few, wide launches: up to kSelectWorkspaceTarget bytes, at least 64
-  // tokens per chunk (measured on an H200: 64-token chunks made a 32K-token prefill's
-  // selection 170x its floor, most of it per-chunk launches).
+  // keep prefill scoring on few, wide launches: up to kSelectWorkspaceTarget bytes of scores (a
+  // power of two of tokens at power-of-two contexts: 16384 tokens of one group at 32K, so that a
+  // 32K-token step is two equal chunks, `select_chunk_tokens`), at least 64 tokens per chunk
+  // (measured on an H200: 64-token chunks made a 32K-token prefill's selection 170x its floor,
+  // most of it per-chunk launches).
   constexpr std::size_t kSelectWorkspaceTarget = std::size_t{256} << 20;
   const std::size_t one = indexer_select_workspace_bytes(r, 1, cap.max_seq_len, cap.max_requests);
   const std::size_t two = indexer_select_workspace_bytes(r, 2, cap.max_seq_len, cap.max_requests);
   const std::size_t per_token = two > one ? two - one : 1;
-  const std::size_t fit = kSelectWorkspaceTarget > one ? (kSelectWorkspaceTarget - one) / per_token : 0;
+  const std::size_t fit = kSelectWorkspaceTarget / per_token;
   const int chunk = static_cast<int>(std::clamp<std::size_t>(fit, std::min<std::size_t>(64, T), T));
   m->select_bytes = indexer_select_workspace_bytes(r, chunk, cap.max_seq_len, cap.max_requests);
   m->select = take(m->select_bytes);

@@ -343,7 +343,7 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
                                                             {"counts", p.counts}, {"workspace", p.workspace}}));
   if (Il > kernels::sm90::kScoreCols)
     return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
-  const int chunk = static_cast<int>(std::min<std::size_t>(T, (p.workspace_bytes - fixed) / per_token));
+  const int chunk = select_chunk_tokens(T, (p.workspace_bytes - fixed) / per_token);
   float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
   int dev = 0, sms = 0;
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
