@@ -270,9 +270,11 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
   const int items = kernels::sm90::prepare_items(a.local_heads, a.local_kv_heads, a.index_local_heads);
   const int per_token = kernels::sm90::prepare_ctas_per_token(p.batch.num_tokens, items, sms);
+  const auto kernel = kernels::sm90::prepare_min_ctas_per_sm(p.batch.num_tokens, sms) > 1
+                          ? &kernels::sm90::indexer_prepare_wide_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx>
+                          : &kernels::sm90::indexer_prepare_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx>;
   return kernels::sm90::launch_kernel(
-      "indexer_prepare_kernel launch",
-      &kernels::sm90::indexer_prepare_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx>,
+      "indexer_prepare_kernel launch", kernel,
       {dim3(static_cast<unsigned>(p.batch.num_tokens), static_cast<unsigned>(per_token)),
        dim3(kernels::sm90::kPrepareThreads)},
       stream, a);

@@ -9,6 +9,11 @@
 ///  - indexer k: LayerNorm (var = E[x²] − E[x]²) with bf16 weight/bias → bf16 → RoPE → index_k
 ///  - weights: float(w) · hpg_i^-0.5
 /// Rotation: a' = bf16(a·cos − b·sin), b' = bf16(fma(a, sin, b·cos)) on bf16 values (fp32 math).
+/// Latency: each warp issues the loads of its next work item before computing the current one (its
+/// first item's before the token's position is known); the RoPE factors are loaded once per token;
+/// the rotation partner comes by lane shuffle where the layout allows (RopeLane::kShuffle). Two
+/// instances: `indexer_prepare_wide_kernel` (register-bound for 6 CTAs per SM) for many tokens,
+/// `indexer_prepare_kernel` for decode (prepare_min_ctas_per_sm).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
@@ -70,47 +75,102 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 namespace detail {
 
-/// Loads one head of N bf16 values held as pairs: lane owns pairs j*32 + lane (j < N/64).
+/// Pair blocks per lane of a head of N bf16 values: lane owns the pairs j*32 + lane, j < N/64
+/// (dims 2(j*32 + lane) and 2(j*32 + lane) + 1).
 template <int N>
-__device__ __forceinline__ void load_head(const __nv_bfloat16* src, float (&x)[N / 32], int lane) {
+inline constexpr int kPairBlocks = N / 64;
+
+/// The raw bf16 pairs of one head (N values) as loaded: raw[j] = pair j*32 + lane. 32-bit loads,
+/// issued for the next work item of a warp before the current one is computed.
+template <int N, int CAP>
+__device__ __forceinline__ void load_pairs(const __nv_bfloat16* src, unsigned (&raw)[CAP], int lane) {
+  static_assert(kPairBlocks<N> <= CAP, "load_pairs: the head does not fit the buffer");
 #pragma unroll
-  for (int j = 0; j < N / 64; ++j) {
-    const __nv_bfloat162 v = reinterpret_cast<const __nv_bfloat162*>(src)[j * 32 + lane];
-    x[2 * j] = __bfloat162float(v.x);
-    x[2 * j + 1] = __bfloat162float(v.y);
+  for (int j = 0; j < kPairBlocks<N>; ++j) raw[j] = reinterpret_cast<const unsigned*>(src)[j * 32 + lane];
+}
+
+/// bf16 pairs → fp32 values x[2j] (low half, .x) and x[2j + 1] (high half, .y); exact.
+template <int N, int CAP>
+__device__ __forceinline__ void unpack_pairs(const unsigned (&raw)[CAP], float (&x)[N / 32]) {
+#pragma unroll
+  for (int j = 0; j < kPairBlocks<N>; ++j) {
+    x[2 * j] = __uint_as_float(raw[j] << 16);
+    x[2 * j + 1] = __uint_as_float(raw[j] & 0xffff0000u);
   }
 }
 
-/// NeoX RoPE on the first ROT dims of a head whose bf16-rounded values are in `x` (pairs layout)
-/// using the per-warp scratch row `buf` [N] floats. Returns the rotated values in x.
+/// cos / sin of one lane's rotated dims of an N-wide head (NeoX RoPE on the first ROT dims, pairs
+/// layout): for dim d = 2(j*32 + lane) + e < ROT, the table entry i = d < H ? d : d − H (H = ROT/2).
+/// Loaded once per token (every head of the token has the same position), not once per head.
 template <int N, int ROT>
-__device__ __forceinline__ void rope_head(float (&x)[N / 32], float* buf, const __nv_bfloat16* cos_row,
-                                          const __nv_bfloat16* sin_row, int lane) {
-  if constexpr (ROT > 0) {
+struct RopeLane {
+  static_assert(ROT % 2 == 0 && ROT <= N, "RopeLane: rotary dims must be even and fit the head");
+  static constexpr int kH = ROT / 2;
+  static constexpr int kJ = ROT > 0 ? (ROT + 63) / 64 : 1;  // pair blocks holding rotated dims (d >= 64 j)
+  /// The rotation partner of dim d (d ± H) is in lane ^ (H/2), same half, when the rotated dims are
+  /// the first pair block (ROT <= 64) and H/2 is a power of two: a shuffle instead of shared memory.
+  static constexpr bool kShuffle = ROT > 0 && ROT <= 64 && ROT % 4 == 0 && ((kH / 2) & (kH / 2 - 1)) == 0;
+  float cs[kJ][2], sn[kJ][2];
+  __device__ __forceinline__ void load(const __nv_bfloat16* cos_row, const __nv_bfloat16* sin_row, int lane) {
 #pragma unroll
-    for (int j = 0; j < N / 64; ++j) {
-      buf[2 * (j * 32 + lane)] = x[2 * j];
-      buf[2 * (j * 32 + lane) + 1] = x[2 * j + 1];
-    }
-    __syncwarp();
-    constexpr int H = ROT / 2;
-#pragma unroll
-    for (int j = 0; j < N / 64; ++j) {
+    for (int j = 0; j < kJ; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int d = 2 * (j * 32 + lane) + e;
+        const int i = d < kH ? d : d - kH;
+        const bool rot = d < ROT;
+        cs[j][e] = rot ? __bfloat162float(cos_row[i]) : 0.f;
+        sn[j][e] = rot ? __bfloat162float(sin_row[i]) : 0.f;
+      }
+  }
+};
+
+/// NeoX RoPE on the first ROT dims of a head whose bf16-rounded values are in `x` (pairs layout),
+/// with the lane's factors `f`: a' = bf16(a·cos − b·sin) (d < H, b = x[d + H]), b' = bf16(fma(a, sin,
+/// b·cos)) (d >= H, a = x[d − H]). The partner value comes by shuffle (RopeLane::kShuffle) or
+/// through the per-warp scratch row `buf` [N] floats. Returns the rotated values in x.
+template <int N, int ROT>
+__device__ __forceinline__ void rope_head(float (&x)[N / 32], float* buf, const RopeLane<N, ROT>& f, int lane) {
+  if constexpr (ROT > 0) {
+    constexpr int H = ROT / 2;
+    if constexpr (RopeLane<N, ROT>::kShuffle) {
+      const float p0 = __shfl_xor_sync(0xffffffffu, x[0], H / 2);
+      const float p1 = __shfl_xor_sync(0xffffffffu, x[1], H / 2);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int d = 2 * lane + e;
+        const float own = x[e], partner = e == 0 ? p0 : p1;
         if (d < ROT) {
-          const int i = d < H ? d : d - H;
-          const float a = buf[i], b = buf[i + H];
-          const float cs = __bfloat162float(cos_row[i]), sn = __bfloat162float(sin_row[i]);
           float r;
-          if (d < H) r = __fsub_rn(__fmul_rn(a, cs), __fmul_rn(b, sn));
-          else r = __fmaf_rn(a, sn, __fmul_rn(b, cs));
-          x[2 * j + e] = __bfloat162float(__float2bfloat16_rn(r));
+          if (d < H) r = __fsub_rn(__fmul_rn(own, f.cs[0][e]), __fmul_rn(partner, f.sn[0][e]));
+          else r = __fmaf_rn(partner, f.sn[0][e], __fmul_rn(own, f.cs[0][e]));
+          x[e] = __bfloat162float(__float2bfloat16_rn(r));
         }
       }
+    } else {
+#pragma unroll
+      for (int j = 0; j < N / 64; ++j) {
+        buf[2 * (j * 32 + lane)] = x[2 * j];
+        buf[2 * (j * 32 + lane) + 1] = x[2 * j + 1];
+      }
+      __syncwarp();
+#pragma unroll
+      for (int j = 0; j < RopeLane<N, ROT>::kJ; ++j) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int d = 2 * (j * 32 + lane) + e;
+          if (d < ROT) {
+            const int i = d < H ? d : d - H;
+            const float a = buf[i], b = buf[i + H];
+            float r;
+            if (d < H) r = __fsub_rn(__fmul_rn(a, f.cs[j][e]), __fmul_rn(b, f.sn[j][e]));
+            else r = __fmaf_rn(a, f.sn[j][e], __fmul_rn(b, f.cs[j][e]));
+            x[2 * j + e] = __bfloat162float(__float2bfloat16_rn(r));
+          }
+        }
+      }
+      __syncwarp();
     }
-    __syncwarp();
   }
 }
 
@@ -145,6 +205,19 @@ __device__ __forceinline__ void rms_norm_head(float (&x)[N / 32], const float* w
 
 /// Grid: (T, CTAs per token), kPrepareThreads threads (8 warps).
 inline constexpr int kPrepareThreads = 256;
+/// Resident CTAs per SM of the kernel instance for many tokens (__launch_bounds__): 6 x 8 warps at
+/// <= 40 registers, each warp with two work items' loads in flight (the current and the next);
+/// without the bound ptxas takes 64 registers, 4 CTAs per SM. Measured on the H200 (bench_layer,
+/// bench/RESULTS.md twelfth session): the bound makes prefill prepare 10-17 % faster (tp 8 32K
+/// 221 -> 183 µs) but decode 0.5-0.9 µs slower (tp 8 batch 1 6.3 -> 7.1 µs), hence two instances.
+inline constexpr int kPrepareMinCtasPerSm = 6;
+
+/// The instance for a launch of `num_tokens` tokens on `num_sms` SMs: kPrepareMinCtasPerSm from
+/// 2 x num_sms tokens (one CTA per token and more than a wave: occupancy is what hides the loads),
+/// else 1 (decode, MTP: a few CTAs per token, each latency-bound; the unbounded registers are faster).
+inline int prepare_min_ctas_per_sm(int num_tokens, int num_sms) {
+  return num_tokens >= 2 * num_sms ? kPrepareMinCtasPerSm : 1;
+}
 
 /// Warp work items of one token: its q heads, k heads, v heads, indexer q heads and the indexer
 /// k row (the kernel's item loop and the launcher's CTAs-per-token choice).
@@ -165,22 +238,55 @@ inline int prepare_ctas_per_token(int num_tokens, int items, int num_sms) {
   return y < 1 ? 1 : (y > 65535 ? 65535 : y);
 }
 
+/// Column in C of work item `it` of a token (prepare_items order: q heads, k heads, v heads,
+/// indexer q heads, the indexer k row) and whether it is P wide (indexer) rather than D (main).
+__device__ __forceinline__ int prepare_item_column(const PrepareArgs& a, int it, int D, int P, bool* proxy) {
+  const int Hl = a.local_heads, KVl = a.local_kv_heads;
+  *proxy = it >= Hl + 2 * KVl;
+  if (it < Hl) return a.col_q + it * D;
+  if (it < Hl + KVl) return a.col_k + (it - Hl) * D;
+  if (it < Hl + 2 * KVl) return a.col_v + (it - Hl - KVl) * D;
+  if (it < Hl + 2 * KVl + a.index_local_heads) return a.col_iq + (it - Hl - 2 * KVl) * P;
+  return a.col_ik;
+}
+
+/// Issues the loads of work item `it` of the token whose C row is `row` (nothing past `items`).
+template <int D, int P, int CAP>
+__device__ __forceinline__ void prepare_load_item(const PrepareArgs& a, const __nv_bfloat16* row, int it, int items,
+                                                  unsigned (&raw)[CAP], int lane) {
+  if (it >= items) return;
+  bool proxy = false;
+  const int col = prepare_item_column(a, it, D, P, &proxy);
+  if (proxy) detail::load_pairs<P>(row + col, raw, lane);
+  else detail::load_pairs<D>(row + col, raw, lane);
+}
+
+/// The kernel body (both instances below): one token's work items, gridDim.y CTAs per token.
 template <int D, int P, int ROT_MAIN, int ROT_IDX>
-__global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(PrepareArgs a) {
+__device__ __forceinline__ void prepare_token(const PrepareArgs& a) {
   static_assert(D % 64 == 0 && P % 64 == 0, "indexer_prepare_kernel: head_dim and proxy_dim must be multiples of 64");
   static_assert(ROT_MAIN % 2 == 0 && ROT_MAIN <= D && ROT_IDX % 2 == 0 && ROT_IDX <= P,
                 "indexer_prepare_kernel: rotary dims must be even and fit the head");
 #if STEP5_SM90A_DEVICE
   constexpr int kWarps = kPrepareThreads / 32;
   constexpr int kBuf = D > P ? D : P;
+  constexpr int kCap = kBuf / 64;  // pair blocks of the widest item
   __shared__ float sbuf[kWarps][kBuf];
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int Hl = a.local_heads, KVl = a.local_kv_heads, Il = a.index_local_heads;
+  const int items = prepare_items(Hl, KVl, Il);
+  const int stride = kWarps * static_cast<int>(gridDim.y);
+  const __nv_bfloat16* row = a.c + static_cast<std::int64_t>(t) * a.ldc;
   pdl_wait();  // c is the fused GEMM's output; the caches may be read by the previous step
+  // The warp's first item is loaded before the token's position is known (it needs only the row):
+  // its latency overlaps the request search and the block-table lookup.
+  int it = static_cast<int>(blockIdx.y) * kWarps + warp;
+  unsigned cur[kCap] = {};
+  prepare_load_item<D, P>(a, row, it, items, cur, lane);
   const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
   const int cu0 = __ldg(a.cu_seqlens_q + b), cu1 = __ldg(a.cu_seqlens_q + b + 1);
   const int pos = __ldg(a.seq_lens + b) - (cu1 - cu0) + (t - cu0);
-  const __nv_bfloat16* row = a.c + static_cast<std::int64_t>(t) * a.ldc;
   // Device-resident values (graph replay, block ids): a position outside the RoPE tables skips
   // the token; one outside the block-table row or a block id outside [0, num_blocks) skips its
   // KV-cache write (reported in checked mode).
@@ -189,46 +295,48 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
       report_bounds_fault(a.bounds_fault, ops::BoundsFault::kPositionBeyondRope, b, pos, -1);
     return;
   }
+  detail::RopeLane<D, ROT_MAIN> rope_main;
+  detail::RopeLane<P, ROT_IDX> rope_idx;
+  rope_main.load(a.cos_main + static_cast<std::int64_t>(pos) * (ROT_MAIN / 2),
+                 a.sin_main + static_cast<std::int64_t>(pos) * (ROT_MAIN / 2), lane);
+  rope_idx.load(a.cos_idx + static_cast<std::int64_t>(pos) * (ROT_IDX / 2),
+                a.sin_idx + static_cast<std::int64_t>(pos) * (ROT_IDX / 2), lane);
   const std::int64_t blk = checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b, pos,
                                          threadIdx.x == 0 && blockIdx.y == 0 ? a.bounds_fault : nullptr);
-  const std::int64_t kv_row = (blk * a.block_size + pos % a.block_size) * a.local_kv_heads;
-  const __nv_bfloat16* cm = a.cos_main + static_cast<std::int64_t>(pos) * (ROT_MAIN / 2);
-  const __nv_bfloat16* sm = a.sin_main + static_cast<std::int64_t>(pos) * (ROT_MAIN / 2);
-  const __nv_bfloat16* ci = a.cos_idx + static_cast<std::int64_t>(pos) * (ROT_IDX / 2);
-  const __nv_bfloat16* si = a.sin_idx + static_cast<std::int64_t>(pos) * (ROT_IDX / 2);
+  const std::int64_t kv_row = (blk * a.block_size + pos % a.block_size) * KVl;
 
-  const int Hl = a.local_heads, KVl = a.local_kv_heads, Il = a.index_local_heads;
   // weights: the threads of the token's first CTA, before the per-head work
   if (blockIdx.y == 0)
     for (int i = threadIdx.x; i < Il; i += kPrepareThreads)
       a.weights[static_cast<std::int64_t>(t) * Il + i] = __bfloat162float(row[a.col_w + i]) * a.weight_scale;
 
-  const int items = prepare_items(Hl, KVl, Il);
-  for (int it = blockIdx.y * kWarps + warp; it < items; it += kWarps * gridDim.y) {
-    float* buf = sbuf[warp];
+  float* buf = sbuf[warp];
+  for (; it < items; it += stride) {
+    unsigned next[kCap] = {};
+    prepare_load_item<D, P>(a, row, it + stride, items, next, lane);  // in flight while this item is computed
     if (it < Hl + KVl) {  // main q or k head
       const bool is_q = it < Hl;
       const int h = is_q ? it : it - Hl;
       float x[D / 32];
-      detail::load_head<D>(row + (is_q ? a.col_q + h * D : a.col_k + h * D), x, lane);
+      detail::unpack_pairs<D>(cur, x);
       detail::rms_norm_head<D, false>(x, is_q ? a.q_norm : a.k_norm, a.eps, lane);
-      detail::rope_head<D, ROT_MAIN>(x, buf, cm, sm, lane);
+      detail::rope_head<D, ROT_MAIN>(x, buf, rope_main, lane);
       __nv_bfloat16* dst = is_q ? a.q_out + (static_cast<std::int64_t>(t) * Hl + h) * D
                                 : a.k_cache + (kv_row + h) * D;
       if (is_q || blk >= 0) detail::store_head_bf16<D>(dst, x, lane);
     } else if (it < Hl + 2 * KVl) {  // v head: copy
-      if (blk < 0) continue;
-      const int h = it - Hl - KVl;
-      const __nv_bfloat162* src = reinterpret_cast<const __nv_bfloat162*>(row + a.col_v + h * D);
-      __nv_bfloat162* dst = reinterpret_cast<__nv_bfloat162*>(a.v_cache + (kv_row + h) * D);
+      if (blk >= 0) {
+        const int h = it - Hl - KVl;
+        unsigned* dst = reinterpret_cast<unsigned*>(a.v_cache + (kv_row + h) * D);
 #pragma unroll
-      for (int j = 0; j < D / 64; ++j) dst[j * 32 + lane] = src[j * 32 + lane];
+        for (int j = 0; j < D / 64; ++j) dst[j * 32 + lane] = cur[j];
+      }
     } else if (it < Hl + 2 * KVl + Il) {  // indexer q head
       const int h = it - Hl - 2 * KVl;
       float x[P / 32];
-      detail::load_head<P>(row + a.col_iq + h * P, x, lane);
+      detail::unpack_pairs<P>(cur, x);
       detail::rms_norm_head<P, true>(x, a.iq_norm, a.eps, lane);
-      detail::rope_head<P, ROT_IDX>(x, buf, ci, si, lane);
+      detail::rope_head<P, ROT_IDX>(x, buf, rope_idx, lane);
       std::uint8_t* dst = a.index_q + (static_cast<std::int64_t>(t) * Il + h) * P;
 #pragma unroll
       for (int j = 0; j < P / 64; ++j) {
@@ -238,7 +346,7 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
       }
     } else {  // indexer k: LayerNorm
       float x[P / 32];
-      detail::load_head<P>(row + a.col_ik, x, lane);
+      detail::unpack_pairs<P>(cur, x);
       // Signed zero (SPEC §4 "Signed zero"): Σx starts from its first term (peeled), so a row of
       // −0.0 has mean −0.0 as in the reference (Triton tl.sum); the shuffle tree only adds partials.
       float s = x[0], ss = __fmul_rn(x[0], x[0]);
@@ -262,12 +370,26 @@ __global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(Prepar
           const float y = __fadd_rn(__fmul_rn(__fmul_rn(__fsub_rn(x[2 * j + e], mean), rinv), w), bb);
           x[2 * j + e] = __bfloat162float(__float2bfloat16_rn(y));
         }
-      detail::rope_head<P, ROT_IDX>(x, buf, ci, si, lane);
+      detail::rope_head<P, ROT_IDX>(x, buf, rope_idx, lane);
       detail::store_head_bf16<P>(a.index_k + static_cast<std::int64_t>(t) * P, x, lane);
     }
+#pragma unroll
+    for (int j = 0; j < kCap; ++j) cur[j] = next[j];
   }
   pdl_launch_dependents();
 #endif
+}
+
+/// Few tokens (decode, MTP: prepare_min_ctas_per_sm(...) == 1): no register bound.
+template <int D, int P, int ROT_MAIN, int ROT_IDX>
+__global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(PrepareArgs a) {
+  prepare_token<D, P, ROT_MAIN, ROT_IDX>(a);
+}
+
+/// Many tokens (prefill): kPrepareMinCtasPerSm resident CTAs per SM.
+template <int D, int P, int ROT_MAIN, int ROT_IDX>
+__global__ void __launch_bounds__(kPrepareThreads, kPrepareMinCtasPerSm) indexer_prepare_wide_kernel(PrepareArgs a) {
+  prepare_token<D, P, ROT_MAIN, ROT_IDX>(a);
 }
 
 }  // namespace step5::kernels::sm90
