@@ -504,24 +504,27 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
 /// Per-query gathers in a multi-query tile (`tile_gather` 0): a tile of nq > 1 queries with one
 /// split either gathers the union of its queries' selected regions once, ceil(U / 8) stages of 64
 /// tokens for all nq·hpg_q rows, or runs its queries one after the other, each on its own selection
-/// row (the decode path: ceil(n_i / 8) stages for hpg_q rows). Measured on the H200
-/// (bench_attention prefill, step5_preview, chunk 4096 after 32768 tokens, STEP5_BENCH_ATTN_QT
-/// 0 / 1, bench/RESULTS.md 2026-12-01 fifth session): over three selection patterns the union
-/// tiles took 17.0-17.8 ms × (union density) at tp 1 (4-query tiles) and 4.4-4.7 ms × density at
-/// tp 8 (8-query tiles), one-query tiles 8.56 ms and 2.18 ms on every pattern: a union stage costs
-/// kAttentionUnionStageCost = 2 per-query stages. Each query adds one stage of fixed cost (its
-/// region list, ring prologue and epilogue; as the split model's). Per-query gathers pay when
-///   query_stages + nq < kAttentionUnionStageCost · union_stages,
+/// row (the decode path: ceil(n_i / 8) stages for hpg_q rows). A union stage costs
+/// kAttentionUnionStageCostNum / kAttentionUnionStageCostDen = 3/2 per-query stages, and each query
+/// adds one stage of fixed cost (its region list, ring prologue and epilogue; as the split
+/// model's). Per-query gathers pay when
+///   2 · (query_stages + nq) < 3 · union_stages,
 /// with union_stages = ceil(U / 8) and query_stages = Σ ceil(n_i / 8) (n_i: distinct valid regions
 /// of query i). The kernel applies it per tile (the same rule, host-callable for tests).
-/// Known limits of the model (to be measured, not yet done): the factor 2 was measured on full
-/// 64-row tiles only — 2-query tiles measured 1.6 (tp 1, 32 rows) and 1.4 (tp 8, 16 rows) in the
-/// same runs (STEP5_BENCH_ATTN_QT=2), so a partial tile near the break-even may take the slower
-/// path; and the per-query path runs ceil(clamp(count) / 8) stages (invalid or repeated entries
-/// take ring slots), more than n_i counts when a row carries such entries.
-inline constexpr int kAttentionUnionStageCost = 2;
+/// Measured on the H200 (bench/RESULTS.md, twelfth session), the factor swept at 1, 1.25, 1.5, 1.75
+/// and 2 with the union-path tiles on wgmma (tenth and eleventh sessions): bench_layer prefill 32K
+/// (no history) attention tp 8 7686 µs at 2 → 6703 / 6656 / 6705 / 7160 µs, tp 1 39160 µs at 2 →
+/// 40409 / 39779 / 37235 / 38307 µs; 8K and bench_attention prefill_indexer (4K and 16K chunks after
+/// 32K) equal or better at 1.5 than at 2 at both tps. (The factor 2 was measured in the fifth session,
+/// when union tiles ran on mma.sync.)
+/// Known limits of the model (to be measured, not yet done): the factor was measured on full
+/// 64-row tiles only, so a partial tile near the break-even may take the slower path; and the
+/// per-query path runs ceil(clamp(count) / 8) stages (invalid or repeated entries take ring slots),
+/// more than n_i counts when a row carries such entries.
+inline constexpr int kAttentionUnionStageCostNum = 3;
+inline constexpr int kAttentionUnionStageCostDen = 2;
 constexpr bool attention_per_query_pays(long long union_stages, long long query_stages, int nq) {
-  return nq > 1 && query_stages + nq < kAttentionUnionStageCost * union_stages;
+  return nq > 1 && kAttentionUnionStageCostDen * (query_stages + nq) < kAttentionUnionStageCostNum * union_stages;
 }
 
 /// Workspace bytes `sparse_attention` needs for `p` on `p.device` (0 when no split-KV merge is
