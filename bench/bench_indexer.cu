@@ -277,7 +277,7 @@ double time_scores_only(SelectSetup& s, step5::ops::detail::ScorePath want = ste
   const int Il = p.rank.index_local_heads, lg = p.rank.local_kv_groups, T = p.batch.num_tokens, B = p.batch.num_requests;
   const std::int64_t ld = ops::detail::score_ld(p.max_seq_len);
   const std::size_t fixed = ops::detail::plan_bytes(B);
-  const int chunk = ops::select_chunk_tokens(T, (p.workspace_bytes - fixed) / (std::size_t(lg) * ld * 4));
+  const ops::SelectChunks chunks = ops::select_chunks(T, (p.workspace_bytes - fixed) / (std::size_t(lg) * ld * 4));
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CKS(device_sm_count(dev, &sms));
@@ -288,10 +288,10 @@ double time_scores_only(SelectSetup& s, step5::ops::detail::ScorePath want = ste
                                      &tile_start));
   return time_it(
       [&] {
-        for (int t0 = 0; t0 < T; t0 += chunk) {
+        for (int k = 0; k < chunks.count; ++k) {
           float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
           CKS(ops::detail::launch_scores<kId>(
-              sp, ops::detail::score_args(p, tile_start, scores, ld, t0, std::min(T, t0 + chunk)), g_stream));
+              sp, ops::detail::score_args(p, tile_start, scores, ld, chunks.begin(k), chunks.begin(k + 1)), g_stream));
         }
       },
       3);

@@ -734,9 +734,10 @@ GPU_CASE("prefill: per-tile choice between the union and per-query gathers (tile
     // random selections (union-heavy tiles: per-query gathers) and shared ones (union-light: the
     // union), with history, partial regions, short counts, invalid ids and a bad block-table entry.
     // Per-query gathers pay only with little overlap (ops::attention_per_query_pays: a union stage
-    // costs 3/2 per-query stages): in request 0, 64 regions per query out of ~4000 (a 32K history)
-    // keep the unions of 4-, 8- and 16-query tiles above the break-even (16 queries: ~920 regions =
-    // 115 stages against 107); request 1's ~375 regions make union tiles.
+    // costs 3/2 per-query stages): in request 0, 65 regions per query (topk 64 + the current one,
+    // 9 stages) out of ~4000 (a 32K history) keep the unions of 4-, 8- and 16-query tiles above the
+    // break-even (16 queries: ~920 regions = 115 stages against 107); request 1's ~375 regions make
+    // union tiles.
     const int h = sz(3000, 900), h_long = sz(32000, 900);
     Scenario heavy{"gather random", {37, 70, 19, 5, 1}, {h_long, h + 70, 19 + sz(1500, 400), 800, 300}, 16,
                    sz(64, 24)};

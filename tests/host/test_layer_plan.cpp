@@ -124,24 +124,39 @@ TEST_CASE("workspace map: every buffer 256-byte aligned, disjoint, at least its 
   }
 }
 
-TEST_CASE("selection chunks: the fewest chunks of equal size (no short tail), the bench prefill plans") {
+TEST_CASE("selection chunks: the fewest chunks, sizes within one token of each other, the bench prefill plans") {
   // the rule itself, over a grid of token counts and workspace fits
   for (int T = 1; T <= 300; ++T)
     for (std::size_t fit = 1; fit <= 80; ++fit) {
       CAPTURE(T);
       CAPTURE(fit);
-      const int c = ops::select_chunk_tokens(T, fit);
-      REQUIRE(c >= 1);
-      CHECK(static_cast<std::size_t>(c) <= fit);                       // fits the workspace
-      const int n = (T + c - 1) / c;
+      const ops::SelectChunks c = ops::select_chunks(T, fit);
       const std::size_t f = std::min<std::size_t>(fit, T);
-      CHECK(static_cast<std::size_t>(n) == (T + f - 1) / f);           // the fewest chunks
-      CHECK(T - (n - 1) * c >= c - n + 1);                              // the last chunk is no short tail
+      REQUIRE(static_cast<std::size_t>(c.count) == (T + f - 1) / f);  // the fewest chunks that fit
+      CHECK(c.begin(0) == 0);
+      CHECK(c.begin(c.count) == T);
+      int smallest = T, largest = 0;
+      for (int k = 0; k < c.count; ++k) {
+        const int n = c.begin(k + 1) - c.begin(k);
+        smallest = std::min(smallest, n);
+        largest = std::max(largest, n);
+      }
+      CHECK(smallest >= 1);
+      CHECK(static_cast<std::size_t>(largest) <= fit);  // every chunk fits the workspace
+      CHECK(largest - smallest <= 1);                  // no short tail
+      CHECK(c.max_tokens() == largest);
     }
-  CHECK(ops::select_chunk_tokens(0, 100) == 0);
-  CHECK(ops::select_chunk_tokens(5, 0) == 1);       // a fit of 0 is taken as 1 (the launcher's minimum)
-  CHECK(ops::select_chunk_tokens(32768, 16382) == 10923);  // the old tail: 16382 + 16382 + 4 tokens
-  CHECK(ops::select_chunk_tokens(32768, 16384) == 16384);
+  // cases a rounded-up equal size got wrong (its last chunk: 1, 1 and 7 tokens)
+  for (const auto& [T, fit] : {std::pair<int, int>{10, 3}, {4033, 64}, {32768, 181}}) {
+    CAPTURE(T);
+    const ops::SelectChunks c = ops::select_chunks(T, fit);
+    CHECK(c.begin(c.count) - c.begin(c.count - 1) >= c.max_tokens() - 1);
+  }
+  CHECK(ops::select_chunks(0, 100).count == 0);
+  CHECK(ops::select_chunks(5, 0).count == 5);  // a fit of 0 is taken as 1 (the launcher's minimum)
+  CHECK(ops::select_chunks(32768, 16382).count == 3);  // max-size chunks were 16382 + 16382 + 4
+  CHECK(ops::select_chunks(32768, 16382).begin(1) == 10923);
+  CHECK(ops::select_chunks(32768, 16384).max_tokens() == 16384);
 
   // bench_layer's prefill plans (step5_preview, one request, max_seq_len = tokens): the launcher's
   // chunk from the plan's selection workspace. tp 8 (one KV group): 32K tokens in two chunks of
@@ -162,7 +177,9 @@ TEST_CASE("selection chunks: the fewest chunks of equal size (no short tail), th
                                ops::indexer_select_workspace_bytes(r, 1, tokens, 1));
     const std::size_t per_token = ops::indexer_select_workspace_bytes(r, 2, tokens, 1) -
                                   ops::indexer_select_workspace_bytes(r, 1, tokens, 1);
-    CHECK(ops::select_chunk_tokens(tokens, (plan.map.select_bytes - fixed) / per_token) == chunk);
+    const ops::SelectChunks c = ops::select_chunks(tokens, (plan.map.select_bytes - fixed) / per_token);
+    CHECK(c.max_tokens() == chunk);
+    CHECK(c.count * chunk == tokens);
   }
 }
 

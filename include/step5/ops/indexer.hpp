@@ -203,24 +203,39 @@ inline std::size_t plan_bytes(int num_requests) {
 }
 }  // namespace detail
 
-/// Tokens per score chunk of an `indexer_select` call over `num_tokens` tokens whose workspace
-/// holds at most `fit` tokens' scores (fit = floor((workspace_bytes - fixed) / per_token) >= 1):
-/// the fewest chunks, n = ceil(num_tokens / fit), of equal size ceil(num_tokens / n), so that no
-/// chunk is a short tail. Each chunk is one score launch over the whole grid plus one top-k launch:
-/// a tail of a few tokens cost as much as the long rows' score tiles (H200, bench_layer prefill
-/// 32K tp 8: chunks of 16382 + 16382 + 4 tokens, the 4-token chunk 128 µs of scores and 12 µs of
-/// top-k; bench/RESULTS.md, twelfth session). Returns 0 for num_tokens <= 0.
-inline int select_chunk_tokens(int num_tokens, std::size_t fit) {
-  if (num_tokens <= 0) return 0;
+/// The score chunks of an `indexer_select` call over `num_tokens` tokens whose workspace holds at
+/// most `fit` tokens' scores (fit = floor((workspace_bytes - fixed) / per_token); a fit of 0 counts
+/// as 1): the fewest chunks, count = ceil(num_tokens / fit), whose sizes differ by at most one
+/// token — chunk k holds tokens [begin(k), begin(k + 1)), the first num_tokens % count chunks one
+/// token longer. Each chunk is one score launch over the whole grid plus one top-k launch, so a
+/// short last chunk cost as much as a long one (H200, bench_layer prefill 32K tp 8: max-size
+/// chunks of 16382 + 16382 + 4 tokens, the 4-token chunk 128 µs of scores and 12 µs of top-k;
+/// bench/RESULTS.md, twelfth session). The one rule of the launcher, its tests and bench_indexer.
+struct SelectChunks {
+  int num_tokens = 0;  ///< tokens of the call (count = 0 when <= 0)
+  int count = 0;       ///< chunks
+  /// First token of chunk k (0 <= k <= count; begin(count) = num_tokens).
+  constexpr int begin(int k) const {
+    if (count <= 0) return 0;
+    const int q = num_tokens / count, r = num_tokens % count;
+    return k * q + (k < r ? k : r);
+  }
+  /// Tokens of the longest chunk (the first one).
+  constexpr int max_tokens() const { return count > 0 ? begin(1) : 0; }
+};
+constexpr SelectChunks select_chunks(int num_tokens, std::size_t fit) {
+  SelectChunks c;
+  if (num_tokens <= 0) return c;
   const std::size_t t = static_cast<std::size_t>(num_tokens);
   const std::size_t f = fit < 1 ? 1 : (fit > t ? t : fit);
-  const std::size_t n = (t + f - 1) / f;
-  return static_cast<int>((t + n - 1) / n);
+  c.num_tokens = num_tokens;
+  c.count = static_cast<int>((t + f - 1) / f);
+  return c;
 }
 
 /// Workspace bytes of `indexer_select` that process `max_tokens` tokens in one score chunk.
 /// The launcher processes the tokens in chunks of at most `floor((workspace_bytes - fixed) /
-/// per_token)` tokens, as equal as possible (`select_chunk_tokens`), so any size >=
+/// per_token)` tokens, as equal as possible (`select_chunks`), so any size >=
 /// `indexer_select_workspace_bytes(rank, 1, max_seq_len, max_requests)` works (bounded memory
 /// whatever the context); more tokens per chunk means fewer launches.
 /// per_token = lg * round_up(max_seq_len/8, 4) * 4 bytes (fp32 scores).

@@ -172,7 +172,7 @@ inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const
   // Selection: tokens are scored in chunks that fit the workspace (any size works). Large chunks
   // keep prefill scoring on few, wide launches: up to kSelectWorkspaceTarget bytes of scores (a
   // power of two of tokens at power-of-two contexts: 16384 tokens of one group at 32K, so that a
-  // 32K-token step is two equal chunks, `select_chunk_tokens`), at least 64 tokens per chunk
+  // 32K-token step is two equal chunks, `select_chunks`), at least 64 tokens per chunk
   // (measured on an H200: 64-token chunks made a 32K-token prefill's selection 170x its floor,
   // most of it per-chunk launches).
   constexpr std::size_t kSelectWorkspaceTarget = std::size_t{256} << 20;

@@ -345,7 +345,7 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
                                                             {"counts", p.counts}, {"workspace", p.workspace}}));
   if (Il > kernels::sm90::kScoreCols)
     return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
-  const int chunk = select_chunk_tokens(T, (p.workspace_bytes - fixed) / per_token);
+  const SelectChunks chunks = select_chunks(T, (p.workspace_bytes - fixed) / per_token);
   float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
   int dev = 0, sms = 0;
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
@@ -358,8 +358,8 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   STEP5_RETURN_IF_ERROR(score_tile_starts(sp, p.batch.cu_seqlens_q, B, static_cast<std::int32_t*>(p.workspace), stream,
                                           &tile_start));
 
-  for (int t0 = 0; t0 < T; t0 += chunk) {
-    const int t1 = std::min(T, t0 + chunk);
+  for (int k = 0; k < chunks.count; ++k) {
+    const int t0 = chunks.begin(k), t1 = chunks.begin(k + 1);
     STEP5_RETURN_IF_ERROR(launch_scores<Id>(sp, score_args(p, tile_start, scores, ld, t0, t1), stream));
     kernels::sm90::TopkArgs t{};
     t.scores = scores;

@@ -210,6 +210,8 @@ inline constexpr int kPrepareThreads = 256;
 /// without the bound ptxas takes 64 registers, 4 CTAs per SM. Measured on the H200 (bench_layer,
 /// bench/RESULTS.md twelfth session): the bound makes prefill prepare 10-17 % faster (tp 8 32K
 /// 221 -> 183 µs) but decode 0.5-0.9 µs slower (tp 8 batch 1 6.3 -> 7.1 µs), hence two instances.
+/// Both rows of geometries.def compile to 40 registers with no spills under it; wider heads may
+/// spill (head_dim = proxy_dim = 256 with full rotary: 84 bytes, compiled in review, not listed).
 inline constexpr int kPrepareMinCtasPerSm = 6;
 
 /// The instance for a launch of `num_tokens` tokens on `num_sms` SMs: kPrepareMinCtasPerSm from
