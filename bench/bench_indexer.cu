@@ -274,10 +274,10 @@ double time_scores_only(SelectSetup& s, step5::ops::detail::ScorePath want = ste
   using namespace step5;
   constexpr auto kId = layout::GeometryId::step5_preview;
   const auto& p = s.p;
-  const int Il = p.rank.index_local_heads, lg = p.rank.local_kv_groups, T = p.batch.num_tokens, B = p.batch.num_requests;
+  const int Il = p.rank.index_local_heads, T = p.batch.num_tokens, B = p.batch.num_requests;
   const std::int64_t ld = ops::detail::score_ld(p.max_seq_len);
   const std::size_t fixed = ops::detail::plan_bytes(B);
-  const ops::SelectChunks chunks = ops::select_chunks(T, (p.workspace_bytes - fixed) / (std::size_t(lg) * ld * 4));
+  const ops::SelectChunks chunks = ops::indexer_select_chunks(p.rank, T, p.max_seq_len, B, p.workspace_bytes);
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CKS(device_sm_count(dev, &sms));

@@ -857,9 +857,8 @@ void check_select_direct(const step5::layout::GeometryEntry& e, int tp, const st
   auto* d_ws = dalloc<char>(ws_bytes);
   const std::int64_t ld = step5::ops::detail::score_ld(max_seq);
   const std::size_t ws_fixed = step5::ops::detail::plan_bytes(B);
-  // the launcher's score chunks (select_chunks over the workspace's fit): the workspace holds the last one
-  const step5::ops::SelectChunks chunks =
-      step5::ops::select_chunks(T, (ws_bytes - ws_fixed) / (static_cast<std::size_t>(lg) * ld * 4));
+  // the launcher's score chunks: the workspace holds the last one
+  const step5::ops::SelectChunks chunks = step5::ops::indexer_select_chunks(rl, T, max_seq, B, ws_bytes);
   const int t_last = chunks.count > 0 ? chunks.begin(chunks.count - 1) : 0;
   const int chunk = std::max(1, T - t_last);  // tokens of the last chunk
   GPU_CHECK(cudaMemset(d_ws, 0x7f, ws_bytes));  // poison: unwritten scores read as NaN

@@ -172,12 +172,7 @@ TEST_CASE("selection chunks: the fewest chunks, sizes within one token of each o
     cap.block_size = 64, cap.max_blocks = tokens / 64, cap.num_blocks = tokens / 64;
     ops::DsaLayerPlan plan;
     REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
-    const std::size_t fixed = ops::indexer_select_workspace_bytes(r, 1, tokens, 1) -
-                              (ops::indexer_select_workspace_bytes(r, 2, tokens, 1) -
-                               ops::indexer_select_workspace_bytes(r, 1, tokens, 1));
-    const std::size_t per_token = ops::indexer_select_workspace_bytes(r, 2, tokens, 1) -
-                                  ops::indexer_select_workspace_bytes(r, 1, tokens, 1);
-    const ops::SelectChunks c = ops::select_chunks(tokens, (plan.map.select_bytes - fixed) / per_token);
+    const ops::SelectChunks c = ops::indexer_select_chunks(r, tokens, tokens, 1, plan.map.select_bytes);
     CHECK(c.max_tokens() == chunk);
     CHECK(c.count * chunk == tokens);
   }

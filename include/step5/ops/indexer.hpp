@@ -247,6 +247,19 @@ inline std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank
          tokens * static_cast<std::size_t>(rank.local_kv_groups) * static_cast<std::size_t>(detail::score_ld(max_seq_len)) * 4;
 }
 
+/// The score chunks `indexer_select` runs for `num_tokens` tokens of `num_requests` requests in a
+/// workspace of `workspace_bytes` (at least indexer_select_workspace_bytes(rank, 1, max_seq_len,
+/// num_requests)): `select_chunks` over the tokens whose scores the workspace holds after its plan
+/// (the layout of indexer_select_workspace_bytes). The launcher's rule; tests and benches that need
+/// to know which tokens' scores a workspace ends with call it too.
+inline SelectChunks indexer_select_chunks(const layout::RankLayout& rank, int num_tokens, int max_seq_len,
+                                          int num_requests, std::size_t workspace_bytes) {
+  const std::size_t fixed = indexer_select_workspace_bytes(rank, 1, max_seq_len, num_requests);
+  const std::size_t per_token = indexer_select_workspace_bytes(rank, 2, max_seq_len, num_requests) - fixed;
+  const std::size_t plan = fixed - per_token;
+  return select_chunks(num_tokens, workspace_bytes > plan ? (workspace_bytes - plan) / per_token : 0);
+}
+
 /// Step 6 alone on given fp32 scores (SPEC §4.6). Row r: `history[r]` = p/8 regions with scores at
 /// `scores[r*ld + 0 .. history[r])`; writes `ids[r*ld_ids + 0 .. topk]` (the top min(topk, p/8)
 /// ids ascending, then `history[r]` as the current region, then -1) and `counts[r]`.

@@ -329,12 +329,11 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   const int lg = p.rank.local_kv_groups, Il = p.rank.index_local_heads;
   const int B = p.batch.num_requests, T = p.batch.num_tokens;
   const std::int64_t ld = score_ld(p.max_seq_len);
-  const std::size_t fixed = plan_bytes(B < 0 ? 0 : B);
-  const std::size_t per_token = static_cast<std::size_t>(lg) * static_cast<std::size_t>(ld) * 4;
+  const std::size_t fixed = plan_bytes(B < 0 ? 0 : B);  // the plan, then the scores
   StepCheck check = step_check(op, p.batch, p.table);
   check.topk = p.topk;
   check.max_seq_len = p.max_seq_len;
-  check.workspace_required = fixed + per_token;
+  check.workspace_required = indexer_select_workspace_bytes(p.rank, 1, p.max_seq_len, B);
   check.workspace_bytes = p.workspace ? p.workspace_bytes : 0;
   check.workspace_hint = "indexer_select_workspace_bytes(rank, 1, max_seq_len, num_requests)";
   STEP5_RETURN_IF_ERROR(validate_step(check));
@@ -345,7 +344,7 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
                                                             {"counts", p.counts}, {"workspace", p.workspace}}));
   if (Il > kernels::sm90::kScoreCols)
     return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
-  const SelectChunks chunks = select_chunks(T, (p.workspace_bytes - fixed) / per_token);
+  const SelectChunks chunks = indexer_select_chunks(p.rank, T, p.max_seq_len, B, p.workspace_bytes);
   float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
   int dev = 0, sms = 0;
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
