@@ -406,7 +406,7 @@ int main(int argc, char** argv) {
   add.template operator()<GeometryId::step5_preview, 1>();
   add.template operator()<GeometryId::step5_preview, 8>();
   add.template operator()<GeometryId::dsa_h64_kv8_d128, 8>();
-  const int tokens[] = {1, 8, 32, 64, 128, 256, 1024, 4096, 16384};
+  const int tokens[] = {1, 4, 8, 32, 64, 128, 256, 1024, 4096, 16384};
   const double kMin = 0.02;  // keeps the whole run near one minute
   benchmark::RegisterBenchmark("copy/d2d", bm_copy)->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
   for (const Shape& s : shapes)
@@ -421,6 +421,9 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(("gemm_auto/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, true)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       // the other path / tile choices around the launcher's crossovers
+      if (T <= step5::ops::kGemmGemvMaxTokens)
+        benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0, false)
+            ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       if (T >= 32 && T <= 128)
         benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kSplitK, 0, 0, false)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);

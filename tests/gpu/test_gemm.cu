@@ -277,6 +277,17 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
     const std::string pn = std::string(path_name(path)) + (v.allow_cublaslt ? "" : "/own") +
                            (v.config ? "/c" + std::to_string(v.config) : "") +
                            (v.split_k ? "/s" + std::to_string(v.split_k) : "");
+    // the gemv path refuses what it cannot run (T above kGemmGemvMaxTokens, X too large for shared
+    // memory, the fast-path alignment) with kInvalidArgument, naming the value
+    const bool fast = K % 8 == 0 && ldx % 8 == 0 && ldw % 8 == 0 && ldc % 2 == 0;
+    if (path == GemmPath::kGemv && !(fast && step5::ops::gemm_gemv_eligible(T, K))) {
+      EXPECT(ps.code() == step5::StatusCode::kInvalidArgument, "%s path gemv (T %d, K %d): expected kInvalidArgument, got %s",
+             name.c_str(), T, K, ps.to_string().c_str());
+      const step5::Status ls = step5::ops::gemm_bf16(p, nullptr);
+      EXPECT(ls.code() == step5::StatusCode::kInvalidArgument, "%s path gemv: gemm_bf16 gave %s", name.c_str(),
+             ls.to_string().c_str());
+      continue;
+    }
     EXPECT(ps.ok(), "%s path %s: gemm_plan: %s", name.c_str(), pn.c_str(), ps.to_string().c_str());
     std::unique_ptr<DevBuf> own_ws;  // a forced configuration may need more than the shared one
     if (ps.ok() && plan.workspace_bytes > ws_bytes) {
@@ -302,7 +313,8 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
 
 /// kAuto (cuBLASLt where built in), kAuto on this library's kernels, every forced path.
 const std::vector<Variant> kAllPaths = {{GemmPath::kAuto},   {GemmPath::kAuto, 0, 0, false}, {GemmPath::kGeneric},
-                                        {GemmPath::kSplitK}, {GemmPath::kWgmma},             {GemmPath::kCublasLt}};
+                                        {GemmPath::kSplitK}, {GemmPath::kWgmma},             {GemmPath::kCublasLt},
+                                        {GemmPath::kGemv}};
 
 /// kAllPaths plus every stream tile configuration, forced split-K factors and both wgmma tiles.
 std::vector<Variant> all_variants() {
@@ -334,7 +346,7 @@ GPU_CASE("gemm: every geometry x tp, T list, every path, vs CPU reference") {
     // (K, T list): full size K = hidden; quick mode K = 256 and, at tp 8, one decode row at K = hidden
     std::vector<std::pair<int, std::vector<int>>> runs;
     if (!quick) {
-      runs.push_back({hidden, {1, 2, 3, 17, 64, 127, 128, 129, 256, 1000, 4096}});
+      runs.push_back({hidden, {1, 2, 3, 4, 5, 17, 64, 127, 128, 129, 256, 1000, 4096}});
     } else {
       runs.push_back({256, {1, 17, 129}});
       if (tp == 8) runs.push_back({hidden, {1}});
@@ -371,6 +383,9 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
       {300, 517, 200, 208, 200, 520},        // odd N, small K
       {5, 37, 1003, 1005, 1003, 41},         // K, ld not multiples of 8 -> generic only
       {130, 301, 77, 77, 79, 301},           // odd everything -> generic only
+      {3, 1000, 4104, 4112, 4120, 1002},     // decode rows (gemv): odd N, K not a multiple of 256
+      {2, 4096, 12288, 12288, 12288, 4096},  // o_proj at tp 1 decode (64 * 192), three gemv batches
+      {4, 517, 200, 208, 200, 520},          // gemv with fewer 16-byte chunks than lanes
   };
   for (Shape s : shapes) {
     if (step5_test::quick()) s.T = std::min(s.T, 129);
@@ -385,7 +400,7 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
     const std::vector<Variant> paths =
         fast ? all_variants()
              : std::vector<Variant>{{GemmPath::kAuto}, {GemmPath::kAuto, 0, 0, false}, {GemmPath::kGeneric},
-                                    {GemmPath::kCublasLt}};
+                                    {GemmPath::kCublasLt}, {GemmPath::kGemv}};
     const std::string name = "T" + std::to_string(s.T) + "/N" + std::to_string(s.N) + "/K" + std::to_string(s.K) +
                              "/ld" + std::to_string(s.ldx) + "," + std::to_string(s.ldw) + "," + std::to_string(s.ldc);
     run_case(name, s.T, s.N, s.K, s.ldx, s.ldw, s.ldc, hw, dw.as<bf16>(), dws.p, ws, paths);
@@ -602,7 +617,7 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
     for (int T : {1, 64, 1000, 16384})
       for (const auto& [N, K, what] : {std::tuple{rl.padded_rows, hidden, "fused"}, std::tuple{hidden, k_o, "o_proj"}}) {
         const step5::ops::GemmPlan a = plan_of(T, N, K, true), own = plan_of(T, N, K, false);
-        const GemmPath mine = T > 32 ? GemmPath::kWgmma : GemmPath::kSplitK;
+        const GemmPath mine = T > 32 ? GemmPath::kWgmma : GemmPath::kSplitK;  // kAuto never takes kGemv
         const GemmPath want = kLt ? GemmPath::kCublasLt : mine;
         EXPECT(a.path == want, "%s %s T=%d: kAuto planned %s, expected %s", g.c_str(), what, T, path_name(a.path),
                path_name(want));
@@ -650,6 +665,30 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
     std::printf("  %-28s %d launches bit-identical: %s\n", what.c_str(), quick_reps, changed == 0 ? "ok" : "FAIL");
   }
 #endif
+}
+
+GPU_CASE("gemm: gemv bit-identical over 20 launches (quick: 5) with other kernels running, fp64 spot checks") {
+  // The forced kGemv path: each lane sums its chunks in order, the warp's butterfly and the row's
+  // segment sum are fixed, so C must not change with what else runs; the step5_preview fused
+  // projection (tp 8, tp 1) and o_proj (tp 1: three warps per row) shapes at T = 1 and 4
+  const int reps = step5_test::quick() ? 5 : 20;
+  for (const auto& [T, N, K] : {std::tuple{1, 3472, 4096}, std::tuple{4, 3472, 4096}, std::tuple{1, 18512, 4096},
+                                std::tuple{4, 4096, 12288}}) {
+    const DenseOperands op(T, N, K);
+    GemmParams p = op.params();
+    p.path = GemmPath::kGemv;
+    step5::ops::GemmPlan plan;
+    const step5::Status st = step5::ops::gemm_plan(p, &plan);
+    EXPECT(st.ok() && plan.path == GemmPath::kGemv && plan.workspace_bytes == 0, "T=%d N=%d K=%d: %s path %s", T, N, K,
+           st.to_string().c_str(), path_name(plan.path));
+    std::vector<std::uint16_t> first, last;
+    const std::string what = "gemv T=" + std::to_string(T) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+    const int changed = repeat_with_noise(p, reps, what, &first, &last, nullptr);
+    EXPECT(changed == 0, "%s: %d of %d launches differ from the first", what.c_str(), changed, reps - 1);
+    const int bad = fp64_spot_check_failures(op.hx, op.hw, first, T, N, K, 1);
+    EXPECT(bad == 0, "%s: %d spot-checked outputs off the fp64 product", what.c_str(), bad);
+    std::printf("  %-32s %d launches bit-identical: %s\n", what.c_str(), reps, changed == 0 ? "ok" : "FAIL");
+  }
 }
 
 GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with other kernels running") {
@@ -810,6 +849,18 @@ GPU_CASE("gemm: preconditions return Status naming the values") {
   {
     GemmParams p = good; p.k = 60; p.ldx = 60; p.ldw = 60; p.path = GemmPath::kSplitK;
     expect_err(p, step5::StatusCode::kInvalidArgument, "k = 60", "k % 8 forced stream");
+  }
+  {  // the gemv path: decode-sized T only, no tile or split override, the fast-path alignment
+    GemmParams p = good; p.path = GemmPath::kGemv; p.tokens = 5;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "tokens = 5", "gemv T > kGemmGemvMaxTokens");
+    p.tokens = 1; p.k = 120000; p.ldx = 120000; p.ldw = 120000;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "k = 120000", "gemv X beyond shared memory");
+    p = good; p.path = GemmPath::kGemv; p.split_k = 2;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "split_k = 2", "gemv split_k");
+    p = good; p.path = GemmPath::kGemv; p.config = 1;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "config = 1", "gemv config");
+    p = good; p.path = GemmPath::kGemv; p.w = good.w + 1;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "w is not 16-byte aligned", "gemv misaligned w");
   }
   {
     GemmParams p = good; p.path = GemmPath::kSplitK; p.n = 4096; p.ldc = 4096; p.k = 4096; p.ldx = 4096; p.ldw = 4096;

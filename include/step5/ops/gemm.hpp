@@ -10,6 +10,12 @@
 ///
 /// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: cuBLASLt where it has an algorithm and
 /// `allow_cublaslt`, else unaligned shapes -> kGeneric, T <= 32 -> kSplitK, T > 32 -> kWgmma):
+///  * `kGemv`   — (forced only) weight-streaming kernel on the CUDA cores for decode-sized T (1 ..
+///                kGemmGemvMaxTokens): a warp per W row (a few for long K), X in shared memory, no
+///                workspace (gemm_gemv.cuh); needs the fast-path alignment and T · K · 2 bytes of
+///                shared memory (`gemm_gemv_eligible`). Measured against cuBLASLt (bench_gemm
+///                `gemm_gemv/` rows): 1.05× at step5_preview tp 1 T = 1, 0.98× at tp 8, 0.71–0.79× at
+///                T = 4 — kAuto keeps cuBLASLt (gemm_launch.cuh `auto_takes_cublaslt`);
 ///  * `kCublasLt` — cuBLASLt (the peer bench_gemm measures this library's kernels against), kAuto's
 ///                choice whenever it has an algorithm: it measured faster at nearly every
 ///                fused-projection shape (two near-ties the other way, ≤ 1.05×; the evidence is in
@@ -59,10 +65,23 @@ enum class GemmPath : int {
   kWgmma = 3,    ///< TMA + wgmma (needs the fast-path alignment)
   kCublasLt = 4, ///< cuBLASLt (any shape and alignment it has an algorithm for, else kUnsupported; k == 0 runs
                  ///< kGeneric: C = 0; kUnsupported when built without it)
+  kGemv = 5,     ///< weight-streaming CUDA-core kernel, 1 <= T <= kGemmGemvMaxTokens (forced only; needs the
+                 ///< fast-path alignment)
 };
 
+/// Most tokens the kGemv path runs.
+inline constexpr std::int64_t kGemmGemvMaxTokens = 4;
+/// Dynamic shared memory the kGemv path may use for X (T · K · 2 bytes): 200 KiB of the 227 KiB a
+/// CTA may have on sm_90, the rest left to the kernel's static part.
+inline constexpr std::int64_t kGemmGemvMaxSmem = 200 * 1024;
+/// Whether the kGemv path can run T tokens of reduction length K (alignment aside): 1 <= T <=
+/// kGemmGemvMaxTokens and X's T rows fit in kGemmGemvMaxSmem.
+constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k) {
+  return tokens >= 1 && tokens <= kGemmGemvMaxTokens && tokens * k * 2 <= kGemmGemvMaxSmem;
+}
+
 /// The short name of a path, for labels and test output: "auto", "generic", "split_k", "wgmma",
-/// "cublaslt" ("?" for a value outside the enum).
+/// "cublaslt", "gemv" ("?" for a value outside the enum).
 inline const char* gemm_path_name(GemmPath p) {
   switch (p) {
     case GemmPath::kAuto: return "auto";
@@ -70,6 +89,7 @@ inline const char* gemm_path_name(GemmPath p) {
     case GemmPath::kSplitK: return "split_k";
     case GemmPath::kWgmma: return "wgmma";
     case GemmPath::kCublasLt: return "cublaslt";
+    case GemmPath::kGemv: return "gemv";
   }
   return "?";
 }

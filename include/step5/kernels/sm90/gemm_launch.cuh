@@ -22,6 +22,7 @@
 #include "step5/kernels/sm90/arch.cuh"
 #include "step5/kernels/sm90/gemm_cublaslt.cuh"
 #include "step5/kernels/sm90/gemm_generic.cuh"
+#include "step5/kernels/sm90/gemm_gemv.cuh"
 #include "step5/kernels/sm90/gemm_stream.cuh"
 #include "step5/kernels/sm90/gemm_wgmma.cuh"
 #include "step5/kernels/sm90/pdl.cuh"
@@ -524,6 +525,42 @@ inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStrea
   });
 }
 
+/// The kGemv launch: the T-token instance (1 <= T <= kGemmGemvMaxTokens), kGemvWarps / S rows per
+/// CTA at a time (S = gemv_segments(K) warps per row), at most k90::kGemvCtasPerSm CTAs per SM (row
+/// groups grid-stride, one wave), T · K · 2 bytes of shared memory.
+template <int T>
+inline Status launch_gemv_t(const GemmParams& p, int device, int sms, cudaStream_t stream) {
+  static std::atomic<std::uint64_t> prepared{0};
+  const auto kernel = &k90::gemm_gemv_kernel<T>;
+  STEP5_RETURN_IF_ERROR(prepare_once(prepared, device, [&]() -> Status {
+    STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kGemmGemvMaxSmem)));
+    return Status::Ok();
+  }));
+  k90::GemvArgs a{reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<const __nv_bfloat16*>(p.w),
+                  reinterpret_cast<__nv_bfloat16*>(p.c), static_cast<int>(p.n), static_cast<int>(p.k), p.ldx, p.ldw,
+                  p.ldc};
+  const std::int64_t rows_per_cta = k90::kGemvWarps / k90::gemv_segments(p.k);
+  const std::int64_t ctas = std::min<std::int64_t>((p.n + rows_per_cta - 1) / rows_per_cta,
+                                                   static_cast<std::int64_t>(sms) * k90::kGemvCtasPerSm);
+  k90::LaunchShape shape;
+  shape.grid = dim3(static_cast<unsigned>(ctas));
+  shape.block = dim3(k90::kGemvThreads);
+  shape.smem = static_cast<std::size_t>(k90::gemv_smem_bytes(T, p.k));
+  return k90::launch_kernel("gemm_gemv_kernel launch", kernel, shape, stream, a);
+}
+inline Status launch_gemv(const GemmParams& p, int device, int sms, cudaStream_t stream) {
+  static_assert(kGemmGemvMaxTokens == 4, "one instance per T up to kGemmGemvMaxTokens");
+  switch (p.tokens) {
+    case 1: return launch_gemv_t<1>(p, device, sms, stream);
+    case 2: return launch_gemv_t<2>(p, device, sms, stream);
+    case 3: return launch_gemv_t<3>(p, device, sms, stream);
+    case 4: return launch_gemv_t<4>(p, device, sms, stream);
+    default: break;
+  }
+  return Status(StatusCode::kInternal, "gemm_bf16: gemv path with tokens = " + s(p.tokens));
+}
+
 inline Status launch_generic(const GemmParams& p, cudaStream_t stream) {
   k90::GenericArgs a{reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<const __nv_bfloat16*>(p.w),
                      reinterpret_cast<__nv_bfloat16*>(p.c), p.tokens, p.n, p.k, p.ldx, p.ldw, p.ldc};
@@ -595,6 +632,11 @@ struct FullPlan {
 /// batch 64. This library's kernels stay the path for kAuto without cuBLASLt (not built, no
 /// algorithm, allow_cublaslt = false, or an override), and every forced path. A cuBLASLt error
 /// (handle, descriptor, heuristic) is returned, not hidden by a fallback.
+/// kAuto never takes kGemv (forced only): bench_gemm against cuBLASLt in one binary (2026-12-02,
+/// thirteenth session) gave it 1.05× at step5_preview tp 1 T = 1 (the weight stream at 0.92 of
+/// copy), 0.98× at tp 8, 1.03× at dsa_h64_kv8_d128 tp 8, but 0.71–0.79× at T = 4, and inside the
+/// layer at T = 1 it was slower on o_proj at tp 1 (K = 12288: 34.4–35.3 against 31.8–31.9 µs).
+/// A kAuto rule for the one shape it wins was not measured.
 inline bool auto_takes_cublaslt(const GemmParams& p) {
   return kHaveCublasLt && p.allow_cublaslt && p.config == 0 && p.split_k == 0 && p.k > 0;
 }
@@ -612,8 +654,19 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
   if (p.split_k < 0) return invalid_argument("gemm_bf16: split_k = " + s(p.split_k) + " must be >= 0");
   GemmPath path = p.path;
   if (path != GemmPath::kAuto && path != GemmPath::kGeneric && path != GemmPath::kSplitK &&
-      path != GemmPath::kWgmma && path != GemmPath::kCublasLt)
-    return invalid_argument("gemm_bf16: path = " + s(static_cast<int>(path)) + ", expected 0..4 (GemmPath)");
+      path != GemmPath::kWgmma && path != GemmPath::kCublasLt && path != GemmPath::kGemv)
+    return invalid_argument("gemm_bf16: path = " + s(static_cast<int>(path)) + ", expected 0..5 (GemmPath)");
+  if (path == GemmPath::kGemv) {
+    if (!fast)
+      return invalid_argument("gemm_bf16: the gemv path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " +
+                              why);
+    if (!gemm_gemv_eligible(p.tokens, p.k))
+      return invalid_argument("gemm_bf16: the gemv path runs 1.." + s(kGemmGemvMaxTokens) + " tokens with tokens * k * 2 <= " +
+                              s(kGemmGemvMaxSmem) + " bytes; got tokens = " + s(p.tokens) + ", k = " + s(p.k));
+    if (p.config != 0 || p.split_k > 1)
+      return invalid_argument("gemm_bf16: config = " + s(p.config) + ", split_k = " + s(p.split_k) +
+                              " with path kGemv; expected config 0 and split_k 0 or 1");
+  }
   if ((path == GemmPath::kSplitK || path == GemmPath::kWgmma) && !fast)
     return invalid_argument(std::string("gemm_bf16: the ") + (path == GemmPath::kSplitK ? "split-K" : "wgmma") +
                             " path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
@@ -698,6 +751,7 @@ inline Status launch(const GemmParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.n == 0) return Status::Ok();
   switch (fp.plan.path) {
     case GemmPath::kGeneric: return launch_generic(p, stream);
+    case GemmPath::kGemv: return launch_gemv(p, fp.device, fp.sms, stream);
     case GemmPath::kSplitK:
       STEP5_RETURN_IF_ERROR(check_workspace(p, fp.stream.workspace, "split-K"));
       return launch_stream(p, fp.stream, stream);
