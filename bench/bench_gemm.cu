@@ -11,6 +11,8 @@
 //                                      gemm_wgmma_tile_name: 128, 256, 152, m64n256, m64n128, ...);
 //   gemm_wgmma_sk<S>/...               the wgmma path with S K splits forced (T = 64..256), to
 //                                      re-fit the launcher's split cost model
+//   gemm_gemv/...                      the forced kGemv path (T <= kGemmGemvMaxTokens), which kAuto
+//                                      does not take (the config / split_k knobs skip it)
 // The label and the table's path column: "wgmma <kind>[, split-K <S>]" or "stream[, split-K <S>]".
 // Env knobs (A/B without a rebuild; names unchanged, the label shows the plan): STEP5_BENCH_GEMM_CONFIG,
 // STEP5_BENCH_GEMM_SPLIT_K override a `gemm*` case's config / split_k where the case leaves it 0.
@@ -323,7 +325,8 @@ void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, in
   // the table's row: this library's kernels as kAuto plans them
   const bool auto_case = path == step5::ops::GemmPath::kAuto && config == 0 && split_k == 0 && !allow_cublaslt;
   // the overrides are for this library's kernels (a config or split_k would turn kAuto's cuBLASLt off)
-  if (!allow_cublaslt &&
+  // (the gemv path has no tile or split to override: its rows ignore them)
+  if (!allow_cublaslt && path != step5::ops::GemmPath::kGemv &&
       (!env_override(st, "STEP5_BENCH_GEMM_CONFIG", &config) || !env_override(st, "STEP5_BENCH_GEMM_SPLIT_K", &split_k)))
     return;
   ShapeBuffers& b = buffers(s, kMaxT);
@@ -422,7 +425,8 @@ int main(int argc, char** argv) {
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       // the other path / tile choices around the launcher's crossovers
       if (T <= step5::ops::kGemmGemvMaxTokens)
-        benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0, false)
+        benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0,
+                                     false)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       if (T >= 32 && T <= 128)
         benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kSplitK, 0, 0, false)

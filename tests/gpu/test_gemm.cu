@@ -281,14 +281,22 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
     // memory, the fast-path alignment) with kInvalidArgument, naming the value
     const bool fast = K % 8 == 0 && ldx % 8 == 0 && ldw % 8 == 0 && ldc % 2 == 0;
     if (path == GemmPath::kGemv && !(fast && step5::ops::gemm_gemv_eligible(T, K))) {
-      EXPECT(ps.code() == step5::StatusCode::kInvalidArgument, "%s path gemv (T %d, K %d): expected kInvalidArgument, got %s",
-             name.c_str(), T, K, ps.to_string().c_str());
+      EXPECT(ps.code() == step5::StatusCode::kInvalidArgument,
+             "%s path gemv (T %d, K %d): expected kInvalidArgument, got %s", name.c_str(), T, K,
+             ps.to_string().c_str());
+      const std::string named = fast ? "tokens = " + std::to_string(T) : std::string("gemv path needs");
+      EXPECT(ps.message().find(named) != std::string::npos, "%s path gemv: message '%s' lacks '%s'", name.c_str(),
+             ps.message().c_str(), named.c_str());
       const step5::Status ls = step5::ops::gemm_bf16(p, nullptr);
       EXPECT(ls.code() == step5::StatusCode::kInvalidArgument, "%s path gemv: gemm_bf16 gave %s", name.c_str(),
              ls.to_string().c_str());
       continue;
     }
     EXPECT(ps.ok(), "%s path %s: gemm_plan: %s", name.c_str(), pn.c_str(), ps.to_string().c_str());
+    EXPECT(path != GemmPath::kGemv || plan.path == GemmPath::kGemv, "%s: forced gemv planned %s", name.c_str(),
+           path_name(plan.path));
+    EXPECT(path == GemmPath::kGemv || plan.path != GemmPath::kGemv,
+           "%s path %s: planned gemv, which only a forced path takes", name.c_str(), pn.c_str());
     std::unique_ptr<DevBuf> own_ws;  // a forced configuration may need more than the shared one
     if (ps.ok() && plan.workspace_bytes > ws_bytes) {
       own_ws = std::make_unique<DevBuf>(plan.workspace_bytes);
@@ -384,8 +392,11 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
       {5, 37, 1003, 1005, 1003, 41},         // K, ld not multiples of 8 -> generic only
       {130, 301, 77, 77, 79, 301},           // odd everything -> generic only
       {3, 1000, 4104, 4112, 4120, 1002},     // decode rows (gemv): odd N, K not a multiple of 256
-      {2, 4096, 12288, 12288, 12288, 4096},  // o_proj at tp 1 decode (64 * 192), three gemv batches
+      {2, 4096, 12288, 12288, 12288, 4096},  // o_proj at tp 1 decode (64 * 192): three gemv warps per row
       {4, 517, 200, 208, 200, 520},          // gemv with fewer 16-byte chunks than lanes
+      {4, 100, 25600, 25600, 25600, 100},    // gemv: 7 warps per row, X at the shared-memory limit
+      {1, 333, 40960, 40960, 40960, 334},    // gemv: 8 warps per row, two batches each
+      {1, 129, 102400, 102400, 102400, 130}, // gemv: four batches per warp, X at the limit
   };
   for (Shape s : shapes) {
     if (step5_test::quick()) s.T = std::min(s.T, 129);
@@ -614,7 +625,7 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
     const step5::layout::RankLayout rl = Tag::Layout::kRank0;
     const int hidden = Tag::kEntry.hidden, k_o = rl.local_heads * Tag::kEntry.geometry.head_dim;
     const std::string g = std::string(Tag::kEntry.name) + "/tp" + std::to_string(Tag::kParallel.tp_size);
-    for (int T : {1, 64, 1000, 16384})
+    for (int T : {1, 4, 64, 1000, 16384})
       for (const auto& [N, K, what] : {std::tuple{rl.padded_rows, hidden, "fused"}, std::tuple{hidden, k_o, "o_proj"}}) {
         const step5::ops::GemmPlan a = plan_of(T, N, K, true), own = plan_of(T, N, K, false);
         const GemmPath mine = T > 32 ? GemmPath::kWgmma : GemmPath::kSplitK;  // kAuto never takes kGemv

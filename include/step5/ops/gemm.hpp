@@ -74,10 +74,12 @@ inline constexpr std::int64_t kGemmGemvMaxTokens = 4;
 /// Dynamic shared memory the kGemv path may use for X (T · K · 2 bytes): 200 KiB of the 227 KiB a
 /// CTA may have on sm_90, the rest left to the kernel's static part.
 inline constexpr std::int64_t kGemmGemvMaxSmem = 200 * 1024;
+/// Most weight rows (N) the kGemv path runs (its row indices are int32).
+inline constexpr std::int64_t kGemmGemvMaxRows = (std::int64_t{1} << 30);
 /// Whether the kGemv path can run T tokens of reduction length K (alignment aside): 1 <= T <=
-/// kGemmGemvMaxTokens and X's T rows fit in kGemmGemvMaxSmem.
+/// kGemmGemvMaxTokens, K >= 0 and X's T rows fit in kGemmGemvMaxSmem.
 constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k) {
-  return tokens >= 1 && tokens <= kGemmGemvMaxTokens && tokens * k * 2 <= kGemmGemvMaxSmem;
+  return tokens >= 1 && tokens <= kGemmGemvMaxTokens && k >= 0 && tokens * k * 2 <= kGemmGemvMaxSmem;
 }
 
 /// The short name of a path, for labels and test output: "auto", "generic", "split_k", "wgmma",
@@ -165,7 +167,8 @@ struct GemmParams {
   bool allow_cublaslt = true;
   /// Tuning overrides for tests/benchmarks (0 = the launcher's choice, use 0 in production).
   /// config: split-K path 1..size(kGemmSplitKTiles) = row config-1 of kGemmSplitKTiles;
-  /// wgmma path 1..size(kGemmWgmmaTiles) = tile kind kGemmWgmmaTiles[config-1].
+  /// wgmma path 1..size(kGemmWgmmaTiles) = tile kind kGemmWgmmaTiles[config-1]; kGemv: 0 only
+  /// (and split_k 0 or 1).
   /// split_k: the K splits of either path (1 = no split; capped at the number of k-tiles — 64
   /// wide, or 64 · k_boxes wide for a wgmma kind — and 1 when the tiles' arrival counters would not fit in kGemmCounterBytes).
   int config = 0;
@@ -196,7 +199,9 @@ std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::i
 /// Launches `C = X @ W^T` on `stream` (asynchronous). Errors (as Status, nothing launched):
 /// kInvalidArgument for null pointers (when tokens > 0), negative sizes, ld < row length,
 /// a forced fast path whose alignment rules fail, a config out of range, a too small workspace
-/// (the message names the bytes needed and given); kUnsupported for a
+/// (the message names the bytes needed and given), a forced kGemv outside `gemm_gemv_eligible`
+/// (T above kGemmGemvMaxTokens, X beyond kGemmGemvMaxSmem), with more than kGemmGemvMaxRows rows or
+/// with a config / split_k override; kUnsupported for a
 /// device that is not sm_90, or a forced kCublasLt when built without cuBLASLt or when it has no
 /// algorithm for the shape; kCudaError for a failed launch, driver or cuBLASLt call (the message
 /// names it). tokens == 0 (or n == 0) returns Ok without launching. When k == 0, C = 0.

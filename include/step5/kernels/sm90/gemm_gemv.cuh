@@ -5,8 +5,9 @@
 ///
 /// At T <= 4 the product is 2·T FLOP per weight byte pair: the time is the weight stream, which
 /// wants as many bytes in flight as the memory system holds and nothing else. One warp per W row
-/// (rows dealt out grid-stride, `kGemvWarps` warps per CTA), or a few warps per row when K is long
-/// (`gemv_segments`: a warp's share of a row is at most one batch): lane l reads its 16-byte chunks
+/// (rows dealt out grid-stride, `kGemvWarps` warps per CTA), or up to kGemvWarps warps per row when
+/// K is long (`gemv_segments`: a warp's share of a row is one batch up to K = 8 · 4096, several
+/// batches beyond): lane l reads its 16-byte chunks
 /// l, l + 32, ... as `kGemvBatch` independent non-caching loads in flight at once (a K = 4096 row is
 /// one batch: 8 KiB of one row per warp), multiplies them with the T rows of X held in shared
 /// memory (staged once per CTA), and keeps one fp32 sum per token; the warp's lanes are then summed
@@ -43,7 +44,9 @@ inline constexpr int kGemvBatch = 16;                 ///< 16-byte W loads in fl
 inline constexpr int kGemvCtasPerSm = 2;
 
 /// Dynamic shared memory of the T-token instance: X's T rows of K bf16 values.
-__host__ __device__ constexpr long long gemv_smem_bytes(int T, long long K) { return static_cast<long long>(T) * K * 2; }
+__host__ __device__ constexpr long long gemv_smem_bytes(int T, long long K) {
+  return static_cast<long long>(T) * K * 2;
+}
 /// Warps (segments) per W row of reduction length K: one batch of kGemvBatch 16-byte loads per lane
 /// each, at most kGemvWarps (longer segments loop over batches).
 __host__ __device__ constexpr int gemv_segments(long long K) {
@@ -82,8 +85,9 @@ __device__ __forceinline__ float dot8(float acc, const uint4& w, const uint4& x)
 
 }  // namespace gemv_detail
 
-/// See the file comment. A row's 16-byte chunks are cut into S = `gemv_segments(K)` segments of at
-/// most 32 · kGemvBatch chunks, one warp each (one batch of loads in flight per warp, whatever K):
+/// See the file comment. A row's 16-byte chunks are cut into S = `gemv_segments(K)` segments, one
+/// warp each (one batch of 32 · kGemvBatch chunks in flight per warp; a segment is one batch up to
+/// K = kGemvWarps · 4096 and several batches, loaded in turn, beyond):
 /// warp w of a CTA takes segment w % S of row slot w / S (R = kGemvWarps / S slots; warps beyond
 /// R · S idle), rows n = g · R + slot for the CTA's row groups g = blockIdx.x, + gridDim.x, ....
 /// Each warp sums its lanes (butterfly) into shared memory, and the slot's segments are added in
@@ -102,7 +106,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemm_gemv_kernel
   const int slot = warp / S, seg = warp - slot * S;
   const bool active = slot < R;
   const int c_begin = min(kc, seg * seg_len), c_end = min(kc, c_begin + seg_len);
-  const int groups = (a.N + R - 1) / R;  // N < 2^31 (GemvArgs), so no row index overflows
+  const int groups = (a.N + R - 1) / R;  // N <= kGemmGemvMaxRows (the launcher): no row index overflows
   int g = blockIdx.x;
 
   // the first batch of this warp's first row: weights, so before the wait on the previous kernel
@@ -129,7 +133,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemm_gemv_kernel
 #pragma unroll
     for (int t = 0; t < T; ++t) acc[t] = 0.f;
     for (int c0 = c_begin; c0 < c_end; c0 += 32 * kGemvBatch) {
-      if (c0 > c_begin) load_batch(n, c0);  // a segment longer than one batch (K > 32768 · 8)
+      if (c0 > c_begin) load_batch(n, c0);  // a segment longer than one batch (K > kGemvWarps · 4096)
 #pragma unroll
       for (int i = 0; i < kGemvBatch; ++i) {
         const int c = c0 + lane + 32 * i;

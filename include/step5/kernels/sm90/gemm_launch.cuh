@@ -526,8 +526,9 @@ inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStrea
 }
 
 /// The kGemv launch: the T-token instance (1 <= T <= kGemmGemvMaxTokens), kGemvWarps / S rows per
-/// CTA at a time (S = gemv_segments(K) warps per row), at most k90::kGemvCtasPerSm CTAs per SM (row
-/// groups grid-stride, one wave), T · K · 2 bytes of shared memory.
+/// CTA at a time (S = gemv_segments(K) warps per row), T · K · 2 bytes of shared memory, one wave of
+/// the CTAs an SM holds (k90::kGemvCtasPerSm, or one when two do not fit the SM's shared memory;
+/// row groups grid-stride).
 template <int T>
 inline Status launch_gemv_t(const GemmParams& p, int device, int sms, cudaStream_t stream) {
   static std::atomic<std::uint64_t> prepared{0};
@@ -541,12 +542,17 @@ inline Status launch_gemv_t(const GemmParams& p, int device, int sms, cudaStream
                   reinterpret_cast<__nv_bfloat16*>(p.c), static_cast<int>(p.n), static_cast<int>(p.k), p.ldx, p.ldw,
                   p.ldc};
   const std::int64_t rows_per_cta = k90::kGemvWarps / k90::gemv_segments(p.k);
+  const std::int64_t smem = k90::gemv_smem_bytes(T, p.k);
+  // CTAs per SM by shared memory: X plus the kernel's static part (< 1 KiB) and the reserved 1 KiB
+  const std::int64_t per_cta = smem + 1024 + kSm90SmemReservedPerCta;
+  const std::int64_t per_sm =
+      std::max<std::int64_t>(1, std::min<std::int64_t>(k90::kGemvCtasPerSm, kSm90SmemPerSm / per_cta));
   const std::int64_t ctas = std::min<std::int64_t>((p.n + rows_per_cta - 1) / rows_per_cta,
-                                                   static_cast<std::int64_t>(sms) * k90::kGemvCtasPerSm);
+                                                   static_cast<std::int64_t>(sms) * per_sm);
   k90::LaunchShape shape;
   shape.grid = dim3(static_cast<unsigned>(ctas));
   shape.block = dim3(k90::kGemvThreads);
-  shape.smem = static_cast<std::size_t>(k90::gemv_smem_bytes(T, p.k));
+  shape.smem = static_cast<std::size_t>(smem);
   return k90::launch_kernel("gemm_gemv_kernel launch", kernel, shape, stream, a);
 }
 inline Status launch_gemv(const GemmParams& p, int device, int sms, cudaStream_t stream) {
@@ -658,11 +664,15 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
     return invalid_argument("gemm_bf16: path = " + s(static_cast<int>(path)) + ", expected 0..5 (GemmPath)");
   if (path == GemmPath::kGemv) {
     if (!fast)
-      return invalid_argument("gemm_bf16: the gemv path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " +
-                              why);
+      return invalid_argument(
+          "gemm_bf16: the gemv path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
     if (!gemm_gemv_eligible(p.tokens, p.k))
-      return invalid_argument("gemm_bf16: the gemv path runs 1.." + s(kGemmGemvMaxTokens) + " tokens with tokens * k * 2 <= " +
-                              s(kGemmGemvMaxSmem) + " bytes; got tokens = " + s(p.tokens) + ", k = " + s(p.k));
+      return invalid_argument("gemm_bf16: the gemv path runs 1.." + s(kGemmGemvMaxTokens) +
+                              " tokens with tokens * k * 2 <= " + s(kGemmGemvMaxSmem) + " bytes; got tokens = " +
+                              s(p.tokens) + ", k = " + s(p.k));
+    if (p.n > kGemmGemvMaxRows)
+      return invalid_argument("gemm_bf16: the gemv path runs at most " + s(kGemmGemvMaxRows) +
+                              " rows; got n = " + s(p.n));
     if (p.config != 0 || p.split_k > 1)
       return invalid_argument("gemm_bf16: config = " + s(p.config) + ", split_k = " + s(p.split_k) +
                               " with path kGemv; expected config 0 and split_k 0 or 1");
