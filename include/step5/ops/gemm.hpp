@@ -183,7 +183,7 @@ struct GemmPlan {
   int split_k = 1;                 ///< K splits (either path); >1: partials reduced through the workspace
   std::size_t workspace_bytes = 0; ///< bytes of workspace this launch needs
   /// The tile configuration chosen (the `GemmParams::config` value that forces the same choice):
-  /// split-K path 1..size(kGemmSplitKTiles), wgmma path 1..size(kGemmWgmmaTiles), 0 for generic.
+  /// split-K path 1..size(kGemmSplitKTiles), wgmma path 1..size(kGemmWgmmaTiles), 0 for generic and gemv.
   int config = 0;
 };
 Status gemm_plan(const GemmParams& p, GemmPlan* plan);
