@@ -233,18 +233,24 @@ constexpr SelectChunks select_chunks(int num_tokens, std::size_t fit) {
   return c;
 }
 
+/// Bytes of one token's fp32 scores in the `indexer_select` workspace: lg * score_ld(max_seq_len) * 4,
+/// score_ld = round_up(max(1, max_seq_len/8), 4) regions.
+inline std::size_t indexer_select_token_bytes(const layout::RankLayout& rank, int max_seq_len) {
+  return static_cast<std::size_t>(rank.local_kv_groups) * static_cast<std::size_t>(detail::score_ld(max_seq_len)) * 4;
+}
+
 /// Workspace bytes of `indexer_select` that process `max_tokens` tokens in one score chunk.
 /// The launcher processes the tokens in chunks of at most `floor((workspace_bytes - fixed) /
 /// per_token)` tokens, as equal as possible (`select_chunks`), so any size >=
 /// `indexer_select_workspace_bytes(rank, 1, max_seq_len, max_requests)` works (bounded memory
 /// whatever the context); more tokens per chunk means fewer launches.
-/// per_token = lg * round_up(max_seq_len/8, 4) * 4 bytes (fp32 scores).
+/// per_token = `indexer_select_token_bytes` (fp32 scores).
 inline std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank, int max_tokens, int max_seq_len,
                                                   int max_requests) {
   // The launcher's own layout (indexer_launch.cuh): plan [B+1] int32, then fp32 scores.
   const std::size_t tokens = static_cast<std::size_t>(max_tokens > 1 ? max_tokens : 1);
   return detail::plan_bytes(max_requests > 0 ? max_requests : 0) +
-         tokens * static_cast<std::size_t>(rank.local_kv_groups) * static_cast<std::size_t>(detail::score_ld(max_seq_len)) * 4;
+         tokens * indexer_select_token_bytes(rank, max_seq_len);
 }
 
 /// The score chunks `indexer_select` runs for `num_tokens` tokens of `num_requests` requests in a
@@ -254,9 +260,8 @@ inline std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank
 /// to know which tokens' scores a workspace ends with call it too.
 inline SelectChunks indexer_select_chunks(const layout::RankLayout& rank, int num_tokens, int max_seq_len,
                                           int num_requests, std::size_t workspace_bytes) {
-  const std::size_t fixed = indexer_select_workspace_bytes(rank, 1, max_seq_len, num_requests);
-  const std::size_t per_token = indexer_select_workspace_bytes(rank, 2, max_seq_len, num_requests) - fixed;
-  const std::size_t plan = fixed - per_token;
+  const std::size_t plan = detail::plan_bytes(num_requests > 0 ? num_requests : 0);
+  const std::size_t per_token = indexer_select_token_bytes(rank, max_seq_len);
   return select_chunks(num_tokens, workspace_bytes > plan ? (workspace_bytes - plan) / per_token : 0);
 }
 
