@@ -13,9 +13,8 @@
 ///  * `kGemv`   — (forced only) weight-streaming kernel on the CUDA cores for decode-sized T (1 ..
 ///                kGemmGemvMaxTokens): a warp per W row (a few for long K), X in shared memory, no
 ///                workspace (gemm_gemv.cuh); needs the fast-path alignment and T · K · 2 bytes of
-///                shared memory (`gemm_gemv_eligible`). Measured against cuBLASLt (bench_gemm
-///                `gemm_gemv/` rows): 1.05× at step5_preview tp 1 T = 1, 0.98× at tp 8, 0.71–0.79× at
-///                T = 4 — kAuto keeps cuBLASLt (gemm_launch.cuh `auto_takes_cublaslt`);
+///                shared memory (`gemm_gemv_eligible`). bench_gemm's `gemm_gemv/` rows measure it
+///                against cuBLASLt; why kAuto does not take it: gemm_launch.cuh `auto_takes_cublaslt`;
 ///  * `kCublasLt` — cuBLASLt (the peer bench_gemm measures this library's kernels against), kAuto's
 ///                choice whenever it has an algorithm: it measured faster at nearly every
 ///                fused-projection shape (two near-ties the other way, ≤ 1.05×; the evidence is in

@@ -527,8 +527,8 @@ inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStrea
 
 /// The kGemv launch: the T-token instance (1 <= T <= kGemmGemvMaxTokens), kGemvWarps / S rows per
 /// CTA at a time (S = gemv_segments(K) warps per row), T · K · 2 bytes of shared memory, one wave of
-/// the CTAs an SM holds (k90::kGemvCtasPerSm, or one when two do not fit the SM's shared memory;
-/// row groups grid-stride).
+/// the CTAs an SM holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor, at most
+/// k90::kGemvCtasPerSm; row groups grid-stride).
 template <int T>
 inline Status launch_gemv_t(const GemmParams& p, int device, int sms, cudaStream_t stream) {
   static std::atomic<std::uint64_t> prepared{0};
@@ -543,10 +543,10 @@ inline Status launch_gemv_t(const GemmParams& p, int device, int sms, cudaStream
                   p.ldc};
   const std::int64_t rows_per_cta = k90::kGemvWarps / k90::gemv_segments(p.k);
   const std::int64_t smem = k90::gemv_smem_bytes(T, p.k);
-  // CTAs per SM by shared memory: X plus the kernel's static part (< 1 KiB) and the reserved 1 KiB
-  const std::int64_t per_cta = smem + 1024 + kSm90SmemReservedPerCta;
-  const std::int64_t per_sm =
-      std::max<std::int64_t>(1, std::min<std::int64_t>(k90::kGemvCtasPerSm, kSm90SmemPerSm / per_cta));
+  int resident = 0;
+  STEP5_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, k90::kGemvThreads,
+                                                                  static_cast<std::size_t>(smem)));
+  const std::int64_t per_sm = std::max(1, std::min(k90::kGemvCtasPerSm, resident));
   const std::int64_t ctas = std::min<std::int64_t>((p.n + rows_per_cta - 1) / rows_per_cta,
                                                    static_cast<std::int64_t>(sms) * per_sm);
   k90::LaunchShape shape;
@@ -662,10 +662,11 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
   if (path != GemmPath::kAuto && path != GemmPath::kGeneric && path != GemmPath::kSplitK &&
       path != GemmPath::kWgmma && path != GemmPath::kCublasLt && path != GemmPath::kGemv)
     return invalid_argument("gemm_bf16: path = " + s(static_cast<int>(path)) + ", expected 0..5 (GemmPath)");
+  if ((path == GemmPath::kSplitK || path == GemmPath::kWgmma || path == GemmPath::kGemv) && !fast)
+    return invalid_argument(std::string("gemm_bf16: the ") +
+                            (path == GemmPath::kSplitK ? "split-K" : path == GemmPath::kWgmma ? "wgmma" : "gemv") +
+                            " path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
   if (path == GemmPath::kGemv) {
-    if (!fast)
-      return invalid_argument(
-          "gemm_bf16: the gemv path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
     if (!gemm_gemv_eligible(p.tokens, p.k))
       return invalid_argument("gemm_bf16: the gemv path runs 1.." + s(kGemmGemvMaxTokens) +
                               " tokens with tokens * k * 2 <= " + s(kGemmGemvMaxSmem) + " bytes; got tokens = " +
@@ -677,9 +678,6 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
       return invalid_argument("gemm_bf16: config = " + s(p.config) + ", split_k = " + s(p.split_k) +
                               " with path kGemv; expected config 0 and split_k 0 or 1");
   }
-  if ((path == GemmPath::kSplitK || path == GemmPath::kWgmma) && !fast)
-    return invalid_argument(std::string("gemm_bf16: the ") + (path == GemmPath::kSplitK ? "split-K" : "wgmma") +
-                            " path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
   if (path == GemmPath::kCublasLt) {
     if (!kHaveCublasLt)
       return unsupported("gemm_bf16: path kCublasLt, but step5 was built without cuBLASLt (STEP5_NO_CUBLASLT)");
