@@ -12,7 +12,8 @@
 //   gemm_wgmma_sk<S>/...               the wgmma path with S K splits forced (T = 64..256), to
 //                                      re-fit the launcher's split cost model
 //   gemm_gemv/...                      the forced kGemv path (T <= kGemmGemvMaxTokens), which kAuto
-//                                      does not take (the config / split_k knobs skip it)
+//                                      takes only at T = 1 on wide weights (gemm_auto_takes_gemv);
+//                                      the config / split_k knobs skip it
 // The label and the table's path column: "wgmma <kind>[, split-K <S>]" or "stream[, split-K <S>]".
 // Env knobs (A/B without a rebuild; names unchanged, the label shows the plan): STEP5_BENCH_GEMM_CONFIG,
 // STEP5_BENCH_GEMM_SPLIT_K override a `gemm*` case's config / split_k where the case leaves it 0.
@@ -408,6 +409,7 @@ int main(int argc, char** argv) {
   };
   add.template operator()<GeometryId::step5_preview, 1>();
   add.template operator()<GeometryId::step5_preview, 8>();
+  add.template operator()<GeometryId::dsa_h64_kv8_d128, 1>();  // the other wide shape of kAuto's kGemv rule
   add.template operator()<GeometryId::dsa_h64_kv8_d128, 8>();
   const int tokens[] = {1, 4, 8, 32, 64, 128, 256, 1024, 4096, 16384};
   const double kMin = 0.02;  // keeps the whole run near one minute

@@ -295,8 +295,12 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
     EXPECT(ps.ok(), "%s path %s: gemm_plan: %s", name.c_str(), pn.c_str(), ps.to_string().c_str());
     EXPECT(path != GemmPath::kGemv || plan.path == GemmPath::kGemv, "%s: forced gemv planned %s", name.c_str(),
            path_name(plan.path));
-    EXPECT(path == GemmPath::kGemv || plan.path != GemmPath::kGemv,
-           "%s path %s: planned gemv, which only a forced path takes", name.c_str(), pn.c_str());
+    // besides a forced kGemv, only kAuto without overrides plans gemv, exactly where gemm_auto_takes_gemv
+    const bool auto_gemv = path == GemmPath::kAuto && v.config == 0 && v.split_k == 0 && fast &&
+                           step5::ops::gemm_auto_takes_gemv(T, N, K);
+    EXPECT(path == GemmPath::kGemv || (plan.path == GemmPath::kGemv) == auto_gemv,
+           "%s path %s: planned %s, expected gemv exactly where gemm_auto_takes_gemv (%d)", name.c_str(), pn.c_str(),
+           path_name(plan.path), auto_gemv ? 1 : 0);
     std::unique_ptr<DevBuf> own_ws;  // a forced configuration may need more than the shared one
     if (ps.ok() && plan.workspace_bytes > ws_bytes) {
       own_ws = std::make_unique<DevBuf>(plan.workspace_bytes);
@@ -603,7 +607,7 @@ GPU_CASE("gemm: the plan splits K on the wgmma path where tiles leave SMs idle; 
          o.split_k);
 }
 
-GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj shapes, T 1..16384); allow_cublaslt = false keeps this library's kernels; cuBLASLt bit-identical over 20 launches with other kernels running") {
+GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj shapes, T 1..16384; kGemv at T = 1 on wide weights); allow_cublaslt = false keeps this library's kernels; cuBLASLt bit-identical over 20 launches with other kernels running") {
   alignas(16) static const bf16 kAligned[8] = {};  // gemm_plan reads only the pointers' alignment
   auto plan_of = [&](int T, int N, int K, bool allow) {
     GemmParams p;
@@ -628,8 +632,12 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
     for (int T : {1, 4, 64, 1000, 16384})
       for (const auto& [N, K, what] : {std::tuple{rl.padded_rows, hidden, "fused"}, std::tuple{hidden, k_o, "o_proj"}}) {
         const step5::ops::GemmPlan a = plan_of(T, N, K, true), own = plan_of(T, N, K, false);
-        const GemmPath mine = T > 32 ? GemmPath::kWgmma : GemmPath::kSplitK;  // kAuto never takes kGemv
-        const GemmPath want = kLt ? GemmPath::kCublasLt : mine;
+        // kGemv at T = 1 on wide weights (the tp 1 fused projection), whatever allow_cublaslt says
+        const bool gemv = step5::ops::gemm_auto_takes_gemv(T, N, K);
+        const GemmPath mine = gemv ? GemmPath::kGemv : T > 32 ? GemmPath::kWgmma : GemmPath::kSplitK;
+        const GemmPath want = kLt && !gemv ? GemmPath::kCublasLt : mine;
+        EXPECT(!(T == 1 && Tag::kParallel.tp_size == 1 && std::string(what) == "fused") || gemv,
+               "%s fused T=1: the tp 1 fused projection (N %d, K %d) is not kAuto's gemv shape", g.c_str(), N, K);
         EXPECT(a.path == want, "%s %s T=%d: kAuto planned %s, expected %s", g.c_str(), what, T, path_name(a.path),
                path_name(want));
         EXPECT(own.path == mine, "%s %s T=%d: allow_cublaslt = false planned %s",

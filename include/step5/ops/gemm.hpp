@@ -8,13 +8,14 @@
 /// docs/ARCHITECTURE.md; for o_proj X = attention output `[T, Hl*D]`, W = `o_proj_local
 /// [hidden, Hl*D]`, N = hidden, K = Hl*D.
 ///
-/// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: cuBLASLt where it has an algorithm and
-/// `allow_cublaslt`, else unaligned shapes -> kGeneric, T <= 32 -> kSplitK, T > 32 -> kWgmma):
-///  * `kGemv`   — (forced only) weight-streaming kernel on the CUDA cores for decode-sized T (1 ..
+/// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: kGemv at T = 1 on wide weights
+/// (`gemm_auto_takes_gemv`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
+/// unaligned shapes -> kGeneric, T <= 32 -> kSplitK, T > 32 -> kWgmma):
+///  * `kGemv`   — weight-streaming kernel on the CUDA cores for decode-sized T (1 ..
 ///                kGemmGemvMaxTokens): a warp per W row (a few for long K), X in shared memory, no
 ///                workspace (gemm_gemv.cuh); needs the fast-path alignment and T · K · 2 bytes of
 ///                shared memory (`gemm_gemv_eligible`). bench_gemm's `gemm_gemv/` rows measure it
-///                against cuBLASLt; why kAuto does not take it: gemm_launch.cuh `auto_takes_cublaslt`;
+///                against cuBLASLt; kAuto takes it only where it measured faster: `gemm_auto_takes_gemv`;
 ///  * `kCublasLt` — cuBLASLt (the peer bench_gemm measures this library's kernels against), kAuto's
 ///                choice whenever it has an algorithm: it measured faster at nearly every
 ///                fused-projection shape (two near-ties the other way, ≤ 1.05×; the evidence is in
@@ -64,8 +65,8 @@ enum class GemmPath : int {
   kWgmma = 3,    ///< TMA + wgmma (needs the fast-path alignment)
   kCublasLt = 4, ///< cuBLASLt (any shape and alignment it has an algorithm for, else kUnsupported; k == 0 runs
                  ///< kGeneric: C = 0; kUnsupported when built without it)
-  kGemv = 5,     ///< weight-streaming CUDA-core kernel, 1 <= T <= kGemmGemvMaxTokens (forced only; needs the
-                 ///< fast-path alignment)
+  kGemv = 5,     ///< weight-streaming CUDA-core kernel, 1 <= T <= kGemmGemvMaxTokens (needs the fast-path
+                 ///< alignment; kAuto takes it only where `gemm_auto_takes_gemv`)
 };
 
 /// Most tokens the kGemv path runs.
@@ -79,6 +80,23 @@ inline constexpr std::int64_t kGemmGemvMaxRows = (std::int64_t{1} << 30);
 /// kGemmGemvMaxTokens, K >= 0 and X's T rows fit in kGemmGemvMaxSmem.
 constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k) {
   return tokens >= 1 && tokens <= kGemmGemvMaxTokens && k >= 0 && tokens * k * 2 <= kGemmGemvMaxSmem;
+}
+
+/// kAuto's kGemv shapes: one token (T = 1), a weight of at least kGemmGemvAutoMinBytes (n · k · 2)
+/// and K <= kGemmGemvAutoMaxK (one warp per row: a row's loads in flight at once), with the
+/// fast-path alignment and no config / split_k override — the decode-time fused projections at
+/// tp 1 (step5_preview N 18512, dsa_h64_kv8_d128 N 19040; K 4096, 145–149 MiB). Measured on the
+/// H200 (bench/RESULTS.md, thirteenth and fourteenth sessions): step5_preview tp 1 bench_gemm 39.3
+/// µs against cuBLASLt's 41.2 µs (1.05×, the weight at 0.92 of copy), and inside the layer
+/// (decode batch 1) the fused GEMM 51.4 → 47.9 µs. Not taken: narrower weights (tp 8: 0.98×,
+/// 1.03×, within the spread; tp 2 and 4, 39–76 MiB, not measured), longer rows (o_proj at tp 1,
+/// K 12288, three warps per row: 34.4–35.3 against 31.8–31.9 µs in the layer), and T >= 2
+/// (0.71–0.79× at T = 4: the product runs on the CUDA cores).
+inline constexpr std::int64_t kGemmGemvAutoMinBytes = std::int64_t{128} << 20;
+inline constexpr std::int64_t kGemmGemvAutoMaxK = 4096;
+constexpr bool gemm_auto_takes_gemv(std::int64_t tokens, std::int64_t n, std::int64_t k) {
+  return tokens == 1 && k > 0 && k <= kGemmGemvAutoMaxK && n > 0 && n <= kGemmGemvMaxRows &&
+         n * k * 2 >= kGemmGemvAutoMinBytes;
 }
 
 /// The short name of a path, for labels and test output: "auto", "generic", "split_k", "wgmma",

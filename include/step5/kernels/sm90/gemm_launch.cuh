@@ -638,11 +638,9 @@ struct FullPlan {
 /// batch 64. This library's kernels stay the path for kAuto without cuBLASLt (not built, no
 /// algorithm, allow_cublaslt = false, or an override), and every forced path. A cuBLASLt error
 /// (handle, descriptor, heuristic) is returned, not hidden by a fallback.
-/// kAuto never takes kGemv (forced only): bench_gemm against cuBLASLt in one binary (2026-12-02,
-/// thirteenth session) gave it 1.05× at step5_preview tp 1 T = 1 (the weight stream at 0.92 of
-/// copy), 0.98× at tp 8, 1.03× at dsa_h64_kv8_d128 tp 8, but 0.71–0.79× at T = 4, and inside the
-/// layer at T = 1 it was slower on o_proj at tp 1 (K = 12288: 34.4–35.3 against 31.8–31.9 µs).
-/// A kAuto rule for the one shape it wins was not measured.
+/// kAuto takes kGemv before cuBLASLt where `gemm_auto_takes_gemv` (ops/gemm.hpp: T = 1 on wide
+/// weights with K <= 4096; the measurements are there).
+static_assert(k90::gemv_segments(kGemmGemvAutoMaxK) == 1, "kAuto's kGemv rule assumes one warp per weight row");
 inline bool auto_takes_cublaslt(const GemmParams& p) {
   return kHaveCublasLt && p.allow_cublaslt && p.config == 0 && p.split_k == 0 && p.k > 0;
 }
@@ -686,6 +684,8 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
                               " with path kCublasLt; expected config 0 and split_k 0 or 1 (cuBLASLt plans itself)");
   }
   if (path == GemmPath::kCublasLt && p.k == 0) path = GemmPath::kGeneric;  // C = 0, no product to run
+  if (path == GemmPath::kAuto && fast && p.config == 0 && p.split_k == 0 && gemm_auto_takes_gemv(p.tokens, p.n, p.k))
+    path = GemmPath::kGemv;
 #if !defined(STEP5_NO_CUBLASLT)
   if (path == GemmPath::kCublasLt || (path == GemmPath::kAuto && auto_takes_cublaslt(p))) {
     STEP5_RETURN_IF_ERROR(lt_entry(p, fp->device, &fp->lt, &fp->lt_handle));
