@@ -23,6 +23,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -242,6 +243,12 @@ struct StepOptions {
   int ws_tokens = 0;     // tokens per score chunk (0 = all)
   int repeats = 1;       // > 1: indexer_select repeated, results must be bit-identical
   bool reference = true; // compare with the CPU reference
+  /// Step 4 through indexer_prepare (IndexerPrepareParams::summaries: folded into its launch for a
+  /// decode step, else its own summaries launch) instead of a separate indexer_summaries call.
+  bool fold = false;
+  /// When set: the kernel launches of this step's indexer_prepare call, counted in a CUDA graph
+  /// captured before the step runs (1 when step 4 is folded into it, 2 with its summaries launch).
+  int* prepare_launches = nullptr;
   /// Edits the raw fused-GEMM row of (request, position) after it is filled (signed-zero inputs).
   std::function<void(bf16* row, int request, int pos)> edit_row;
 };
@@ -321,6 +328,21 @@ StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& op
   pp.index_q = d_iq;
   pp.weights = d_w;
   pp.index_k = d_ik;
+  if (opt.fold) pp.summaries = {w.d_sum, w.d_tail, w.d_ts, w.num_slots};
+  if (opt.prepare_launches != nullptr) {  // captured, not run
+    cudaStream_t cs = nullptr;
+    GPU_CHECK(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking));
+    GPU_CHECK(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal));
+    const step5::Status cst = step5::ops::indexer_prepare(pp, cs);
+    cudaGraph_t graph = nullptr;
+    GPU_CHECK(cudaStreamEndCapture(cs, &graph));
+    EXPECT(cst.ok(), "%s indexer_prepare (captured): %s", ctx.c_str(), cst.to_string().c_str());
+    std::size_t nodes = 0;
+    GPU_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+    *opt.prepare_launches = static_cast<int>(nodes);
+    GPU_CHECK(cudaGraphDestroy(graph));
+    GPU_CHECK(cudaStreamDestroy(cs));
+  }
   step5::Status st = step5::ops::indexer_prepare(pp, nullptr);
   EXPECT(st.ok(), "%s indexer_prepare: %s", ctx.c_str(), st.to_string().c_str());
 
@@ -335,7 +357,7 @@ StepOut run_step(World& w, const std::vector<int>& q_lens, const StepOptions& op
   sp.tail = w.d_tail;
   sp.tail_slot = w.d_ts;
   sp.num_slots = w.num_slots;
-  const step5::Status st2 = step5::ops::indexer_summaries(sp, nullptr);
+  const step5::Status st2 = opt.fold ? step5::Status::Ok() : step5::ops::indexer_summaries(sp, nullptr);
   EXPECT(st2.ok(), "%s indexer_summaries: %s", ctx.c_str(), st2.to_string().c_str());
 
   step5::ops::IndexerSelectParams se;
@@ -577,7 +599,98 @@ GPU_CASE("indexer: decode batches of 33, 257 (tp 1) and 1024 (tp 8) requests, mi
     }
 }
 
-GPU_CASE("indexer: signed zero as the CPU reference (index_k LayerNorm, q norms, e4m3, tail, summaries, scores)") {
+GPU_CASE("indexer: step 4 inside indexer_prepare (decode fold): caches bit-identical to indexer_summaries and vs reference over 12 decode steps, every geometry x tp, block sizes 16 and 24, idle requests, tail slots out of range; other steps take the summaries launch") {
+  // Two worlds built alike; every step runs on both, world A with IndexerPrepareParams::summaries
+  // (decode steps: the fold; mixed steps: indexer_prepare's own summaries launch), world B with
+  // indexer_prepare + indexer_summaries. Both are compared with the CPU reference inside run_step,
+  // then with each other bit for bit (summary cache, tail buffer, KV caches, selections). 12 decode
+  // steps put every request's position through every residue mod 8 (regions completing from 7
+  // tail rows, rows appended at every tail row); histories 0, 5, 7, 8, 63 and 200 positions; one
+  // request idle in some steps. Then a mixed step (prefill + MTP + decode: not folded). Last, a
+  // tail slot outside [0, num_slots) (no reference: it refuses one): the fold must read zeros and
+  // skip the tail write exactly as the summaries kernel does.
+  int dev = 0, sms = 0;
+  GPU_CHECK(cudaGetDevice(&dev));
+  EXPECT(step5::device_sm_count(dev, &sms).ok() && sms > 0, "device_sm_count");
+  for (const auto& e : step5::layout::kGeometries)
+    for (int i = 0; i < e.num_tp_values; ++i) {
+      const int tp = e.tp_values[i], bs = i % 2 == 1 ? 24 : 16;
+      const std::vector<int> hist = {0, 5, 7, 8, 63, 200};
+      // request 5: 200 + 12 decode steps + 9 (mixed step) + 8 decode steps
+      const int nr = static_cast<int>(hist.size()), max_seq = 200 + 12 + 9 + 8;
+      World wa(e, tp, tp - 1, nr, max_seq, 31, bs), wb(e, tp, tp - 1, nr, max_seq, 31, bs);
+      wa.random_history(hist);
+      wb.random_history(hist);
+      const std::string base = wa.name + " block_size " + std::to_string(bs);
+      auto same_state = [&](const std::string& what, const StepOut& oa, const StepOut& ob) {
+        EXPECT(same_bits(down(wa.d_sum, wa.summary.size()), down(wb.d_sum, wb.summary.size())),
+               "%s %s: summary cache differs between the fold and indexer_summaries", base.c_str(), what.c_str());
+        EXPECT(same_bits(down(wa.d_tail, wa.tail.size()), down(wb.d_tail, wb.tail.size())),
+               "%s %s: tail buffer differs between the fold and indexer_summaries", base.c_str(), what.c_str());
+        EXPECT(same_bits(down(wa.d_kc, wa.k_cache.size()), down(wb.d_kc, wb.k_cache.size())) &&
+                   same_bits(down(wa.d_vc, wa.v_cache.size()), down(wb.d_vc, wb.v_cache.size())),
+               "%s %s: KV cache differs", base.c_str(), what.c_str());
+        EXPECT(oa.ids == ob.ids && oa.counts == ob.counts, "%s %s: selections differ", base.c_str(), what.c_str());
+      };
+      StepOptions fa, fb;
+      fa.topk = fb.topk = 4;
+      fa.fold = true;
+      for (int step = 0; step < 12; ++step) {
+        std::vector<int> q(static_cast<std::size_t>(nr), 1);
+        if (step % 3 == 1) q[static_cast<std::size_t>(step % nr)] = 0;  // an idle request
+        std::vector<std::int32_t> cu(q.size() + 1, 0);
+        for (int b = 0; b < nr; ++b) cu[b + 1] = cu[b] + q[b];
+        const step5::ops::IndexerBatch hb{nullptr, nullptr, nr, cu[nr], cu.data(), nullptr};
+        EXPECT(step5::ops::indexer_prepare_folds_summaries(hb, sms), "%s step %d: a decode step is not folded",
+               base.c_str(), step);
+        int launches = 0;
+        fa.prepare_launches = &launches;
+        const StepOut oa = run_step(wa, q, fa), ob = run_step(wb, q, fb);
+        fa.prepare_launches = nullptr;
+        EXPECT(launches == 1, "%s step %d: indexer_prepare with step 4 made %d launches, expected 1 (folded)",
+               base.c_str(), step, launches);
+        same_state("decode step " + std::to_string(step), oa, ob);
+      }
+      const std::vector<int> mixed = {3, 1, 0, 2, 1, 9};
+      std::vector<std::int32_t> cu(mixed.size() + 1, 0);
+      for (int b = 0; b < nr; ++b) cu[b + 1] = cu[b] + mixed[b];
+      const step5::ops::IndexerBatch hb{nullptr, nullptr, nr, cu[nr], cu.data(), nullptr};
+      EXPECT(!step5::ops::indexer_prepare_folds_summaries(hb, sms), "%s: a mixed step is folded", base.c_str());
+      int launches = 0;
+      fa.prepare_launches = &launches;
+      const StepOut ma = run_step(wa, mixed, fa), mb = run_step(wb, mixed, fb);
+      EXPECT(launches == 2, "%s mixed step: indexer_prepare with step 4 made %d launches, expected 2 (its "
+             "summaries launch)", base.c_str(), launches);
+      same_state("mixed step", ma, mb);
+      // Inputs the reference refuses or cannot compare (not run; the two worlds must agree bit for
+      // bit): request 2's tail slot outside [0, num_slots); request 0's block-table row outside
+      // [0, num_blocks) (its KV rows and summaries are skipped, its tail rows still written); raw z
+      // of NaN, +Inf, -Inf, -Inf on proxy dims 0..3 in every third position (the block max and the
+      // e^(z - m) terms).
+      for (World* w : {&wa, &wb}) {
+        w->tail_slot[2] = w->num_slots + 3;
+        up(w->d_ts, w->tail_slot);
+        for (int j = 0; j < w->max_blocks; ++j) w->block_table[static_cast<std::size_t>(j)] = w->num_blocks + 7;
+        up(w->d_bt, w->block_table);
+      }
+      const int col_z = wa.rank.shard(step5::layout::Shard::kIndexZ).dst_row;
+      fa.edit_row = fb.edit_row = [col_z](bf16* row, int, int pos) {
+        if (pos % 3 != 0) return;
+        const float v[4] = {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity()};
+        for (int d = 0; d < 4; ++d) row[col_z + d] = step5::to_bf16(v[d]);
+      };
+      fa.reference = fb.reference = false;
+      for (int step = 0; step < 8; ++step) {
+        const std::vector<int> q(static_cast<std::size_t>(nr), 1);
+        const StepOut oa = run_step(wa, q, fa), ob = run_step(wb, q, fb);
+        EXPECT(launches == 1, "%s bad-input step %d: %d launches, expected 1", base.c_str(), step, launches);
+        same_state("bad inputs, step " + std::to_string(step), oa, ob);
+      }
+    }
+}
+
+GPU_CASE("indexer: signed zero as the CPU reference (index_k LayerNorm, q norms, e4m3, tail, summaries also folded into indexer_prepare, scores)") {
   // SPEC §4 "Signed zero", issue 12 §2. Fresh random rows, plus: proxy dims 40..42 get LayerNorm
   // weight +0 and bias -0, so index_k there is -0 where x < mean and +0 where x > mean; raw x is
   // -6 on dim 40 (all -0: summary byte 0x80), ±6 on dim 41 (mixed: 0x00), +6 on dim 42 (all +0);
@@ -624,6 +737,14 @@ GPU_CASE("indexer: signed zero as the CPU reference (index_k LayerNorm, q norms,
            "%s: expected -0 summaries at dim 40 of 4 regions, +0 at dims 41, 42 of every region (got %ld, %ld)",
            w.name.c_str(), zc.summary_neg, zc.summary_pos);
     EXPECT(zc.scores_zero > 0, "%s: no zero score occurred", w.name.c_str());
+    // 10 decode steps (positions 22..31, 17..26, 8..17) with step 4 folded into indexer_prepare:
+    // 4 more regions complete there (request 0 at positions 23 and 31, request 1 at 23, request 2
+    // at 15), each -0 at dim 40
+    const long neg_before = zc.summary_neg;
+    o.fold = true;
+    for (int s = 0; s < 10; ++s) run_step(w, {1, 1, 1}, o, &zc);
+    EXPECT(zc.summary_neg >= neg_before + 4, "%s: folded summaries: expected 4 more -0 summaries at dim 40, got %ld",
+           w.name.c_str(), zc.summary_neg - neg_before);
   }
 }
 
@@ -1225,6 +1346,33 @@ GPU_CASE("indexer: bad arguments are refused with messages naming the values") {
   pp.rank = other;
   const step5::Status s96 = step5::ops::indexer_prepare(pp, nullptr);
   EXPECT(s96.code() == step5::StatusCode::kUnsupported, "unknown geometry: %s", s96.to_string().c_str());
+  // step 4 through indexer_prepare (IndexerPrepareParams::summaries): a partly filled set of
+  // outputs, and a tail that the fold's 16-byte copies cannot read, are refused before any launch
+  // (every pointer below is a host stand-in: nothing is launched)
+  {
+    alignas(16) static unsigned char buf[64];
+    static std::int32_t cu[2] = {0, 1}, seq[1] = {5}, table[1] = {0}, slot[1] = {0};
+    auto* b = reinterpret_cast<bf16*>(buf);
+    auto* f = reinterpret_cast<float*>(buf);
+    step5::ops::IndexerPrepareParams q;
+    q.rank = rl;
+    q.batch = {cu, seq, 1, 1, cu, seq};
+    q.table = {table, 1, 16, 1};
+    q.c = b, q.ldc = rl.padded_rows, q.max_position = 8;
+    q.q_norm = q.k_norm = q.index_q_norm = q.index_k_norm_w = q.index_k_norm_b = f;
+    q.cos_main = q.sin_main = q.cos_idx = q.sin_idx = b;
+    q.q_out = q.k_cache = q.v_cache = q.index_k = b, q.index_q = buf, q.weights = f;
+    q.summaries = {nullptr, b, slot, 1};
+    const step5::Status partial = step5::ops::indexer_prepare(q, nullptr);
+    EXPECT(partial.code() == step5::StatusCode::kInvalidArgument &&
+               partial.message().find("summary_cache") != std::string::npos,
+           "summaries without summary_cache: %s", partial.to_string().c_str());
+    q.summaries = {buf, reinterpret_cast<bf16*>(buf + 2), slot, 1};
+    const step5::Status misaligned = step5::ops::indexer_prepare(q, nullptr);
+    EXPECT(misaligned.code() == step5::StatusCode::kInvalidArgument &&
+               misaligned.message().find("aligned") != std::string::npos,
+           "tail at an address = 2 mod 16: %s", misaligned.to_string().c_str());
+  }
 }
 
 STEP5_GPU_TEST_MAIN()

@@ -259,4 +259,31 @@ GPU_CASE("checked mode: device seq_lens past the row (graph replay) is reported;
   }
 }
 
+GPU_CASE("checked mode: a decode step by the host mirror with 2 tokens of one request on the device: the folded summaries are skipped and reported") {
+  // indexer_prepare does step 4 in its own launch when every request has one token by the host
+  // mirror (ops::indexer_prepare_folds_summaries); a replay whose device cu_seqlens_q gives request
+  // 0 both tokens must not complete a region or write a tail row from one warp's view of it.
+  for (const bool checked : {true, false}) {
+    World w;
+    w.seq = {104, 11};  // host mirror: request 0 decodes position 103 (its region's last row)
+    w.upload_meta(w.seq);
+    w.d_cu.up(std::vector<std::int32_t>{0, 2, 2});  // device: request 0 has 2 tokens (102, 103)
+    GPU_CHECK(cudaMemset(w.d_fault.p, 0, ops::kBoundsFaultWords * 4));
+    int sms = 0;
+    EXPECT(step5::device_sm_count(0, &sms).ok(), "device_sm_count");
+    EXPECT(ops::indexer_prepare_folds_summaries(w.batch(), sms), "the host mirror's decode step is not folded");
+    const step5::Status s = w.layer(checked ? w.d_fault.p : nullptr);
+    EXPECT(s.ok(), "dsa_layer_forward (host-valid step): %s", s.to_string().c_str());
+    if (checked) {
+      const step5::Status f =
+          ops::read_bounds_fault(w.d_fault.p, {kBlockSize, kMaxBlocks, kNumBlocks, kMaxPosition}, nullptr);
+      EXPECT(f.code() == StatusCode::kInvalidArgument, "fault not reported: %s", f.to_string().c_str());
+      for (const char* n : {"request 0", "q_len = 2", "expected 1"})
+        EXPECT(f.message().find(n) != std::string::npos, "'%s' lacks '%s'", f.message().c_str(), n);
+    }
+    EXPECT(same_bits(w.summary.down(), w.sum0), "%s: summary cache changed", checked ? "checked" : "unchecked");
+    EXPECT(same_bits(w.tail.down(), w.tail0), "%s: tail buffer changed", checked ? "checked" : "unchecked");
+  }
+}
+
 STEP5_GPU_TEST_MAIN()

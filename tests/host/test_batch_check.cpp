@@ -185,6 +185,11 @@ TEST_CASE("checked mode: fault records become Status naming request, position an
     CHECK_MESSAGE(s2.message().find(n) != std::string::npos, s2.message());
   const std::int32_t rope[4] = {3, 0, 5000, -1};
   CHECK(step5::ops::bounds_fault_status(rope, ctx).message().find("max_position = 4096") != std::string::npos);
+  const std::int32_t fold[4] = {4, 3, 103, 2};
+  const step5::Status s4 = step5::ops::bounds_fault_status(fold, ctx);
+  CHECK(s4.code() == StatusCode::kInvalidArgument);
+  for (const char* n : {"request 3", "position 103", "q_len = 2", "expected 1", "host mirror"})
+    CHECK_MESSAGE(s4.message().find(n) != std::string::npos, s4.message());
 }
 
 TEST_CASE("CPU reference step functions refuse the example with the validate_step message") {

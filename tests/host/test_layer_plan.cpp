@@ -178,6 +178,31 @@ TEST_CASE("selection chunks: the fewest chunks, sizes within one token of each o
   }
 }
 
+TEST_CASE("indexer_prepare does step 4 in its own launch exactly for decode steps of the few-token instance") {
+  using step5::ops::IndexerBatch;
+  using step5::ops::indexer_prepare_folds_summaries;
+  using step5::ops::indexer_prepare_many_tokens;
+  const int sms = 132;
+  auto batch = [](const std::vector<std::int32_t>& cu) {
+    return IndexerBatch{nullptr, nullptr, static_cast<int>(cu.size()) - 1, cu.back(), cu.data(), nullptr};
+  };
+  CHECK(indexer_prepare_folds_summaries(batch({0, 1, 2, 3}), sms));
+  CHECK(indexer_prepare_folds_summaries(batch({0, 1, 1, 2}), sms));   // an idle request
+  CHECK(!indexer_prepare_folds_summaries(batch({0, 2, 3}), sms));     // MTP: 2 tokens of request 0
+  CHECK(!indexer_prepare_folds_summaries(batch({0, 0, 0}), sms));     // nothing to do
+  IndexerBatch no_mirror = batch({0, 1, 2});
+  no_mirror.cu_seqlens_q_host = nullptr;
+  CHECK(!indexer_prepare_folds_summaries(no_mirror, sms));
+  // the instance rule: 2 x num_sms tokens and more run the many-token instance, which has no fold
+  std::vector<std::int32_t> cu(2 * sms + 1);
+  for (std::size_t i = 0; i < cu.size(); ++i) cu[i] = static_cast<std::int32_t>(i);
+  CHECK(indexer_prepare_many_tokens(2 * sms, sms));
+  CHECK(!indexer_prepare_many_tokens(2 * sms - 1, sms));
+  CHECK(!indexer_prepare_folds_summaries(batch(cu), sms));
+  cu.pop_back();
+  CHECK(indexer_prepare_folds_summaries(batch(cu), sms));
+}
+
 TEST_CASE("plan: refused capacities and device facts name the values") {
   const layout::RankLayout r = rank_of("step5_preview", 8, 0);
   ops::DsaLayerPlan plan;

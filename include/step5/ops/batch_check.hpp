@@ -149,12 +149,15 @@ enum class BoundsFault : std::int32_t {
   kPositionBeyondRow = 1,   ///< a position outside [0, max_blocks * block_size): past the block-table row
   kBlockIdOutOfRange = 2,   ///< a block-table entry outside [0, num_blocks)
   kPositionBeyondRope = 3,  ///< a position outside [0, max_position) (indexer_prepare's RoPE tables)
+  /// indexer_prepare doing step 4 in its own launch (a decode step by the host mirror) found a
+  /// request with more than one token on the device; value = its q_len
+  kFoldedStepNotDecode = 4,
 };
 
 /// The checked-mode record: 4 int32 in device memory, zero-filled by the caller before the step.
 /// The first fault of any kernel wins (atomic compare-and-swap on word 0):
 /// `{kind (BoundsFault), request, position, value}` where value is the block id (kBlockIdOutOfRange),
-/// else -1.
+/// the request's q_len (kFoldedStepNotDecode), else -1.
 inline constexpr int kBoundsFaultWords = 4;
 
 /// The geometry a fault record is interpreted against (the step's table and RoPE size).
@@ -181,6 +184,10 @@ inline Status bounds_fault_status(const std::int32_t* rec, const BoundsFaultCont
     case BoundsFault::kPositionBeyondRope:
       return invalid_argument(where + "outside the RoPE tables, expected positions in [0, max_position = " +
                               s(t.max_position) + ")");
+    case BoundsFault::kFoldedStepNotDecode:
+      return invalid_argument(where + "q_len = " + s(rec[3]) +
+                              " in a step indexer_prepare summarised as decode, expected 1 (device cu_seqlens_q "
+                              "differ from the host mirror?); the request's summary and tail row were not written");
   }
   return Status(StatusCode::kInternal, "checked mode: unknown fault kind " + s(rec[0]));
 }

@@ -7,6 +7,8 @@
 ///     indexer k LayerNorm + RoPE → `index_k`, score weights × hpg_i^-0.5 (SPEC §4.2–4.3). One launch.
 ///  2. `indexer_summaries` — region summaries of the regions completed by this step (tail rows +
 ///     new rows) into the paged e4m3 summary cache; leftover rows go to the tail buffer (SPEC §4.4).
+///     `indexer_prepare` can do this step too (`IndexerPrepareParams::summaries`): inside its own
+///     launch for a decode step (`indexer_prepare_folds_summaries`), the same bits.
 ///  3. `indexer_select`    — scores (tensor cores; the e4m3 operands are exact in fp16, SPEC §4.5) +
 ///     deterministic top-k selection (SPEC §4.6) for every (token, local group); prefill chunks and
 ///     decode rows in one batch.
@@ -17,8 +19,11 @@
 /// patterns. Launchers check every host-visible precondition first with the one shared
 /// `ops::validate_step` (ops/batch_check.hpp; the CPU reference calls the same function) and
 /// return a Status naming the offending value (nothing is launched then); they never allocate,
-/// never synchronise, and are CUDA-graph safe (the number and shape of launches depend only on
-/// host-side sizes).
+/// never synchronise, and are CUDA-graph safe: the number and shape of launches depend only on
+/// host-side sizes, and for `indexer_prepare` with step 4 (`IndexerPrepareParams::summaries`) on
+/// whether the host mirror shows a decode step (`indexer_prepare_folds_summaries`), so a graph
+/// captured on a decode step must be replayed with one token per request (a request with more is
+/// then left without its summary and tail row, reported in checked mode: kFoldedStepNotDecode).
 ///
 /// Host mirrors and device values. The per-request metadata are validated on their HOST mirrors
 /// (`IndexerBatch::cu_seqlens_q_host` / `seq_lens_host`, required whenever num_tokens > 0: a null
@@ -122,7 +127,16 @@ inline StepCheck step_check(const char* op, const IndexerBatch& b, const PagedTa
   return c;
 }
 
-/// Arguments of `indexer_prepare` (SPEC §4.2–4.3).
+/// The step-4 outputs (SPEC §4.4, tail buffer of SPEC §5) that `indexer_prepare` also writes when
+/// asked to (`IndexerPrepareParams::summaries`); the fields of `IndexerSummaryParams` of that name.
+struct IndexerSummaryOutputs {
+  std::uint8_t* summary_cache = nullptr;    ///< [num_blocks, block_size/8, P] e4m3 bits, 2-byte aligned
+  bf16* tail = nullptr;                     ///< [num_slots, 8, 2, P] bf16 (index_k, index_z), 16-byte aligned
+  const std::int32_t* tail_slot = nullptr;  ///< [num_requests] int32 slot of each request
+  int num_slots = 0;
+};
+
+/// Arguments of `indexer_prepare` (SPEC §4.2–4.3, and §4.4 when `summaries` is set).
 struct IndexerPrepareParams {
   layout::RankLayout rank{};  ///< this rank's layout (columns of C from rank.shards / rank.indexer_w)
   float eps = 1e-5f;          ///< rms_norm_eps (all three norms)
@@ -147,7 +161,36 @@ struct IndexerPrepareParams {
   std::uint8_t* index_q = nullptr;///< [T, Il, P] e4m3 bits
   float* weights = nullptr;       ///< [T, Il] fp32 = float(w) * hpg_i^-0.5
   bf16* index_k = nullptr;        ///< [T, P] bf16 (indexer k after LayerNorm + RoPE; read by summaries)
+  /// Optional step 4 in the same call (any field of `summaries` set; then all are required, with
+  /// the rules of `indexer_summaries`): the region summaries and tail rows `indexer_summaries`
+  /// would write, bit for bit (it must then not run for the step).
+  /// A decode step (`indexer_prepare_folds_summaries`) does it inside the prepare launch: the warp
+  /// that computes a token's indexer k row completes the token's region from the tail slot (or
+  /// appends the row to it), so the step has one launch fewer; any other step gets the summaries
+  /// launch after the prepare launch.
+  IndexerSummaryOutputs summaries{};
 };
+
+/// Whether `indexer_prepare` runs its many-token instance (one CTA per token, register-bound for
+/// occupancy) for `num_tokens` tokens on `num_sms` SMs: from 2 × num_sms tokens (more than a wave).
+/// Below it the few-token instance (decode, MTP), which can also do step 4.
+inline bool indexer_prepare_many_tokens(int num_tokens, int num_sms) {
+  return static_cast<long long>(num_tokens) >= 2LL * num_sms;
+}
+
+/// Whether `indexer_prepare` with `summaries` set does step 4 inside its own launch for batch `b`
+/// on a device of `num_sms` SMs: 0 < num_tokens, the few-token instance, and every request with at
+/// most one token in the step (read from the host mirror cu_seqlens_q_host; a request's region
+/// then has no other row of this step, so one warp can complete it). A device cu_seqlens_q that
+/// gives a request more tokens than its mirror is not folded: that request's summary and tail row
+/// are skipped and, in checked mode, reported (BoundsFault::kFoldedStepNotDecode).
+inline bool indexer_prepare_folds_summaries(const IndexerBatch& b, int num_sms) {
+  if (b.num_tokens <= 0 || b.cu_seqlens_q_host == nullptr || indexer_prepare_many_tokens(b.num_tokens, num_sms))
+    return false;
+  for (int r = 0; r < b.num_requests; ++r)
+    if (b.cu_seqlens_q_host[r + 1] - b.cu_seqlens_q_host[r] > 1) return false;
+  return true;
+}
 
 /// Arguments of `indexer_summaries` (SPEC §4.4, tail buffer of SPEC §5).
 struct IndexerSummaryParams {
@@ -157,8 +200,8 @@ struct IndexerSummaryParams {
   const bf16* index_k = nullptr;      ///< [T, P] bf16 from indexer_prepare
   const bf16* c = nullptr;            ///< fused GEMM output (raw index_z columns) [T, ldc]
   std::int64_t ldc = 0;
-  std::uint8_t* summary_cache = nullptr;  ///< [num_blocks, block_size/8, P] e4m3 bits
-  bf16* tail = nullptr;               ///< [num_slots, 8, 2, P] bf16 (index_k, index_z) pending rows
+  std::uint8_t* summary_cache = nullptr;  ///< [num_blocks, block_size/8, P] e4m3 bits, 2-byte aligned
+  bf16* tail = nullptr;               ///< [num_slots, 8, 2, P] bf16 (index_k, index_z) pending rows, 16-byte aligned
   const std::int32_t* tail_slot = nullptr;  ///< [num_requests] int32 slot of each request
   int num_slots = 0;
 };
@@ -280,10 +323,11 @@ struct TopkSelectParams {
   std::int32_t* counts = nullptr;    ///< [rows] int32
 };
 
-/// Launches SPEC §4.2–4.3 for every packed token (asynchronous). Errors: kInvalidArgument
-/// (every rule of `validate_step` with max_position and ldc, e.g. a position >= max_blocks *
-/// block_size or >= max_position; a null pointer or host mirror), kUnsupported (geometry not
-/// built, > 1 local indexer k head), kCudaError (launch). Device values: see the file comment.
+/// Launches SPEC §4.2–4.3 for every packed token (asynchronous), and §4.4 when `p.summaries` is
+/// set (see there). Errors: kInvalidArgument (every rule of `validate_step` with max_position and
+/// ldc, e.g. a position >= max_blocks * block_size or >= max_position; a null pointer or host
+/// mirror; with `summaries`: those of `indexer_summaries`), kUnsupported (geometry not built, > 1
+/// local indexer k head), kCudaError (launch). Device values: see the file comment.
 Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
 
 /// Launches SPEC §4.4: summaries of every region completed by this step into the summary cache,

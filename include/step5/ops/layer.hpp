@@ -25,7 +25,10 @@
 /// Device pointers throughout; layouts of docs/ARCHITECTURE.md. The workspace (one allocation of
 /// `plan.workspace_bytes`) is zero-filled once before its first use (the GEMM split-K counters
 /// and the attention split-KV counters live in it; every launch leaves them zero). The sequence
-/// of launches depends only on host sizes. Errors as Status (the first failing launcher's
+/// of launches depends only on host sizes and on whether the step is a decode step by the host
+/// mirror (every request with at most one token: the region summaries then run inside the
+/// prepare launch, `indexer_prepare_folds_summaries`); a graph captured on a decode step is
+/// replayed with decode steps (ops/indexer.hpp, "CUDA-graph safe"). Errors as Status (the first failing launcher's
 /// message). Host code (g++-compilable); links step5::kernels (or one .cu of the engine includes
 /// step5/instantiate.cuh).
 #include <cuda_runtime_api.h>
@@ -421,15 +424,20 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   pp.max_position = w.max_position;
   pp.q_out = q, pp.k_cache = caches.k_cache, pp.v_cache = caches.v_cache, pp.index_q = index_q;
   pp.weights = weights, pp.index_k = index_k;
+  // 4. Region summaries (before scoring): in the prepare launch for a decode step (one launch
+  // fewer; the "summaries" stage is then empty), else their own launch.
+  const IndexerSummaryOutputs summaries{caches.summary_cache, caches.tail, step.tail_slot, caches.num_slots};
+  const bool fold = indexer_prepare_folds_summaries(step.batch, plan.facts.num_sms);
+  if (fold) pp.summaries = summaries;
   STEP5_RETURN_IF_ERROR(indexer_prepare(pp, stream));
   mark("prepare");
-
-  // 4. Region summaries (before scoring).
-  IndexerSummaryParams sp;
-  sp.rank = rank, sp.batch = step.batch, sp.table = step.table, sp.index_k = index_k, sp.c = c, sp.ldc = ldc;
-  sp.summary_cache = caches.summary_cache, sp.tail = caches.tail, sp.tail_slot = step.tail_slot;
-  sp.num_slots = caches.num_slots;
-  STEP5_RETURN_IF_ERROR(indexer_summaries(sp, stream));
+  if (!fold) {
+    IndexerSummaryParams sp;
+    sp.rank = rank, sp.batch = step.batch, sp.table = step.table, sp.index_k = index_k, sp.c = c, sp.ldc = ldc;
+    sp.summary_cache = summaries.summary_cache, sp.tail = summaries.tail, sp.tail_slot = summaries.tail_slot;
+    sp.num_slots = summaries.num_slots;
+    STEP5_RETURN_IF_ERROR(indexer_summaries(sp, stream));
+  }
   mark("summaries");
 
   // 5–6. Scores + selection.

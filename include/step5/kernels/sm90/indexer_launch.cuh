@@ -209,6 +209,64 @@ Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream
       stream, a);
 }
 
+/// The preconditions of step 4 beyond `validate_step` (one rule for indexer_summaries and for
+/// indexer_prepare doing step 4): pointers, their alignment (tail 16 bytes, summary_cache 2: the
+/// fold's cp.async and paired stores), num_slots, and the summaries launch's grid limit (also where
+/// the prepare launch does step 4, so that the step's errors do not depend on the path). `op`
+/// prefixes the messages.
+inline Status check_summary_outputs(const char* op, const IndexerSummaryParams& p) {
+  STEP5_RETURN_IF_ERROR(require_non_null(op, {{"index_k", p.index_k}, {"c", p.c}, {"summary_cache", p.summary_cache},
+                                              {"tail", p.tail}, {"tail_slot", p.tail_slot}}));
+  if (reinterpret_cast<std::uintptr_t>(p.tail) % 16 != 0 || reinterpret_cast<std::uintptr_t>(p.summary_cache) % 2 != 0)
+    return invalid_argument(std::string(op) + ": tail / summary_cache must be 16- / 2-byte aligned");
+  if (p.num_slots <= 0)
+    return invalid_argument(std::string(op) + ": num_slots = " + num(p.num_slots) + ", expected > 0");
+  if (p.batch.num_requests > 65535)
+    return invalid_argument(std::string(op) + ": num_requests = " + num(p.batch.num_requests) + ", expected <= 65535");
+  return Status::Ok();
+}
+
+/// Launches the summaries kernel for `p` (checked by the caller).
+template <layout::GeometryId Id>
+Status launch_summaries(const IndexerSummaryParams& p, cudaStream_t stream) {
+  constexpr layout::Geometry G = layout::geometry_of(Id);
+  kernels::sm90::SummaryArgs a{};
+  a.cu_seqlens_q = p.batch.cu_seqlens_q;
+  a.seq_lens = p.batch.seq_lens;
+  a.block_table = p.table.block_table;
+  a.max_blocks = p.table.max_blocks;
+  a.block_size = p.table.block_size;
+  a.num_blocks = p.table.num_blocks;
+  a.bounds_fault = p.table.bounds_fault;
+  a.index_k = reinterpret_cast<const __nv_bfloat16*>(p.index_k);
+  a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
+  a.ldc = p.ldc;
+  a.col_z = p.rank.shard(layout::Shard::kIndexZ).dst_row;
+  a.summary_cache = p.summary_cache;
+  a.tail = reinterpret_cast<__nv_bfloat16*>(p.tail);
+  a.tail_slot = p.tail_slot;
+  a.num_slots = p.num_slots;
+  // regions completed by one request in this step <= q_len/R + 1 <= T/R + 1
+  const int y = std::max(1, std::min(p.batch.num_tokens / layout::kRegionSize + 1, 2048));
+  const dim3 grid(static_cast<unsigned>(y), static_cast<unsigned>(p.batch.num_requests));
+  return kernels::sm90::launch_kernel("indexer_summaries_kernel launch",
+                                      &kernels::sm90::indexer_summaries_kernel<G.proxy_dim>, {grid, dim3(G.proxy_dim)},
+                                      stream, a);
+}
+
+template <layout::GeometryId Id>
+Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream) {
+  constexpr layout::Geometry G = layout::geometry_of(Id);
+  constexpr const char* op = "indexer_summaries";
+  STEP5_RETURN_IF_ERROR(check_geometry(p.rank, G, op));
+  StepCheck check = step_check(op, p.batch, p.table);
+  check.widths[0] = {"ldc", p.ldc, p.rank.rows_with_w, "rows_with_w", 1};
+  STEP5_RETURN_IF_ERROR(validate_step(check));
+  if (p.batch.num_tokens == 0) return Status::Ok();
+  STEP5_RETURN_IF_ERROR(check_summary_outputs(op, p));
+  return launch_summaries<Id>(p, stream);
+}
+
 template <layout::GeometryId Id>
 Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   constexpr layout::Geometry G = layout::geometry_of(Id);
@@ -226,6 +284,15 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
                           {"sin_idx", p.sin_idx}, {"q_out", p.q_out}, {"k_cache", p.k_cache}, {"v_cache", p.v_cache},
                           {"index_q", p.index_q}, {"weights", p.weights}, {"index_k", p.index_k}}));
   if (!(p.eps >= 0.f)) return invalid_argument("indexer_prepare: eps must be >= 0");
+  // step 4 too (p.summaries, any field set; a missing one is named): the indexer_summaries
+  // arguments of this step
+  const bool step4 = p.summaries.summary_cache != nullptr || p.summaries.tail != nullptr ||
+                     p.summaries.tail_slot != nullptr || p.summaries.num_slots != 0;
+  IndexerSummaryParams sp;
+  sp.rank = p.rank, sp.batch = p.batch, sp.table = p.table, sp.index_k = p.index_k, sp.c = p.c, sp.ldc = p.ldc;
+  sp.summary_cache = p.summaries.summary_cache, sp.tail = p.summaries.tail, sp.tail_slot = p.summaries.tail_slot;
+  sp.num_slots = p.summaries.num_slots;
+  if (step4) STEP5_RETURN_IF_ERROR(check_summary_outputs(op, sp));
   kernels::sm90::PrepareArgs a{};
   a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
   a.ldc = p.ldc;
@@ -268,55 +335,27 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   int dev = 0, sms = 0;
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
   STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
+  const bool fold = step4 && indexer_prepare_folds_summaries(p.batch, sms);
+  if (fold) {
+    a.col_z = p.rank.shard(layout::Shard::kIndexZ).dst_row;
+    a.summary_cache = sp.summary_cache;
+    a.tail = reinterpret_cast<__nv_bfloat16*>(sp.tail);
+    a.tail_slot = sp.tail_slot;
+    a.num_slots = sp.num_slots;
+  }
   const int items = kernels::sm90::prepare_items(a.local_heads, a.local_kv_heads, a.index_local_heads);
   const int per_token = kernels::sm90::prepare_ctas_per_token(p.batch.num_tokens, items, sms);
+  using kernels::sm90::indexer_prepare_kernel;
   const auto kernel = kernels::sm90::prepare_min_ctas_per_sm(p.batch.num_tokens, sms) > 1
                           ? &kernels::sm90::indexer_prepare_wide_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx>
-                          : &kernels::sm90::indexer_prepare_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx>;
-  return kernels::sm90::launch_kernel(
+                      : fold ? &indexer_prepare_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx, true>
+                             : &indexer_prepare_kernel<G.head_dim, G.proxy_dim, G.rot_main, G.rot_idx, false>;
+  STEP5_RETURN_IF_ERROR(kernels::sm90::launch_kernel(
       "indexer_prepare_kernel launch", kernel,
       {dim3(static_cast<unsigned>(p.batch.num_tokens), static_cast<unsigned>(per_token)),
        dim3(kernels::sm90::kPrepareThreads)},
-      stream, a);
-}
-
-template <layout::GeometryId Id>
-Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream) {
-  constexpr layout::Geometry G = layout::geometry_of(Id);
-  constexpr const char* op = "indexer_summaries";
-  STEP5_RETURN_IF_ERROR(check_geometry(p.rank, G, op));
-  StepCheck check = step_check(op, p.batch, p.table);
-  check.widths[0] = {"ldc", p.ldc, p.rank.rows_with_w, "rows_with_w", 1};
-  STEP5_RETURN_IF_ERROR(validate_step(check));
-  if (p.batch.num_tokens == 0) return Status::Ok();
-  STEP5_RETURN_IF_ERROR(require_non_null("indexer_summaries", {{"index_k", p.index_k}, {"c", p.c},
-                                                               {"summary_cache", p.summary_cache}, {"tail", p.tail},
-                                                               {"tail_slot", p.tail_slot}}));
-  if (p.num_slots <= 0) return invalid_argument("indexer_summaries: num_slots = " + num(p.num_slots) + ", expected > 0");
-  if (p.batch.num_requests > 65535)
-    return invalid_argument("indexer_summaries: num_requests = " + num(p.batch.num_requests) + ", expected <= 65535");
-  kernels::sm90::SummaryArgs a{};
-  a.cu_seqlens_q = p.batch.cu_seqlens_q;
-  a.seq_lens = p.batch.seq_lens;
-  a.block_table = p.table.block_table;
-  a.max_blocks = p.table.max_blocks;
-  a.block_size = p.table.block_size;
-  a.num_blocks = p.table.num_blocks;
-  a.bounds_fault = p.table.bounds_fault;
-  a.index_k = reinterpret_cast<const __nv_bfloat16*>(p.index_k);
-  a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
-  a.ldc = p.ldc;
-  a.col_z = p.rank.shard(layout::Shard::kIndexZ).dst_row;
-  a.summary_cache = p.summary_cache;
-  a.tail = reinterpret_cast<__nv_bfloat16*>(p.tail);
-  a.tail_slot = p.tail_slot;
-  a.num_slots = p.num_slots;
-  // regions completed by one request in this step <= q_len/R + 1 <= T/R + 1
-  const int y = std::max(1, std::min(p.batch.num_tokens / layout::kRegionSize + 1, 2048));
-  const dim3 grid(static_cast<unsigned>(y), static_cast<unsigned>(p.batch.num_requests));
-  return kernels::sm90::launch_kernel("indexer_summaries_kernel launch",
-                                      &kernels::sm90::indexer_summaries_kernel<G.proxy_dim>, {grid, dim3(G.proxy_dim)},
-                                      stream, a);
+      stream, a));
+  return step4 && !fold ? launch_summaries<Id>(sp, stream) : Status::Ok();
 }
 
 template <layout::GeometryId Id>

@@ -11,18 +11,24 @@
 /// Rotation: a' = bf16(a·cos − b·sin), b' = bf16(fma(a, sin, b·cos)) on bf16 values (fp32 math).
 /// Latency: each warp issues the loads of its next work item before computing the current one (its
 /// first item's before the token's position is known); the RoPE factors are loaded once per token;
-/// the rotation partner comes by lane shuffle where the layout allows (RopeLane::kShuffle). Two
+/// the rotation partner comes by lane shuffle where the layout allows (RopeLane::kShuffle). Three
 /// instances: `indexer_prepare_wide_kernel` (register-bound for 6 CTAs per SM) for many tokens,
-/// `indexer_prepare_kernel` for decode (prepare_min_ctas_per_sm).
+/// `indexer_prepare_kernel` for decode and MTP (prepare_min_ctas_per_sm), and the same with step 4
+/// folded in for a decode step (kFold: FoldedSummary, SPEC §4.4).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>  // std::conditional_t
 
 #include "step5/kernels/sm90/bounds_fault.cuh"
 #include "step5/kernels/sm90/arch.cuh"
+#include "step5/kernels/sm90/indexer_summaries.cuh"  // region_summary_e4m3 (the decode fold)
 #include "step5/kernels/sm90/pdl.cuh"
+#include "step5/kernels/sm90/ptx.cuh"  // cp.async (the fold stages the tail rows)
+#include "step5/layout/geometry.hpp"  // kRegionSize
+#include "step5/ops/indexer.hpp"      // indexer_prepare_many_tokens
 
 namespace step5::kernels::sm90 {
 
@@ -55,6 +61,12 @@ struct PrepareArgs {
   std::uint8_t* index_q;
   float* weights;
   __nv_bfloat16* index_k;
+  // step 4 folded into the launch (kFold instances only; indexer_prepare_folds_summaries)
+  int col_z;                     // first column of the raw index_z block in C
+  std::uint8_t* summary_cache;   // [num_blocks, block_size/8, P] e4m3
+  __nv_bfloat16* tail;           // [slots, 8, 2, P]
+  const std::int32_t* tail_slot;
+  int num_slots;
 };
 
 /// Request of packed token t: the last b with cu[b] <= t (skips empty requests).
@@ -215,10 +227,11 @@ inline constexpr int kPrepareThreads = 256;
 inline constexpr int kPrepareMinCtasPerSm = 6;
 
 /// The instance for a launch of `num_tokens` tokens on `num_sms` SMs: kPrepareMinCtasPerSm from
-/// 2 x num_sms tokens (one CTA per token and more than a wave: occupancy is what hides the loads),
-/// else 1 (decode, MTP: a few CTAs per token, each latency-bound; the unbounded registers are faster).
+/// 2 x num_sms tokens (ops::indexer_prepare_many_tokens: one CTA per token and more than a wave,
+/// occupancy is what hides the loads), else 1 (decode, MTP: a few CTAs per token, each
+/// latency-bound; the unbounded registers are faster).
 inline int prepare_min_ctas_per_sm(int num_tokens, int num_sms) {
-  return num_tokens >= 2 * num_sms ? kPrepareMinCtasPerSm : 1;
+  return ops::indexer_prepare_many_tokens(num_tokens, num_sms) ? kPrepareMinCtasPerSm : 1;
 }
 
 /// Warp work items of one token: its q heads, k heads, v heads, indexer q heads and the indexer
@@ -240,10 +253,16 @@ inline int prepare_ctas_per_token(int num_tokens, int items, int num_sms) {
   return y < 1 ? 1 : (y > 65535 ? 65535 : y);
 }
 
-/// Column in C of work item `it` of a token (prepare_items order: q heads, k heads, v heads,
-/// indexer q heads, the indexer k row) and whether it is P wide (indexer) rather than D (main).
-__device__ __forceinline__ int prepare_item_column(const PrepareArgs& a, int it, int D, int P, bool* proxy) {
+/// Work item `it` of a token (of `items`) as an index into the order q heads, k heads, v heads,
+/// indexer q heads, the indexer k row: item 0 is the indexer k row (its warp starts first, which
+/// matters when it also does step 4: FoldedSummary), items 1.. the rest in that order.
+__device__ __forceinline__ int prepare_item_kind(int it, int items) { return it == 0 ? items - 1 : it - 1; }
+
+/// Column in C of work item `it` of a token (`prepare_item_kind`) and whether it is P wide
+/// (indexer) rather than D (main).
+__device__ __forceinline__ int prepare_item_column(const PrepareArgs& a, int it, int items, int D, int P, bool* proxy) {
   const int Hl = a.local_heads, KVl = a.local_kv_heads;
+  it = prepare_item_kind(it, items);
   *proxy = it >= Hl + 2 * KVl;
   if (it < Hl) return a.col_q + it * D;
   if (it < Hl + KVl) return a.col_k + (it - Hl) * D;
@@ -258,13 +277,120 @@ __device__ __forceinline__ void prepare_load_item(const PrepareArgs& a, const __
                                                   unsigned (&raw)[CAP], int lane) {
   if (it >= items) return;
   bool proxy = false;
-  const int col = prepare_item_column(a, it, D, P, &proxy);
+  const int col = prepare_item_column(a, it, items, D, P, &proxy);
   if (proxy) detail::load_pairs<P>(row + col, raw, lane);
   else detail::load_pairs<D>(row + col, raw, lane);
 }
 
-/// The kernel body (both instances below): one token's work items, gridDim.y CTAs per token.
-template <int D, int P, int ROT_MAIN, int ROT_IDX>
+/// Step 4 (SPEC §4.4) of one decode token folded into its indexer k work item (kFold instances):
+/// the warp holding the token's indexer k row (pairs layout: lane owns dims 2(j·32 + lane) + e)
+/// either completes the token's region — position p = seq_len − 1 with p % 8 == 7: the 7 earlier
+/// rows from the request's tail slot, this row last, m = the max of z over the 8 × P block (lane
+/// maxima, then a warp reduction), `region_summary_e4m3` per dim — or appends (index_k, raw z) to
+/// row p % 8 of the tail slot. The same reads, formula and writes as indexer_summaries_kernel for
+/// a request with one token in the step (a tail slot outside [0, num_slots) reads zeros and is not
+/// written, as there); a request with more tokens on the device is reported and left alone, and a
+/// token skipped for a position outside the RoPE tables (reported) writes neither (the summaries
+/// kernel would summarise its unwritten index_k row: both are meaningless then). `load` stages
+/// the 7 tail rows in shared memory (`kSmemWords`, cp.async: no registers held) and loads the
+/// token's z before the LayerNorm, so both overlap it; `finish` runs after it. Alignment (checked
+/// by the launcher, ops::detail::check_summary_outputs): tail 16 bytes, summary_cache 2 bytes.
+template <int P>
+struct FoldedSummary {
+  static constexpr int kR = layout::kRegionSize, kJ = P / 64;
+  /// The staged tail rows: [kR − 1][2][P] bf16 as 32-bit pairs.
+  static constexpr int kSmemWords = (kR - 1) * 2 * (P / 2);
+  unsigned* rows;  // kSmemWords of shared memory
+  unsigned z[kJ];  // this token's raw index_z pairs
+  int row_in_region, slot;
+  bool active, slot_ok;
+
+  __device__ __forceinline__ void load(const PrepareArgs& a, const __nv_bfloat16* crow, int b, int q_len, int pos,
+                                       int lane) {
+    active = q_len == 1;
+    if (!active) {
+      if (lane == 0) report_bounds_fault(a.bounds_fault, ops::BoundsFault::kFoldedStepNotDecode, b, pos, q_len);
+      return;
+    }
+    row_in_region = pos % kR;
+    slot = __ldg(a.tail_slot + b);
+    slot_ok = slot >= 0 && slot < a.num_slots;
+    detail::load_pairs<P>(crow + a.col_z, z, lane);
+    if (row_in_region == kR - 1) {  // the region completes: stage its rows 0..6 (zeros from a bad slot)
+      const std::int64_t base = static_cast<std::int64_t>(slot_ok ? slot : 0) * kR * 2 * P;
+      const char* t = reinterpret_cast<const char*>(a.tail + base);
+      for (int i = lane; i < kSmemWords / 4; i += 32)
+        ptx::cp_async16(ptx::smem_u32(rows + 4 * i), t + 16 * i, slot_ok ? 16 : 0);
+      ptx::cp_async_commit();
+    }
+  }
+
+  /// x: the token's indexer k row (bf16 values, pairs layout); blk: the block of `pos` (-1: not
+  /// written, reported by the caller).
+  __device__ __forceinline__ void finish(const PrepareArgs& a, const float (&x)[P / 32], int pos, std::int64_t blk,
+                                         int lane) {
+    if (!active) return;
+    if (row_in_region != kR - 1) {  // the row waits in the tail slot for its region's last token
+      if (!slot_ok) return;
+      unsigned* t = reinterpret_cast<unsigned*>(a.tail + static_cast<std::int64_t>(slot) * kR * 2 * P);
+#pragma unroll
+      for (int q = 0; q < kJ; ++q) {
+        const __nv_bfloat162 kv = __floats2bfloat162_rn(x[2 * q], x[2 * q + 1]);
+        t[(row_in_region * 2 + 0) * (P / 2) + q * 32 + lane] = *reinterpret_cast<const unsigned*>(&kv);
+        t[(row_in_region * 2 + 1) * (P / 2) + q * 32 + lane] = z[q];
+      }
+      return;
+    }
+    ptx::cp_async_wait<0>();
+    __syncwarp();
+    auto lo = [](unsigned u) { return __uint_as_float(u << 16); };
+    auto hi = [](unsigned u) { return __uint_as_float(u & 0xffff0000u); };
+    auto tail_k = [&](int j, int q) { return rows[(j * 2 + 0) * (P / 2) + q * 32 + lane]; };
+    auto tail_z = [&](int j, int q) { return rows[(j * 2 + 1) * (P / 2) + q * 32 + lane]; };
+    float m = lo(z[0]);
+#pragma unroll
+    for (int q = 0; q < kJ; ++q) {
+      m = fmaxf(m, fmaxf(lo(z[q]), hi(z[q])));
+#pragma unroll
+      for (int j = 0; j < kR - 1; ++j) m = fmaxf(m, fmaxf(lo(tail_z(j, q)), hi(tail_z(j, q))));
+    }
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
+    if (blk < 0) return;
+    const int sl = (pos % a.block_size) / kR;
+    std::uint8_t* dst = a.summary_cache + (blk * (a.block_size / kR) + sl) * P;
+#pragma unroll
+    for (int q = 0; q < kJ; ++q) {
+      unsigned short two = 0;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float kk[kR], zz[kR];
+#pragma unroll
+        for (int j = 0; j < kR - 1; ++j) {
+          kk[j] = e == 0 ? lo(tail_k(j, q)) : hi(tail_k(j, q));
+          zz[j] = e == 0 ? lo(tail_z(j, q)) : hi(tail_z(j, q));
+        }
+        kk[kR - 1] = x[2 * q + e];
+        zz[kR - 1] = e == 0 ? lo(z[q]) : hi(z[q]);
+        two |= static_cast<unsigned short>(region_summary_e4m3(kk, zz, m)) << (8 * e);
+      }
+      reinterpret_cast<unsigned short*>(dst)[q * 32 + lane] = two;
+    }
+  }
+};
+
+/// Empty stand-in of FoldedSummary in the instances without the fold.
+template <int P>
+struct NoFold {
+  static constexpr int kSmemWords = 1;
+  unsigned* rows;
+  __device__ __forceinline__ void load(const PrepareArgs&, const __nv_bfloat16*, int, int, int, int) {}
+  __device__ __forceinline__ void finish(const PrepareArgs&, const float (&)[P / 32], int, std::int64_t, int) {}
+};
+
+/// The kernel body (the instances below): one token's work items, gridDim.y CTAs per token; kFold:
+/// step 4 of a decode step too (FoldedSummary).
+template <int D, int P, int ROT_MAIN, int ROT_IDX, bool kFold = false>
 __device__ __forceinline__ void prepare_token(const PrepareArgs& a) {
   static_assert(D % 64 == 0 && P % 64 == 0, "indexer_prepare_kernel: head_dim and proxy_dim must be multiples of 64");
   static_assert(ROT_MAIN % 2 == 0 && ROT_MAIN <= D && ROT_IDX % 2 == 0 && ROT_IDX <= P,
@@ -274,6 +400,10 @@ __device__ __forceinline__ void prepare_token(const PrepareArgs& a) {
   constexpr int kBuf = D > P ? D : P;
   constexpr int kCap = kBuf / 64;  // pair blocks of the widest item
   __shared__ float sbuf[kWarps][kBuf];
+  using Fold = std::conditional_t<kFold, FoldedSummary<P>, NoFold<P>>;
+  // the tail rows a fold stages: item 0 (the indexer k row) is the only one that folds, and it is
+  // warp 0's first item in CTA y == 0, so one buffer per CTA
+  __shared__ __align__(16) unsigned fold_rows[Fold::kSmemWords];
   const int t = blockIdx.x;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int Hl = a.local_heads, KVl = a.local_kv_heads, Il = a.index_local_heads;
@@ -316,9 +446,10 @@ __device__ __forceinline__ void prepare_token(const PrepareArgs& a) {
   for (; it < items; it += stride) {
     unsigned next[kCap] = {};
     prepare_load_item<D, P>(a, row, it + stride, items, next, lane);  // in flight while this item is computed
-    if (it < Hl + KVl) {  // main q or k head
-      const bool is_q = it < Hl;
-      const int h = is_q ? it : it - Hl;
+    const int kind = prepare_item_kind(it, items);
+    if (kind < Hl + KVl) {  // main q or k head
+      const bool is_q = kind < Hl;
+      const int h = is_q ? kind : kind - Hl;
       float x[D / 32];
       detail::unpack_pairs<D>(cur, x);
       detail::rms_norm_head<D, false>(x, is_q ? a.q_norm : a.k_norm, a.eps, lane);
@@ -326,15 +457,15 @@ __device__ __forceinline__ void prepare_token(const PrepareArgs& a) {
       __nv_bfloat16* dst = is_q ? a.q_out + (static_cast<std::int64_t>(t) * Hl + h) * D
                                 : a.k_cache + (kv_row + h) * D;
       if (is_q || blk >= 0) detail::store_head_bf16<D>(dst, x, lane);
-    } else if (it < Hl + 2 * KVl) {  // v head: copy
+    } else if (kind < Hl + 2 * KVl) {  // v head: copy
       if (blk >= 0) {
-        const int h = it - Hl - KVl;
+        const int h = kind - Hl - KVl;
         unsigned* dst = reinterpret_cast<unsigned*>(a.v_cache + (kv_row + h) * D);
 #pragma unroll
         for (int j = 0; j < D / 64; ++j) dst[j * 32 + lane] = cur[j];
       }
-    } else if (it < Hl + 2 * KVl + Il) {  // indexer q head
-      const int h = it - Hl - 2 * KVl;
+    } else if (kind < Hl + 2 * KVl + Il) {  // indexer q head
+      const int h = kind - Hl - 2 * KVl;
       float x[P / 32];
       detail::unpack_pairs<P>(cur, x);
       detail::rms_norm_head<P, true>(x, a.iq_norm, a.eps, lane);
@@ -347,6 +478,9 @@ __device__ __forceinline__ void prepare_token(const PrepareArgs& a) {
         reinterpret_cast<__nv_fp8x2_storage_t*>(dst)[j * 32 + lane] = v;
       }
     } else {  // indexer k: LayerNorm
+      Fold fold;
+      fold.rows = fold_rows;
+      fold.load(a, row, b, cu1 - cu0, pos, lane);  // in flight during the LayerNorm below
       float x[P / 32];
       detail::unpack_pairs<P>(cur, x);
       // Signed zero (SPEC §4 "Signed zero"): Σx starts from its first term (peeled), so a row of
@@ -374,6 +508,7 @@ __device__ __forceinline__ void prepare_token(const PrepareArgs& a) {
         }
       detail::rope_head<P, ROT_IDX>(x, buf, rope_idx, lane);
       detail::store_head_bf16<P>(a.index_k + static_cast<std::int64_t>(t) * P, x, lane);
+      fold.finish(a, x, pos, blk, lane);
     }
 #pragma unroll
     for (int j = 0; j < kCap; ++j) cur[j] = next[j];
@@ -382,10 +517,21 @@ __device__ __forceinline__ void prepare_token(const PrepareArgs& a) {
 #endif
 }
 
-/// Few tokens (decode, MTP: prepare_min_ctas_per_sm(...) == 1): no register bound.
-template <int D, int P, int ROT_MAIN, int ROT_IDX>
-__global__ void __launch_bounds__(kPrepareThreads) indexer_prepare_kernel(PrepareArgs a) {
-  prepare_token<D, P, ROT_MAIN, ROT_IDX>(a);
+/// CTAs per SM the fold instance's registers must allow (__launch_bounds__; 0 = unspecified for
+/// the plain instance, 64 registers). This instance's grid, T · ceil(2 · num_sms / T) CTAs at most
+/// (prepare_ctas_per_token) with T < 2 · num_sms, is below 4 · num_sms: one wave at 4 per SM. The
+/// fold's tail rows go through shared memory: held in registers they took 126 registers (2 CTAs
+/// per SM; a tp 1 batch-64 step's 320 CTAs ran in two waves, prepare +1.7 µs, bench/RESULTS.md
+/// fourteenth session); staged, ptxas -v (CUDA 13.0, both geometries.def rows) gives 73 unbounded
+/// and 64 with no spills under this bound.
+inline constexpr int kPrepareFoldMinCtasPerSm = 4;
+
+/// Few tokens (decode, MTP: prepare_min_ctas_per_sm(...) == 1): no register bound. kFold: step 4
+/// too (a decode step: ops::indexer_prepare_folds_summaries), kPrepareFoldMinCtasPerSm per SM.
+template <int D, int P, int ROT_MAIN, int ROT_IDX, bool kFold = false>
+__global__ void __launch_bounds__(kPrepareThreads, kFold ? kPrepareFoldMinCtasPerSm : 0)
+    indexer_prepare_kernel(PrepareArgs a) {
+  prepare_token<D, P, ROT_MAIN, ROT_IDX, kFold>(a);
 }
 
 /// Many tokens (prefill): kPrepareMinCtasPerSm resident CTAs per SM.

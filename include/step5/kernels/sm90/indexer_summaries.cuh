@@ -3,10 +3,10 @@
 /// CSA region summaries (SPEC.md §4.4) with the per-request tail buffer (SPEC §5).
 /// Grid (Y, B): CTA (y, b) summarises the regions r = first + y, first + y + Y, ... of request b
 /// that this step completes (rows from the tail for positions < past_len, else from the step's
-/// index_k / raw index_z), P threads, thread d owns proxy dim d:
-///   m = max z over the 8×P block; S[d] = Σ_t e^(z−m)·k / Σ_t e^(z−m) (fp32, t in order, each sum
-///   starting from its first term so that the sign of zero follows SPEC §4 "Signed zero";
-///   S = den > 0 ? num / max(den, 1e-20) : 0, golden "semantics.summaries"); stored e4m3(bf16(S)).
+/// index_k / raw index_z), P threads, thread d owns proxy dim d: m = max z over the 8×P block, then
+/// `region_summary_e4m3` (the formula) for dim d.
+/// (A decode step's step 4 can instead run inside indexer_prepare's launch: FoldedSummary in
+/// indexer_prepare.cuh, the same reads, formula and writes for a request with one token.)
 /// CTA y == 0 then writes the leftover rows (positions >= 8·(seq_len/8)) to the tail slot, after its
 /// own summaries: it is the only CTA that reads the tail (the first region), so no other CTA races.
 #include <cuda_bf16.h>
@@ -21,6 +21,27 @@
 #include "step5/layout/geometry.hpp"  // kRegionSize
 
 namespace step5::kernels::sm90 {
+
+/// SPEC §4.4 for one proxy dim of one region: S = Σ_t e^(z_t − m)·k_t / Σ_t e^(z_t − m) over the
+/// region's R rows in position order, m the max of z over the whole R × P block; both sums start
+/// from their first term (peeled), not from +0.0, so eight −0.0 products give S = −0.0 (e4m3 byte
+/// 0x80) as the reference does (SPEC §4 "Signed zero"); S = den > 0 ? num / max(den, 1e-20) : 0
+/// (golden "semantics.summaries"). Returns the stored byte e4m3(bf16(S)). The one formula of
+/// indexer_summaries_kernel and of indexer_prepare's decode fold (indexer_prepare.cuh).
+__device__ __forceinline__ std::uint8_t region_summary_e4m3(const float (&k)[layout::kRegionSize],
+                                                            const float (&z)[layout::kRegionSize], float m) {
+  const float e0 = expf(z[0] - m);
+  float num = __fmul_rn(e0, k[0]), den = e0;
+#pragma unroll
+  for (int j = 1; j < layout::kRegionSize; ++j) {
+    const float e = expf(z[j] - m);
+    num = __fadd_rn(num, __fmul_rn(e, k[j]));
+    den = __fadd_rn(den, e);
+  }
+  const float s = den > 0.f ? num / fmaxf(den, 1e-20f) : 0.f;
+  const float sb = __bfloat162float(__float2bfloat16_rn(s));
+  return static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(sb, __NV_SATFINITE, __NV_E4M3));
+}
 
 struct SummaryArgs {
   const std::int32_t* cu_seqlens_q;
@@ -81,25 +102,13 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
 #pragma unroll
     for (int w = 1; w < P / 32; ++w) m = fmaxf(m, red[w]);
     __syncthreads();  // red reused by the next region
-    // Signed zero (SPEC §4 "Signed zero"): both sums start from their first term (peeled), not
-    // from +0.0, so eight −0.0 products give S = −0.0 (e4m3 byte 0x80) as the reference does.
-    const float e0 = expf(z[0] - m);
-    float num = __fmul_rn(e0, k[0]), den = e0;
-#pragma unroll
-    for (int j = 1; j < R; ++j) {
-      const float e = expf(z[j] - m);
-      num = __fadd_rn(num, __fmul_rn(e, k[j]));
-      den = __fadd_rn(den, e);
-    }
-    const float s = den > 0.f ? num / fmaxf(den, 1e-20f) : 0.f;
-    const float sb = __bfloat162float(__float2bfloat16_rn(s));
+    const std::uint8_t byte = region_summary_e4m3(k, z, m);
     // a region outside the block-table row or in a block outside [0, num_blocks) is not written
     const std::int64_t blk = checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b, R * r,
                                            d == 0 ? a.bounds_fault : nullptr);
     const int sl = (R * r % a.block_size) / R;
     if (blk >= 0)
-      a.summary_cache[(blk * (a.block_size / R) + sl) * P + d] =
-          static_cast<std::uint8_t>(__nv_cvt_float_to_fp8(sb, __NV_SATFINITE, __NV_E4M3));
+      a.summary_cache[(blk * (a.block_size / R) + sl) * P + d] = byte;
   }
   pdl_launch_dependents();
   if (blockIdx.x != 0 || !slot_ok) return;
