@@ -206,6 +206,16 @@ struct IndexerSummaryParams {
   int num_slots = 0;
 };
 
+/// The `indexer_summaries` arguments of the step that `p` prepares, writing to `out`: its rank,
+/// batch, table, index_k and C (raw index_z columns). indexer_prepare's step 4 and dsa_layer_run's
+/// separate summaries launch build them here.
+inline IndexerSummaryParams indexer_summary_params(const IndexerPrepareParams& p, const IndexerSummaryOutputs& out) {
+  IndexerSummaryParams s;
+  s.rank = p.rank, s.batch = p.batch, s.table = p.table, s.index_k = p.index_k, s.c = p.c, s.ldc = p.ldc;
+  s.summary_cache = out.summary_cache, s.tail = out.tail, s.tail_slot = out.tail_slot, s.num_slots = out.num_slots;
+  return s;
+}
+
 /// Arguments of `indexer_select` (SPEC §4.5–4.6).
 struct IndexerSelectParams {
   layout::RankLayout rank{};

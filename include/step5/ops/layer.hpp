@@ -431,13 +431,7 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   if (fold) pp.summaries = summaries;
   STEP5_RETURN_IF_ERROR(indexer_prepare(pp, stream));
   mark("prepare");
-  if (!fold) {
-    IndexerSummaryParams sp;
-    sp.rank = rank, sp.batch = step.batch, sp.table = step.table, sp.index_k = index_k, sp.c = c, sp.ldc = ldc;
-    sp.summary_cache = summaries.summary_cache, sp.tail = summaries.tail, sp.tail_slot = summaries.tail_slot;
-    sp.num_slots = summaries.num_slots;
-    STEP5_RETURN_IF_ERROR(indexer_summaries(sp, stream));
-  }
+  if (!fold) STEP5_RETURN_IF_ERROR(indexer_summaries(indexer_summary_params(pp, summaries), stream));
   mark("summaries");
 
   // 5–6. Scores + selection.

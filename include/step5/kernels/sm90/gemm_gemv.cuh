@@ -25,6 +25,7 @@
 
 #include "step5/kernels/sm90/arch.cuh"
 #include "step5/kernels/sm90/pdl.cuh"
+#include "step5/kernels/sm90/ptx.cuh"  // bf16_lo / bf16_hi
 
 namespace step5::kernels::sm90 {
 
@@ -66,20 +67,16 @@ __device__ __forceinline__ uint4 load_w(const __nv_bfloat16* p) {
   return v;
 }
 
-/// The low and high bf16 of a packed pair as fp32 (exact).
-__device__ __forceinline__ float lo_f(std::uint32_t v) { return __uint_as_float(v << 16); }
-__device__ __forceinline__ float hi_f(std::uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
-
 /// acc += the dot product of 8 W values (`w`) with 8 X values (`x`), in element order.
 __device__ __forceinline__ float dot8(float acc, const uint4& w, const uint4& x) {
-  acc = fmaf(lo_f(w.x), lo_f(x.x), acc);
-  acc = fmaf(hi_f(w.x), hi_f(x.x), acc);
-  acc = fmaf(lo_f(w.y), lo_f(x.y), acc);
-  acc = fmaf(hi_f(w.y), hi_f(x.y), acc);
-  acc = fmaf(lo_f(w.z), lo_f(x.z), acc);
-  acc = fmaf(hi_f(w.z), hi_f(x.z), acc);
-  acc = fmaf(lo_f(w.w), lo_f(x.w), acc);
-  acc = fmaf(hi_f(w.w), hi_f(x.w), acc);
+  acc = fmaf(ptx::bf16_lo(w.x), ptx::bf16_lo(x.x), acc);
+  acc = fmaf(ptx::bf16_hi(w.x), ptx::bf16_hi(x.x), acc);
+  acc = fmaf(ptx::bf16_lo(w.y), ptx::bf16_lo(x.y), acc);
+  acc = fmaf(ptx::bf16_hi(w.y), ptx::bf16_hi(x.y), acc);
+  acc = fmaf(ptx::bf16_lo(w.z), ptx::bf16_lo(x.z), acc);
+  acc = fmaf(ptx::bf16_hi(w.z), ptx::bf16_hi(x.z), acc);
+  acc = fmaf(ptx::bf16_lo(w.w), ptx::bf16_lo(x.w), acc);
+  acc = fmaf(ptx::bf16_hi(w.w), ptx::bf16_hi(x.w), acc);
   return acc;
 }
 

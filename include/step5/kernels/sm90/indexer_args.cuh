@@ -1,8 +1,9 @@
 #pragma once
 /// \file step5/kernels/sm90/indexer_args.cuh
 /// Kernel argument blocks built from the public parameter structs of step5/ops/indexer.hpp: the
-/// score kernel's (from IndexerSelectParams) and the raw-mode selection kernel's (from
-/// TopkSelectParams) — one place for the launchers (indexer_launch.cuh,
+/// score kernel's (from IndexerSelectParams), the raw-mode selection kernel's (from
+/// TopkSelectParams) and the summaries kernel's (from IndexerSummaryParams; also the step-4 part
+/// of the prepare kernel's arguments) — one place for the launchers (indexer_launch.cuh,
 /// src/instances/indexer_common.cu), the benchmark and the tests that launch a kernel variant
 /// directly. (The indexer-mode selection arguments, which take the batch metadata instead of a
 /// history array, are built in indexer_select_for.) No launcher templates here, so including it
@@ -10,6 +11,7 @@
 #include <cstdint>
 
 #include "step5/kernels/sm90/indexer_scores.cuh"
+#include "step5/kernels/sm90/indexer_summaries.cuh"
 #include "step5/kernels/sm90/indexer_topk.cuh"
 #include "step5/ops/indexer.hpp"
 
@@ -39,6 +41,28 @@ inline kernels::sm90::ScoreArgs score_args(const IndexerSelectParams& p, const s
   s.scores = scores;
   s.ld = ld;
   return s;
+}
+
+/// Summaries-kernel arguments of `p` (SPEC §4.4): the batch, the block table, the step's index_k and
+/// raw index_z (column `col_z` of C, the rank's kIndexZ shard), the summary cache and tail buffer.
+inline kernels::sm90::SummaryArgs summary_args(const IndexerSummaryParams& p) {
+  kernels::sm90::SummaryArgs a{};
+  a.cu_seqlens_q = p.batch.cu_seqlens_q;
+  a.seq_lens = p.batch.seq_lens;
+  a.block_table = p.table.block_table;
+  a.max_blocks = p.table.max_blocks;
+  a.block_size = p.table.block_size;
+  a.num_blocks = p.table.num_blocks;
+  a.bounds_fault = p.table.bounds_fault;
+  a.index_k = reinterpret_cast<const __nv_bfloat16*>(p.index_k);
+  a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
+  a.ldc = p.ldc;
+  a.col_z = p.rank.shard(layout::Shard::kIndexZ).dst_row;
+  a.summary_cache = p.summary_cache;
+  a.tail = reinterpret_cast<__nv_bfloat16*>(p.tail);
+  a.tail_slot = p.tail_slot;
+  a.num_slots = p.num_slots;
+  return a;
 }
 
 /// Selection-kernel arguments of `topk_select` (raw mode: row r has history[r] regions).

@@ -230,22 +230,7 @@ inline Status check_summary_outputs(const char* op, const IndexerSummaryParams& 
 template <layout::GeometryId Id>
 Status launch_summaries(const IndexerSummaryParams& p, cudaStream_t stream) {
   constexpr layout::Geometry G = layout::geometry_of(Id);
-  kernels::sm90::SummaryArgs a{};
-  a.cu_seqlens_q = p.batch.cu_seqlens_q;
-  a.seq_lens = p.batch.seq_lens;
-  a.block_table = p.table.block_table;
-  a.max_blocks = p.table.max_blocks;
-  a.block_size = p.table.block_size;
-  a.num_blocks = p.table.num_blocks;
-  a.bounds_fault = p.table.bounds_fault;
-  a.index_k = reinterpret_cast<const __nv_bfloat16*>(p.index_k);
-  a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
-  a.ldc = p.ldc;
-  a.col_z = p.rank.shard(layout::Shard::kIndexZ).dst_row;
-  a.summary_cache = p.summary_cache;
-  a.tail = reinterpret_cast<__nv_bfloat16*>(p.tail);
-  a.tail_slot = p.tail_slot;
-  a.num_slots = p.num_slots;
+  const kernels::sm90::SummaryArgs a = summary_args(p);
   // regions completed by one request in this step <= q_len/R + 1 <= T/R + 1
   const int y = std::max(1, std::min(p.batch.num_tokens / layout::kRegionSize + 1, 2048));
   const dim3 grid(static_cast<unsigned>(y), static_cast<unsigned>(p.batch.num_requests));
@@ -288,10 +273,7 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   // arguments of this step
   const bool step4 = p.summaries.summary_cache != nullptr || p.summaries.tail != nullptr ||
                      p.summaries.tail_slot != nullptr || p.summaries.num_slots != 0;
-  IndexerSummaryParams sp;
-  sp.rank = p.rank, sp.batch = p.batch, sp.table = p.table, sp.index_k = p.index_k, sp.c = p.c, sp.ldc = p.ldc;
-  sp.summary_cache = p.summaries.summary_cache, sp.tail = p.summaries.tail, sp.tail_slot = p.summaries.tail_slot;
-  sp.num_slots = p.summaries.num_slots;
+  const IndexerSummaryParams sp = indexer_summary_params(p, p.summaries);
   if (step4) STEP5_RETURN_IF_ERROR(check_summary_outputs(op, sp));
   kernels::sm90::PrepareArgs a{};
   a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
@@ -336,13 +318,7 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
   STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
   const bool fold = step4 && indexer_prepare_folds_summaries(p.batch, sms);
-  if (fold) {
-    a.col_z = p.rank.shard(layout::Shard::kIndexZ).dst_row;
-    a.summary_cache = sp.summary_cache;
-    a.tail = reinterpret_cast<__nv_bfloat16*>(sp.tail);
-    a.tail_slot = sp.tail_slot;
-    a.num_slots = sp.num_slots;
-  }
+  if (fold) a.fold = summary_args(sp);
   const int items = kernels::sm90::prepare_items(a.local_heads, a.local_kv_heads, a.index_local_heads);
   const int per_token = kernels::sm90::prepare_ctas_per_token(p.batch.num_tokens, items, sms);
   using kernels::sm90::indexer_prepare_kernel;

@@ -26,7 +26,7 @@
 #include "step5/kernels/sm90/arch.cuh"
 #include "step5/kernels/sm90/indexer_summaries.cuh"  // region_summary_e4m3 (the decode fold)
 #include "step5/kernels/sm90/pdl.cuh"
-#include "step5/kernels/sm90/ptx.cuh"  // cp.async (the fold stages the tail rows)
+#include "step5/kernels/sm90/ptx.cuh"  // cp.async (the fold stages the tail rows), bf16 pairs
 #include "step5/layout/geometry.hpp"  // kRegionSize
 #include "step5/ops/indexer.hpp"      // indexer_prepare_many_tokens
 
@@ -61,12 +61,10 @@ struct PrepareArgs {
   std::uint8_t* index_q;
   float* weights;
   __nv_bfloat16* index_k;
-  // step 4 folded into the launch (kFold instances only; indexer_prepare_folds_summaries)
-  int col_z;                     // first column of the raw index_z block in C
-  std::uint8_t* summary_cache;   // [num_blocks, block_size/8, P] e4m3
-  __nv_bfloat16* tail;           // [slots, 8, 2, P]
-  const std::int32_t* tail_slot;
-  int num_slots;
+  /// Step 4 folded into the launch (kFold instances only; indexer_prepare_folds_summaries): the
+  /// summaries kernel's arguments of the step (ops::detail::summary_args), of which the fold reads
+  /// col_z, summary_cache, tail, tail_slot and num_slots.
+  SummaryArgs fold;
 };
 
 /// Request of packed token t: the last b with cu[b] <= t (skips empty requests).
@@ -106,8 +104,8 @@ template <int N, int CAP>
 __device__ __forceinline__ void unpack_pairs(const unsigned (&raw)[CAP], float (&x)[N / 32]) {
 #pragma unroll
   for (int j = 0; j < kPairBlocks<N>; ++j) {
-    x[2 * j] = __uint_as_float(raw[j] << 16);
-    x[2 * j + 1] = __uint_as_float(raw[j] & 0xffff0000u);
+    x[2 * j] = ptx::bf16_lo(raw[j]);
+    x[2 * j + 1] = ptx::bf16_hi(raw[j]);
   }
 }
 
@@ -313,12 +311,12 @@ struct FoldedSummary {
       return;
     }
     row_in_region = pos % kR;
-    slot = __ldg(a.tail_slot + b);
-    slot_ok = slot >= 0 && slot < a.num_slots;
-    detail::load_pairs<P>(crow + a.col_z, z, lane);
+    slot = __ldg(a.fold.tail_slot + b);
+    slot_ok = slot >= 0 && slot < a.fold.num_slots;
+    detail::load_pairs<P>(crow + a.fold.col_z, z, lane);
     if (row_in_region == kR - 1) {  // the region completes: stage its rows 0..6 (zeros from a bad slot)
       const std::int64_t base = static_cast<std::int64_t>(slot_ok ? slot : 0) * kR * 2 * P;
-      const char* t = reinterpret_cast<const char*>(a.tail + base);
+      const char* t = reinterpret_cast<const char*>(a.fold.tail + base);
       for (int i = lane; i < kSmemWords / 4; i += 32)
         ptx::cp_async16(ptx::smem_u32(rows + 4 * i), t + 16 * i, slot_ok ? 16 : 0);
       ptx::cp_async_commit();
@@ -332,7 +330,7 @@ struct FoldedSummary {
     if (!active) return;
     if (row_in_region != kR - 1) {  // the row waits in the tail slot for its region's last token
       if (!slot_ok) return;
-      unsigned* t = reinterpret_cast<unsigned*>(a.tail + static_cast<std::int64_t>(slot) * kR * 2 * P);
+      unsigned* t = reinterpret_cast<unsigned*>(a.fold.tail + static_cast<std::int64_t>(slot) * kR * 2 * P);
 #pragma unroll
       for (int q = 0; q < kJ; ++q) {
         const __nv_bfloat162 kv = __floats2bfloat162_rn(x[2 * q], x[2 * q + 1]);
@@ -343,22 +341,22 @@ struct FoldedSummary {
     }
     ptx::cp_async_wait<0>();
     __syncwarp();
-    auto lo = [](unsigned u) { return __uint_as_float(u << 16); };
-    auto hi = [](unsigned u) { return __uint_as_float(u & 0xffff0000u); };
+    using ptx::bf16_hi;
+    using ptx::bf16_lo;
     auto tail_k = [&](int j, int q) { return rows[(j * 2 + 0) * (P / 2) + q * 32 + lane]; };
     auto tail_z = [&](int j, int q) { return rows[(j * 2 + 1) * (P / 2) + q * 32 + lane]; };
-    float m = lo(z[0]);
+    float m = bf16_lo(z[0]);
 #pragma unroll
     for (int q = 0; q < kJ; ++q) {
-      m = fmaxf(m, fmaxf(lo(z[q]), hi(z[q])));
+      m = fmaxf(m, fmaxf(bf16_lo(z[q]), bf16_hi(z[q])));
 #pragma unroll
-      for (int j = 0; j < kR - 1; ++j) m = fmaxf(m, fmaxf(lo(tail_z(j, q)), hi(tail_z(j, q))));
+      for (int j = 0; j < kR - 1; ++j) m = fmaxf(m, fmaxf(bf16_lo(tail_z(j, q)), bf16_hi(tail_z(j, q))));
     }
 #pragma unroll
     for (int s = 16; s > 0; s >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
     if (blk < 0) return;
     const int sl = (pos % a.block_size) / kR;
-    std::uint8_t* dst = a.summary_cache + (blk * (a.block_size / kR) + sl) * P;
+    std::uint8_t* dst = a.fold.summary_cache + (blk * (a.block_size / kR) + sl) * P;
 #pragma unroll
     for (int q = 0; q < kJ; ++q) {
       unsigned short two = 0;
@@ -367,11 +365,11 @@ struct FoldedSummary {
         float kk[kR], zz[kR];
 #pragma unroll
         for (int j = 0; j < kR - 1; ++j) {
-          kk[j] = e == 0 ? lo(tail_k(j, q)) : hi(tail_k(j, q));
-          zz[j] = e == 0 ? lo(tail_z(j, q)) : hi(tail_z(j, q));
+          kk[j] = e == 0 ? bf16_lo(tail_k(j, q)) : bf16_hi(tail_k(j, q));
+          zz[j] = e == 0 ? bf16_lo(tail_z(j, q)) : bf16_hi(tail_z(j, q));
         }
         kk[kR - 1] = x[2 * q + e];
-        zz[kR - 1] = e == 0 ? lo(z[q]) : hi(z[q]);
+        zz[kR - 1] = e == 0 ? bf16_lo(z[q]) : bf16_hi(z[q]);
         two |= static_cast<unsigned short>(region_summary_e4m3(kk, zz, m)) << (8 * e);
       }
       reinterpret_cast<unsigned short*>(dst)[q * 32 + lane] = two;

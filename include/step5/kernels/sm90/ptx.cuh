@@ -1,7 +1,8 @@
 #pragma once
 /// \file step5/kernels/sm90/ptx.cuh
 /// PTX wrappers shared by the sm_90 kernels (projection GEMM, sparse attention): shared-memory
-/// addresses, 16-byte cp.async, ldmatrix, bf16 mma.sync, the MUFU exp2 and named barriers. Device code (nvcc).
+/// addresses, 16-byte cp.async, ldmatrix, bf16 mma.sync, the MUFU exp2 and named barriers; and the
+/// unpacking of a packed bf16 pair. Device code (nvcc).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -9,6 +10,10 @@
 #include "step5/kernels/sm90/arch.cuh"
 
 namespace step5::kernels::sm90::ptx {
+
+/// The low (first) and high (second) bf16 of a packed 32-bit pair as fp32 (exact).
+__device__ __forceinline__ float bf16_lo(std::uint32_t v) { return __uint_as_float(v << 16); }
+__device__ __forceinline__ float bf16_hi(std::uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
 
 __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
