@@ -217,8 +217,15 @@ Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream
 inline Status check_summary_outputs(const char* op, const IndexerSummaryParams& p) {
   STEP5_RETURN_IF_ERROR(require_non_null(op, {{"index_k", p.index_k}, {"c", p.c}, {"summary_cache", p.summary_cache},
                                               {"tail", p.tail}, {"tail_slot", p.tail_slot}}));
-  if (reinterpret_cast<std::uintptr_t>(p.tail) % 16 != 0 || reinterpret_cast<std::uintptr_t>(p.summary_cache) % 2 != 0)
-    return invalid_argument(std::string(op) + ": tail / summary_cache must be 16- / 2-byte aligned");
+  const auto misaligned = [&](const char* name, const void* ptr, std::uintptr_t align) -> Status {
+    const std::uintptr_t off = reinterpret_cast<std::uintptr_t>(ptr) % align;
+    if (off == 0) return Status::Ok();
+    return invalid_argument(std::string(op) + ": " + name + " is at an address = " + num(static_cast<long long>(off)) +
+                            " mod " + num(static_cast<long long>(align)) + ", expected " +
+                            num(static_cast<long long>(align)) + "-byte aligned");
+  };
+  STEP5_RETURN_IF_ERROR(misaligned("tail", p.tail, 16));
+  STEP5_RETURN_IF_ERROR(misaligned("summary_cache", p.summary_cache, 2));
   if (p.num_slots <= 0)
     return invalid_argument(std::string(op) + ": num_slots = " + num(p.num_slots) + ", expected > 0");
   if (p.batch.num_requests > 65535)
