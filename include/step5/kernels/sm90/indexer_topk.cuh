@@ -11,9 +11,9 @@
 /// result never depends on thread timing. A 4-pass 8-bit radix select (shared-memory histograms; a
 /// warp whose 32 keys share one digit adds once, so plateaus of equal scores do not serialise) finds
 /// the k-th key K* and how many keys equal to K* are taken (`need`); a compaction pass in id order
-/// (one CTA of 256 or 512 threads per row: warp ballots, `compact_by_ballots`; 128-thread CTAs and
-/// clusters: cub::BlockScan over tiles of kTopkItems keys per thread) then
-/// writes ids with key > K*, and the first `need` ids with key == K*, ascending.
+/// (CTAs of 256 or 512 threads, clusters included: warp ballots, `compact_by_ballots`; 128-thread
+/// CTAs: cub::BlockScan over tiles of kTopkItems keys per thread) then writes ids with key > K*,
+/// and the first `need` ids with key == K*, ascending.
 /// In a cluster, CTA rank c owns an id-contiguous slice of the row: every rank sums the ranks'
 /// histograms in rank order through distributed shared memory (identical results everywhere), and
 /// the compaction offsets of a slice are the (gt, eq) totals of the lower ranks.
@@ -99,7 +99,7 @@ inline constexpr bool kTopkThreadsValid = kThreads == kTopkShortThreads || kThre
 /// registers; 6 would be 40 and spilled before it); 128: 12 (40 registers).
 template <int kThreads>
 inline constexpr int kTopkMinCtas = kThreads == kTopkThreads ? 0 : kThreads == kTopkMidThreads ? 5 : 12;
-inline constexpr int kTopkItems = 8;  // ids per thread per block-scan compaction tile (128 threads, clusters)
+inline constexpr int kTopkItems = 8;  // ids per thread per block-scan compaction tile (128-thread CTAs)
 /// A CTA whose slice of a row has at most this many regions stages its keys in shared memory.
 inline constexpr int kTopkSmemKeys = 49152;
 /// Candidate compaction (TopkAlgo::kCandidates): width of the first digit, the top bits of the key,
@@ -295,16 +295,19 @@ __device__ __forceinline__ void place_selected(std::int32_t* out, bool greater, 
 /// warps' totals in shared memory give every key its position: one barrier pair per round (16384
 /// keys on 512 threads: one round) instead of a block scan per tile of 8 keys per thread.
 /// Counts are packed (eq << 16) | gt: a round has at most 32768 keys (kThreads <= 1024).
+/// carry_gt / carry_eq: the keys above / equal to K* with lower ids outside [lo, lo + len) (in a
+/// cluster, the lower ranks' slices; 0 for a whole row).
 template <int kThreads, class KeyAt>
 __device__ __forceinline__ void compact_by_ballots(KeyAt key_at, int len, int lo, int k, std::uint32_t prefix,
-                                                   std::uint32_t mask, unsigned need, std::int32_t* out) {
+                                                   std::uint32_t mask, unsigned need, std::int32_t* out,
+                                                   unsigned carry_gt = 0, unsigned carry_eq = 0) {
   constexpr int kWarps = kThreads / 32;
   static_assert(kWarps * 32 * 32 < 65536, "compact_by_ballots: a round's counts must fit 16 bits");
   __shared__ unsigned s_warp_cnt[kWarps];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int sub = min(32, (len + kThreads - 1) / kThreads);  // sub-blocks per warp segment
   const int seg_keys = 32 * sub;
-  unsigned carry_gt = 0, carry_eq = 0;  // over the lower rounds (uniform)
+  // carry_gt / carry_eq: over the lower ranks and rounds (uniform)
   for (int base = 0; base < len; base += kWarps * seg_keys) {
     if (carry_gt + (carry_eq < need ? carry_eq : need) >= static_cast<unsigned>(k)) break;  // uniform
     const int seg = base + warp * seg_keys;
@@ -564,14 +567,16 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
 #pragma unroll
     for (int q = 0; q < kC; ++q) carry += lower[q];
   }
-  // one CTA per row of 256 or 512 threads: the ballot compaction (measured on the H200,
-  // bench_indexer, seventh session: 64 / 512 decode rows of 16384 regions 17.0 / 43.5 -> 14.0 /
-  // 36.8 µs; 4096 rows of ld 8192 on 256 threads 159.6 -> 116.9 µs); 128-thread CTAs (short
-  // prefill rows: 65536 rows of ld 2048 took 461 -> 581 µs with it) and clusters keep the
-  // block-scan tiles below
-  if constexpr (kC == 1 && kThreads != kTopkShortThreads) {
+  // CTAs of 256 or 512 threads: the ballot compaction, in a cluster from the lower ranks' totals
+  // (measured on the H200, bench_indexer: one CTA per row, seventh session, 64 / 512 decode rows of
+  // 16384 regions 17.0 / 43.5 -> 14.0 / 36.8 µs, 4096 rows of ld 8192 on 256 threads 159.6 ->
+  // 116.9 µs; clusters, fifteenth session, 64 rows of 131072 regions 85.9 -> 78.5 µs (radix) and
+  // 104.5 -> 97.5 (candidates), 64 rows of 16384 30.2 -> 29.2); 128-thread CTAs (short prefill
+  // rows: 65536 rows of ld 2048 took 461 -> 581 µs with it) keep the block-scan tiles below
+  if constexpr (kThreads != kTopkShortThreads) {
     compact_by_ballots<kThreads>([&](int i) { return staged ? skeys[i] : score_key(src[i]); }, len, lo, k, prefix,
-                                 mask, need, out);
+                                 mask, need, out, static_cast<unsigned>(carry & 0xffffffffu),
+                                 static_cast<unsigned>(carry >> 32));
   } else {
     constexpr int kTile = kThreads * kTopkItems;
     for (int base = 0; base < len; base += kTile) {
