@@ -1157,7 +1157,7 @@ void with_geometry_id(int gi, F&& f) {
 
 }  // namespace
 
-GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk boundaries, p/8 cutting tiles), every geometry x tp; e4m3 and mma paths on the same inputs") {
+GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk boundaries, p/8 cutting tiles, block sizes 8 / 16 / 24 / 64), every geometry x tp; e4m3 and mma paths on the same inputs") {
   // Prefill batches (mean query length >= kScoreWgmmaMinMeanQ: the automatic plan takes the wgmma
   // f16 kernel; checked below): odd query lengths, a request without history (many tokens with 0..4
   // regions), a one-token request inside the batch, a request whose positions cross multiples of
@@ -1209,6 +1209,15 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
           if (path == ScorePath::kWgmmaF16) f16_random = std::move(v);
           if (path == ScorePath::kMma) mma_random = std::move(v);
         }
+        // the wgmma kernel's block-table lookups at other page sizes: one region per page (block
+        // size 8, the most pages per CTA) and pages of 3 regions, on this GPU's plan and on a 1-SM
+        // plan (the longest region chunks)
+        for (int bs : {8, 24})
+          for (int sms : {0, 1})
+            check_scores_path<kId>(tp, q, seq, 97, Inputs::kRandom, ScorePath::kWgmmaF16, bs, 1e-3f, 1e-4,
+                                   seed + 6 + bs + sms, base + " scores wgmma_f16 block size " + std::to_string(bs) +
+                                                            (sms ? " (1-SM plan)" : ""),
+                                   sms);
         // the decode (mma.sync) and prefill (wgmma f16) kernels on the same random inputs: how many
         // scores differ in their bits (a token's scores then depend on which kernel its batch took;
         // SPEC §4.6 asks identical rows only for identical inputs) — reported, not asserted
