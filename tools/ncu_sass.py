@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Digest of Nsight Compute's per-SASS-instruction source page (ncu -i <report> --page source --csv
+--print-source sass): the warp-stall samples by reason over the whole kernel, then the `top`
+instructions by samples, each with its two largest stall reasons and the `context` SASS lines
+before it (a stall is sampled on the instruction that waits, so the producer of the awaited value
+is usually a few lines above).  Used by tools/ncu_sass.sh.
+  python3 tools/ncu_sass.py <source page csv> [top] [context]"""
+import csv
+import sys
+
+
+def num(x):
+    try:
+        return float(x.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def main():
+    path = sys.argv[1]
+    top = int(sys.argv[2]) if len(sys.argv) > 2 else 12
+    context = int(sys.argv[3]) if len(sys.argv) > 3 else 4
+    rows = list(csv.reader(open(path, errors="replace")))
+    hdr = next((i for i, r in enumerate(rows) if "Warp Stall Sampling (All Samples)" in r), None)
+    if hdr is None:
+        print("no source table in", path)
+        for r in rows[:8]:
+            print(",".join(r)[:200])
+        return 1
+    h = rows[hdr]
+    ci = {c: i for i, c in enumerate(h)}
+    body = [r for r in rows[hdr + 1:] if len(r) == len(h)]
+    samples = ci["Warp Stall Sampling (All Samples)"]
+    src = ci.get("Source", 1)
+    reasons = [c for c in h if c.startswith("stall_") and "(Not" not in c]
+    total = sum(num(r[samples]) for r in body) or 1.0
+    agg = sorted(((sum(num(r[ci[c]]) for r in body), c) for c in reasons), reverse=True)
+    print(f"{len(body)} SASS instructions, {total:.0f} samples; by reason: " +
+          ", ".join(f"{c[6:]} {v / total * 100:.1f}%" for v, c in agg if v / total >= 0.005))
+    order = sorted(range(len(body)), key=lambda i: -num(body[i][samples]))[:top]
+    for i in sorted(order):
+        r = body[i]
+        why = sorted(((num(r[ci[c]]), c[6:]) for c in reasons), reverse=True)[:2]
+        print(f"--- {num(r[samples]) / total * 100:.1f}% of samples ({', '.join(f'{n} {v:.0f}' for v, n in why if v > 0)})")
+        for j in range(max(0, i - context), i + 1):
+            print(f"  {'>' if j == i else ' '} {num(body[j][samples]) / total * 100:5.1f}%  {body[j][src].strip()[:90]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
