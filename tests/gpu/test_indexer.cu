@@ -1210,8 +1210,9 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
           if (path == ScorePath::kMma) mma_random = std::move(v);
         }
         // the wgmma kernel's block-table lookups at other page sizes: one region per page (block
-        // size 8, the most pages per CTA) and pages of 3 regions, on this GPU's plan and on a 1-SM
-        // plan (the longest region chunks)
+        // size 8, the most pages per CTA) and pages of 3 regions (chunks starting inside a page), on
+        // this GPU's plan (several region chunks per row) and on a 1-SM plan (one chunk per row:
+        // each CTA walks its tile's whole history)
         for (int bs : {8, 24})
           for (int sms : {0, 1})
             check_scores_path<kId>(tp, q, seq, 97, Inputs::kRandom, ScorePath::kWgmmaF16, bs, 1e-3f, 1e-4,

@@ -95,7 +95,8 @@ inline constexpr bool kTopkThreadsValid = kThreads == kTopkShortThreads || kThre
                                           kThreads == kTopkThreads;
 /// CTAs per SM the register allocation must allow (__launch_bounds__ minimum blocks), by CTA size
 /// (ptxas -v, CUDA 13.0, sm_90a; no spills): 512: 0 = unspecified, as before (candidates 64
-/// registers, so 2 CTAs per SM; radix 32-40 since the ballot compaction); 256: 5 (40-48
+/// registers, so 2 CTAs per SM; radix 32-40 since the ballot compaction; clusters, with it too
+/// since the fifteenth session, 63-64); 256: 5 (40-48
 /// registers; 6 would be 40 and spilled before it); 128: 12 (40 registers).
 template <int kThreads>
 inline constexpr int kTopkMinCtas = kThreads == kTopkThreads ? 0 : kThreads == kTopkMidThreads ? 5 : 12;
@@ -285,7 +286,8 @@ __device__ __forceinline__ void place_selected(std::int32_t* out, bool greater, 
   }
 }
 
-/// Compaction of one CTA's row in id order (one CTA per row): writes the ids i of [0, len) (plus
+/// Compaction in id order of one CTA's row, or of one cluster rank's slice [lo, lo + len) of it
+/// (starting from the lower ranks' carry_gt / carry_eq): writes the ids i of [0, len) (plus
 /// `lo`) with (key & mask) > prefix, and the first `need` ids with (key & mask) == prefix, to
 /// out[0, k) in ascending order, where position = (# such keys with a lower id, the equal ones
 /// counted up to `need`). A round covers kThreads / 32 warp segments of S sub-blocks of 32
@@ -578,6 +580,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
                                  mask, need, out, static_cast<unsigned>(carry & 0xffffffffu),
                                  static_cast<unsigned>(carry >> 32));
   } else {
+    static_assert(kC == 1, "the block-scan compaction serves one 128-thread CTA per row (carry stays 0)");
     constexpr int kTile = kThreads * kTopkItems;
     for (int base = 0; base < len; base += kTile) {
       const unsigned sel_before = static_cast<unsigned>(carry & 0xffffffffu) +
@@ -677,7 +680,8 @@ inline constexpr std::int64_t kTopkCandMinKeys = 16384;
 /// on the H200 (bench_indexer, 2026-12-01, bench/RESULTS.md): one CTA per row of 16384 regions,
 /// candidates 16.6 / 16.9 / 43.2 µs against radix 22.1 / 22.3 / 60.2 µs at 16 / 64 / 512 rows
 /// (131072 regions: 148 against 341 µs); on a cluster of 8 per row radix wins (11.5 / 30.0 / 85.5
-/// µs against 28.9 / 79.6 / 103: the candidates are broadcast to every rank over DSMEM and each
+/// µs against 28.9 / 79.6 / 103 before the clusters' ballot compaction, 11.4 / 29.2 / 78.5 against
+/// 28.6 / 79.5 / 97.5 with it, fifteenth session: the candidates are broadcast to every rank over DSMEM and each
 /// rank re-runs the later digits). On short rows the candidates' 2048-bin first digit costs more
 /// than it saves: with candidates everywhere, indexer_prefill 16384 tokens without history (rows
 /// of <= 2048 regions) spent ~2020 µs outside its scores (2497 - 474) against ~1275 with radix
@@ -714,7 +718,9 @@ inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld) {
 /// CTA's shared memory (ld > kTopkSmemKeys), or when the rows are few and long (ld >= 4096 and
 /// rows · kTopkCluster <= 2 · SMs, e.g. decode); else one CTA per row. Measured on the H200 with
 /// kRadix (bench_indexer, 16384-region rows): 16 rows, cluster 12.2 µs against 22.5 µs for one CTA
-/// per row; 64 rows, 30.2 µs against 22.8 µs; 131072-region rows (64), cluster 84 µs against 335 µs.
+/// per row; 64 rows, 30.2 µs against 22.8 µs; 131072-region rows (64), cluster 84 µs against 335 µs
+/// (fifteenth session, clusters with the ballot compaction: 16 rows 11.4 µs, 64 rows 29.2 µs,
+/// 131072-region rows 78.5 µs; one CTA per row with candidates 13.4 / 13.9 µs at 16 / 64 rows).
 /// The same rule serves both algorithms (kCandidates on one CTA per row is faster than radix on
 /// a cluster at 64 rows, but slower at 16: 16.6 against 11.5 µs).
 /// Where clusters cannot be resident (topk_clusters_available) the choice is one CTA per row, and a
