@@ -148,6 +148,14 @@ struct Rows {
     history.push_back(n);
     names.push_back(std::string(pattern_name(p)) + " n=" + std::to_string(n));
   }
+  /// A row of n scores filled by the caller (the returned pointer; every slot starts at 0).
+  float* add_row(int n, const std::string& name) {
+    const std::size_t r = history.size();
+    scores.resize((r + 1) * static_cast<std::size_t>(ld), 0.f);
+    history.push_back(n);
+    names.push_back(name + " n=" + std::to_string(n));
+    return scores.data() + r * ld;
+  }
   int rows() const { return static_cast<int>(history.size()); }
 };
 
@@ -373,6 +381,61 @@ GPU_CASE("topk: rows longer than kTopkCluster * kTopkSmemKeys (cluster variant f
     R.add(1025, Pattern::kNaN, rng);
   }
   check_against_reference(R, "global-memory cluster rows");
+}
+
+GPU_CASE("topk: ties across cluster ranks and compaction rounds, lower ranks filling k, the last taken tie ending a rank (staged slices of 1-3 rounds, and from global memory)") {
+  // A cluster rank's compaction starts from the lower ranks' counts (keys above K*, keys equal to
+  // it) and runs rounds of 16384 keys (512 threads): rows built so that the taken ties straddle a
+  // rank boundary (some of them in lower ranks, 0 < lower ties < need), straddle a round boundary
+  // inside rank 3, end exactly at the last key of rank 1 (the lower ties == need), or lie in ranks
+  // 0-1 only (the higher ranks place nothing); rank slices of 16384 / 8 keys (one round), 8 ·
+  // kTopkSmemKeys / 8 (staged, three rounds) and longer (from global memory). Every variant against
+  // the reference and bit-identical to each other (check_against_reference).
+  namespace k = step5::kernels::sm90;
+  std::mt19937 rng(11);
+  std::vector<int> lds = {16384, 8 * k::kTopkSmemKeys};
+  if (!step5_test::quick()) lds.push_back(8 * k::kTopkSmemKeys + 1000);
+  for (int ld : lds)
+    for (int topk : {512, 1024}) {
+      Rows R;
+      R.topk = topk;
+      R.ld = ld;
+      for (int n : {ld, ld - 5}) {
+        const int S = (n + k::kTopkCluster - 1) / k::kTopkCluster;  // a rank's slice (launch_topk's split)
+        std::uniform_int_distribution<int> anywhere(0, n - 1);
+        // greater keys (distinct) at random places outside [lo, hi), ties 1.0 on [lo, hi), -1 elsewhere
+        const auto plateau = [&](const std::string& name, int lo, int hi, int greater) {
+          float* r = R.add_row(n, name);
+          for (int i = 0; i < n; ++i) r[i] = i >= lo && i < hi ? 1.f : -1.f;
+          for (int placed = 0; placed < greater;) {
+            const int i = anywhere(rng);
+            if (r[i] < 0.f) r[i] = 2.f + 1e-3f * static_cast<float>(placed++);
+          }
+        };
+        // the first half of the need = topk - greater taken ties below the boundary, the rest above
+        for (int c : {1, 5}) {
+          const int need = topk - topk / 3;
+          plateau("ties across rank " + std::to_string(c), c * S - need / 2, c * S - need / 2 + 2 * topk, topk / 3);
+        }
+        {
+          const int need = topk - topk / 4;
+          const int round = std::min(n - topk, 3 * S + 16384);  // a round boundary inside rank 3 (when S > 16384)
+          plateau("ties across a round of rank 3", round - need / 2, round - need / 2 + 2 * topk, topk / 4);
+        }
+        {  // the taken ties are the last need keys below rank 2's first id; rank 2 has untaken ties
+          const int need = topk - topk / 2;
+          plateau("last taken tie ends rank 1", 2 * S - need, 2 * S + 50, topk / 2);
+        }
+        {  // k distinct keys in ranks 0-1, zeros elsewhere: the higher ranks start with k placed
+          float* r = R.add_row(n, "lower ranks fill k");
+          for (int j = 0; j < topk; ++j) r[static_cast<std::int64_t>(j) * 2 * S / topk] = 1.f + static_cast<float>(j);
+        }
+      }
+      R.add(ld, Pattern::kAllEqual, rng);
+      R.add(ld, Pattern::kFewDistinct, rng);
+      R.add(ld, Pattern::kCrowdedBin, rng);
+      check_against_reference(R, ("rank/round boundaries ld " + std::to_string(ld) + " topk " + std::to_string(topk)).c_str());
+    }
 }
 
 GPU_CASE("topk: batches of 33, 257 and 1024 decode rows (quick: 33, 257), mixed histories, some empty") {
