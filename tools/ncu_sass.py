@@ -41,9 +41,11 @@ def main():
     for i in sorted(order):
         r = body[i]
         why = sorted(((num(r[ci[c]]), c[6:]) for c in reasons), reverse=True)[:2]
-        print(f"--- {num(r[samples]) / total * 100:.1f}% of samples ({', '.join(f'{n} {v:.0f}' for v, n in why if v > 0)})")
+        reasons_txt = ", ".join(f"{n} {v:.0f}" for v, n in why if v > 0)
+        print(f"--- {num(r[samples]) / total * 100:.1f}% of samples ({reasons_txt})")
         for j in range(max(0, i - context), i + 1):
-            print(f"  {'>' if j == i else ' '} {num(body[j][samples]) / total * 100:5.1f}%  {body[j][src].strip()[:90]}")
+            mark = ">" if j == i else " "
+            print(f"  {mark} {num(body[j][samples]) / total * 100:5.1f}%  {body[j][src].strip()[:90]}")
     return 0
 
 

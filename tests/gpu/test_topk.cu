@@ -434,7 +434,8 @@ GPU_CASE("topk: ties across cluster ranks and compaction rounds, lower ranks fil
       R.add(ld, Pattern::kAllEqual, rng);
       R.add(ld, Pattern::kFewDistinct, rng);
       R.add(ld, Pattern::kCrowdedBin, rng);
-      check_against_reference(R, ("rank/round boundaries ld " + std::to_string(ld) + " topk " + std::to_string(topk)).c_str());
+      const std::string what = "rank/round boundaries ld " + std::to_string(ld) + " topk " + std::to_string(topk);
+      check_against_reference(R, what.c_str());
     }
 }
 
