@@ -17,20 +17,29 @@
 
 namespace step5::ops::detail {
 
+/// The batch and block-table fields that the indexer kernels' argument blocks share (ScoreArgs,
+/// SummaryArgs, PrepareArgs: device cu_seqlens_q and seq_lens, the block table, its row stride,
+/// block size and block count, the checked-mode fault record), copied from a step's IndexerBatch
+/// and PagedTable: one place for the three argument builders.
+template <class Args>
+inline void set_step_table(Args& a, const IndexerBatch& batch, const PagedTable& table) {
+  a.cu_seqlens_q = batch.cu_seqlens_q;
+  a.seq_lens = batch.seq_lens;
+  a.block_table = table.block_table;
+  a.max_blocks = table.max_blocks;
+  a.block_size = table.block_size;
+  a.num_blocks = table.num_blocks;
+  a.bounds_fault = table.bounds_fault;
+}
+
 /// Score-kernel arguments of `indexer_select` for the token chunk [t0, t1): scores land at `scores`
 /// (row stride ld), tile starts at `tile_start`; the plan fields are filled by launch_scores.
 inline kernels::sm90::ScoreArgs score_args(const IndexerSelectParams& p, const std::int32_t* tile_start, float* scores,
                                            std::int64_t ld, int t0, int t1) {
   kernels::sm90::ScoreArgs s{};
-  s.cu_seqlens_q = p.batch.cu_seqlens_q;
-  s.seq_lens = p.batch.seq_lens;
+  set_step_table(s, p.batch, p.table);
   s.tile_start = tile_start;
   s.num_requests = p.batch.num_requests;
-  s.block_table = p.table.block_table;
-  s.max_blocks = p.table.max_blocks;
-  s.block_size = p.table.block_size;
-  s.num_blocks = p.table.num_blocks;
-  s.bounds_fault = p.table.bounds_fault;
   s.index_q = p.index_q;
   s.weights = p.weights;
   s.summary_cache = p.summary_cache;
@@ -47,13 +56,7 @@ inline kernels::sm90::ScoreArgs score_args(const IndexerSelectParams& p, const s
 /// raw index_z (column `col_z` of C, the rank's kIndexZ shard), the summary cache and tail buffer.
 inline kernels::sm90::SummaryArgs summary_args(const IndexerSummaryParams& p) {
   kernels::sm90::SummaryArgs a{};
-  a.cu_seqlens_q = p.batch.cu_seqlens_q;
-  a.seq_lens = p.batch.seq_lens;
-  a.block_table = p.table.block_table;
-  a.max_blocks = p.table.max_blocks;
-  a.block_size = p.table.block_size;
-  a.num_blocks = p.table.num_blocks;
-  a.bounds_fault = p.table.bounds_fault;
+  set_step_table(a, p.batch, p.table);
   a.index_k = reinterpret_cast<const __nv_bfloat16*>(p.index_k);
   a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
   a.ldc = p.ldc;

@@ -293,14 +293,8 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   a.col_w = p.rank.indexer_w.dst_row;
   a.num_tokens = p.batch.num_tokens;
   a.num_requests = p.batch.num_requests;
-  a.cu_seqlens_q = p.batch.cu_seqlens_q;
-  a.seq_lens = p.batch.seq_lens;
-  a.block_table = p.table.block_table;
-  a.max_blocks = p.table.max_blocks;
-  a.block_size = p.table.block_size;
-  a.num_blocks = p.table.num_blocks;
+  set_step_table(a, p.batch, p.table);
   a.max_position = p.max_position;
-  a.bounds_fault = p.table.bounds_fault;
   a.local_heads = p.rank.local_heads;
   a.local_kv_heads = p.rank.local_kv_heads;
   a.index_local_heads = p.rank.index_local_heads;

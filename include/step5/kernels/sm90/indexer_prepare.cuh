@@ -315,8 +315,7 @@ struct FoldedSummary {
     slot_ok = slot >= 0 && slot < a.fold.num_slots;
     detail::load_pairs<P>(crow + a.fold.col_z, z, lane);
     if (row_in_region == kR - 1) {  // the region completes: stage its rows 0..6 (zeros from a bad slot)
-      const std::int64_t base = static_cast<std::int64_t>(slot_ok ? slot : 0) * kR * 2 * P;
-      const char* t = reinterpret_cast<const char*>(a.fold.tail + base);
+      const char* t = reinterpret_cast<const char*>(tail_slot_ptr<P>(a.fold.tail, slot_ok ? slot : 0));
       for (int i = lane; i < kSmemWords / 4; i += 32)
         ptx::cp_async16(ptx::smem_u32(rows + 4 * i), t + 16 * i, slot_ok ? 16 : 0);
       ptx::cp_async_commit();
@@ -330,12 +329,12 @@ struct FoldedSummary {
     if (!active) return;
     if (row_in_region != kR - 1) {  // the row waits in the tail slot for its region's last token
       if (!slot_ok) return;
-      unsigned* t = reinterpret_cast<unsigned*>(a.fold.tail + static_cast<std::int64_t>(slot) * kR * 2 * P);
+      unsigned* t = reinterpret_cast<unsigned*>(tail_slot_ptr<P>(a.fold.tail, slot));
 #pragma unroll
       for (int q = 0; q < kJ; ++q) {
         const __nv_bfloat162 kv = __floats2bfloat162_rn(x[2 * q], x[2 * q + 1]);
-        t[(row_in_region * 2 + 0) * (P / 2) + q * 32 + lane] = *reinterpret_cast<const unsigned*>(&kv);
-        t[(row_in_region * 2 + 1) * (P / 2) + q * 32 + lane] = z[q];
+        t[tail_row_offset<P / 2>(row_in_region, 0) + q * 32 + lane] = *reinterpret_cast<const unsigned*>(&kv);
+        t[tail_row_offset<P / 2>(row_in_region, 1) + q * 32 + lane] = z[q];
       }
       return;
     }
@@ -343,8 +342,8 @@ struct FoldedSummary {
     __syncwarp();
     using ptx::bf16_hi;
     using ptx::bf16_lo;
-    auto tail_k = [&](int j, int q) { return rows[(j * 2 + 0) * (P / 2) + q * 32 + lane]; };
-    auto tail_z = [&](int j, int q) { return rows[(j * 2 + 1) * (P / 2) + q * 32 + lane]; };
+    auto tail_k = [&](int j, int q) { return rows[tail_row_offset<P / 2>(j, 0) + q * 32 + lane]; };
+    auto tail_z = [&](int j, int q) { return rows[tail_row_offset<P / 2>(j, 1) + q * 32 + lane]; };
     float m = bf16_lo(z[0]);
 #pragma unroll
     for (int q = 0; q < kJ; ++q) {

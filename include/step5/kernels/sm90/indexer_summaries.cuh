@@ -22,6 +22,20 @@
 
 namespace step5::kernels::sm90 {
 
+/// The tail buffer (SPEC §5: [num_slots, 8, 2, P] bf16; row j of a slot holds its index_k
+/// (`which` = 0) and raw index_z (`which` = 1), P values each): slot `slot` of `tail`, and the
+/// offset in a slot of row j's values in units of which a row holds kUnits (P bf16 values, or
+/// P / 2 bf16 pairs as indexer_prepare's decode fold addresses them). The one layout of
+/// indexer_summaries_kernel and of the fold.
+template <int P, class T>
+__device__ __forceinline__ T* tail_slot_ptr(T* tail, int slot) {
+  return tail + static_cast<std::int64_t>(slot) * layout::kRegionSize * 2 * P;
+}
+template <int kUnits>
+__device__ __forceinline__ constexpr int tail_row_offset(int j, int which) {
+  return (j * 2 + which) * kUnits;
+}
+
 /// SPEC §4.4 for one proxy dim of one region: S = Σ_t e^(z_t − m)·k_t / Σ_t e^(z_t − m) over the
 /// region's R rows in position order, m the max of z over the whole R × P block; both sums start
 /// from their first term (peeled), not from +0.0, so eight −0.0 products give S = −0.0 (e4m3 byte
@@ -75,7 +89,7 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
   const int past = seq - q_len;
   const int slot = __ldg(a.tail_slot + b);
   const bool slot_ok = slot >= 0 && slot < a.num_slots;
-  const __nv_bfloat16* tail = a.tail + static_cast<std::int64_t>(slot_ok ? slot : 0) * R * 2 * P;
+  const __nv_bfloat16* tail = tail_slot_ptr<P>(a.tail, slot_ok ? slot : 0);
   const int first = past / R, end = seq / R;  // regions [first, end) complete in this step
   for (int r = first + blockIdx.x; r < end; r += gridDim.x) {
     float k[R], z[R];
@@ -83,8 +97,8 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
     for (int j = 0; j < R; ++j) {
       const int pos = R * r + j;
       if (pos < past) {  // pending row from the tail buffer
-        k[j] = slot_ok ? __bfloat162float(tail[(j * 2 + 0) * P + d]) : 0.f;
-        z[j] = slot_ok ? __bfloat162float(tail[(j * 2 + 1) * P + d]) : 0.f;
+        k[j] = slot_ok ? __bfloat162float(tail[tail_row_offset<P>(j, 0) + d]) : 0.f;
+        z[j] = slot_ok ? __bfloat162float(tail[tail_row_offset<P>(j, 1) + d]) : 0.f;
       } else {
         const std::int64_t t = cu0 + (pos - past);
         k[j] = __bfloat162float(a.index_k[t * P + d]);
@@ -113,13 +127,13 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
   pdl_launch_dependents();
   if (blockIdx.x != 0 || !slot_ok) return;
   __syncthreads();  // every read of the tail by this CTA precedes the writes below
-  __nv_bfloat16* tail_w = a.tail + static_cast<std::int64_t>(slot) * R * 2 * P;
+  __nv_bfloat16* tail_w = tail_slot_ptr<P>(a.tail, slot);
   const int lo = past > R * end ? past : R * end;
   for (int pos = lo; pos < seq; ++pos) {
     const std::int64_t t = cu0 + (pos - past);
     const int j = pos % R;
-    tail_w[(j * 2 + 0) * P + d] = a.index_k[t * P + d];
-    tail_w[(j * 2 + 1) * P + d] = a.c[t * a.ldc + a.col_z + d];
+    tail_w[tail_row_offset<P>(j, 0) + d] = a.index_k[t * P + d];
+    tail_w[tail_row_offset<P>(j, 1) + d] = a.c[t * a.ldc + a.col_z + d];
   }
 #endif
 }
