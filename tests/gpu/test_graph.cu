@@ -108,10 +108,13 @@ std::size_t programmatic_edges(cudaGraph_t g) {
 /// Kernel nodes of `g` launched by this library (their function's name contains "step5"; the
 /// GEMMs' cuBLASLt path adds kernels of its own, whose launch attributes cuBLASLt chooses) and how
 /// many of them have an incoming programmatic (PDL) edge, or no incoming edge at all (a root).
+/// `no_pdl_rule`: the selection launches that the library's rule keeps off PDL
+/// (`ops::topk_launch_uses_pdl` on the node's cluster size and rows, `num_sms`), and how many of
+/// those have a programmatic edge anyway (`no_pdl_rule_with_edge`, expected 0).
 struct OurNodes {
-  std::size_t kernels = 0, with_programmatic_in = 0, roots = 0;
+  std::size_t kernels = 0, with_programmatic_in = 0, roots = 0, no_pdl_rule = 0, no_pdl_rule_with_edge = 0;
 };
-OurNodes our_kernel_nodes(cudaGraph_t g) {
+OurNodes our_kernel_nodes(cudaGraph_t g, int num_sms) {
   std::size_t n = 0;
   GPU_CHECK(cudaGraphGetNodes(g, nullptr, &n));
   std::vector<cudaGraphNode_t> nodes(n);
@@ -138,6 +141,15 @@ OurNodes our_kernel_nodes(cudaGraph_t g) {
         any_in = true;
         pe_in = pe_in || e.data[i].type == cudaGraphDependencyTypeProgrammatic;
       }
+    bool rule_off = false;
+    if (std::string(name).find("topk_select_kernel") != std::string::npos) {
+      cudaLaunchAttributeValue v{};
+      GPU_CHECK(cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeClusterDimension, &v));
+      const int kc = v.clusterDim.x > 1 ? static_cast<int>(v.clusterDim.x) : 1;
+      rule_off = !step5::ops::topk_launch_uses_pdl(kc, static_cast<long long>(kp.gridDim.x) / kc, num_sms);
+    }
+    o.no_pdl_rule += rule_off;
+    o.no_pdl_rule_with_edge += rule_off && pe_in;
     o.with_programmatic_in += pe_in;
     o.roots += !any_in;
   }
@@ -249,6 +261,9 @@ void graph_replay_case(const char* label) {
   // Capture each graph once (lengths of step 0 uploaded before each replay, so the captured values
   // do not matter).
   for (int b = 0; b < B; ++b) seq[b] = start[b] + 1;
+  // this library's launches between the two GEMMs: prepare, [summaries], scores, selection, attention
+  const std::size_t steps =
+      step5::ops::indexer_prepare_folds_summaries(make_step(*paths[0]).batch, plan.facts.num_sms) ? 4 : 5;
   cudaGraphExec_t exec[kPaths] = {};
   cudaGraph_t graph[kPaths] = {};
   bool captured_all = true;
@@ -265,22 +280,28 @@ void graph_replay_case(const char* label) {
       captured_all = false;
       break;
     }
-    // the step is a chain of kernels (>= 7: GEMM, prepare, summaries, scores, selection,
-    // attention with its fused split merge, o_proj; a decode step needs no score-tile plan kernel);
-    // the PDL capture links each of this library's kernels to the previous kernel by a programmatic
-    // edge (all but a first one), the other capture none. The GEMMs may be cuBLASLt's kernels
-    // (GemmPath::kCublasLt: one or more nodes each, PDL as cuBLASLt launches them), so the edges
-    // are counted into this library's nodes: at least the five between the GEMMs.
+    // the step is a chain of kernels: the fused GEMM, prepare (with step 4 inside for a decode
+    // step, ops::indexer_prepare_folds_summaries; else a summaries launch after it), scores,
+    // selection, attention with its fused split merge, o_proj (a decode step needs no score-tile
+    // plan kernel). The PDL capture links each of this library's kernels to the previous kernel by a
+    // programmatic edge (all but a first one, and the selection launches that
+    // ops::topk_launch_uses_pdl keeps off PDL), the other capture none. The GEMMs may be cuBLASLt's
+    // kernels (GemmPath::kCublasLt: one or more nodes each, PDL as cuBLASLt launches them), so the
+    // edges are counted into this library's nodes: at least the `steps` between the GEMMs.
     const std::size_t kn = kernel_nodes(graph[i]);
-    const OurNodes ours = our_kernel_nodes(graph[i]);
-    EXPECT(kn >= 7, "%s: %s: %zu kernel nodes in the captured step, expected >= 7", label, path_name[i], kn);
-    EXPECT(ours.kernels >= 5, "%s: %s: %zu of the %zu kernel nodes are this library's, expected >= 5", label,
-           path_name[i], ours.kernels, kn);
+    const OurNodes ours = our_kernel_nodes(graph[i], plan.facts.num_sms);
+    EXPECT(kn >= steps + 2, "%s: %s: %zu kernel nodes in the captured step, expected >= %zu", label, path_name[i], kn,
+           steps + 2);
+    EXPECT(ours.kernels >= steps, "%s: %s: %zu of the %zu kernel nodes are this library's, expected >= %zu", label,
+           path_name[i], ours.kernels, kn, steps);
     if (path_pdl[i])
-      EXPECT(ours.with_programmatic_in + ours.roots == ours.kernels && ours.roots <= 1,
-             "%s: %s: of this library's %zu kernel nodes %zu have an incoming programmatic edge and %zu none at all;"
-             " expected all but at most one first node",
-             label, path_name[i], ours.kernels, ours.with_programmatic_in, ours.roots);
+      EXPECT(ours.with_programmatic_in + ours.roots + ours.no_pdl_rule == ours.kernels && ours.roots <= 1 &&
+                 ours.no_pdl_rule_with_edge == 0,
+             "%s: %s: of this library's %zu kernel nodes %zu have an incoming programmatic edge, %zu none at all and "
+             "%zu are kept off PDL by topk_launch_uses_pdl (%zu of them with an edge); expected all but at most one "
+             "first node and those, which have none",
+             label, path_name[i], ours.kernels, ours.with_programmatic_in, ours.roots, ours.no_pdl_rule,
+             ours.no_pdl_rule_with_edge);
     else
       EXPECT(ours.with_programmatic_in == 0, "%s: %s: %zu of this library's kernel nodes have a programmatic edge with PDL off",
              label, path_name[i], ours.with_programmatic_in);
@@ -313,10 +334,11 @@ void graph_replay_case(const char* label) {
              cudaGetErrorString(end));
       if (cs.ok() && end == cudaSuccess) {
         const std::size_t kn = kernel_nodes(g_own), pe = programmatic_edges(g_own);
-        const OurNodes ours = our_kernel_nodes(g_own);
-        EXPECT(kn >= 7 && ours.kernels == kn && pe == kn - 1,
-               "%s: own GEMMs, PDL on: %zu kernel nodes (%zu of this library), %zu programmatic edges; expected >= 7, "
-               "all, and kernel nodes - 1", label, kn, ours.kernels, pe);
+        const OurNodes ours = our_kernel_nodes(g_own, plan.facts.num_sms);
+        EXPECT(kn >= steps + 2 && ours.kernels == kn && pe == kn - 1 - ours.no_pdl_rule && ours.no_pdl_rule_with_edge == 0,
+               "%s: own GEMMs, PDL on: %zu kernel nodes (%zu of this library), %zu programmatic edges; expected >= %zu, "
+               "all, and kernel nodes - 1 - %zu (the selection launches topk_launch_uses_pdl keeps off PDL)", label, kn,
+               ours.kernels, pe, steps + 2, ours.no_pdl_rule);
         std::printf("  %s: own GEMMs (PDL on): %zu kernel nodes, %zu programmatic edges\n", label, kn, pe);
       } else {
         cudaGetLastError();

@@ -730,6 +730,8 @@ inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld) {
 /// the shared memory left next to the staged keys; −1 = as many as fit; 0 = always the full passes.
 /// threads (tests, benchmarks): threads per CTA, 0 = topk_cta_threads(cluster size, a.ld); 128 or
 /// 256 force one CTA per row (cluster_size 0 or 1); 512 is the only size of a cluster launch.
+/// With PDL on (ops/pdl.hpp) the launch takes it as `ops::topk_launch_uses_pdl` says (not for one
+/// CTA per row on at most one row per SM: measured faster in the layer's graph replays).
 /// Errors: kInvalidArgument (cluster_size, threads, STEP5_TOPK), kCudaError (a failed query or launch).
 inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream, int cluster_size = 0,
                                    TopkAlgo algo = TopkAlgo::kDefault, int cand_cap = -1, int threads = 0) {
@@ -784,7 +786,14 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
   const int smem = ((smem_keys ? static_cast<int>(slice) : 0) + cand_keys) * 4;
   auto launch = [&](auto kernel, int kc) -> ::step5::Status {
     if (smem > 32 * 1024) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));  // static smem counts towards 48 KB
-    return launch_kernel("topk_select_kernel launch", kernel, topk_launch_shape(rows, kc, smem, threads), stream, args);
+    LaunchShape shape = topk_launch_shape(rows, kc, smem, threads);
+    if (kc == 1 && ::step5::ops::pdl_enabled()) {  // ops::topk_launch_uses_pdl: few one-CTA rows without PDL
+      int dev = 0, sms = 0;
+      STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+      STEP5_RETURN_IF_ERROR(::step5::device_sm_count(dev, &sms));
+      shape.pdl = ::step5::ops::topk_launch_uses_pdl(kc, rows, sms);
+    }
+    return launch_kernel("topk_select_kernel launch", kernel, shape, stream, args);
   };
   // one CTA of kT threads per row
   auto launch_cta = [&](auto kt) -> ::step5::Status {

@@ -6,8 +6,8 @@
 ///    launched with PDL) and `pdl_launch_dependents()` (`griddepcontrol.launch_dependents`: once
 ///    every CTA has issued it or exited, the next kernel on the stream may be scheduled);
 ///  * the host side: `launch_kernel`, the launch of every step5 kernel (cudaLaunchKernelEx with
-///    `cudaLaunchAttributeProgrammaticStreamSerialization` while `ops::pdl_enabled()`, plus an
-///    optional cluster dimension), returning Status.
+///    `cudaLaunchAttributeProgrammaticStreamSerialization` while `ops::pdl_enabled()` and the
+///    shape allows it (`LaunchShape::pdl`), plus an optional cluster dimension), returning Status.
 /// The rule every kernel launched through `launch_kernel` follows: every thread calls `pdl_wait()`
 /// before its first global-memory access other than reads of weights and constants, and before
 /// any exit (so that a kernel's completion implies its predecessors' completion, transitively,
@@ -49,6 +49,7 @@ struct LaunchShape {
   std::size_t smem = 0;      ///< dynamic shared memory bytes
   unsigned cluster_x = 1;    ///< CTAs per cluster along x (1 and cluster_z 1: no cluster attribute)
   unsigned cluster_z = 1;    ///< CTAs per cluster along z
+  bool pdl = true;           ///< false: launched without PDL even while ops::pdl_enabled() (a launcher's measured choice)
 };
 
 /// The cudaLaunchConfig_t of `shape` on `stream` (attributes in `attr`, which must outlive it):
@@ -80,8 +81,8 @@ inline cudaLaunchConfig_t make_launch_config(const LaunchShape& shape, cudaStrea
 }
 
 /// Launches `kernel(args...)` with `shape` on `stream`: cudaLaunchKernelEx with the programmatic
-/// stream serialization attribute while `ops::pdl_enabled()` (the kernel must follow the rule of
-/// this file) and the cluster dimension when `shape.cluster_x` or `shape.cluster_z` > 1. Errors: kInvalidArgument from
+/// stream serialization attribute while `ops::pdl_enabled()` and `shape.pdl` (the kernel must
+/// follow the rule of this file either way) and the cluster dimension when `shape.cluster_x` or `shape.cluster_z` > 1. Errors: kInvalidArgument from
 /// `ops::pdl_env_status` (STEP5_PDL neither 0 nor 1; nothing launched), kCudaError naming `what`
 /// (the launch error is also cleared from cudaGetLastError).
 template <class... KernelArgs, class... Args>
@@ -89,7 +90,7 @@ inline ::step5::Status launch_kernel(const char* what, void (*kernel)(KernelArgs
                                      cudaStream_t stream, Args&&... args) {
   if (::step5::Status env = ::step5::ops::pdl_env_status(); !env.ok()) return env;
   cudaLaunchAttribute attr[2];
-  const cudaLaunchConfig_t cfg = make_launch_config(shape, stream, ::step5::ops::pdl_enabled(), attr);
+  const cudaLaunchConfig_t cfg = make_launch_config(shape, stream, shape.pdl && ::step5::ops::pdl_enabled(), attr);
   const cudaError_t err = cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
   if (err != cudaSuccess) (void)cudaGetLastError();
   return ::step5::cuda_status(err, what);
