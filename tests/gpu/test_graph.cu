@@ -109,8 +109,8 @@ std::size_t programmatic_edges(cudaGraph_t g) {
 /// GEMMs' cuBLASLt path adds kernels of its own, whose launch attributes cuBLASLt chooses) and how
 /// many of them have an incoming programmatic (PDL) edge, or no incoming edge at all (a root).
 /// `no_pdl_rule`: the selection launches that the library's rule keeps off PDL
-/// (`ops::topk_launch_uses_pdl` on the node's cluster size and rows, `num_sms`), and how many of
-/// those have a programmatic edge anyway (`no_pdl_rule_with_edge`, expected 0).
+/// (`ops::topk_launch_uses_pdl` on the node's cluster size, CTA size and rows, `num_sms`), and how
+/// many of those have a programmatic edge anyway (`no_pdl_rule_with_edge`, expected 0).
 struct OurNodes {
   std::size_t kernels = 0, with_programmatic_in = 0, roots = 0, no_pdl_rule = 0, no_pdl_rule_with_edge = 0;
 };
@@ -146,7 +146,8 @@ OurNodes our_kernel_nodes(cudaGraph_t g, int num_sms) {
       cudaLaunchAttributeValue v{};
       GPU_CHECK(cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeClusterDimension, &v));
       const int kc = v.clusterDim.x > 1 ? static_cast<int>(v.clusterDim.x) : 1;
-      rule_off = !step5::ops::topk_launch_uses_pdl(kc, static_cast<long long>(kp.gridDim.x) / kc, num_sms);
+      rule_off = !step5::ops::topk_launch_uses_pdl(kc, static_cast<int>(kp.blockDim.x),
+                                                   static_cast<long long>(kp.gridDim.x) / kc, num_sms);
     }
     o.no_pdl_rule += rule_off;
     o.no_pdl_rule_with_edge += rule_off && pe_in;
@@ -312,9 +313,10 @@ void graph_replay_case(const char* label) {
 
   // The same step planned on this library's GEMM kernels (DsaLayerOptions::gemm_allow_cublaslt =
   // false), captured with PDL on and not replayed: every kernel node is this library's and each
-  // but the first has its programmatic edge (kn - 1). This checks the launch attributes (the
-  // o_proj GEMM's among them; the fused GEMM is the first node) — not pdl_wait placement, and not
-  // results: the replays compared bit for bit above run the cuBLASLt plan.
+  // but the first has its programmatic edge, except the selection launches that
+  // ops::topk_launch_uses_pdl keeps off PDL (kn - 1 - no_pdl_rule). This checks the launch
+  // attributes (the o_proj GEMM's among them; the fused GEMM is the first node) — not pdl_wait
+  // placement, and not results: the replays compared bit for bit above run the cuBLASLt plan.
   if (captured_all) {
     step5::ops::DsaLayerOptions own;
     own.gemm_allow_cublaslt = false;
@@ -335,10 +337,12 @@ void graph_replay_case(const char* label) {
       if (cs.ok() && end == cudaSuccess) {
         const std::size_t kn = kernel_nodes(g_own), pe = programmatic_edges(g_own);
         const OurNodes ours = our_kernel_nodes(g_own, plan.facts.num_sms);
-        EXPECT(kn >= steps + 2 && ours.kernels == kn && pe == kn - 1 - ours.no_pdl_rule && ours.no_pdl_rule_with_edge == 0,
-               "%s: own GEMMs, PDL on: %zu kernel nodes (%zu of this library), %zu programmatic edges; expected >= %zu, "
-               "all, and kernel nodes - 1 - %zu (the selection launches topk_launch_uses_pdl keeps off PDL)", label, kn,
-               ours.kernels, pe, steps + 2, ours.no_pdl_rule);
+        EXPECT(kn >= steps + 2 && ours.kernels == kn && pe == kn - 1 - ours.no_pdl_rule &&
+                   ours.no_pdl_rule_with_edge == 0,
+               "%s: own GEMMs, PDL on: %zu kernel nodes (%zu of this library), %zu programmatic edges; "
+               "expected >= %zu, all, and kernel nodes - 1 - %zu (the selection launches topk_launch_uses_pdl "
+               "keeps off PDL)",
+               label, kn, ours.kernels, pe, steps + 2, ours.no_pdl_rule);
         std::printf("  %s: own GEMMs (PDL on): %zu kernel nodes, %zu programmatic edges\n", label, kn, pe);
       } else {
         cudaGetLastError();

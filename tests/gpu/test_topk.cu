@@ -30,6 +30,7 @@
 #include "gpu/gpu_test.hpp"
 #include "step5/kernels/sm90/indexer_args.cuh"
 #include "step5/ops/indexer.hpp"
+#include "step5/ops/pdl.hpp"
 #include "step5/reference/select.hpp"
 
 namespace {
@@ -623,6 +624,81 @@ GPU_CASE("topk: STEP5_TOPK selects the algorithm; a bad value is refused naming 
   }
   if (old != nullptr) setenv("STEP5_TOPK", saved.c_str(), 1);
   else unsetenv("STEP5_TOPK");
+}
+
+GPU_CASE("topk: PDL as ops::topk_launch_uses_pdl says, in a captured graph (few 512-thread one-CTA rows without)") {
+  // Two selection launches captured back to back: the edge into the second is programmatic exactly
+  // when that launch takes PDL. Each graph is also run once (zero scores: every key ties).
+  int dev = 0, sms = 0;
+  GPU_CHECK(cudaGetDevice(&dev));
+  GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int ld = 16384, topk = 512, max_rows = sms + 1;
+  step5_test::DevBuf<float> scores(static_cast<std::size_t>(max_rows) * ld);
+  step5_test::DevBuf<std::int32_t> hist(std::vector<std::int32_t>(static_cast<std::size_t>(max_rows), ld));
+  step5_test::DevBuf<std::int32_t> ids(static_cast<std::size_t>(max_rows) * (topk + 1));
+  step5_test::DevBuf<std::int32_t> counts(static_cast<std::size_t>(max_rows));
+  GPU_CHECK(cudaMemset(scores.p, 0, static_cast<std::size_t>(max_rows) * ld * sizeof(float)));
+  step5::kernels::sm90::TopkArgs a{};
+  a.scores = scores.p, a.ld = ld, a.history = hist.p, a.topk = topk, a.ids = ids.p, a.ld_ids = topk + 1;
+  a.counts = counts.p;
+  a.lg = 1;
+  cudaStream_t stream;
+  GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const bool was = step5::ops::pdl_enabled();
+  bool clusters = false;
+  const step5::Status avail = step5::kernels::sm90::topk_clusters_available(dev, &clusters);
+  EXPECT(avail.ok(), "topk_clusters_available: %s", avail.to_string().c_str());
+  struct Case {
+    const char* what;
+    int rows, cluster_size, threads;
+    bool pdl;
+  };
+  std::vector<Case> cases = {{"64 rows, one 512-thread CTA each", 64, 1, 0, false},
+                             {"num_sms rows, one 512-thread CTA each", sms, 1, 0, false},
+                             {"num_sms + 1 rows, one 512-thread CTA each", sms + 1, 1, 0, true},
+                             {"64 rows, one 128-thread CTA each", 64, 1, 128, true},
+                             {"64 rows, one 256-thread CTA each", 64, 1, 256, true}};
+  if (clusters) cases.push_back({"64 rows, a cluster each", 64, kTopkCluster, 0, true});
+  for (const bool on : {true, false})
+    for (const Case& c : cases) {
+      step5::ops::set_pdl_enabled(on);
+      cudaGraph_t g = nullptr;
+      GPU_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const step5::Status s1 =
+          step5::kernels::sm90::launch_topk(a, c.rows, stream, c.cluster_size, TopkAlgo::kDefault, -1, c.threads);
+      const step5::Status s2 =
+          step5::kernels::sm90::launch_topk(a, c.rows, stream, c.cluster_size, TopkAlgo::kDefault, -1, c.threads);
+      GPU_CHECK(cudaStreamEndCapture(stream, &g));
+      EXPECT(s1.ok() && s2.ok(), "%s: launches: %s / %s", c.what, s1.to_string().c_str(), s2.to_string().c_str());
+      std::size_t n = 0;
+#if CUDART_VERSION >= 13000
+      GPU_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
+#else
+      GPU_CHECK(cudaGraphGetEdges_v2(g, nullptr, nullptr, nullptr, &n));
+#endif
+      std::vector<cudaGraphNode_t> from(n), to(n);
+      std::vector<cudaGraphEdgeData> data(n);
+      if (n > 0) {
+#if CUDART_VERSION >= 13000
+        GPU_CHECK(cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n));
+#else
+        GPU_CHECK(cudaGraphGetEdges_v2(g, from.data(), to.data(), data.data(), &n));
+#endif
+      }
+      std::size_t programmatic = 0;
+      for (const cudaGraphEdgeData& d : data) programmatic += d.type == cudaGraphDependencyTypeProgrammatic;
+      const bool want = on && c.pdl;
+      EXPECT(n == 1 && programmatic == (want ? 1u : 0u), "%s, PDL %s: %zu edges, %zu programmatic; expected 1, %d",
+             c.what, on ? "on" : "off", n, programmatic, want ? 1 : 0);
+      cudaGraphExec_t ge = nullptr;
+      GPU_CHECK(cudaGraphInstantiate(&ge, g, 0));
+      GPU_CHECK(cudaGraphLaunch(ge, stream));
+      GPU_CHECK(cudaStreamSynchronize(stream));
+      GPU_CHECK(cudaGraphExecDestroy(ge));
+      GPU_CHECK(cudaGraphDestroy(g));
+    }
+  step5::ops::set_pdl_enabled(was);
+  GPU_CHECK(cudaStreamDestroy(stream));
 }
 
 GPU_CASE("topk: invalid arguments are refused with a message") {

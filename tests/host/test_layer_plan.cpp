@@ -203,14 +203,16 @@ TEST_CASE("indexer_prepare does step 4 in its own launch exactly for decode step
   CHECK(indexer_prepare_folds_summaries(batch(cu), sms));
 }
 
-TEST_CASE("selection launches take PDL except one CTA per row on at most one row per SM") {
+TEST_CASE("selection launches take PDL except one 512-thread CTA per row on at most one row per SM") {
   using step5::ops::topk_launch_uses_pdl;
-  CHECK_FALSE(topk_launch_uses_pdl(1, 64, 132));   // tp 8 decode batch 64: measured faster without
-  CHECK_FALSE(topk_launch_uses_pdl(1, 132, 132));
-  CHECK(topk_launch_uses_pdl(1, 133, 132));
-  CHECK(topk_launch_uses_pdl(1, 256, 132));        // tp 1 batch 64
-  CHECK(topk_launch_uses_pdl(8, 1, 132));          // clusters (batch 1)
-  CHECK(topk_launch_uses_pdl(8, 64, 132));
+  CHECK_FALSE(topk_launch_uses_pdl(1, 512, 64, 132));   // tp 8 decode batch 64: measured faster without
+  CHECK_FALSE(topk_launch_uses_pdl(1, 512, 132, 132));
+  CHECK(topk_launch_uses_pdl(1, 512, 133, 132));
+  CHECK(topk_launch_uses_pdl(1, 512, 256, 132));        // tp 1 batch 64
+  CHECK(topk_launch_uses_pdl(1, 128, 64, 132));         // shorter rows' CTAs: not measured without PDL
+  CHECK(topk_launch_uses_pdl(1, 256, 64, 132));
+  CHECK(topk_launch_uses_pdl(8, 512, 1, 132));          // clusters (batch 1)
+  CHECK(topk_launch_uses_pdl(8, 512, 64, 132));
 }
 
 TEST_CASE("plan: refused capacities and device facts name the values") {

@@ -83,22 +83,28 @@ inline Status topk_env_status() {
   return topk_algo_from_env(std::getenv("STEP5_TOPK"), &a);
 }
 
-/// Whether a selection launch of `rows` rows, `ctas_per_row` CTAs each (1, or a cluster), is
-/// launched with programmatic dependent launch (when PDL is on at all, ops/pdl.hpp): not one CTA
-/// per row on at most `num_sms` rows (those few latency-bound CTAs then start once the score
+/// CTA size of the selection launches that `topk_launch_uses_pdl` may keep off PDL: the 512-thread
+/// CTAs of long rows (kernels::sm90::kTopkThreads, which static_asserts the match).
+inline constexpr int kTopkNoPdlCtaThreads = 512;
+
+/// Whether a selection launch of `rows` rows, `ctas_per_row` CTAs of `cta_threads` threads each
+/// (1, or a cluster), is launched with programmatic dependent launch (when PDL is on at all,
+/// ops/pdl.hpp): every launch but one kTopkNoPdlCtaThreads-thread CTA per row on at most `num_sms`
+/// rows, the shape that was measured (those few latency-bound CTAs then start once the score
 /// kernel has finished, instead of while its CTAs still hold the SMs). Measured on the H200,
-/// step5_preview at 128K, same binary A/B, two runs each (bench/RESULTS.md sixteenth session), the
-/// two layer shapes it changes (64 rows of 16384 regions, one 512-thread CTA each), µs:
+/// step5_preview at 128K, same-binary A/B, two runs each (bench/RESULTS.md, sixteenth session),
+/// at the two layer shapes it changes (64 rows of 16384 regions, one 512-thread CTA each), µs:
 ///   - tp 8 batch 64: graph replay 194.9 / 194.0 -> 189.4 / 189.5, eager 207.2 / 206.3 -> 203.1 / 203.5;
 ///   - tp 1 batch 16: graph replay 199.7 / 199.4 -> 197.4 / 196.9, eager 210.4 / 210.1 -> 211.3 / 211.9;
 ///   - bench_indexer's isolated indexer_decode (back-to-back launches, no layer around them) gets
-///     slower there: 100 -> 102 (tp 8 batch 64), 42.8 / 42.7 -> 44.4 / 44.5 (tp 1 batch 16).
-/// Engines replay decode steps from CUDA graphs, where both shapes gain. The other launches keep
-/// PDL: 256 rows (tp 1 batch 64) and the clusters (batch 1 and tp 8 batch 16) measured within
-/// +-1.3 µs either way, and tp 1 batch 1 faster with it. Why PDL costs on this launch in the layer
-/// (e.g. where its early CTAs are placed) was not profiled.
-inline bool topk_launch_uses_pdl(int ctas_per_row, long long rows, int num_sms) {
-  return ctas_per_row > 1 || rows > num_sms;
+///     slower: 100.2 / 100.4 -> 101.6 / 101.5 (tp 8 batch 64), 42.8 / 42.7 -> 44.4 / 44.5 (tp 1 batch 16).
+/// Engines replay decode steps from CUDA graphs, where both shapes gain. Kept on PDL: 256 rows (tp
+/// 1 batch 64, within +-1.3 µs either way), clusters (tp 1 batch 1 was 1.2 µs faster with PDL;
+/// tp 8 batch 1 within 0.4 µs), and the 128- and 256-thread CTAs of shorter rows (not measured
+/// without PDL). Why PDL costs on this launch in the layer (e.g. where its early CTAs are placed)
+/// was not profiled.
+inline bool topk_launch_uses_pdl(int ctas_per_row, int cta_threads, long long rows, int num_sms) {
+  return ctas_per_row > 1 || cta_threads != kTopkNoPdlCtaThreads || rows > num_sms;
 }
 
 /// Packed batch of one step (SPEC §5): token i of request b sits at position

@@ -82,6 +82,8 @@ struct TopkArgs {
 /// CTA size of the selection kernel for long rows (and every cluster launch). 1024 measured slower
 /// for both variants.
 inline constexpr int kTopkThreads = 512;
+static_assert(kTopkThreads == ::step5::ops::kTopkNoPdlCtaThreads,
+              "ops::topk_launch_uses_pdl names this CTA size");
 /// The short-row CTA sizes (see topk_cta_threads), which put more rows in flight per SM when a
 /// row's keys are few (prefill: n = position / 8 <= 2048 at 16K tokens).
 inline constexpr int kTopkShortThreads = 128;
@@ -751,17 +753,17 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
   }
   if (rows <= 0) return ::step5::Status::Ok();
   if (algo == TopkAlgo::kDefault) STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &algo));
+  int dev = 0, sms = 0;  // (both cached by the runtime / device_sm_count: no device round trip)
+  STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+  STEP5_RETURN_IF_ERROR(::step5::device_sm_count(dev, &sms));
   if (cluster_size != 1) {
-    int dev = 0, sms = 0;
     bool clusters = false;
-    STEP5_CUDA_RETURN(cudaGetDevice(&dev));
     STEP5_RETURN_IF_ERROR(topk_clusters_available(dev, &clusters));
     if (!clusters && cluster_size == kTopkCluster)
       return ::step5::unsupported("launch_topk: cluster_size = " + std::to_string(kTopkCluster) +
                                   " requested, but clusters of " + std::to_string(kTopkCluster) +
                                   " CTAs cannot be resident on device " + std::to_string(dev));
     if (cluster_size == 0) {
-      STEP5_RETURN_IF_ERROR(::step5::device_sm_count(dev, &sms));
       const bool few_long_rows = a.ld >= 4096 && static_cast<long long>(rows) * kTopkCluster <= 2LL * sms;
       cluster_size = clusters && (a.ld > kTopkSmemKeys || few_long_rows) ? kTopkCluster : 1;
     }
@@ -787,12 +789,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
   auto launch = [&](auto kernel, int kc) -> ::step5::Status {
     if (smem > 32 * 1024) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));  // static smem counts towards 48 KB
     LaunchShape shape = topk_launch_shape(rows, kc, smem, threads);
-    if (kc == 1 && ::step5::ops::pdl_enabled()) {  // ops::topk_launch_uses_pdl: few one-CTA rows without PDL
-      int dev = 0, sms = 0;
-      STEP5_CUDA_RETURN(cudaGetDevice(&dev));
-      STEP5_RETURN_IF_ERROR(::step5::device_sm_count(dev, &sms));
-      shape.pdl = ::step5::ops::topk_launch_uses_pdl(kc, rows, sms);
-    }
+    shape.pdl = ::step5::ops::topk_launch_uses_pdl(kc, threads, rows, sms);  // few 512-thread rows: no PDL
     return launch_kernel("topk_select_kernel launch", kernel, shape, stream, args);
   };
   // one CTA of kT threads per row

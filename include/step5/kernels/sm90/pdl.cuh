@@ -49,7 +49,9 @@ struct LaunchShape {
   std::size_t smem = 0;      ///< dynamic shared memory bytes
   unsigned cluster_x = 1;    ///< CTAs per cluster along x (1 and cluster_z 1: no cluster attribute)
   unsigned cluster_z = 1;    ///< CTAs per cluster along z
-  bool pdl = true;           ///< false: launched without PDL even while ops::pdl_enabled() (a launcher's measured choice)
+  /// false: no programmatic stream serialization even while ops::pdl_enabled() (a launcher's
+  /// measured choice, e.g. ops::topk_launch_uses_pdl)
+  bool pdl = true;
 };
 
 /// The cudaLaunchConfig_t of `shape` on `stream` (attributes in `attr`, which must outlive it):
@@ -82,7 +84,8 @@ inline cudaLaunchConfig_t make_launch_config(const LaunchShape& shape, cudaStrea
 
 /// Launches `kernel(args...)` with `shape` on `stream`: cudaLaunchKernelEx with the programmatic
 /// stream serialization attribute while `ops::pdl_enabled()` and `shape.pdl` (the kernel must
-/// follow the rule of this file either way) and the cluster dimension when `shape.cluster_x` or `shape.cluster_z` > 1. Errors: kInvalidArgument from
+/// follow the rule of this file either way) and the cluster dimension when `shape.cluster_x` or
+/// `shape.cluster_z` > 1. Errors: kInvalidArgument from
 /// `ops::pdl_env_status` (STEP5_PDL neither 0 nor 1; nothing launched), kCudaError naming `what`
 /// (the launch error is also cleared from cudaGetLastError).
 template <class... KernelArgs, class... Args>
