@@ -14,6 +14,8 @@
 //   judge_row(...)        — the verdict on one GPU selection row against reference scores: equal
 //                           to the reference selection, or different only by ids tied within
 //                           rounding at the k-th place (see its comment).
+//   graph_edges(g), programmatic_edges(g) — a CUDA graph's edges with their data, and how many
+//                           are programmatic (the PDL edges a capture keeps).
 //   quick()               — sanitizer mode: true when the environment variable
 //                           STEP5_GPU_TEST_QUICK is set to a non-empty value other than "0". The
 //                           tests then run the same cases (every kernel variant / path, the edge
@@ -229,6 +231,36 @@ inline int run_all(int argc, char** argv) {
   }
   std::printf("%d passed, %d failed\n", passes(), failures());
   return failures() == 0 ? 0 : 1;
+}
+
+/// Every edge of `g`: from[i] -> to[i] with its data (type, ports).
+struct GraphEdges {
+  std::vector<cudaGraphNode_t> from, to;
+  std::vector<cudaGraphEdgeData> data;
+};
+inline GraphEdges graph_edges(cudaGraph_t g) {
+  std::size_t n = 0;
+#if CUDART_VERSION >= 13000
+  GPU_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
+#else
+  GPU_CHECK(cudaGraphGetEdges_v2(g, nullptr, nullptr, nullptr, &n));
+#endif
+  GraphEdges e;
+  e.from.resize(n), e.to.resize(n), e.data.resize(n);
+  if (n == 0) return e;
+#if CUDART_VERSION >= 13000
+  GPU_CHECK(cudaGraphGetEdges(g, e.from.data(), e.to.data(), e.data.data(), &n));
+#else
+  GPU_CHECK(cudaGraphGetEdges_v2(g, e.from.data(), e.to.data(), e.data.data(), &n));
+#endif
+  return e;
+}
+
+/// Edges of `g` of type cudaGraphDependencyTypeProgrammatic (the PDL edges a capture keeps).
+inline std::size_t programmatic_edges(cudaGraph_t g) {
+  std::size_t k = 0;
+  for (const cudaGraphEdgeData& d : graph_edges(g).data) k += d.type == cudaGraphDependencyTypeProgrammatic;
+  return k;
 }
 
 }  // namespace step5_test

@@ -75,36 +75,6 @@ std::size_t kernel_nodes(cudaGraph_t g) {
   return k;
 }
 
-/// Every edge of `g`: from[i] -> to[i] with its data (type, ports).
-struct GraphEdges {
-  std::vector<cudaGraphNode_t> from, to;
-  std::vector<cudaGraphEdgeData> data;
-};
-GraphEdges graph_edges(cudaGraph_t g) {
-  std::size_t n = 0;
-#if CUDART_VERSION >= 13000
-  GPU_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
-#else
-  GPU_CHECK(cudaGraphGetEdges_v2(g, nullptr, nullptr, nullptr, &n));
-#endif
-  GraphEdges e;
-  e.from.resize(n), e.to.resize(n), e.data.resize(n);
-  if (n == 0) return e;
-#if CUDART_VERSION >= 13000
-  GPU_CHECK(cudaGraphGetEdges(g, e.from.data(), e.to.data(), e.data.data(), &n));
-#else
-  GPU_CHECK(cudaGraphGetEdges_v2(g, e.from.data(), e.to.data(), e.data.data(), &n));
-#endif
-  return e;
-}
-
-/// Edges of `g` of type cudaGraphDependencyTypeProgrammatic (the PDL edges a capture keeps).
-std::size_t programmatic_edges(cudaGraph_t g) {
-  std::size_t k = 0;
-  for (const cudaGraphEdgeData& d : graph_edges(g).data) k += d.type == cudaGraphDependencyTypeProgrammatic;
-  return k;
-}
-
 /// Kernel nodes of `g` launched by this library (their function's name contains "step5"; the
 /// GEMMs' cuBLASLt path adds kernels of its own, whose launch attributes cuBLASLt chooses) and how
 /// many of them have an incoming programmatic (PDL) edge, or no incoming edge at all (a root).
@@ -119,7 +89,7 @@ OurNodes our_kernel_nodes(cudaGraph_t g, int num_sms) {
   GPU_CHECK(cudaGraphGetNodes(g, nullptr, &n));
   std::vector<cudaGraphNode_t> nodes(n);
   if (n > 0) GPU_CHECK(cudaGraphGetNodes(g, nodes.data(), &n));
-  const GraphEdges e = graph_edges(g);
+  const step5_test::GraphEdges e = step5_test::graph_edges(g);
   OurNodes o;
   for (cudaGraphNode_t node : nodes) {
     cudaGraphNodeType t{};
@@ -307,7 +277,8 @@ void graph_replay_case(const char* label) {
       EXPECT(ours.with_programmatic_in == 0, "%s: %s: %zu of this library's kernel nodes have a programmatic edge with PDL off",
              label, path_name[i], ours.with_programmatic_in);
     std::printf("  %s: %s: %zu kernel nodes (%zu of this library, %zu with a programmatic edge in), %zu programmatic edges\n",
-                label, path_name[i], kn, ours.kernels, ours.with_programmatic_in, programmatic_edges(graph[i]));
+                label, path_name[i], kn, ours.kernels, ours.with_programmatic_in,
+                step5_test::programmatic_edges(graph[i]));
     GPU_CHECK(cudaGraphInstantiate(&exec[i], graph[i], 0));
   }
 
@@ -335,7 +306,7 @@ void graph_replay_case(const char* label) {
       EXPECT(cs.ok() && end == cudaSuccess, "%s: own GEMMs: capture: %s, %s", label, cs.to_string().c_str(),
              cudaGetErrorString(end));
       if (cs.ok() && end == cudaSuccess) {
-        const std::size_t kn = kernel_nodes(g_own), pe = programmatic_edges(g_own);
+        const std::size_t kn = kernel_nodes(g_own), pe = step5_test::programmatic_edges(g_own);
         const OurNodes ours = our_kernel_nodes(g_own, plan.facts.num_sms);
         EXPECT(kn >= steps + 2 && ours.kernels == kn && pe == kn - 1 - ours.no_pdl_rule &&
                    ours.no_pdl_rule_with_edge == 0,

@@ -670,23 +670,8 @@ GPU_CASE("topk: PDL as ops::topk_launch_uses_pdl says, in a captured graph (few 
           step5::kernels::sm90::launch_topk(a, c.rows, stream, c.cluster_size, TopkAlgo::kDefault, -1, c.threads);
       GPU_CHECK(cudaStreamEndCapture(stream, &g));
       EXPECT(s1.ok() && s2.ok(), "%s: launches: %s / %s", c.what, s1.to_string().c_str(), s2.to_string().c_str());
-      std::size_t n = 0;
-#if CUDART_VERSION >= 13000
-      GPU_CHECK(cudaGraphGetEdges(g, nullptr, nullptr, nullptr, &n));
-#else
-      GPU_CHECK(cudaGraphGetEdges_v2(g, nullptr, nullptr, nullptr, &n));
-#endif
-      std::vector<cudaGraphNode_t> from(n), to(n);
-      std::vector<cudaGraphEdgeData> data(n);
-      if (n > 0) {
-#if CUDART_VERSION >= 13000
-        GPU_CHECK(cudaGraphGetEdges(g, from.data(), to.data(), data.data(), &n));
-#else
-        GPU_CHECK(cudaGraphGetEdges_v2(g, from.data(), to.data(), data.data(), &n));
-#endif
-      }
-      std::size_t programmatic = 0;
-      for (const cudaGraphEdgeData& d : data) programmatic += d.type == cudaGraphDependencyTypeProgrammatic;
+      const step5_test::GraphEdges e = step5_test::graph_edges(g);
+      const std::size_t n = e.data.size(), programmatic = step5_test::programmatic_edges(g);
       const bool want = on && c.pdl;
       EXPECT(n == 1 && programmatic == (want ? 1u : 0u), "%s, PDL %s: %zu edges, %zu programmatic; expected 1, %d",
              c.what, on ? "on" : "off", n, programmatic, want ? 1 : 0);
