@@ -632,7 +632,10 @@ GPU_CASE("topk: PDL as ops::topk_launch_uses_pdl says, in a captured graph (few 
   int dev = 0, sms = 0;
   GPU_CHECK(cudaGetDevice(&dev));
   GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int ld = 16384, topk = 512, max_rows = sms + 1;
+  constexpr int ld = 16384;
+  static_assert(step5::kernels::sm90::topk_cta_threads(1, ld) == step5::kernels::sm90::kTopkThreads,
+                "rows of 16384 keys run 512-thread CTAs (the cases below rely on it)");
+  const int topk = 512, max_rows = sms + 1, few = std::min(64, sms);  // few: at most one row per SM
   step5_test::DevBuf<float> scores(static_cast<std::size_t>(max_rows) * ld);
   step5_test::DevBuf<std::int32_t> hist(std::vector<std::int32_t>(static_cast<std::size_t>(max_rows), ld));
   step5_test::DevBuf<std::int32_t> ids(static_cast<std::size_t>(max_rows) * (topk + 1));
@@ -653,7 +656,7 @@ GPU_CASE("topk: PDL as ops::topk_launch_uses_pdl says, in a captured graph (few 
     int rows, cluster_size, threads;
     bool pdl;
   };
-  std::vector<Case> cases = {{"64 rows, one 512-thread CTA each", 64, 1, 0, false},
+  std::vector<Case> cases = {{"64 rows (at most num_sms), one 512-thread CTA each", few, 1, 0, false},
                              {"num_sms rows, one 512-thread CTA each", sms, 1, 0, false},
                              {"num_sms + 1 rows, one 512-thread CTA each", sms + 1, 1, 0, true},
                              {"64 rows, one 128-thread CTA each", 64, 1, 128, true},

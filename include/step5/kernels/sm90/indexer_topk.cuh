@@ -733,7 +733,7 @@ inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld) {
 /// threads (tests, benchmarks): threads per CTA, 0 = topk_cta_threads(cluster size, a.ld); 128 or
 /// 256 force one CTA per row (cluster_size 0 or 1); 512 is the only size of a cluster launch.
 /// With PDL on (ops/pdl.hpp) the launch takes it as `ops::topk_launch_uses_pdl` says (not for one
-/// CTA per row on at most one row per SM: measured faster in the layer's graph replays).
+/// 512-thread CTA per row on at most one row per SM: measured faster in the layer's graph replays).
 /// Errors: kInvalidArgument (cluster_size, threads, STEP5_TOPK), kCudaError (a failed query or launch).
 inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream, int cluster_size = 0,
                                    TopkAlgo algo = TopkAlgo::kDefault, int cand_cap = -1, int threads = 0) {
