@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Digest of Nsight Compute's per-SASS-instruction source page (ncu -i <report> --page source --csv
---print-source sass): the warp-stall samples by reason over the whole kernel, then the `top`
+--print-source sass): the warp-stall samples by reason over the whole kernel, the executed code
+footprint (distinct SASS instructions that ran; those run at most once per warp), then the `top`
 instructions by samples, each with its two largest stall reasons and the `context` SASS lines
 before it (a stall is sampled on the instruction that waits, so the producer of the awaited value
 is usually a few lines above).  Used by tools/ncu_sass.sh.
@@ -37,6 +38,16 @@ def main():
     agg = sorted(((sum(num(r[ci[c]]) for r in body), c) for c in reasons), reverse=True)
     print(f"{len(body)} SASS instructions, {total:.0f} samples; by reason: " +
           ", ".join(f"{c[6:]} {v / total * 100:.1f}%" for v, c in agg if v / total >= 0.005))
+    if "Instructions Executed" in ci:
+        # the executed code footprint (instruction fetch): distinct SASS instructions that ran, and
+        # how many of them ran at most once per warp (the kernel's first instruction runs once per
+        # launched warp, so its count is the number of warps)
+        ex = [num(r[ci["Instructions Executed"]]) for r in body]
+        warps = ex[0] if ex else 0.0
+        ran = [e for e in ex if e > 0]
+        once = sum(1 for e in ran if e <= warps)
+        print(f"executed: {len(ran)} distinct SASS instructions ({len(ran) * 16} bytes), {sum(ex):.0f} warp "
+              f"instructions, {warps:.0f} warps launched; {once} distinct instructions ran at most once per warp")
     order = sorted(range(len(body)), key=lambda i: -num(body[i][samples]))[:top]
     for i in sorted(order):
         r = body[i]
