@@ -1383,6 +1383,36 @@ GPU_CASE("indexer: bad arguments are refused with messages naming the values") {
                misaligned.message().find("aligned") != std::string::npos,
            "tail at an address = 2 mod 16: %s", misaligned.to_string().c_str());
   }
+  // indexer_select: q rows and summary rows read by 16-byte loads and bulk copies, weights by
+  // 4-byte loads; a misaligned pointer is refused before any launch, naming it and its offset
+  // (host stand-ins again: the refusal comes first)
+  {
+    alignas(16) static unsigned char buf[4096];
+    static std::int32_t cu[2] = {0, 1}, seq[1] = {5}, table[1] = {0}, ids[2], counts[1];
+    step5::ops::IndexerSelectParams q;
+    q.rank = rl;
+    q.batch = {cu, seq, 1, 1, cu, seq};
+    q.table = {table, 1, 16, 1};
+    q.topk = 4;
+    q.max_seq_len = 8;
+    q.topk_ids = ids, q.counts = counts;
+    static std::vector<unsigned char> ws(step5::ops::indexer_select_workspace_bytes(rl, 1, 8, 1));
+    q.workspace = ws.data(), q.workspace_bytes = ws.size();
+    struct Case {
+      const char* name;
+      std::size_t q_off, s_off, w_off;
+    };
+    for (const Case& c : {Case{"index_q", 8, 0, 0}, Case{"summary_cache", 0, 4, 0}, Case{"weights", 0, 0, 2}}) {
+      q.index_q = buf + c.q_off;
+      q.summary_cache = buf + 1024 + c.s_off;
+      q.weights = reinterpret_cast<const float*>(buf + 2048 + c.w_off);
+      const step5::Status st = step5::ops::indexer_select(q, nullptr);
+      const std::string want = std::string(c.name) + " is at an address = " +
+                               std::to_string(c.q_off + c.s_off + c.w_off) + " mod ";
+      EXPECT(st.code() == step5::StatusCode::kInvalidArgument && st.message().find(want) != std::string::npos,
+             "indexer_select with %s misaligned: %s", c.name, st.to_string().c_str());
+    }
+  }
 }
 
 STEP5_GPU_TEST_MAIN()

@@ -4,6 +4,7 @@
 /// run-time layout checks and the NCCL wrappers) and `Error` (the exception thrown by host-side
 /// I/O: checkpoint readers, config parsing, the fused-weight loader). Library code never calls
 /// exit/abort. Host-safe (g++).
+#include <cstdint>
 #include <stdexcept>
 #include <initializer_list>
 #include <string>
@@ -69,6 +70,17 @@ struct NamedPointer {
 inline Status require_non_null(const char* op, std::initializer_list<NamedPointer> ptrs) {
   for (const NamedPointer& p : ptrs)
     if (p.ptr == nullptr) return invalid_argument(std::string(op) + ": " + p.name + " is null");
+  return Status::Ok();
+}
+/// kInvalidArgument "<op>: <name> is at an address = <off> mod <align>, expected <align>-byte
+/// aligned" for the first pointer of `ptrs` that is not `align`-byte aligned (`align` > 0), else Ok.
+inline Status require_aligned(const char* op, std::uintptr_t align, std::initializer_list<NamedPointer> ptrs) {
+  for (const NamedPointer& p : ptrs) {
+    const std::uintptr_t off = reinterpret_cast<std::uintptr_t>(p.ptr) % align;
+    if (off != 0)
+      return invalid_argument(std::string(op) + ": " + p.name + " is at an address = " + std::to_string(off) + " mod " +
+                              std::to_string(align) + ", expected " + std::to_string(align) + "-byte aligned");
+  }
   return Status::Ok();
 }
 inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }

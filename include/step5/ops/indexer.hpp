@@ -245,9 +245,9 @@ struct IndexerSelectParams {
   layout::RankLayout rank{};
   IndexerBatch batch{};
   PagedTable table{};
-  const std::uint8_t* index_q = nullptr;       ///< [T, Il, P] e4m3 bits
-  const float* weights = nullptr;              ///< [T, Il] fp32
-  const std::uint8_t* summary_cache = nullptr; ///< [num_blocks, block_size/8, P] e4m3 bits
+  const std::uint8_t* index_q = nullptr;       ///< [T, Il, P] e4m3 bits, 16-byte aligned
+  const float* weights = nullptr;              ///< [T, Il] fp32, 4-byte aligned
+  const std::uint8_t* summary_cache = nullptr; ///< [num_blocks, block_size/8, P] e4m3 bits, 16-byte aligned
   int topk = 0;                                ///< 1..1024 (run-time `sparse_config.topk`)
   int max_seq_len = 0;  ///< upper bound of seq_lens (sizes the score workspace; > 0)
   std::int32_t* topk_ids = nullptr;  ///< [lg, T, topk+1] int32: ascending ids, current region, -1 pad
@@ -371,8 +371,9 @@ Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
 Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 
 /// Launches SPEC §4.5–4.6 for every (token, local group). Errors: `validate_step` (batch, table,
-/// topk in [1, kMaxTopk], seq_lens <= max_seq_len, workspace_bytes), null pointers, STEP5_TOPK
-/// (`topk_env_status`) (kInvalidArgument, nothing launched); kUnsupported; kCudaError (launch).
+/// topk in [1, kMaxTopk], seq_lens <= max_seq_len, workspace_bytes), null pointers, index_q /
+/// summary_cache not 16-byte or weights not 4-byte aligned, STEP5_TOPK (`topk_env_status`)
+/// (kInvalidArgument, nothing launched); kUnsupported; kCudaError (launch).
 Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream);
 
 /// Launches step 6 alone (see TopkSelectParams).

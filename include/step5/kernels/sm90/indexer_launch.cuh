@@ -217,15 +217,8 @@ Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream
 inline Status check_summary_outputs(const char* op, const IndexerSummaryParams& p) {
   STEP5_RETURN_IF_ERROR(require_non_null(op, {{"index_k", p.index_k}, {"c", p.c}, {"summary_cache", p.summary_cache},
                                               {"tail", p.tail}, {"tail_slot", p.tail_slot}}));
-  const auto misaligned = [&](const char* name, const void* ptr, std::uintptr_t align) -> Status {
-    const std::uintptr_t off = reinterpret_cast<std::uintptr_t>(ptr) % align;
-    if (off == 0) return Status::Ok();
-    return invalid_argument(std::string(op) + ": " + name + " is at an address = " + num(static_cast<long long>(off)) +
-                            " mod " + num(static_cast<long long>(align)) + ", expected " +
-                            num(static_cast<long long>(align)) + "-byte aligned");
-  };
-  STEP5_RETURN_IF_ERROR(misaligned("tail", p.tail, 16));
-  STEP5_RETURN_IF_ERROR(misaligned("summary_cache", p.summary_cache, 2));
+  STEP5_RETURN_IF_ERROR(require_aligned(op, 16, {{"tail", p.tail}}));
+  STEP5_RETURN_IF_ERROR(require_aligned(op, 2, {{"summary_cache", p.summary_cache}}));
   if (p.num_slots <= 0)
     return invalid_argument(std::string(op) + ": num_slots = " + num(p.num_slots) + ", expected > 0");
   if (p.batch.num_requests > 65535)
@@ -358,6 +351,11 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   STEP5_RETURN_IF_ERROR(require_non_null("indexer_select", {{"index_q", p.index_q}, {"weights", p.weights},
                                                             {"summary_cache", p.summary_cache}, {"topk_ids", p.topk_ids},
                                                             {"counts", p.counts}, {"workspace", p.workspace}}));
+  // the score kernels' 16-byte loads of q rows and summary rows (P a multiple of 64) and the
+  // wgmma kernel's bulk copies of summary rows
+  STEP5_RETURN_IF_ERROR(
+      require_aligned("indexer_select", 16, {{"index_q", p.index_q}, {"summary_cache", p.summary_cache}}));
+  STEP5_RETURN_IF_ERROR(require_aligned("indexer_select", 4, {{"weights", p.weights}}));
   if (Il > kernels::sm90::kScoreCols)
     return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
   const SelectChunks chunks = indexer_select_chunks(p.rank, T, p.max_seq_len, B, p.workspace_bytes);

@@ -1,8 +1,9 @@
 #pragma once
 /// \file step5/kernels/sm90/ptx.cuh
-/// PTX wrappers shared by the sm_90 kernels (projection GEMM, sparse attention): shared-memory
-/// addresses, 16-byte cp.async, ldmatrix, bf16 mma.sync, the MUFU exp2 and named barriers; and the
-/// unpacking of a packed bf16 pair. Device code (nvcc).
+/// PTX wrappers shared by the sm_90 kernels (projection GEMM, sparse attention, indexer prefill
+/// scores): shared-memory addresses, 16-byte cp.async, ldmatrix, bf16 mma.sync, the MUFU exp2,
+/// named barriers, mbarriers and the 1-D bulk (TMA) copy; and the unpacking of a packed bf16 pair.
+/// Device code (nvcc).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -64,6 +65,42 @@ __device__ __forceinline__ void mma_bf16_16816(float* d, const std::uint32_t* a,
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---- mbarrier ---------------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(std::uint64_t* bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(std::uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(std::uint64_t* bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_wait(std::uint64_t* bar, unsigned parity) {
+  const std::uint32_t addr = smem_u32(bar);
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(addr),
+      "r"(parity)
+      : "memory");
+}
+
+/// 1-D bulk copy (TMA engine, async proxy) of `bytes` (a multiple of 16; both addresses 16-byte
+/// aligned) from global memory to shared memory at `dst`; completion is signalled to the mbarrier
+/// at `mbar` as `bytes` of transaction count (arm it with mbar_arrive_expect_tx).
+__device__ __forceinline__ void bulk_copy_g2s(std::uint32_t dst, const void* src, std::uint32_t bytes,
+                                              std::uint64_t* mbar) {
+#if STEP5_SM90A_DEVICE
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(smem_u32(mbar))
+               : "memory");
+#endif
 }
 
 }  // namespace step5::kernels::sm90::ptx

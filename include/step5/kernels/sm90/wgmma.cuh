@@ -4,9 +4,9 @@
 /// GEMM, gemm_wgmma.cuh, the indexer prefill scores, indexer_scores_wgmma.cuh, and the sparse
 /// attention's 64-row tiles, attention.cuh): the shared-memory matrix descriptors of K-major and
 /// N-major 128B-swizzled tiles, the fence / commit / wait wrappers, a compiler fence on
-/// accumulator registers, the m64n128 instructions the indexer scores use (f16 k16, e4m3 k32) and
-/// the register-A bf16 instructions of the attention (m64n64k16 K-major B; m64n128k16 / m64n192k16
-/// N-major B). Device code (nvcc).
+/// accumulator registers, the register-A m64n128 instructions the indexer scores use (f16 k16,
+/// e4m3 k32, K-major B) and the register-A bf16 instructions of the attention (m64n64k16 K-major
+/// B; m64n128k16 / m64n192k16 N-major B). Device code (nvcc).
 ///
 /// Layout contract of `make_desc_sw128` (PTX ISA "Shared memory matrix layout", 128-byte swizzle,
 /// K-major): the tile is a column of 8-row *atoms* of 1024 bytes (row i of an atom at byte 128·i),
@@ -117,37 +117,39 @@ __host__ __device__ constexpr int sw128_offset(int row, int chunk) { return row 
 #define STEP5_WGMMA_REGS64 "{" STEP5_WGMMA_R0_31 ", " STEP5_WGMMA_R32_63 "}"
 #define STEP5_WGMMA_REGS96 "{" STEP5_WGMMA_R0_31 ", " STEP5_WGMMA_R32_63 ", " STEP5_WGMMA_R64_95 "}"
 
-/// d = A·B + (scale_d ? d : 0), m64n128k16, f16 A and B from shared memory (K-major descriptors),
-/// fp32 accumulators.
-__device__ __forceinline__ void wgmma_m64n128k16_f16(float* d, std::uint64_t desc_a, std::uint64_t desc_b,
-                                                     int scale_d) {
+/// d = A·B + (scale_d ? d : 0), m64n128k16, f16 A from registers (the m16n8k16 A fragment of each
+/// warp's 16 rows), f16 B from shared memory K-major (`make_desc_sw128`), fp32 accumulators.
+__device__ __forceinline__ void wgmma_m64n128k16_f16_rs(float* d, const std::uint32_t (&a)[4], std::uint64_t desc_b,
+                                                        int scale_d) {
 #if STEP5_SM90A_DEVICE
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " STEP5_WGMMA_REGS64 ", %64, %65, p, 1, 1, 0, 0;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " STEP5_WGMMA_REGS64 ", "
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n"
       "}\n"
       : STEP5_WGMMA_ACC64(d)
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 #endif
 }
 
-/// d = A·B + (scale_d ? d : 0), m64n128k32, e4m3 A and B from shared memory (K-major descriptors:
-/// the only layout e4m3 has), fp32 accumulators. Hopper adds the products of one instruction and
-/// the accumulator with about 14 significant bits (truncated; DeepSeek-V3 report §3.5.2), so
-/// results are NOT fp32-accurate.
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float* d, std::uint64_t desc_a, std::uint64_t desc_b,
-                                                      int scale_d) {
+/// d = A·B + (scale_d ? d : 0), m64n128k32, e4m3 A from registers (the m16n8k32 A fragment of each
+/// warp's 16 rows), e4m3 B from shared memory K-major (the only layout e4m3 has), fp32
+/// accumulators. Hopper adds the products of one instruction and the accumulator with about 14
+/// significant bits (truncated; DeepSeek-V3 report §3.5.2), so results are NOT fp32-accurate.
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float* d, const std::uint32_t (&a)[4], std::uint64_t desc_b,
+                                                         int scale_d) {
 #if STEP5_SM90A_DEVICE
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
-      "setp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " STEP5_WGMMA_REGS64 ", %64, %65, p, 1, 1;\n"
+      "setp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " STEP5_WGMMA_REGS64 ", "
+      "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
       "}\n"
       : STEP5_WGMMA_ACC64(d)
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 #endif
 }
 
