@@ -98,7 +98,14 @@ __device__ __forceinline__ std::uint32_t e4m3x2_to_f16x2(std::uint32_t v, bool h
   return r;
 }
 
-__device__ __forceinline__ float relu_keep_nan(float x) { return x < 0.f ? 0.f : x; }
+/// ReLU that keeps NaN (torch.relu): max.NaN(x, +0) — one instruction. A -0.0 input gives +0.0
+/// where x < 0 ? 0 : x gives -0.0; the head sums it feeds start from +0.0 (SPEC §4 "Signed zero"),
+/// and fma(±0, w, s) with s = +0.0 or s != 0 gives the same bits for either sign.
+__device__ __forceinline__ float relu_keep_nan(float x) {
+  float r;
+  asm("max.NaN.f32 %0, %1, 0f00000000;" : "=f"(r) : "f"(x));
+  return r;
+}
 
 /// Register epilogue of one n-tile `nt` (q columns nt·8 .. nt·8 + 7) of the 16-region m-tile at `rb`.
 /// The m16n8 accumulator gives lane (g, c) columns 2c, 2c + 1 of rows (regions) rb + g and rb + g + 8,

@@ -51,17 +51,18 @@
 /// ch of row i at chunk position ch ^ (i % 8), `sw128_offset`); instruction s reads K-block s/4 at
 /// byte offset 32·(s % 4) (descriptor start = B + (s/4)·N·128 + 32·(s%4), SBO 1024). A ring of
 /// `kStages` raw stages, each the 64 e4m3 summary rows of one tile, dense (row i at byte P·i),
-/// filled by the producer warp's bulk copies (one per run of consecutive regions in one page,
+/// filled by the producer warps' bulk copies (one per run of consecutive regions in one page,
 /// completion on the stage's `full` mbarrier) and released by the consuming warpgroup's warps on
 /// its `empty` mbarrier once their rows are in registers. The weights of the columns (column
 /// order), and the score row / history of each (token, group) chain.
 ///
-/// Work split: grid (tiles, region chunks) as the mma.sync kernel (`score_tile`); 288 threads: two
-/// consumer warpgroups (threads 0..255) and one producer warp. Tile i of the CTA's region chunk
-/// (regions rb = r_begin + 64·i) goes through ring stage i % kStages and to consumer warpgroup
-/// i % 2. The producer warp runs ahead by up to kStages tiles: wait `empty`, arm `full` with the
-/// tile's bytes, one bulk copy per page run (block id from the block table; checked mode: an
-/// out-of-row slot or an id outside [0, num_blocks) is reported and reads block 0, as the
+/// Work split: grid (tiles, region chunks) as the mma.sync kernel (`score_tile`); 384 threads: two
+/// consumer warpgroups (threads 0..255) and a producer warpgroup. Tile i of the CTA's region chunk
+/// (regions rb = r_begin + 64·i) goes through ring stage i % kStages, is filled by producer warp
+/// i % 4 and consumed by consumer warpgroup i % 2. A producer warp runs ahead by up to kStages
+/// tiles: load the block-table entries of its next tile, wait `empty`, arm `full` with the tile's
+/// bytes, one bulk copy per page run (checked mode: an out-of-row slot or an id outside
+/// [0, num_blocks) is reported and reads block 0, as the
 /// mma.sync kernel). A consumer warpgroup, per tile:
 ///   1. wait `full`; load its rows' K pieces (16-byte shared loads; rows past r_end are zero) and
 ///      release the stage (one `empty` arrival per warp);
@@ -101,7 +102,8 @@ enum class ScoreMma { kF16, kE4m3 };
 inline constexpr int kWgScoreCols = 128;      ///< N: (token, head) columns per CTA
 inline constexpr int kWgScoreRegions = 64;    ///< M: regions per tile (wgmma m64)
 inline constexpr int kWgScoreConsumers = 256; ///< 2 consumer warpgroups
-inline constexpr int kWgScoreThreads = kWgScoreConsumers + 32;  ///< + the producer warp
+inline constexpr int kWgScoreProducerWarps = 4;  ///< one producer warpgroup
+inline constexpr int kWgScoreThreads = kWgScoreConsumers + 32 * kWgScoreProducerWarps;
 inline constexpr int kWgScoreMaxStages = 8;   ///< ring depth when shared memory allows
 
 /// Shared-memory layout of the wgmma score kernel for proxy dim P and operand type K (byte
@@ -202,33 +204,61 @@ __device__ __forceinline__ void score_wg_mma(float* acc, const std::uint32_t (&a
     wgmma::wgmma_m64n128k32_e4m3_rs(acc, a, db, scale_d);
 }
 
-/// The producer warp: fills ring stage i % kStages with the raw summaries of tile i (regions
-/// [rb, rb + 64) ∩ [r_begin, r_end)), one bulk copy per run of regions in one page.
+/// The page runs of one tile seen by one producer lane: runs j = lane and lane + 32 of tile
+/// [rb, rb + rows) (run j: the regions of page rb / spb + j inside the tile; at most 64 runs, one
+/// per region when a page holds one region), each with its block-table entry loaded.
+struct ScoreWgRuns {
+  int r0[2], r1[2];  // r0 >= r1: no run
+  BlockEntry e[2];
+};
+__device__ __forceinline__ ScoreWgRuns score_wg_runs(const ScoreArgs& a, const ScoreTile& st, int rb, int rows,
+                                                     int spb, int lane) {
+  ScoreWgRuns u;
+  const int page0 = rb / spb;
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const int j = lane + 32 * k;
+    u.r0[k] = j == 0 ? rb : (page0 + j) * spb;
+    u.r1[k] = min((page0 + j + 1) * spb, rb + rows);
+    u.e[k] = u.r0[k] < u.r1[k]
+                 ? load_block_entry(a.block_table, a.max_blocks, a.block_size, st.b, u.r0[k] * layout::kRegionSize)
+                 : BlockEntry{-1, false};
+  }
+  return u;
+}
+
+/// Producer warp `pw` of kWgScoreProducerWarps: fills ring stage i % kStages with the raw
+/// summaries of its tiles i = pw, pw + kWgScoreProducerWarps, ... (regions [rb, rb + 64) ∩
+/// [r_begin, r_end)), one bulk copy per page run; the block-table entries of its next tile are
+/// loaded while it waits for this tile's stage.
 template <int P, ScoreMma KIND>
 __device__ __forceinline__ void score_wg_produce(const ScoreArgs& a, const ScoreTile& st, std::uint32_t ring,
-                                                 std::uint64_t* full, std::uint64_t* empty, int lane) {
+                                                 std::uint64_t* full, std::uint64_t* empty, int pw, int lane) {
   using L = WgScoreSmem<P, KIND>;
-  constexpr int M = kWgScoreRegions, R = layout::kRegionSize, S = L::kStages;
+  constexpr int M = kWgScoreRegions, R = layout::kRegionSize, S = L::kStages, NP = kWgScoreProducerWarps;
   const int spb = a.block_size / R;  // regions per page (block_size a multiple of kRegionSize)
+  int rb = st.r_begin + pw * M;
+  if (rb >= st.r_end) return;
+  ScoreWgRuns cur = score_wg_runs(a, st, rb, min(M, st.r_end - rb), spb, lane);
 #pragma unroll 1
-  for (int i = 0, rb = st.r_begin; rb < st.r_end; ++i, rb += M) {
+  for (int i = pw; rb < st.r_end; i += NP, rb += NP * M) {
+    const int rows = min(M, st.r_end - rb), rb_next = rb + NP * M;
+    ScoreWgRuns next{};
+    if (rb_next < st.r_end) next = score_wg_runs(a, st, rb_next, min(M, st.r_end - rb_next), spb, lane);
     const int s = i % S;
     if (i >= S) ptx::mbar_wait(&empty[s], ((i / S) - 1) & 1);
-    const int rows = min(M, st.r_end - rb);
     if (lane == 0) ptx::mbar_arrive_expect_tx(&full[s], static_cast<unsigned>(rows * P));
     __syncwarp();
-    const int page0 = rb / spb;
-#pragma unroll 1
-    for (int j = lane;; j += 32) {  // run j: the regions of page page0 + j inside the tile
-      const int r0 = j == 0 ? rb : (page0 + j) * spb;
-      if (r0 >= rb + rows) break;
-      const int r1 = min((page0 + j + 1) * spb, rb + rows);
-      std::int64_t blk =
-          checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, st.b, r0 * R, a.bounds_fault);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      if (cur.r0[k] >= cur.r1[k]) continue;
+      std::int64_t blk = check_block_entry(cur.e[k], a.num_blocks, st.b, cur.r0[k] * R, a.bounds_fault);
       if (blk < 0) blk = 0;  // reported (checked mode); scores of a broken precondition are meaningless
-      ptx::bulk_copy_g2s(ring + s * L::kStageBytes + (r0 - rb) * P, a.summary_cache + (blk * spb + r0 % spb) * P,
-                         static_cast<std::uint32_t>((r1 - r0) * P), &full[s]);
+      ptx::bulk_copy_g2s(ring + s * L::kStageBytes + (cur.r0[k] - rb) * P,
+                         a.summary_cache + (blk * spb + cur.r0[k] % spb) * P,
+                         static_cast<std::uint32_t>((cur.r1[k] - cur.r0[k]) * P), &full[s]);
     }
+    cur = next;
   }
 }
 
@@ -264,7 +294,8 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
   }
   __syncthreads();
   if (threadIdx.x >= kWgScoreConsumers) {
-    score_wg_produce<P, KIND>(a, st, ptx::smem_u32(ring), full, empty, threadIdx.x & 31);
+    score_wg_produce<P, KIND>(a, st, ptx::smem_u32(ring), full, empty, (threadIdx.x - kWgScoreConsumers) >> 5,
+                              threadIdx.x & 31);
     pdl_launch_dependents();
     return;
   }
