@@ -52,9 +52,9 @@
 /// byte offset 32·(s % 4) (descriptor start = B + (s/4)·N·128 + 32·(s%4), SBO 1024). A ring of
 /// `kStages` raw stages, each the 64 e4m3 summary rows of one tile, dense (row i at byte P·i),
 /// filled by the producer warps' bulk copies (one per run of consecutive regions in one page,
-/// completion on the stage's `full` mbarrier) and released by the consuming warpgroup's warps on
-/// its `empty` mbarrier once their rows are in registers. The weights of the columns (column
-/// order), and the score row / history of each (token, group) chain.
+/// completion on the stage's `full` mbarrier) and released by every thread of the consuming
+/// warpgroup on its `empty` mbarrier once that thread's rows are in registers. The weights of the
+/// columns (column order), and the score row / history of each (token, group) chain.
 ///
 /// Work split: grid (tiles, region chunks) as the mma.sync kernel (`score_tile`); 384 threads: two
 /// consumer warpgroups (threads 0..255) and a producer warpgroup. Tile i of the CTA's region chunk
@@ -65,7 +65,9 @@
 /// [0, num_blocks) is reported and reads block 0, as the
 /// mma.sync kernel). A consumer warpgroup, per tile:
 ///   1. wait `full`; load its rows' K pieces (16-byte shared loads; rows past r_end are zero) and
-///      release the stage (one `empty` arrival per warp);
+///      release the stage (each thread arrives on `empty` after its own loads: its release
+///      orders them before the producer's next bulk copy into the stage; an arrival per warp
+///      after __syncwarp was reported by racecheck as hazards);
 ///   2. build the A fragments in registers (f16: cvt.rn.f16x2.e4m3x2, exact; e4m3: as loaded);
 ///   3. wgmma over K (P·esize/32 instructions, A from registers, B from shared memory, the first
 ///      with scale-d = 0), commit, wait;
@@ -128,6 +130,15 @@ struct WgScoreSmem {
   static_assert(kRowBytes % 128 == 0, "wgmma scores: a B row of K must be whole 128-byte K-blocks");
   static_assert(kBBytes % 1024 == 0, "the B tile must stay 1024-byte aligned");
   static_assert(kStages >= 2 && kBytes <= kSm90MaxSmemPerCta, "wgmma scores: no room for a 2-stage ring");
+  /// At least one stage per producer warp: a producer warp then waits on the `empty` phases of
+  /// a stage in order. It reaches tile i (stage s = i % kStages, phase i / kStages - 1 of
+  /// empty[s]) only after the release of its tile i - kWgScoreProducerWarps - kStages, by the same
+  /// consumer warpgroup, which releases its tiles in order, so the release of tile i - 2·kStages
+  /// (the phase before) is already complete; with fewer stages the parity wait could pass a phase
+  /// early (e.g. 2 stages: tile 6's producer, waiting for the release of tile 4, would pass once
+  /// tile 0 is released).
+  static_assert(kStages >= kWgScoreProducerWarps && kWgScoreProducerWarps % 2 == 0,
+                "wgmma scores: the ring needs a stage per producer warp");
 };
 
 /// Whether the wgmma score kernel supports proxy dim P, hpg_i and Il index-local heads (compile-time
@@ -288,7 +299,7 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       ptx::mbar_init(&full[s], 1);
-      ptx::mbar_init(&empty[s], 4);  // one arrival per warp of the consuming warpgroup
+      ptx::mbar_init(&empty[s], kWgScoreConsumers / 2);  // every thread of the consuming warpgroup
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
   }
@@ -370,8 +381,7 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
       lo[m] = row_lo < rows ? *reinterpret_cast<const uint4*>(stage + row_lo * P + 64 * m + 16 * c) : make_uint4(0, 0, 0, 0);
       hi[m] = row_hi < rows ? *reinterpret_cast<const uint4*>(stage + row_hi * P + 64 * m + 16 * c) : make_uint4(0, 0, 0, 0);
     }
-    __syncwarp();
-    if (lane == 0) ptx::mbar_arrive(&empty[s]);
+    ptx::mbar_arrive(&empty[s]);  // each thread after its own loads (release: they are complete)
     // 2. A fragments
     std::uint32_t af[L::kSteps][4];
     score_wg_a_fragments<P, KIND>(lo, hi, af);
