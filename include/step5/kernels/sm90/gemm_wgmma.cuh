@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(384, 1)
   pdl_wait();  // X (and C) belong to the previous kernels of the step
 
   if (wg == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+    setmaxnreg_dec<40>();
     if (threadIdx.x == 0) {
       int stage = 0;
       unsigned phase = 0;  // the ring's stage/phase continue across units
@@ -329,7 +329,7 @@ __global__ void __launch_bounds__(384, 1)
     }
     pdl_launch_dependents();
   } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    setmaxnreg_inc<232>();
     // Consumer cw = 0/1. BM = 128: token rows [64*cw, 64*cw + 64) × all BN columns; BM = 64: the
     // 64 token rows × columns [cw*WN, cw*WN + WN) (WN = BN/2).
     const int cw = wg - 1;

@@ -2,7 +2,7 @@
 /// \file step5/kernels/sm90/ptx.cuh
 /// PTX wrappers shared by the sm_90 kernels (projection GEMM, sparse attention, indexer prefill
 /// scores): shared-memory addresses, 16-byte cp.async, ldmatrix, bf16 mma.sync, the MUFU exp2,
-/// named barriers, mbarriers and the 1-D bulk (TMA) copy; and the unpacking of a packed bf16 pair.
+/// named barriers, setmaxnreg, mbarriers and the 1-D bulk (TMA) copy; and the unpacking of a packed bf16 pair.
 /// Device code (nvcc).
 #include <cuda_runtime.h>
 
@@ -56,6 +56,24 @@ __device__ __forceinline__ float ex2_approx_ftz(float x) {
 /// bar.sync on named barrier `id` (1..15; 0 is __syncthreads) for `threads` threads (a multiple of 32).
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+/// setmaxnreg (sm_90a): the executing warpgroup's per-thread register limit raised (`inc`) or
+/// lowered (`dec`) to R (24..256, a multiple of 8); every warp of the warpgroup executes it. The
+/// warp-specialised kernels give their producer warpgroup few registers and their consumers many.
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  static_assert(R >= 24 && R <= 256 && R % 8 == 0, "setmaxnreg: 24..256 registers, a multiple of 8");
+#if STEP5_SM90A_DEVICE
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  static_assert(R >= 24 && R <= 256 && R % 8 == 0, "setmaxnreg: 24..256 registers, a multiple of 8");
+#if STEP5_SM90A_DEVICE
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+#endif
 }
 
 /// D += A(16x16, row) * B(16x8, col), bf16 inputs, fp32 accumulators.
