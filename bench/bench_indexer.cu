@@ -10,10 +10,14 @@
 //   cublaslt/e4m3_gemm/8192                    the e4m3 tensor-core rate: cuBLASLt FP8 (e4m3 x e4m3,
 //                                              fp32 accumulate, bf16 out) 8192^3, random data, median
 //   scores_prefill/...                         the score kernel alone (same shapes; counter `path`:
-//                                              the ScorePath the plan took, 1 mma, 2 wgmma_f16, 3 wgmma_e4m3)
+//                                              the ScorePath the plan took, 1 mma, 2 wgmma_f16, 3 wgmma_e4m3,
+//                                              4 wgmma_f16_n256)
 //   scores_prefill_path/<p>/tokens:T/ctx:H     the same with the path forced: p = mma, wgmma_f16 or
 //                                              wgmma_e4m3 (e4m3 operands: ~14-bit accumulation, never
-//                                              the automatic choice; measured for reference)
+//                                              the automatic choice; measured for reference) at
+//                                              16384 tokens after 32768; wgmma_f16_n256 (the wide
+//                                              256-column tiles, not yet the automatic choice) at
+//                                              every scores_prefill shape
 //   scores_decode/tp:N/batch:B/ctx:C           the score kernel alone on decode rows
 //   read/summaries/batch:B/ctx:C               read ceiling of that traffic: every byte of the same
 //                                              summary cache read once by a plain streaming kernel
@@ -527,6 +531,12 @@ int main(int argc, char** argv) {
                     step5::ops::detail::ScorePath::kWgmmaE4m3})
     reg(std::string("scores_prefill_path/") + step5::ops::detail::score_path_name(path) + "/tokens:16384/ctx:32768",
         [=](benchmark::State& st) { bm_prefill_path(st, 1, 16384, 32768, path); });
+  for (int tokens : {4096, 16384})
+    for (int hist : {0, 32768})
+      reg("scores_prefill_path/wgmma_f16_n256/tokens:" + std::to_string(tokens) + "/ctx:" + std::to_string(hist),
+          [=](benchmark::State& st) {
+            bm_prefill_path(st, 1, tokens, hist, step5::ops::detail::ScorePath::kWgmmaF16N256);
+          });
   for (int tp : {1, 8})
     for (int batch : {16, 64})
       reg("scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + "/ctx:131072",

@@ -1157,15 +1157,15 @@ void with_geometry_id(int gi, F&& f) {
 
 }  // namespace
 
-GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk boundaries, p/8 cutting tiles, block sizes 8 / 16 / 24 / 64), every geometry x tp; e4m3 and mma paths on the same inputs") {
+GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk boundaries, p/8 cutting tiles, block sizes 8 / 16 / 24 / 64), every geometry x tp; e4m3, wide (256-column) and mma paths on the same inputs") {
   // Prefill batches (mean query length >= kScoreWgmmaMinMeanQ: the automatic plan takes the wgmma
   // f16 kernel; checked below): odd query lengths, a request without history (many tokens with 0..4
   // regions), a one-token request inside the batch, a request whose positions cross multiples of
   // 64 regions (p/8 cuts the 64-region tiles and the token tiles), and a long history (several
   // region chunks). Through indexer_select (its automatic score path: wgmma f16; selections judged, scores of the last chunk compared;
   // a workspace of 97 tokens cuts requests and tiles at chunk boundaries), and the score kernels
-  // alone for every path (wgmma f16 and e4m3 forced, mma.sync = the decode
-  // kernel) on the same shapes: exact inputs bit for bit on every path; random inputs within the
+  // alone for every path (wgmma f16 and e4m3 forced, the wide 256-column f16 tiles forced,
+  // mma.sync = the decode kernel) on the same shapes: exact inputs bit for bit on every path; random inputs within the
   // select tolerance on the fp32-accurate paths (f16 wgmma, mma.sync) and, on e4m3 wgmma (~14-bit
   // truncating tensor-core accumulation, its error is printed; a CPU model of that accumulation
   // gives ~3e-4 of the row max here), within 3e-2 of the row max and 1e-2 rms: a layout or
@@ -1199,26 +1199,43 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
         check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 16, 97}, seed + 1, base + " select ws 97 tokens");
         check_select_direct(e, tp, q, seq, 64, {Inputs::kExact, 64, 0}, seed + 2, base + " select exact");
         check_select_direct(e, tp, q, seq, 64, {Inputs::kAllEqual, 64, 0}, seed + 3, base + " select all-equal");
-        std::vector<float> f16_random, mma_random;
-        for (ScorePath path : {ScorePath::kWgmmaF16, ScorePath::kWgmmaE4m3, ScorePath::kMma}) {
+        std::vector<float> f16_random, wide_random, mma_random;
+        for (ScorePath path :
+             {ScorePath::kWgmmaF16, ScorePath::kWgmmaE4m3, ScorePath::kWgmmaF16N256, ScorePath::kMma}) {
           const std::string name = base + " scores " + detail_ns::score_path_name(path);
           const bool e4m3 = path == ScorePath::kWgmmaE4m3;
-          check_scores_path<kId>(tp, q, seq, 97, Inputs::kExact, path, 16, 0.f, 0.0, seed + 4, name + " exact");
+          detail_ns::ScorePlan sp;
+          check_scores_path<kId>(tp, q, seq, 97, Inputs::kExact, path, 16, 0.f, 0.0, seed + 4, name + " exact", 0, &sp);
           auto v = check_scores_path<kId>(tp, q, seq, 97, Inputs::kRandom, path, 16, e4m3 ? 3e-2f : 1e-3f,
                                           e4m3 ? 1e-2 : 1e-4, seed + 5, name + " random");
           if (path == ScorePath::kWgmmaF16) f16_random = std::move(v);
+          if (path == ScorePath::kWgmmaF16N256) wide_random = std::move(v);
           if (path == ScorePath::kMma) mma_random = std::move(v);
+          if (path == ScorePath::kWgmmaF16 || path == ScorePath::kWgmmaF16N256) {
+            const int cols = path == ScorePath::kWgmmaF16 ? step5::kernels::sm90::kWgScoreCols
+                                                          : step5::kernels::sm90::kWgScoreWideCols;
+            EXPECT(sp.cols_cap == cols && sp.tok_tile * rl.index_local_heads == cols,
+                   "%s: the plan has %d columns of %d tokens, expected %d columns", name.c_str(), sp.cols_cap,
+                   sp.tok_tile, cols);
+          }
         }
-        // the wgmma kernel's block-table lookups at other page sizes: one region per page (block
+        // the wgmma kernels' block-table lookups at other page sizes: one region per page (block
         // size 8, the most pages per CTA) and pages of 3 regions (chunks starting inside a page), on
         // this GPU's plan (several region chunks per row) and on a 1-SM plan (one chunk per row:
-        // each CTA walks its tile's whole history)
-        for (int bs : {8, 24})
-          for (int sms : {0, 1})
-            check_scores_path<kId>(tp, q, seq, 97, Inputs::kRandom, ScorePath::kWgmmaF16, bs, 1e-3f, 1e-4,
-                                   seed + 6 + bs + sms, base + " scores wgmma_f16 block size " + std::to_string(bs) +
-                                                            (sms ? " (1-SM plan)" : ""),
-                                   sms);
+        // each CTA walks its tile's whole history, refilling the ring many times over: 8 stages
+        // for 128 columns, 4 for the wide tile)
+        for (ScorePath path : {ScorePath::kWgmmaF16, ScorePath::kWgmmaF16N256})
+          for (int bs : {8, 24})
+            for (int sms : {0, 1})
+              check_scores_path<kId>(tp, q, seq, 97, Inputs::kRandom, path, bs, 1e-3f, 1e-4, seed + 6 + bs + sms,
+                                     base + " scores " + detail_ns::score_path_name(path) + " block size " +
+                                         std::to_string(bs) + (sms ? " (1-SM plan)" : ""),
+                                     sms);
+        // exact inputs bit for bit where the ring refills: the 1-SM plan walks the long history's
+        // 25 tiles (7 in quick mode) through each CTA's 8-stage (128 columns) or 4-stage (wide) ring
+        for (ScorePath path : {ScorePath::kWgmmaF16, ScorePath::kWgmmaF16N256})
+          check_scores_path<kId>(tp, q, seq, 97, Inputs::kExact, path, 16, 0.f, 0.0, seed + 40,
+                                 base + " scores " + detail_ns::score_path_name(path) + " exact (1-SM plan)", 1);
         // the decode (mma.sync) and prefill (wgmma f16) kernels on the same random inputs: how many
         // scores differ in their bits (a token's scores then depend on which kernel its batch took;
         // SPEC §4.6 asks identical rows only for identical inputs) — reported, not asserted
@@ -1229,6 +1246,15 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
                f16_random.size(), mma_random.size());
         std::printf("  %s: wgmma_f16 vs mma.sync on random inputs: %zu of %zu scores differ in their bits\n", base.c_str(),
                     differ, f16_random.size());
+        // the 128- and 256-column tiles run the same K order per instruction: reported, not asserted
+        // (both are checked against the reference above)
+        std::size_t wide_differ = 0;
+        for (std::size_t i = 0; i < std::min(f16_random.size(), wide_random.size()); ++i)
+          wide_differ += std::bit_cast<std::uint32_t>(f16_random[i]) != std::bit_cast<std::uint32_t>(wide_random[i]);
+        EXPECT(f16_random.size() == wide_random.size(), "%s: the 128- and 256-column tiles returned %zu and %zu scores",
+               base.c_str(), f16_random.size(), wide_random.size());
+        std::printf("  %s: wgmma_f16 vs wgmma_f16_n256 on random inputs: %zu of %zu scores differ in their bits\n",
+                    base.c_str(), wide_differ, f16_random.size());
       });
     }
   }

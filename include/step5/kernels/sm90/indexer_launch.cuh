@@ -48,13 +48,15 @@ inline Status check_geometry(const layout::RankLayout& r, const layout::Geometry
 /// Which score kernel a plan launches: the mma.sync kernel (indexer_scores.cuh: decode, MTP and
 /// every shape the wgmma kernel does not take) or the wgmma kernel (indexer_scores_wgmma.cuh) with
 /// f16 operands (the automatic choice for prefill chunks) or e4m3 operands (only when asked for: its accumulation is
-/// not fp32-accurate, see that file). kAuto: score_plan's choice.
-enum class ScorePath { kAuto, kMma, kWgmmaF16, kWgmmaE4m3 };
+/// not fp32-accurate, see that file), in tiles of 128 columns, or f16 in wide tiles of 256
+/// columns (kWgmmaF16N256: only when asked for, until measured). kAuto: score_plan's choice.
+enum class ScorePath { kAuto, kMma, kWgmmaF16, kWgmmaE4m3, kWgmmaF16N256 };
 inline const char* score_path_name(ScorePath p) {
   switch (p) {
     case ScorePath::kMma: return "mma";
     case ScorePath::kWgmmaF16: return "wgmma_f16";
     case ScorePath::kWgmmaE4m3: return "wgmma_e4m3";
+    case ScorePath::kWgmmaF16N256: return "wgmma_f16_n256";
     default: return "auto";
   }
 }
@@ -70,9 +72,10 @@ inline constexpr int kScoreWgmmaMinMeanQ = 16;
 /// follows the mean query length, so decode tiles stage only their own columns; region chunks
 /// (at most kScoreMaxRegionsPerCta regions) halve until the grid fills 90 % of the resident CTA
 /// slots (CTAs per SM × `num_sms`, the device's SM count: `device_sm_count`), counting
-/// max(B, ceil(T / tok_tile)) tiles (the fewest a batch without empty requests has). wgmma path: tok_tile = 128 / Il (a full N = 128 tile), region
-/// chunks of up to 4096 regions (multiples of 128), halved until the grid covers 2 × `num_sms`
-/// CTAs (one CTA per SM).
+/// max(B, ceil(T / tok_tile)) tiles (the fewest a batch without empty requests has). wgmma paths:
+/// tok_tile = N / Il (a full tile of N = 128 columns, 256 for kWgmmaF16N256), region chunks of up
+/// to 4096 regions (multiples of 128), halved until the grid covers 2 × `num_sms` CTAs (one CTA
+/// per SM).
 /// `want` forces a path (tests, benchmarks); a wgmma path the shape does not fit falls back to
 /// the mma.sync kernel (`path` says which one the plan took).
 struct ScorePlan {
@@ -89,15 +92,26 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   ScorePlan s;
   const int Il = index_local_heads;
   const int mean_q = B > 0 ? (T + B - 1) / B : 1;
-  const bool il_fits = kernels::sm90::score_wgmma_il_fits(Il, kHpg);
-  constexpr bool kF16Fits = kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, ScoreMma::kF16>();
-  constexpr bool kE4m3Fits = kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, ScoreMma::kE4m3>();
   if (want == ScorePath::kAuto)
     want = mean_q >= kScoreWgmmaMinMeanQ ? ScorePath::kWgmmaF16 : ScorePath::kMma;
-  if ((want == ScorePath::kWgmmaF16 && kF16Fits && il_fits) || (want == ScorePath::kWgmmaE4m3 && kE4m3Fits && il_fits)) {
+  // a wgmma path: its tile width and shared memory, when this geometry and Il have it
+  int wg_cols = 0, wg_smem = 0;
+  auto wgmma_variant = [&]<ScoreMma K, int N>() {
+    if constexpr (kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, K, N>()) {
+      if (kernels::sm90::score_wgmma_il_fits(Il, kHpg, N)) {
+        wg_cols = N;
+        wg_smem = kernels::sm90::WgScoreSmem<G.proxy_dim, K, N>::kBytes;
+      }
+    }
+  };
+  if (want == ScorePath::kWgmmaF16) wgmma_variant.template operator()<ScoreMma::kF16, kernels::sm90::kWgScoreCols>();
+  if (want == ScorePath::kWgmmaE4m3) wgmma_variant.template operator()<ScoreMma::kE4m3, kernels::sm90::kWgScoreCols>();
+  if (want == ScorePath::kWgmmaF16N256)
+    wgmma_variant.template operator()<ScoreMma::kF16, kernels::sm90::kWgScoreWideCols>();
+  if (wg_cols > 0) {
     s.path = want;
-    s.tok_tile = kernels::sm90::kWgScoreCols / Il;
-    s.cols_cap = kernels::sm90::kWgScoreCols;
+    s.tok_tile = wg_cols / Il;
+    s.cols_cap = wg_cols;
     s.tiles_upper = (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile + B;
     constexpr int kStep = 2 * kernels::sm90::kWgScoreRegions;
     int rpc = 32 * kStep;
@@ -105,9 +119,7 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
     s.regions_per_cta = rpc;
     s.region_chunks = (ld + rpc - 1) / rpc;
     s.bt_cap = 0;
-    s.smem_bytes = want == ScorePath::kWgmmaF16
-                       ? kernels::sm90::WgScoreSmem<G.proxy_dim, ScoreMma::kF16>::kBytes
-                       : kernels::sm90::WgScoreSmem<G.proxy_dim, ScoreMma::kE4m3>::kBytes;
+    s.smem_bytes = wg_smem;
     return s;
   }
   s.path = ScorePath::kMma;
@@ -160,18 +172,19 @@ inline void apply_score_plan(const ScorePlan& sp, kernels::sm90::ScoreArgs& a) {
   a.cols_cap = sp.cols_cap;
 }
 
-/// Launches the wgmma score kernel of operand type K (plan `sp`, path kWgmmaF16 / kWgmmaE4m3).
-template <layout::GeometryId Id, kernels::sm90::ScoreMma K>
+/// Launches the wgmma score kernel of operand type K and N columns (plan `sp`, path kWgmmaF16 /
+/// kWgmmaE4m3 / kWgmmaF16N256).
+template <layout::GeometryId Id, kernels::sm90::ScoreMma K, int N>
 Status launch_scores_wgmma(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream_t stream) {
   constexpr layout::Geometry G = layout::geometry_of(Id);
   constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
-  if constexpr (!kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, K>()) {
+  if constexpr (!kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, K, N>()) {
     (void)sp, (void)a, (void)stream;
     return Status(StatusCode::kInternal, "launch_scores: the plan chose a wgmma path this geometry has not");
   } else {
-    auto kern = kernels::sm90::indexer_scores_wgmma_kernel<G.proxy_dim, kHpg, K>;
-    constexpr int kSmem = kernels::sm90::WgScoreSmem<G.proxy_dim, K>::kBytes;
-    if (sp.smem_bytes != kSmem || sp.tok_tile * a.Il != kernels::sm90::kWgScoreCols ||
+    auto kern = kernels::sm90::indexer_scores_wgmma_kernel<G.proxy_dim, kHpg, K, N>;
+    constexpr int kSmem = kernels::sm90::WgScoreSmem<G.proxy_dim, K, N>::kBytes;
+    if (sp.smem_bytes != kSmem || sp.tok_tile * a.Il != N ||
         sp.regions_per_cta % (2 * kernels::sm90::kWgScoreRegions) != 0)
       return Status(StatusCode::kInternal, "launch_scores: inconsistent wgmma score plan");
     STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -188,8 +201,11 @@ Status launch_scores_wgmma(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cuda
 /// fields of `a` are filled here).
 template <layout::GeometryId Id>
 Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream_t stream) {
-  if (sp.path == ScorePath::kWgmmaF16) return launch_scores_wgmma<Id, kernels::sm90::ScoreMma::kF16>(sp, a, stream);
-  if (sp.path == ScorePath::kWgmmaE4m3) return launch_scores_wgmma<Id, kernels::sm90::ScoreMma::kE4m3>(sp, a, stream);
+  using kernels::sm90::ScoreMma;
+  constexpr int kCols = kernels::sm90::kWgScoreCols, kWide = kernels::sm90::kWgScoreWideCols;
+  if (sp.path == ScorePath::kWgmmaF16) return launch_scores_wgmma<Id, ScoreMma::kF16, kCols>(sp, a, stream);
+  if (sp.path == ScorePath::kWgmmaE4m3) return launch_scores_wgmma<Id, ScoreMma::kE4m3, kCols>(sp, a, stream);
+  if (sp.path == ScorePath::kWgmmaF16N256) return launch_scores_wgmma<Id, ScoreMma::kF16, kWide>(sp, a, stream);
   constexpr layout::Geometry G = layout::geometry_of(Id);
   constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
   auto kern = kernels::sm90::indexer_scores_kernel<G.proxy_dim, kHpg>;

@@ -49,7 +49,8 @@ struct ScoreArgs {
   float* scores;   // [(t1 - t0) * lg, ld]
   std::int64_t ld;
   int regions_per_cta;  // kScoreMinRegionsPerCta << j, <= kScoreMaxRegionsPerCta
-  int cols_cap;         // tok_tile * Il rounded up to 8 (<= kScoreCols): staged q columns; the
+  int cols_cap;         // tok_tile * Il rounded up to 8 (<= kScoreCols): staged q columns (wgmma
+                        // plans: their tile width, not read by that kernel); the
                         // block-table entries of a CTA's regions (at most score_bt_cap, sized by
                         // the launcher) follow the weights in shared memory
 };

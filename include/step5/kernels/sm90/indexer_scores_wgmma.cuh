@@ -24,7 +24,11 @@
 /// GEMM view, per CTA: M = history regions (A = summaries, gathered from the PAGED cache),
 /// N = kWgScoreCols = 128 (token, head) columns of one tile of tokens of one request (B = q),
 /// K = P (proxy_dim). B K-major (the only layout e4m3 has; for f16 the natural one: a q row is
-/// K-contiguous).
+/// K-contiguous). The wide tile, N = kWgScoreWideCols = 256 (f16 only, forced by
+/// `ScorePath::kWgmmaF16N256`; not yet measured or chosen automatically), reads each summary
+/// tile once for twice the columns: m64n256k16, 128 accumulators per consumer thread (setmaxnreg
+/// moves registers from the producer warpgroup to the consumers), the chains' rows / histories
+/// read from shared memory in the epilogue, a ring of 4 stages (B takes 128 KB at P = 256).
 ///
 /// Column order (B rows): n = (tg·(Il/2) + h/2)·8 + 2·c + (h % 2) for token tl = 4·tg + c of the
 /// tile (c < 4) and local index head h < Il (Il = lg·hpg_i, even). In the wgmma D fragment the
@@ -36,7 +40,7 @@
 /// no shuffles: the (token, group) chain f = gg·4 + c, gg = tg·lg + g, uses the blocks
 /// j = gg·hpg_i/2 + jj, jj < hpg_i/2 (= tg·Il/2 + (g·hpg_i + 2jj)/2), in each block first the even
 /// head (register 4j + 2·row_half), then the odd one (+1): heads g·hpg_i, g·hpg_i + 1, ... in order.
-/// Tokens per tile = N / Il (Il = 4: 32, 8: 16, 16: 8, 32: 4); needs 4·Il | 128.
+/// Tokens per tile = N / Il (N = 128, Il = 4: 32, 8: 16, 16: 8, 32: 4); needs 4·Il | N.
 ///
 /// K order: both operands hold the K elements of a row in the same permuted order (exact for a dot
 /// product), chosen so that quad lane c (lane % 4) of every warp finds all of its A-fragment
@@ -59,10 +63,10 @@
 /// Work split: grid (tiles, region chunks) as the mma.sync kernel (`score_tile`); 384 threads: two
 /// consumer warpgroups (threads 0..255) and a producer warpgroup. Tile i of the CTA's region chunk
 /// (regions rb = r_begin + 64·i) goes through ring stage i % kStages, is filled by producer warp
-/// i % 4 and consumed by consumer warpgroup i % 2. A producer warp runs ahead by up to kStages
-/// tiles: load the block-table entries of its next tile, wait `empty`, arm `full` with the tile's
-/// bytes, one bulk copy per page run (checked mode: an out-of-row slot or an id outside
-/// [0, num_blocks) is reported and reads block 0, as the
+/// i % 4 and consumed by consumer warpgroup i % 2. The producer warpgroup runs ahead by up to
+/// kStages tiles; a producer warp, per tile: load the block-table entries of its next tile, wait
+/// `empty`, arm `full` with the tile's bytes, one bulk copy per page run (checked mode: an
+/// out-of-row slot or an id outside [0, num_blocks) is reported and reads block 0, as the
 /// mma.sync kernel). A consumer warpgroup, per tile:
 ///   1. wait `full`; load its rows' K pieces (16-byte shared loads; rows past r_end are zero) and
 ///      release the stage (each thread arrives on `empty` after its own loads: its release
@@ -81,7 +85,10 @@
 /// the 16 KB stage written by the copies and read once (A from registers: no A reads by the
 /// wgmmas), ~96 KB per 1024 tensor cycles against 128 B/clk. Shared memory: B 64 KB (f16; e4m3
 /// half) + kStages × 16 KB -> 1 CTA per SM. Score stores: lg·4 bytes per (token, region), 8
-/// consecutive regions (32 bytes) per quarter-warp row: full sectors.
+/// consecutive regions (32 bytes) per quarter-warp row: full sectors. The wide tile doubles the
+/// MACs per stage (2048 tensor cycles per 16 KB stage, 512 FLOP per L2 byte) with the same summary
+/// loads and A-fragment conversions per thread; B is 128 KB, ~160 KB of shared-memory traffic per
+/// 2048 tensor cycles.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -101,31 +108,52 @@ namespace step5::kernels::sm90 {
 /// Operand type of the wgmma score kernel (see the file comment).
 enum class ScoreMma { kF16, kE4m3 };
 
-inline constexpr int kWgScoreCols = 128;      ///< N: (token, head) columns per CTA
+inline constexpr int kWgScoreCols = 128;      ///< N: (token, head) columns per CTA (the automatic tile)
+inline constexpr int kWgScoreWideCols = 256;  ///< N of the wide tile (ScorePath::kWgmmaF16N256, f16 only)
 inline constexpr int kWgScoreRegions = 64;    ///< M: regions per tile (wgmma m64)
 inline constexpr int kWgScoreConsumers = 256; ///< 2 consumer warpgroups
 inline constexpr int kWgScoreProducerWarps = 4;  ///< one producer warpgroup
 inline constexpr int kWgScoreThreads = kWgScoreConsumers + 32 * kWgScoreProducerWarps;
 inline constexpr int kWgScoreMaxStages = 8;   ///< ring depth when shared memory allows
+/// Wide tiles: the 128 accumulators, 64 A-fragment registers (f16, P = 256) and the epilogue of a
+/// consumer thread exceed the kWgScoreLaunchRegs registers per thread that the launch allocates
+/// (64K registers per SM over kWgScoreThreads threads, in units of 8; ptxas reports exactly this
+/// count for a kernel that uses setmaxnreg), so the producer warpgroup lowers its limit to
+/// kWgScoreWideProducerRegs and the consumers raise theirs to kWgScoreWideConsumerRegs
+/// (setmaxnreg). A raise takes only registers that a lowering gave back to the CTA, so the
+/// consumers' gain must not exceed the producers' release, or the consumers would wait forever.
+inline constexpr int kWgScoreLaunchRegs = 65536 / kWgScoreThreads / 8 * 8;
+inline constexpr int kWgScoreWideProducerRegs = 40;
+inline constexpr int kWgScoreWideConsumerRegs = 232;
+static_assert(kWgScoreConsumers * (kWgScoreWideConsumerRegs - kWgScoreLaunchRegs) <=
+                  32 * kWgScoreProducerWarps * (kWgScoreLaunchRegs - kWgScoreWideProducerRegs),
+              "wgmma scores: the consumers of a wide tile would raise their registers past what the producers release");
 
-/// Shared-memory layout of the wgmma score kernel for proxy dim P and operand type K (byte
-/// offsets from the 1024-aligned base; kBytes includes the 1024 bytes of alignment slack).
+/// Bytes per staged B value of operand type K, and the wgmma instructions per tile (32 bytes of K
+/// each) at proxy dim P.
+template <ScoreMma K>
+inline constexpr int kWgScoreElem = K == ScoreMma::kF16 ? 2 : 1;
 template <int P, ScoreMma K>
+inline constexpr int kWgScoreSteps = P * kWgScoreElem<K> / 32;
+
+/// Shared-memory layout of the wgmma score kernel for proxy dim P, operand type K and N columns
+/// (byte offsets from the 1024-aligned base; kBytes includes the 1024 bytes of alignment slack).
+/// N has no default: every user names the tile width it lays out.
+template <int P, ScoreMma K, int N>
 struct WgScoreSmem {
-  static constexpr int kElem = K == ScoreMma::kF16 ? 2 : 1;  ///< bytes per staged B value
-  static constexpr int kRowBytes = P * kElem;                ///< bytes of K per B row
-  static constexpr int kSteps = kRowBytes / 32;              ///< wgmma instructions per tile
-  static constexpr int kBBytes = kWgScoreCols * kRowBytes;
+  static constexpr int kRowBytes = P * kWgScoreElem<K>;      ///< bytes of K per B row
+  static constexpr int kSteps = kWgScoreSteps<P, K>;         ///< wgmma instructions per tile
+  static constexpr int kBBytes = N * kRowBytes;
   static constexpr int kStageBytes = kWgScoreRegions * P;    ///< one raw ring stage (e4m3 rows)
-  static constexpr int kFixedBytes = kBBytes + 3 * kWgScoreCols * 4 + 2 * kWgScoreMaxStages * 8 + 1024;
+  static constexpr int kFixedBytes = kBBytes + 3 * N * 4 + 2 * kWgScoreMaxStages * 8 + 1024;
   /// even: stage s then always serves consumer warpgroup s % 2, which waits for the stage's
   /// phases in order (a waiter must never be two phases behind an mbarrier)
   static constexpr int kStages = std::min(kWgScoreMaxStages, (kSm90MaxSmemPerCta - kFixedBytes) / kStageBytes) & ~1;
   static constexpr int kRingOff = kBBytes;
-  static constexpr int kWOff = kRingOff + kStages * kStageBytes;  ///< [kWgScoreCols] fp32 weights
-  static constexpr int kRowOff = kWOff + kWgScoreCols * 4;
-  static constexpr int kHistOff = kRowOff + kWgScoreCols * 4;
-  static constexpr int kBarOff = kHistOff + kWgScoreCols * 4;     ///< full[kStages], empty[kStages]
+  static constexpr int kWOff = kRingOff + kStages * kStageBytes;  ///< [N] fp32 weights
+  static constexpr int kRowOff = kWOff + N * 4;
+  static constexpr int kHistOff = kRowOff + N * 4;
+  static constexpr int kBarOff = kHistOff + N * 4;                ///< full[kStages], empty[kStages]
   static constexpr int kBytes = kBarOff + 2 * kStages * 8 + 1024;
   static_assert(kRowBytes % 128 == 0, "wgmma scores: a B row of K must be whole 128-byte K-blocks");
   static_assert(kBBytes % 1024 == 0, "the B tile must stay 1024-byte aligned");
@@ -141,15 +169,16 @@ struct WgScoreSmem {
                 "wgmma scores: the ring needs a stage per producer warp");
 };
 
-/// Whether the wgmma score kernel supports proxy dim P, hpg_i and Il index-local heads (compile-time
-/// part: P, hpg_i; run-time part: Il).
-template <int P, int HPG, ScoreMma K>
+/// Whether the wgmma score kernel supports proxy dim P, hpg_i and Il index-local heads at N
+/// columns (compile-time part: P, hpg_i, operand type; run-time part: Il). The wide tile
+/// (N = kWgScoreWideCols) has the f16 operand type only.
+template <int P, int HPG, ScoreMma K, int N = kWgScoreCols>
 __host__ __device__ constexpr bool score_wgmma_static_fit() {
-  return P % 64 == 0 && P <= 256 && (P * WgScoreSmem<P, K>::kElem) % 128 == 0 && HPG % 2 == 0 &&
-         kWgScoreCols % (4 * HPG) == 0;
+  return P % 64 == 0 && P <= 256 && (P * kWgScoreElem<K>) % 128 == 0 && HPG % 2 == 0 &&
+         N % (4 * HPG) == 0 && (N == kWgScoreCols || (N == kWgScoreWideCols && K == ScoreMma::kF16));
 }
-__host__ __device__ constexpr bool score_wgmma_il_fits(int Il, int hpg) {
-  return Il > 0 && hpg > 0 && Il % hpg == 0 && Il % 2 == 0 && kWgScoreCols % (4 * Il) == 0;
+__host__ __device__ constexpr bool score_wgmma_il_fits(int Il, int hpg, int N = kWgScoreCols) {
+  return Il > 0 && hpg > 0 && Il % hpg == 0 && Il % 2 == 0 && N % (4 * Il) == 0;
 }
 
 /// (token in tile, local head) of B column n (the column order of the file comment); `half_il` = Il/2.
@@ -187,7 +216,7 @@ __device__ __forceinline__ void score_wg_stage_b(unsigned char* tile, int row, i
 /// warp's rows g, g + 8) from this thread's pieces lo[m] (row g) and hi[m] (row g + 8) of the raw rows.
 template <int P, ScoreMma K>
 __device__ __forceinline__ void score_wg_a_fragments(const uint4 (&lo)[P / 64], const uint4 (&hi)[P / 64],
-                                                     std::uint32_t (&a)[WgScoreSmem<P, K>::kSteps][4]) {
+                                                     std::uint32_t (&a)[kWgScoreSteps<P, K>][4]) {
 #pragma unroll
   for (int m = 0; m < P / 64; ++m) {
     const std::uint32_t wl[4] = {lo[m].x, lo[m].y, lo[m].z, lo[m].w};
@@ -207,9 +236,12 @@ __device__ __forceinline__ void score_wg_a_fragments(const uint4 (&lo)[P / 64], 
   }
 }
 
-template <ScoreMma K>
+template <ScoreMma K, int N>
 __device__ __forceinline__ void score_wg_mma(float* acc, const std::uint32_t (&a)[4], std::uint64_t db, int scale_d) {
-  if constexpr (K == ScoreMma::kF16)
+  static_assert(N == kWgScoreCols || (N == kWgScoreWideCols && K == ScoreMma::kF16), "score_wg_mma: no such tile");
+  if constexpr (N == kWgScoreWideCols)
+    wgmma::wgmma_m64n256k16_f16_rs(acc, a, db, scale_d);
+  else if constexpr (K == ScoreMma::kF16)
     wgmma::wgmma_m64n128k16_f16_rs(acc, a, db, scale_d);
   else
     wgmma::wgmma_m64n128k32_e4m3_rs(acc, a, db, scale_d);
@@ -241,11 +273,11 @@ __device__ __forceinline__ ScoreWgRuns score_wg_runs(const ScoreArgs& a, const S
 /// Producer warp `pw` of kWgScoreProducerWarps: fills ring stage i % kStages with the raw
 /// summaries of its tiles i = pw, pw + kWgScoreProducerWarps, ... (regions [rb, rb + 64) ∩
 /// [r_begin, r_end)), one bulk copy per page run; the block-table entries of its next tile are
-/// loaded while it waits for this tile's stage.
-template <int P, ScoreMma KIND>
+/// loaded while it waits for this tile's stage. The ring is the one of the N-column kernel.
+template <int P, ScoreMma KIND, int N>
 __device__ __forceinline__ void score_wg_produce(const ScoreArgs& a, const ScoreTile& st, std::uint32_t ring,
                                                  std::uint64_t* full, std::uint64_t* empty, int pw, int lane) {
-  using L = WgScoreSmem<P, KIND>;
+  using L = WgScoreSmem<P, KIND, N>;
   constexpr int M = kWgScoreRegions, R = layout::kRegionSize, S = L::kStages, NP = kWgScoreProducerWarps;
   const int spb = a.block_size / R;  // regions per page (block_size a multiple of kRegionSize)
   int rb = st.r_begin + pw * M;
@@ -274,14 +306,16 @@ __device__ __forceinline__ void score_wg_produce(const ScoreArgs& a, const Score
 }
 
 /// Launch: grid (tiles, region chunks) of `score_tile`, kWgScoreThreads threads,
-/// WgScoreSmem<P, KIND>::kBytes of dynamic shared memory; a.tok_tile = kWgScoreCols / Il,
-/// a.summary_cache 16-byte aligned.
-template <int P, int HPG, ScoreMma KIND>
+/// WgScoreSmem<P, KIND, N>::kBytes of dynamic shared memory; a.tok_tile = N / Il,
+/// a.summary_cache 16-byte aligned. N = kWgScoreCols (the automatic tile) or kWgScoreWideCols.
+template <int P, int HPG, ScoreMma KIND, int N = kWgScoreCols>
 __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kernel(ScoreArgs a) {
-  static_assert(score_wgmma_static_fit<P, HPG, KIND>(), "indexer_scores_wgmma_kernel: unsupported proxy_dim / hpg_i");
+  static_assert(score_wgmma_static_fit<P, HPG, KIND, N>(),
+                "indexer_scores_wgmma_kernel: unsupported proxy_dim / hpg_i / tile width");
 #if STEP5_SM90A_DEVICE
-  using L = WgScoreSmem<P, KIND>;
-  constexpr int N = kWgScoreCols, M = kWgScoreRegions, R = layout::kRegionSize, S = L::kStages;
+  using L = WgScoreSmem<P, KIND, N>;
+  constexpr int M = kWgScoreRegions, R = layout::kRegionSize, S = L::kStages;
+  constexpr bool kWide = N == kWgScoreWideCols;
   extern __shared__ __align__(1024) unsigned char score_wg_smem[];
   const std::uint32_t raw = ptx::smem_u32(score_wg_smem);
   unsigned char* smem = score_wg_smem + (((raw + 1023u) & ~1023u) - raw);
@@ -305,11 +339,13 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
   }
   __syncthreads();
   if (threadIdx.x >= kWgScoreConsumers) {
-    score_wg_produce<P, KIND>(a, st, ptx::smem_u32(ring), full, empty, (threadIdx.x - kWgScoreConsumers) >> 5,
+    if constexpr (kWide) ptx::setmaxnreg_dec<kWgScoreWideProducerRegs>();
+    score_wg_produce<P, KIND, N>(a, st, ptx::smem_u32(ring), full, empty, (threadIdx.x - kWgScoreConsumers) >> 5,
                               threadIdx.x & 31);
     pdl_launch_dependents();
     return;
   }
+  if constexpr (kWide) ptx::setmaxnreg_inc<kWgScoreWideConsumerRegs>();
 
   const int ntok = st.te - st.tb, Il = a.Il, lg = a.lg, half_il = a.Il / 2;
   // B: q of the tile's tokens in column order and the K order of the file comment (zeros past
@@ -354,15 +390,19 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
   const int row_lo = warp * 16 + (lane >> 2), row_hi = row_lo + 8;  // this thread's A rows in a tile
   const std::uint32_t sB_addr = ptx::smem_u32(sB);
   // this thread's epilogue constants: the score row / history of its chains f = gg·4 + c in
-  // registers for the whole loop; the weights of its columns 8j + 2c, 8j + 2c + 1 are read from
-  // shared memory in the epilogue (registers hold the A fragments and the accumulators)
+  // registers for the whole loop (128-column tiles; wide tiles, whose registers hold twice the
+  // accumulators, read them from shared memory in the epilogue); the weights of its columns
+  // 8j + 2c, 8j + 2c + 1 are read from shared memory in the epilogue
   constexpr int kChains = N / (4 * HPG);
+  constexpr int kChainRegs = kWide ? 1 : kChains;
   const float2* wcol = reinterpret_cast<const float2*>(sw) + c;
-  int row_of[kChains], hist_of[kChains];
+  int row_of[kChainRegs], hist_of[kChainRegs];
+  if constexpr (!kWide) {
 #pragma unroll
-  for (int gg = 0; gg < kChains; ++gg) {
-    row_of[gg] = srow[gg * 4 + c];
-    hist_of[gg] = shist[gg * 4 + c];
+    for (int gg = 0; gg < kChains; ++gg) {
+      row_of[gg] = srow[gg * 4 + c];
+      hist_of[gg] = shist[gg * 4 + c];
+    }
   }
   float acc[N / 2];
 #pragma unroll
@@ -391,7 +431,7 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
 #pragma unroll
     for (int k = 0; k < L::kSteps; ++k) {
       const std::uint64_t db = wgmma::make_desc_sw128(sB_addr + (k / 4) * (N * 128) + (k % 4) * 32);
-      score_wg_mma<KIND>(acc, af[k], db, k > 0 ? 1 : 0);
+      score_wg_mma<KIND, N>(acc, af[k], db, k > 0 ? 1 : 0);
     }
     wgmma::wgmma_commit();
     wgmma::wgmma_wait<0>();
@@ -400,7 +440,14 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
     const int r0 = rb + row_lo, r1 = r0 + 8;
 #pragma unroll
     for (int gg = 0; gg < kChains; ++gg) {
-      const int row = row_of[gg], hist = hist_of[gg];
+      int row, hist;
+      if constexpr (kWide) {
+        row = srow[gg * 4 + c];
+        hist = shist[gg * 4 + c];
+      } else {
+        row = row_of[gg];
+        hist = hist_of[gg];
+      }
       // seeded with +0.0 as the reference: a zero score is +0.0 (SPEC §4 "Signed zero")
       float s0 = 0.f, s1 = 0.f;
 #pragma unroll
