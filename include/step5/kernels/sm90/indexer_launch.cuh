@@ -187,6 +187,18 @@ Status launch_scores_wgmma(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cuda
     if (sp.smem_bytes != kSmem || sp.tok_tile * a.Il != N ||
         sp.regions_per_cta % (2 * kernels::sm90::kWgScoreRegions) != 0)
       return Status(StatusCode::kInternal, "launch_scores: inconsistent wgmma score plan");
+    if constexpr (N == kernels::sm90::kWgScoreWideCols) {
+      // setmaxnreg's raise takes only what the producers release: the kernel's static_assert holds
+      // for kWgScoreLaunchRegs registers per thread at launch; with fewer the consumers would wait
+      // forever
+      cudaFuncAttributes fa{};
+      STEP5_CUDA_RETURN(cudaFuncGetAttributes(&fa, kern));
+      if (fa.numRegs != kernels::sm90::kWgScoreLaunchRegs)
+        return Status(StatusCode::kInternal,
+                      "launch_scores: the wide wgmma score kernel was compiled for " + num(fa.numRegs) +
+                          " registers per thread; its setmaxnreg split needs " +
+                          num(kernels::sm90::kWgScoreLaunchRegs));
+    }
     STEP5_CUDA_RETURN(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
     apply_score_plan(sp, a);
     return kernels::sm90::launch_kernel(

@@ -11,8 +11,9 @@
 /// once per 16-region m-tile (cvt.rn.f16x2.e4m3x2), whatever the number of q column tiles.
 ///
 /// Work split: a *tile* is up to `tok_tile` consecutive tokens of one request (tok_tile · Il ≤ 128
-/// mma columns, column = token · Il + head, so one pass over a request's summaries serves all its
-/// local groups and all its MTP/prefill rows); grid (tiles, region chunks). A CTA stages its tile's
+/// mma columns here, 128 or 256 on the wgmma kernel; column = token · Il + head, so one pass over
+/// a request's summaries serves all its local groups and all its MTP/prefill rows); grid (tiles,
+/// region chunks). A CTA stages its tile's
 /// q (as fp16), weights, the score row and history of each (token, group) and the block-table
 /// entries of its regions in shared memory (decode tiles stage only their own columns); each warp
 /// streams 16-region m-tiles of summaries straight from the paged cache into registers (16-byte
