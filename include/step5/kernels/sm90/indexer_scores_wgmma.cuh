@@ -182,11 +182,36 @@ __host__ __device__ constexpr bool score_wgmma_il_fits(int Il, int hpg, int N = 
 }
 
 /// (token in tile, local head) of B column n (the column order of the file comment); `half_il` = Il/2.
-__device__ __forceinline__ void score_wg_column(int n, int half_il, int& tl, int& h) {
+__host__ __device__ constexpr void score_wg_column(int n, int half_il, int& tl, int& h) {
   const int j = n >> 3, c = (n >> 1) & 3, e = n & 1;
   const int tg = j / half_il;
   tl = 4 * tg + c;
   h = 2 * (j - tg * half_il) + e;
+}
+
+/// The epilogue's reading of the accumulators against the column order, for N columns, hpg_i =
+/// HPG and every Il that score_wgmma_il_fits takes (checked at compile time by the kernel). In the
+/// m64nNk16 D fragment quad lane c holds columns 8j + 2c + e (e < 2) of every n8 block j (PTX ISA,
+/// the wgmma D-fragment layout); the epilogue's chain gg of lane c reads blocks j = gg·HPG/2 + jj,
+/// jj < HPG/2, and the weights of the same columns, and writes the score row of token
+/// 4·(gg / lg) + c, group gg % lg (`srow`): each such column must be that token's head
+/// (gg % lg)·HPG + 2jj + e, so the chain runs the group's heads in order. (The columns 8j + 2c + e
+/// over all c, gg, jj, e are the N columns, each once.)
+template <int N, int HPG>
+constexpr bool score_wg_epilogue_matches_columns() {
+  for (int Il = 2; Il <= N / 4; Il += 2) {
+    if (!score_wgmma_il_fits(Il, HPG, N)) continue;
+    const int lg = Il / HPG;
+    for (int c = 0; c < 4; ++c)
+      for (int gg = 0; gg < N / (4 * HPG); ++gg)
+        for (int jj = 0; jj < HPG / 2; ++jj)
+          for (int e = 0; e < 2; ++e) {
+            int tl = 0, h = 0;
+            score_wg_column(8 * (gg * (HPG / 2) + jj) + 2 * c + e, Il / 2, tl, h);
+            if (tl != 4 * (gg / lg) + c || h != (gg % lg) * HPG + 2 * jj + e) return false;
+          }
+  }
+  return true;
 }
 
 /// Stores the 16 e4m3 values `v` of piece `ci` (K bytes [16·ci, +16), i.e. m = ci / 4, quad lane
@@ -312,6 +337,8 @@ template <int P, int HPG, ScoreMma KIND, int N = kWgScoreCols>
 __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kernel(ScoreArgs a) {
   static_assert(score_wgmma_static_fit<P, HPG, KIND, N>(),
                 "indexer_scores_wgmma_kernel: unsupported proxy_dim / hpg_i / tile width");
+  static_assert(score_wg_epilogue_matches_columns<N, HPG>(),
+                "indexer_scores_wgmma_kernel: the epilogue's chains do not read the column order's heads in order");
 #if STEP5_SM90A_DEVICE
   using L = WgScoreSmem<P, KIND, N>;
   constexpr int M = kWgScoreRegions, R = layout::kRegionSize, S = L::kStages;
