@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "step5/core/cuda_check.hpp"
@@ -60,6 +61,21 @@ inline const char* score_path_name(ScorePath p) {
     default: return "auto";
   }
 }
+/// The wgmma kernel instance of path `p` (operand type K, tile width N), the one map from a
+/// ScorePath to a kernel: returns f.template operator()<K, N>(), or `otherwise` (f not called)
+/// for kAuto and kMma.
+template <class R, class F>
+R visit_wgmma_path(ScorePath p, R otherwise, F&& f) {
+  using kernels::sm90::ScoreMma;
+  constexpr int kCols = kernels::sm90::kWgScoreCols, kWide = kernels::sm90::kWgScoreWideCols;
+  switch (p) {
+    case ScorePath::kWgmmaF16: return f.template operator()<ScoreMma::kF16, kCols>();
+    case ScorePath::kWgmmaE4m3: return f.template operator()<ScoreMma::kE4m3, kCols>();
+    case ScorePath::kWgmmaF16N256: return f.template operator()<ScoreMma::kF16, kWide>();
+    default: return otherwise;
+  }
+}
+
 /// The automatic choice takes the wgmma f16 kernel from this mean query length per request on (a
 /// prefill chunk; decode and MTP rows keep the mma.sync kernel, whose tiles hold only their own
 /// columns). Measured on the H200 (bench_indexer scores_prefill_path/, 16K chunk after 32K
@@ -95,23 +111,20 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   if (want == ScorePath::kAuto)
     want = mean_q >= kScoreWgmmaMinMeanQ ? ScorePath::kWgmmaF16 : ScorePath::kMma;
   // a wgmma path: its tile width and shared memory, when this geometry and Il have it
-  int wg_cols = 0, wg_smem = 0;
-  auto wgmma_variant = [&]<ScoreMma K, int N>() {
-    if constexpr (kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, K, N>()) {
-      if (kernels::sm90::score_wgmma_il_fits(Il, kHpg, N)) {
-        wg_cols = N;
-        wg_smem = kernels::sm90::WgScoreSmem<G.proxy_dim, K, N>::kBytes;
-      }
-    }
+  struct WgmmaTile {
+    int cols = 0, smem = 0;  // cols 0: the path is not a wgmma one, or this geometry / Il lacks it
   };
-  if (want == ScorePath::kWgmmaF16) wgmma_variant.template operator()<ScoreMma::kF16, kernels::sm90::kWgScoreCols>();
-  if (want == ScorePath::kWgmmaE4m3) wgmma_variant.template operator()<ScoreMma::kE4m3, kernels::sm90::kWgScoreCols>();
-  if (want == ScorePath::kWgmmaF16N256)
-    wgmma_variant.template operator()<ScoreMma::kF16, kernels::sm90::kWgScoreWideCols>();
-  if (wg_cols > 0) {
+  const WgmmaTile wg = visit_wgmma_path(want, WgmmaTile{}, [&]<ScoreMma K, int N>() {
+    if constexpr (kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, K, N>()) {
+      if (kernels::sm90::score_wgmma_il_fits(Il, kHpg, N))
+        return WgmmaTile{N, kernels::sm90::WgScoreSmem<G.proxy_dim, K, N>::kBytes};
+    }
+    return WgmmaTile{};
+  });
+  if (wg.cols > 0) {
     s.path = want;
-    s.tok_tile = wg_cols / Il;
-    s.cols_cap = wg_cols;
+    s.tok_tile = wg.cols / Il;
+    s.cols_cap = wg.cols;
     s.tiles_upper = (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile + B;
     constexpr int kStep = 2 * kernels::sm90::kWgScoreRegions;
     int rpc = 32 * kStep;
@@ -119,7 +132,7 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
     s.regions_per_cta = rpc;
     s.region_chunks = (ld + rpc - 1) / rpc;
     s.bt_cap = 0;
-    s.smem_bytes = wg_smem;
+    s.smem_bytes = wg.smem;
     return s;
   }
   s.path = ScorePath::kMma;
@@ -213,11 +226,11 @@ Status launch_scores_wgmma(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cuda
 /// fields of `a` are filled here).
 template <layout::GeometryId Id>
 Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream_t stream) {
-  using kernels::sm90::ScoreMma;
-  constexpr int kCols = kernels::sm90::kWgScoreCols, kWide = kernels::sm90::kWgScoreWideCols;
-  if (sp.path == ScorePath::kWgmmaF16) return launch_scores_wgmma<Id, ScoreMma::kF16, kCols>(sp, a, stream);
-  if (sp.path == ScorePath::kWgmmaE4m3) return launch_scores_wgmma<Id, ScoreMma::kE4m3, kCols>(sp, a, stream);
-  if (sp.path == ScorePath::kWgmmaF16N256) return launch_scores_wgmma<Id, ScoreMma::kF16, kWide>(sp, a, stream);
+  std::optional<Status> wgmma_status =
+      visit_wgmma_path(sp.path, std::optional<Status>{}, [&]<kernels::sm90::ScoreMma K, int N>() {
+        return std::optional<Status>(launch_scores_wgmma<Id, K, N>(sp, a, stream));
+      });
+  if (wgmma_status) return *std::move(wgmma_status);
   constexpr layout::Geometry G = layout::geometry_of(Id);
   constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
   auto kern = kernels::sm90::indexer_scores_kernel<G.proxy_dim, kHpg>;

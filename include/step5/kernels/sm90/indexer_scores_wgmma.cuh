@@ -169,13 +169,18 @@ struct WgScoreSmem {
                 "wgmma scores: the ring needs a stage per producer warp");
 };
 
+/// The tiles the kernel has: kWgScoreCols columns of either operand type, kWgScoreWideCols of f16.
+template <ScoreMma K, int N>
+__host__ __device__ constexpr bool score_wgmma_has_tile() {
+  return N == kWgScoreCols || (N == kWgScoreWideCols && K == ScoreMma::kF16);
+}
+
 /// Whether the wgmma score kernel supports proxy dim P, hpg_i and Il index-local heads at N
-/// columns (compile-time part: P, hpg_i, operand type; run-time part: Il). The wide tile
-/// (N = kWgScoreWideCols) has the f16 operand type only.
+/// columns (compile-time part: P, hpg_i, operand type, `score_wgmma_has_tile`; run-time part: Il).
 template <int P, int HPG, ScoreMma K, int N = kWgScoreCols>
 __host__ __device__ constexpr bool score_wgmma_static_fit() {
   return P % 64 == 0 && P <= 256 && (P * kWgScoreElem<K>) % 128 == 0 && HPG % 2 == 0 &&
-         N % (4 * HPG) == 0 && (N == kWgScoreCols || (N == kWgScoreWideCols && K == ScoreMma::kF16));
+         N % (4 * HPG) == 0 && score_wgmma_has_tile<K, N>();
 }
 __host__ __device__ constexpr bool score_wgmma_il_fits(int Il, int hpg, int N = kWgScoreCols) {
   return Il > 0 && hpg > 0 && Il % hpg == 0 && Il % 2 == 0 && N % (4 * Il) == 0;
@@ -263,7 +268,7 @@ __device__ __forceinline__ void score_wg_a_fragments(const uint4 (&lo)[P / 64], 
 
 template <ScoreMma K, int N>
 __device__ __forceinline__ void score_wg_mma(float* acc, const std::uint32_t (&a)[4], std::uint64_t db, int scale_d) {
-  static_assert(N == kWgScoreCols || (N == kWgScoreWideCols && K == ScoreMma::kF16), "score_wg_mma: no such tile");
+  static_assert(score_wgmma_has_tile<K, N>(), "score_wg_mma: no such tile");
   if constexpr (N == kWgScoreWideCols)
     wgmma::wgmma_m64n256k16_f16_rs(acc, a, db, scale_d);
   else if constexpr (K == ScoreMma::kF16)
