@@ -177,12 +177,12 @@ __host__ __device__ constexpr bool score_wgmma_has_tile() {
 
 /// Whether the wgmma score kernel supports proxy dim P, hpg_i and Il index-local heads at N
 /// columns (compile-time part: P, hpg_i, operand type, `score_wgmma_has_tile`; run-time part: Il).
-template <int P, int HPG, ScoreMma K, int N = kWgScoreCols>
+template <int P, int HPG, ScoreMma K, int N>
 __host__ __device__ constexpr bool score_wgmma_static_fit() {
   return P % 64 == 0 && P <= 256 && (P * kWgScoreElem<K>) % 128 == 0 && HPG % 2 == 0 &&
          N % (4 * HPG) == 0 && score_wgmma_has_tile<K, N>();
 }
-__host__ __device__ constexpr bool score_wgmma_il_fits(int Il, int hpg, int N = kWgScoreCols) {
+__host__ __device__ constexpr bool score_wgmma_il_fits(int Il, int hpg, int N) {
   return Il > 0 && hpg > 0 && Il % hpg == 0 && Il % 2 == 0 && N % (4 * Il) == 0;
 }
 
@@ -338,7 +338,7 @@ __device__ __forceinline__ void score_wg_produce(const ScoreArgs& a, const Score
 /// Launch: grid (tiles, region chunks) of `score_tile`, kWgScoreThreads threads,
 /// WgScoreSmem<P, KIND, N>::kBytes of dynamic shared memory; a.tok_tile = N / Il,
 /// a.summary_cache 16-byte aligned. N = kWgScoreCols (the automatic tile) or kWgScoreWideCols.
-template <int P, int HPG, ScoreMma KIND, int N = kWgScoreCols>
+template <int P, int HPG, ScoreMma KIND, int N>
 __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kernel(ScoreArgs a) {
   static_assert(score_wgmma_static_fit<P, HPG, KIND, N>(),
                 "indexer_scores_wgmma_kernel: unsupported proxy_dim / hpg_i / tile width");
