@@ -1199,9 +1199,10 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
         const detail_ns::ScorePlan auto_plan = detail_ns::score_plan<kId>(
             rl.index_local_heads, T, static_cast<int>(q.size()), detail_ns::score_ld(*std::max_element(seq.begin(), seq.end())),
             64, 132);
-        const ScorePath expect_auto = ScorePath::kWgmmaF16;
-        EXPECT(auto_plan.path == expect_auto, "%s: the automatic plan took %s, expected %s", base.c_str(),
-               detail_ns::score_path_name(auto_plan.path), detail_ns::score_path_name(expect_auto));
+        // a wgmma f16 tile, 128 or 256 columns wide (which one: the case below)
+        EXPECT(auto_plan.path == ScorePath::kWgmmaF16 || auto_plan.path == ScorePath::kWgmmaF16N256,
+               "%s: the automatic plan took %s, expected wgmma_f16 or wgmma_f16_n256", base.c_str(),
+               detail_ns::score_path_name(auto_plan.path));
         check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 64, 0}, seed, base + " select");
         check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 16, 97}, seed + 1, base + " select ws 97 tokens");
         check_select_direct(e, tp, q, seq, 64, {Inputs::kExact, 64, 0}, seed + 2, base + " select exact");
@@ -1257,15 +1258,53 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
                f16_random.size(), mma_random.size());
         std::printf("  %s: wgmma_f16 vs mma.sync on random inputs: %zu of %zu scores differ in their bits\n", base.c_str(),
                     differ, f16_random.size());
-        // the 128- and 256-column tiles run the same K order per instruction: reported, not asserted
-        // (both are checked against the reference above)
+        // the 128- and 256-column tiles run the same k order per column: the same bits, so the
+        // automatic width (score_wide_tiles_pay) never changes a score
         std::size_t wide_differ = 0;
         for (std::size_t i = 0; i < std::min(f16_random.size(), wide_random.size()); ++i)
           wide_differ += std::bit_cast<std::uint32_t>(f16_random[i]) != std::bit_cast<std::uint32_t>(wide_random[i]);
-        std::printf("  %s: wgmma_f16 vs wgmma_f16_n256 on random inputs: %zu of %zu scores differ in their bits\n",
-                    base.c_str(), wide_differ, f16_random.size());
+        EXPECT(wide_differ == 0 && f16_random.size() == wide_random.size() && !f16_random.empty(),
+               "%s: wgmma_f16 and wgmma_f16_n256 on the same random inputs: %zu of %zu scores differ in their bits "
+               "(%zu scores from the wide tile)",
+               base.c_str(), wide_differ, f16_random.size(), wide_random.size());
       });
     }
+  }
+}
+
+HOST_CASE("indexer: the automatic score tile (mma.sync for decode, wgmma 256 columns where a CTA sees >= 512 regions on average, else 128) at the benchmark shapes") {
+  // ops::detail::score_plan's automatic choice on the shapes bench_indexer measured it on (tp 1
+  // step5_preview, 132 SMs; kScoreWideMinRegionsPerCta's comment has the figures), and around
+  // them: a 4K chunk without history (256 regions per token on average) keeps 128 columns; a 16K
+  // chunk without history, chunks after 32K of history, and decode-sized prefill batches on long
+  // histories take 256; decode and MTP rows take the mma.sync kernel.
+  using detail_ns::ScorePath;
+  constexpr auto kId = step5::layout::GeometryId::step5_preview;
+  const auto& e = step5::layout::entry_of(kId);
+  const int Il = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, 1), 0)
+                     .layout.index_local_heads;
+  struct Shape {
+    int T, B, max_seq;
+    ScorePath expect;
+  };
+  const Shape shapes[] = {
+      {4096, 1, 4096, ScorePath::kWgmmaF16},                 // ld 512: 256 regions per token on average
+      {4096, 1, 6112, ScorePath::kWgmmaF16},                 // ld 764: 508 (chunks of 512 regions)
+      {4096, 1, 6144, ScorePath::kWgmmaF16N256},             // ld 768: 512, the least that takes 256
+      {16384, 1, 16384, ScorePath::kWgmmaF16N256},           // 1024
+      {4096, 1, 32768 + 4096, ScorePath::kWgmmaF16N256},     // 4352, chunks of 4096 regions
+      {16384, 1, 32768 + 16384, ScorePath::kWgmmaF16N256},   // 5120
+      {64 * 16, 64, 32768 + 16, ScorePath::kWgmmaF16N256},   // 64 requests of 16 tokens after 32K
+      {64 * 16, 64, 2048, ScorePath::kWgmmaF16},             // ... after 2K: 255
+      {64, 64, 131072, ScorePath::kMma},                     // decode
+      {128, 64, 131072, ScorePath::kMma},                    // MTP (2 tokens per request)
+  };
+  for (const Shape& sh : shapes) {
+    const std::int64_t ld = detail_ns::score_ld(sh.max_seq);
+    const detail_ns::ScorePlan sp = detail_ns::score_plan<kId>(Il, sh.T, sh.B, ld, 64, 132);
+    EXPECT(sp.path == sh.expect, "T = %d, B = %d, max_seq_len = %d (ld %lld regions, %d regions per CTA): the automatic "
+           "plan took %s, expected %s", sh.T, sh.B, sh.max_seq, static_cast<long long>(ld), sp.regions_per_cta,
+           detail_ns::score_path_name(sp.path), detail_ns::score_path_name(sh.expect));
   }
 }
 

@@ -50,7 +50,8 @@ inline Status check_geometry(const layout::RankLayout& r, const layout::Geometry
 /// every shape the wgmma kernel does not take) or the wgmma kernel (indexer_scores_wgmma.cuh) with
 /// f16 operands (the automatic choice for prefill chunks) or e4m3 operands (only when asked for: its accumulation is
 /// not fp32-accurate, see that file), in tiles of 128 columns, or f16 in wide tiles of 256
-/// columns (kWgmmaF16N256: only when asked for, until measured). kAuto: score_plan's choice.
+/// columns (kWgmmaF16N256: the automatic choice for prefill chunks with long histories,
+/// `score_wide_tiles_pay`). kAuto: score_plan's choice.
 enum class ScorePath { kAuto, kMma, kWgmmaF16, kWgmmaE4m3, kWgmmaF16N256 };
 inline const char* score_path_name(ScorePath p) {
   switch (p) {
@@ -83,6 +84,24 @@ R visit_wgmma_path(ScorePath p, R otherwise, F&& f) {
 /// 16.4 %, bench/RESULTS.md); test_indexer "prefill scores on the wgmma path" checks it.
 inline constexpr int kScoreWgmmaMinMeanQ = 16;
 
+/// The automatic choice takes the wide 256-column tile (kWgmmaF16N256) over the 128-column one
+/// (kWgmmaF16) when a CTA's share of the history is long: the estimated mean number of regions a
+/// token sees, ld - mean_q / 16 (the history of a request of ld regions ahead of a chunk of mean_q
+/// tokens, whose own regions it sees half of on average; in a batch of shorter requests an upper
+/// bound), capped by the plan's region chunk (`regions_per_cta`), at least this many. The wide tile
+/// reads each summary tile once for twice the columns and builds its A fragments once for them,
+/// but stages twice the q columns per CTA and runs half the CTAs, so short histories leave its
+/// ring unfilled. Measured on the H200 (bench_indexer, tp 1 step5_preview, one binary, µs, 128 ->
+/// 256 columns; bench/RESULTS.md, 2026-12-05): 4K chunk without history (256 regions per CTA)
+/// 36.6 -> 41.7 (slower); 16K chunk without history (1024) 322.6 -> 312.3; 4K chunk after 32K
+/// (4096) 289.0 -> 274.9; 16K after 32K (4096) 1329.8 -> 1246.9. Both widths give the same bits
+/// (the same k order per column; test_indexer asserts it), so the choice never changes a score.
+inline constexpr int kScoreWideMinRegionsPerCta = 512;
+inline bool score_wide_tiles_pay(std::int64_t ld, int mean_q, int regions_per_cta) {
+  const std::int64_t mean_regions = std::max<std::int64_t>(1, ld - mean_q / (2 * layout::kRegionSize));
+  return std::min<std::int64_t>(mean_regions, regions_per_cta) >= kScoreWideMinRegionsPerCta;
+}
+
 /// Launch shape of the score kernel for T tokens of B requests (shared with bench/bench_indexer.cu).
 /// mma.sync path: tok_tile (tokens per tile, one pass over a request's summaries serves them all)
 /// follows the mean query length, so decode tiles stage only their own columns; region chunks
@@ -108,8 +127,8 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   ScorePlan s;
   const int Il = index_local_heads;
   const int mean_q = B > 0 ? (T + B - 1) / B : 1;
-  if (want == ScorePath::kAuto)
-    want = mean_q >= kScoreWgmmaMinMeanQ ? ScorePath::kWgmmaF16 : ScorePath::kMma;
+  const bool automatic = want == ScorePath::kAuto;
+  if (automatic) want = mean_q >= kScoreWgmmaMinMeanQ ? ScorePath::kWgmmaF16N256 : ScorePath::kMma;
   // a wgmma path: its tile width and shared memory, when this geometry and Il have it
   struct WgmmaTile {
     int cols = 0, smem = 0;  // cols 0: the path is not a wgmma one, or this geometry / Il lacks it
@@ -121,6 +140,11 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
     }
     return WgmmaTile{};
   });
+  // kAuto's wgmma choice is the wide tile where this geometry and Il have it and its CTAs get long
+  // histories (score_wide_tiles_pay), else the 128-column tile
+  const bool auto_wide = automatic && want == ScorePath::kWgmmaF16N256;
+  const auto narrow = [&] { return score_plan<Id>(Il, T, B, ld, block_size, num_sms, ScorePath::kWgmmaF16); };
+  if (auto_wide && wg.cols == 0) return narrow();
   if (wg.cols > 0) {
     s.path = want;
     s.tok_tile = wg.cols / Il;
@@ -133,6 +157,7 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
     s.region_chunks = (ld + rpc - 1) / rpc;
     s.bt_cap = 0;
     s.smem_bytes = wg.smem;
+    if (auto_wide && !score_wide_tiles_pay(ld, mean_q, s.regions_per_cta)) return narrow();
     return s;
   }
   s.path = ScorePath::kMma;
