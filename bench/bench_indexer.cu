@@ -16,8 +16,8 @@
 //                                              wgmma_e4m3 (e4m3 operands: ~14-bit accumulation, never
 //                                              the automatic choice; measured for reference) at
 //                                              16384 tokens after 32768; wgmma_f16_n256 (the wide
-//                                              256-column tiles, not yet the automatic choice) at
-//                                              every scores_prefill shape
+//                                              256-column tiles, the automatic choice where a CTA
+//                                              sees >= 512 regions) at every scores_prefill shape
 //   scores_decode/tp:N/batch:B/ctx:C           the score kernel alone on decode rows
 //   read/summaries/batch:B/ctx:C               read ceiling of that traffic: every byte of the same
 //                                              summary cache read once by a plain streaming kernel

@@ -24,9 +24,9 @@
 /// GEMM view, per CTA: M = history regions (A = summaries, gathered from the PAGED cache),
 /// N = kWgScoreCols = 128 (token, head) columns of one tile of tokens of one request (B = q),
 /// K = P (proxy_dim). B K-major (the only layout e4m3 has; for f16 the natural one: a q row is
-/// K-contiguous). The wide tile, N = kWgScoreWideCols = 256 (f16 only, forced by
-/// `ScorePath::kWgmmaF16N256`; not yet measured or chosen automatically), reads each summary
-/// tile once for twice the columns: m64n256k16, 128 accumulators per consumer thread (setmaxnreg
+/// K-contiguous). The wide tile, N = kWgScoreWideCols = 256 (f16 only, `ScorePath::kWgmmaF16N256`,
+/// the automatic choice where a CTA's history is long: indexer_launch.cuh `score_wide_tiles_pay`),
+/// reads each summary tile once for twice the columns: m64n256k16, 128 accumulators per consumer thread (setmaxnreg
 /// moves registers from the producer warpgroup to the consumers), the chains' rows / histories
 /// read from shared memory in the epilogue, a ring of 4 stages (B takes 128 KB at P = 256).
 ///
@@ -337,7 +337,7 @@ __device__ __forceinline__ void score_wg_produce(const ScoreArgs& a, const Score
 
 /// Launch: grid (tiles, region chunks) of `score_tile`, kWgScoreThreads threads,
 /// WgScoreSmem<P, KIND, N>::kBytes of dynamic shared memory; a.tok_tile = N / Il,
-/// a.summary_cache 16-byte aligned. N = kWgScoreCols (the automatic tile) or kWgScoreWideCols.
+/// a.summary_cache 16-byte aligned. N = kWgScoreCols or kWgScoreWideCols (score_plan chooses).
 template <int P, int HPG, ScoreMma KIND, int N>
 __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kernel(ScoreArgs a) {
   static_assert(score_wgmma_static_fit<P, HPG, KIND, N>(),
