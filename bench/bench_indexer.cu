@@ -17,7 +17,8 @@
 //                                              the automatic choice; measured for reference) at
 //                                              16384 tokens after 32768; wgmma_f16_n256 (the wide
 //                                              256-column tiles, the automatic choice where a CTA
-//                                              sees >= 512 regions) at every scores_prefill shape
+//                                              sees long histories: score_wide_tiles_pay) at every
+//                                              scores_prefill shape
 //   scores_decode/tp:N/batch:B/ctx:C           the score kernel alone on decode rows
 //   read/summaries/batch:B/ctx:C               read ceiling of that traffic: every byte of the same
 //                                              summary cache read once by a plain streaming kernel

@@ -1,8 +1,11 @@
 #pragma once
 // Minimal harness of the GPU tests (no doctest in nvcc-compiled files, DESIGN.md):
-//   STEP5_GPU_TEST_MAIN() — skips (exit 77) when no sm_90 device is present, runs the cases
-//                           (argv[1]: only the cases whose name contains it; `--list`: print
-//                           the case names, one per line, and exit 0).
+//   STEP5_GPU_TEST_MAIN() — runs the cases (argv[1]: only the cases whose name contains it;
+//                           `--list`: print the case names, one per line, and exit 0); without
+//                           an sm_90 device it runs only the HOST_CASEs and exits 77 (skipped)
+//                           when they pass, 1 when one fails.
+//   GPU_CASE("name") { }  — a case that needs the device; HOST_CASE("name") { } one that does not
+//                           (launch plans and other host logic of the GPU paths).
 //   GPU_CHECK(cuda call)  — fails the test with the call and the CUDA error string.
 //   EXPECT(cond, fmt...)  — records a failure with a message, keeps going.
 //   rel_error(out, ref)   — ||out - ref|| / ||ref|| (fp64).

@@ -1199,10 +1199,13 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
         const detail_ns::ScorePlan auto_plan = detail_ns::score_plan<kId>(
             rl.index_local_heads, T, static_cast<int>(q.size()), detail_ns::score_ld(*std::max_element(seq.begin(), seq.end())),
             64, 132);
-        // a wgmma f16 tile, 128 or 256 columns wide (which one: the case below)
-        EXPECT(auto_plan.path == ScorePath::kWgmmaF16 || auto_plan.path == ScorePath::kWgmmaF16N256,
-               "%s: the automatic plan took %s, expected wgmma_f16 or wgmma_f16_n256", base.c_str(),
-               detail_ns::score_path_name(auto_plan.path));
+        // the 128-column wgmma tile: at 132 SMs this batch's wide plan cuts the history into
+        // chunks of 128 or 256 regions, fewer than its tokens see (score_wide_tiles_pay; the
+        // rule: the HOST_CASE below; the wide tile through indexer_select: "indexer_select on the
+        // automatic wide tile")
+        const ScorePath expect_auto = ScorePath::kWgmmaF16;
+        EXPECT(auto_plan.path == expect_auto, "%s: the automatic plan took %s, expected %s", base.c_str(),
+               detail_ns::score_path_name(auto_plan.path), detail_ns::score_path_name(expect_auto));
         check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 64, 0}, seed, base + " select");
         check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 16, 97}, seed + 1, base + " select ws 97 tokens");
         check_select_direct(e, tp, q, seq, 64, {Inputs::kExact, 64, 0}, seed + 2, base + " select exact");
@@ -1272,6 +1275,44 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
   }
 }
 
+GPU_CASE("indexer: indexer_select on the automatic wide tile (a prefill batch whose tokens see >= 512 regions on average), both geometries at tp 1") {
+  // The automatic plan on this GPU takes the 256-column wgmma tile for a 4K-token batch of three
+  // requests after histories of 4143, 2999 and 2006 positions (ld 768, ~683 regions per token on
+  // average); indexer_select runs it end to end (its plan written to the workspace, the score
+  // chunks the workspace holds, the selection), judged against the reference as every other
+  // select case: random inputs; full size also exact inputs and a workspace of 1000 tokens (score
+  // chunks cutting requests and tiles).
+  using detail_ns::ScorePath;
+  const std::vector<int> q = {2001, 1, 2094}, seq = {6144, 3000, 4100};
+  for (int gi = 0; gi < static_cast<int>(step5::layout::kNumGeometries); ++gi) {
+    if (step5_test::quick() && gi != 0) continue;  // quick: the first geometry, random inputs
+    const auto& e = step5::layout::kGeometries[gi];
+    const int tp = 1;
+    const std::string base = std::string(e.name) + " tp 1 prefill, automatic wide tile";
+    with_geometry_id(gi, [&](auto id) {
+      constexpr auto kId = static_cast<step5::layout::GeometryId>(decltype(id)::value);
+      const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
+      int dev = 0, sms = 0;
+      GPU_CHECK(cudaGetDevice(&dev));
+      EXPECT(step5::device_sm_count(dev, &sms).ok(), "device_sm_count");
+      int T = 0;
+      for (int x : q) T += x;
+      const detail_ns::ScorePlan sp = detail_ns::score_plan<kId>(
+          rl.index_local_heads, T, static_cast<int>(q.size()), detail_ns::score_ld(*std::max_element(seq.begin(), seq.end())),
+          64, sms);
+      EXPECT(sp.path == ScorePath::kWgmmaF16N256, "%s: the automatic plan on %d SMs took %s (%d regions per CTA), expected %s",
+             base.c_str(), sms, detail_ns::score_path_name(sp.path), sp.regions_per_cta,
+             detail_ns::score_path_name(ScorePath::kWgmmaF16N256));
+      const std::uint32_t seed = static_cast<std::uint32_t>(9100 + 10 * gi);
+      check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 64, 0}, seed, base + " select");
+      if (!step5_test::quick()) {
+        check_select_direct(e, tp, q, seq, 64, {Inputs::kExact, 64, 0}, seed + 1, base + " select exact");
+        check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 64, 1000}, seed + 2, base + " select ws 1000 tokens");
+      }
+    });
+  }
+}
+
 HOST_CASE("indexer: the automatic score tile (mma.sync for decode, wgmma 256 columns where a CTA sees >= 512 regions on average, else 128) at the benchmark shapes") {
   // ops::detail::score_plan's automatic choice on the shapes bench_indexer measured it on (tp 1
   // step5_preview, 132 SMs; kScoreWideMinRegionsPerCta's comment has the figures), and around
@@ -1295,7 +1336,8 @@ HOST_CASE("indexer: the automatic score tile (mma.sync for decode, wgmma 256 col
       {4096, 1, 32768 + 4096, ScorePath::kWgmmaF16N256},     // 4352, chunks of 4096 regions
       {16384, 1, 32768 + 16384, ScorePath::kWgmmaF16N256},   // 5120
       {64 * 16, 64, 32768 + 16, ScorePath::kWgmmaF16N256},   // 64 requests of 16 tokens after 32K
-      {64 * 16, 64, 2048, ScorePath::kWgmmaF16},             // ... after 2K: 255
+      {64 * 16, 64, 2048, ScorePath::kWgmmaF16},             // ... after 2K: 255, chunks of 128 regions
+      {64 * 16, 64, 8192, ScorePath::kWgmmaF16},             // ... after 8K: 1023, but chunks of 256 (the cap)
       {64, 64, 131072, ScorePath::kMma},                     // decode
       {128, 64, 131072, ScorePath::kMma},                    // MTP (2 tokens per request)
   };

@@ -87,8 +87,10 @@ inline constexpr int kScoreWgmmaMinMeanQ = 16;
 /// The automatic choice takes the wide 256-column tile (kWgmmaF16N256) over the 128-column one
 /// (kWgmmaF16) when a CTA's share of the history is long: the estimated mean number of regions a
 /// token sees, ld - mean_q / 16 (the history of a request of ld regions ahead of a chunk of mean_q
-/// tokens, whose own regions it sees half of on average; in a batch of shorter requests an upper
-/// bound), capped by the plan's region chunk (`regions_per_cta`), at least this many. The wide tile
+/// tokens, whose own regions it sees half of on average; ld comes from the caller's max_seq_len,
+/// so in a batch of shorter requests, or under a loose max_seq_len, it is an upper bound and the
+/// choice may take the wide tile where it is slower: never a different score), capped by the
+/// plan's region chunk (`regions_per_cta`), at least this many. The wide tile
 /// reads each summary tile once for twice the columns and builds its A fragments once for them,
 /// but stages twice the q columns per CTA and runs half the CTAs, so short histories leave its
 /// ring unfilled. Measured on the H200 (bench_indexer, tp 1 step5_preview, one binary, µs, 128 ->
@@ -141,7 +143,7 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
     return WgmmaTile{};
   });
   // kAuto's wgmma choice is the wide tile where this geometry and Il have it and its CTAs get long
-  // histories (score_wide_tiles_pay), else the 128-column tile
+  // histories (score_wide_tiles_pay), else the 128-column tile (or mma.sync where Il lacks it too)
   const bool auto_wide = automatic && want == ScorePath::kWgmmaF16N256;
   const auto narrow = [&] { return score_plan<Id>(Il, T, B, ld, block_size, num_sms, ScorePath::kWgmmaF16); };
   if (auto_wide && wg.cols == 0) return narrow();

@@ -108,7 +108,7 @@ namespace step5::kernels::sm90 {
 /// Operand type of the wgmma score kernel (see the file comment).
 enum class ScoreMma { kF16, kE4m3 };
 
-inline constexpr int kWgScoreCols = 128;      ///< N: (token, head) columns per CTA (the automatic tile)
+inline constexpr int kWgScoreCols = 128;      ///< N: (token, head) columns per CTA (short histories: score_plan)
 inline constexpr int kWgScoreWideCols = 256;  ///< N of the wide tile (ScorePath::kWgmmaF16N256, f16 only)
 inline constexpr int kWgScoreRegions = 64;    ///< M: regions per tile (wgmma m64)
 inline constexpr int kWgScoreConsumers = 256; ///< 2 consumer warpgroups
