@@ -1303,6 +1303,11 @@ GPU_CASE("indexer: indexer_select on the automatic wide tile (a prefill batch wh
       EXPECT(sp.path == ScorePath::kWgmmaF16N256, "%s: the automatic plan on %d SMs took %s (%d regions per CTA), expected %s",
              base.c_str(), sms, detail_ns::score_path_name(sp.path), sp.regions_per_cta,
              detail_ns::score_path_name(ScorePath::kWgmmaF16N256));
+      // this build's wide kernel: compiled for the registers its setmaxnreg split needs
+      const detail_ns::WideScoreKernel& wk = detail_ns::score_wide_kernel<kId>();
+      EXPECT(wk.launchable && wk.error == cudaSuccess && wk.regs == step5::kernels::sm90::kWgScoreLaunchRegs,
+             "%s: the wide kernel: %d registers per thread (%s), launchable %d; expected %d", base.c_str(), wk.regs,
+             cudaGetErrorString(wk.error), int(wk.launchable), step5::kernels::sm90::kWgScoreLaunchRegs);
       const std::uint32_t seed = static_cast<std::uint32_t>(9100 + 10 * gi);
       check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 64, 0}, seed, base + " select");
       if (!step5_test::quick()) {
@@ -1347,6 +1352,14 @@ HOST_CASE("indexer: the automatic score tile (mma.sync for decode, wgmma 256 col
     EXPECT(sp.path == sh.expect, "T = %d, B = %d, max_seq_len = %d (ld %lld regions, %d regions per CTA): the automatic "
            "plan took %s, expected %s", sh.T, sh.B, sh.max_seq, static_cast<long long>(ld), sp.regions_per_cta,
            detail_ns::score_path_name(sp.path), detail_ns::score_path_name(sh.expect));
+    // a wide kernel that cannot run (compiled for other than kWgScoreLaunchRegs registers,
+    // score_wide_kernel_launchable false): 128 columns instead
+    const ScorePath expect_narrow = sh.expect == ScorePath::kWgmmaF16N256 ? ScorePath::kWgmmaF16 : sh.expect;
+    const detail_ns::ScorePlan np = detail_ns::score_plan<kId>(Il, sh.T, sh.B, ld, 64, 132, ScorePath::kAuto, false);
+    EXPECT(np.path == expect_narrow && (np.path != ScorePath::kWgmmaF16 || np.cols_cap == step5::kernels::sm90::kWgScoreCols),
+           "T = %d, B = %d, max_seq_len = %d, the wide kernel not launchable: the automatic plan took %s (%d columns), "
+           "expected %s", sh.T, sh.B, sh.max_seq, detail_ns::score_path_name(np.path), np.cols_cap,
+           detail_ns::score_path_name(expect_narrow));
   }
 }
 

@@ -114,7 +114,8 @@ inline bool score_wide_tiles_pay(std::int64_t ld, int mean_q, int regions_per_ct
 /// to 4096 regions (multiples of 128), halved until the grid covers 2 × `num_sms` CTAs (one CTA
 /// per SM).
 /// `want` forces a path (tests, benchmarks); a wgmma path the shape does not fit falls back to
-/// the mma.sync kernel (`path` says which one the plan took).
+/// the mma.sync kernel (`path` says which one the plan took). `wide_launchable` false: kAuto never
+/// takes the wide tile (indexer_select's choice where `score_wide_kernel_launchable` is false).
 struct ScorePlan {
   int tok_tile = 1, cols_cap = 8, regions_per_cta = 0, bt_cap = 0, smem_bytes = 0;
   std::int64_t tiles_upper = 0, region_chunks = 0;
@@ -122,7 +123,7 @@ struct ScorePlan {
 };
 template <layout::GeometryId Id>
 ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size, int num_sms,
-                     ScorePath want = ScorePath::kAuto) {
+                     ScorePath want = ScorePath::kAuto, bool wide_launchable = true) {
   constexpr layout::Geometry G = layout::geometry_of(Id);
   constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
   using kernels::sm90::ScoreMma;
@@ -146,7 +147,7 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   // histories (score_wide_tiles_pay), else the 128-column tile (or mma.sync where Il lacks it too)
   const bool auto_wide = automatic && want == ScorePath::kWgmmaF16N256;
   const auto narrow = [&] { return score_plan<Id>(Il, T, B, ld, block_size, num_sms, ScorePath::kWgmmaF16); };
-  if (auto_wide && wg.cols == 0) return narrow();
+  if (auto_wide && (wg.cols == 0 || !wide_launchable)) return narrow();
   if (wg.cols > 0) {
     s.path = want;
     s.tok_tile = wg.cols / Il;
@@ -212,6 +213,44 @@ inline void apply_score_plan(const ScorePlan& sp, kernels::sm90::ScoreArgs& a) {
   a.cols_cap = sp.cols_cap;
 }
 
+/// The registers per thread the wide wgmma score kernel of geometry Id was compiled for
+/// (cudaFuncGetAttributes, queried once per process), and whether it can run: its setmaxnreg
+/// split holds for exactly kWgScoreLaunchRegs at launch (fewer: the consumers would wait forever
+/// for registers; a build with other code generation, e.g. nvcc -G, may give another count). regs
+/// 0: the geometry has no wide tile, or the query failed (`error`; cleared from cudaGetLastError).
+struct WideScoreKernel {
+  bool launchable = false;
+  int regs = 0;
+  cudaError_t error = cudaSuccess;
+};
+template <layout::GeometryId Id>
+const WideScoreKernel& score_wide_kernel() {
+  static const WideScoreKernel k = [] {
+    constexpr layout::Geometry G = layout::geometry_of(Id);
+    constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
+    constexpr int kWide = kernels::sm90::kWgScoreWideCols;
+    using kernels::sm90::ScoreMma;
+    WideScoreKernel w;
+    if constexpr (kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, ScoreMma::kF16, kWide>()) {
+      cudaFuncAttributes fa{};
+      w.error = cudaFuncGetAttributes(&fa, kernels::sm90::indexer_scores_wgmma_kernel<G.proxy_dim, kHpg, ScoreMma::kF16, kWide>);
+      if (w.error != cudaSuccess) {
+        (void)cudaGetLastError();
+        return w;
+      }
+      w.regs = fa.numRegs;
+      w.launchable = fa.numRegs == kernels::sm90::kWgScoreLaunchRegs;
+    }
+    return w;
+  }();
+  return k;
+}
+/// Whether kAuto may plan the wide score tile for geometry Id (score_wide_kernel().launchable).
+template <layout::GeometryId Id>
+bool score_wide_kernel_launchable() {
+  return score_wide_kernel<Id>().launchable;
+}
+
 /// Launches the wgmma score kernel of operand type K and N columns (plan `sp`, path kWgmmaF16 /
 /// kWgmmaE4m3 / kWgmmaF16N256).
 template <layout::GeometryId Id, kernels::sm90::ScoreMma K, int N>
@@ -228,14 +267,12 @@ Status launch_scores_wgmma(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cuda
         sp.regions_per_cta % (2 * kernels::sm90::kWgScoreRegions) != 0)
       return Status(StatusCode::kInternal, "launch_scores: inconsistent wgmma score plan");
     if constexpr (N == kernels::sm90::kWgScoreWideCols) {
-      // setmaxnreg's raise takes only what the producers release: the kernel's static_assert holds
-      // for kWgScoreLaunchRegs registers per thread at launch; with fewer the consumers would wait
-      // forever
-      cudaFuncAttributes fa{};
-      STEP5_CUDA_RETURN(cudaFuncGetAttributes(&fa, kern));
-      if (fa.numRegs != kernels::sm90::kWgScoreLaunchRegs)
+      // setmaxnreg's raise takes only what the producers release (score_wide_kernel)
+      const WideScoreKernel& w = score_wide_kernel<Id>();
+      if (w.error != cudaSuccess) return cuda_status(w.error, "launch_scores: cudaFuncGetAttributes of the wide kernel");
+      if (!w.launchable)
         return Status(StatusCode::kInternal,
-                      "launch_scores: the wide wgmma score kernel was compiled for " + num(fa.numRegs) +
+                      "launch_scores: the wide wgmma score kernel was compiled for " + num(w.regs) +
                           " registers per thread; its setmaxnreg split needs " +
                           num(kernels::sm90::kWgScoreLaunchRegs));
     }
@@ -431,7 +468,10 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   int dev = 0, sms = 0;
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
   STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
-  const ScorePlan sp = score_plan<Id>(Il, T, B, ld, p.table.block_size, sms);
+  ScorePlan sp = score_plan<Id>(Il, T, B, ld, p.table.block_size, sms);
+  // the wide tile only where its kernel can run (queried the first time a plan takes it)
+  if (sp.path == ScorePath::kWgmmaF16N256 && !score_wide_kernel_launchable<Id>())
+    sp = score_plan<Id>(Il, T, B, ld, p.table.block_size, sms, ScorePath::kAuto, false);
   if (sp.region_chunks > 65535 || sp.tiles_upper > 0x7fffffff)
     return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " or num_tokens = " + num(T) +
                             " exceeds the launch grid");
