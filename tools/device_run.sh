@@ -3,7 +3,9 @@
 # the requested phases, each capped so that the whole call ends within $BUDGET seconds (default
 # 570); logs and JSON go to $OUT; a short summary is printed last.
 #   bash tools/device_run.sh build gpu multigpu driver sanitize bench
-# Phases: build (all targets, or BUILD_TARGETS; sm_90a) | gpu (ctest -L gpu; GPU_REGEX = ctest -R) |
+# Phases: build (all targets, or BUILD_TARGETS; sm_90a) | gpu (ctest -L gpu; GPU_REGEX = ctest -R;
+#   GPU_FILTER: instead only the cases whose name contains it, of the binaries in GPU_TESTS,
+#   default test_indexer) |
 #   multigpu (ctest -L multigpu) |
 #   consumer (ctest -L consumer: the downstream projects, run on the GPU) |
 #   driver (the README main command on the GPU, --check, --json) | sanitize (the gpu tests under
@@ -35,6 +37,16 @@ for phase in "$@"; do
       note "build: $(( $(date +%s) - t )) s, $(grep -E 'build exit code' "$OUT/build.log"), $(grep -c ' error' "$OUT/build.log") error lines, $(grep -ci 'spill' "$OUT/build.log") spill lines"
       ;;
     gpu|multigpu|consumer)
+      if [ "$phase" = gpu ] && [ -n "${GPU_FILTER:-}" ]; then
+        # only the cases whose name contains GPU_FILTER (the tests' argv[1]) of the binaries in
+        # GPU_TESTS, run directly (ctest cannot select cases)
+        for t in ${GPU_TESTS:-test_indexer}; do
+          timeout "$(cap 300)" $B/tests/$t "$GPU_FILTER" > "$OUT/gpu_${t}_filtered.txt" 2>&1
+          note "$t [$GPU_FILTER]: rc=$? $(grep -E 'passed, .* failed' "$OUT/gpu_${t}_filtered.txt" | tail -1)"
+          grep -E "^\[FAIL\]" "$OUT/gpu_${t}_filtered.txt" | head -10
+        done
+        continue
+      fi
       timeout "$(cap 300)" ctest --test-dir $B -L "^$phase\$" ${GPU_REGEX:+-R "$GPU_REGEX"} --output-on-failure -j1 > "$OUT/ctest_$phase.txt" 2>&1
       note "ctest -L $phase: rc=$? $(grep -E 'tests passed|tests failed' "$OUT/ctest_$phase.txt" | tail -1)"
       grep -E "\*\*\*Failed|Not Run|Timeout" "$OUT/ctest_$phase.txt" | head -20
