@@ -273,7 +273,7 @@ void bm_decode(benchmark::State& st, int tp, int batch, int ctx) {
 }
 
 /// Times the score kernel alone (no selection) for the setup's batch, launched as indexer_select
-/// launches it (ops::detail::score_plan / launch_scores).
+/// launches it (kAuto: ops::detail::auto_score_plan, a forced path: score_plan; launch_scores).
 double time_scores_only(SelectSetup& s, step5::ops::detail::ScorePath want = step5::ops::detail::ScorePath::kAuto,
                         step5::ops::detail::ScorePath* taken = nullptr) {
   using namespace step5;
@@ -286,7 +286,10 @@ double time_scores_only(SelectSetup& s, step5::ops::detail::ScorePath want = ste
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CKS(device_sm_count(dev, &sms));
-  const ops::detail::ScorePlan sp = ops::detail::score_plan<kId>(Il, T, B, ld, p.table.block_size, sms, want);
+  const ops::detail::ScorePlan sp =
+      want == ops::detail::ScorePath::kAuto
+          ? ops::detail::auto_score_plan<kId>(Il, T, B, ld, p.table.block_size, sms)  // indexer_select's plan
+          : ops::detail::score_plan<kId>(Il, T, B, ld, p.table.block_size, sms, want);
   if (taken) *taken = sp.path;
   const std::int32_t* tile_start = nullptr;
   CKS(ops::detail::score_tile_starts(sp, p.batch.cu_seqlens_q, B, static_cast<std::int32_t*>(p.workspace), g_stream,

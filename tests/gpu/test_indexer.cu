@@ -1297,14 +1297,15 @@ GPU_CASE("indexer: indexer_select on the automatic wide tile (a prefill batch wh
       EXPECT(step5::device_sm_count(dev, &sms).ok(), "device_sm_count");
       int T = 0;
       for (int x : q) T += x;
-      const detail_ns::ScorePlan sp = detail_ns::score_plan<kId>(
+      // indexer_select's plan (auto_score_plan, with this build's wide kernel asked whether it can run)
+      const detail_ns::ScorePlan sp = detail_ns::auto_score_plan<kId>(
           rl.index_local_heads, T, static_cast<int>(q.size()), detail_ns::score_ld(*std::max_element(seq.begin(), seq.end())),
           64, sms);
       EXPECT(sp.path == ScorePath::kWgmmaF16N256, "%s: the automatic plan on %d SMs took %s (%d regions per CTA), expected %s",
              base.c_str(), sms, detail_ns::score_path_name(sp.path), sp.regions_per_cta,
              detail_ns::score_path_name(ScorePath::kWgmmaF16N256));
       // this build's wide kernel: compiled for the registers its setmaxnreg split needs
-      const detail_ns::WideScoreKernel& wk = detail_ns::score_wide_kernel<kId>();
+      const detail_ns::WideScoreKernel wk = detail_ns::score_wide_kernel<kId>();
       EXPECT(wk.launchable && wk.error == cudaSuccess && wk.regs == step5::kernels::sm90::kWgScoreLaunchRegs,
              "%s: the wide kernel: %d registers per thread (%s), launchable %d; expected %d", base.c_str(), wk.regs,
              cudaGetErrorString(wk.error), int(wk.launchable), step5::kernels::sm90::kWgScoreLaunchRegs);
@@ -1348,14 +1349,18 @@ HOST_CASE("indexer: the automatic score tile (mma.sync for decode, wgmma 256 col
   };
   for (const Shape& sh : shapes) {
     const std::int64_t ld = detail_ns::score_ld(sh.max_seq);
-    const detail_ns::ScorePlan sp = detail_ns::score_plan<kId>(Il, sh.T, sh.B, ld, 64, 132);
+    // indexer_select's plan (auto_score_plan) with a launchable wide kernel, as score_plan's
+    const detail_ns::ScorePlan sp = detail_ns::auto_score_plan<kId>(Il, sh.T, sh.B, ld, 64, 132, [] { return true; });
     EXPECT(sp.path == sh.expect, "T = %d, B = %d, max_seq_len = %d (ld %lld regions, %d regions per CTA): the automatic "
            "plan took %s, expected %s", sh.T, sh.B, sh.max_seq, static_cast<long long>(ld), sp.regions_per_cta,
            detail_ns::score_path_name(sp.path), detail_ns::score_path_name(sh.expect));
-    // a wide kernel that cannot run (compiled for other than kWgScoreLaunchRegs registers,
-    // score_wide_kernel_launchable false): 128 columns instead
+    const detail_ns::ScorePlan bare = detail_ns::score_plan<kId>(Il, sh.T, sh.B, ld, 64, 132);
+    EXPECT(bare.path == sp.path, "T = %d, B = %d: score_plan took %s, auto_score_plan %s", sh.T, sh.B,
+           detail_ns::score_path_name(bare.path), detail_ns::score_path_name(sp.path));
+    // a wide kernel that cannot run (compiled for other than kWgScoreLaunchRegs registers): 128
+    // columns instead
     const ScorePath expect_narrow = sh.expect == ScorePath::kWgmmaF16N256 ? ScorePath::kWgmmaF16 : sh.expect;
-    const detail_ns::ScorePlan np = detail_ns::score_plan<kId>(Il, sh.T, sh.B, ld, 64, 132, ScorePath::kAuto, false);
+    const detail_ns::ScorePlan np = detail_ns::auto_score_plan<kId>(Il, sh.T, sh.B, ld, 64, 132, [] { return false; });
     EXPECT(np.path == expect_narrow && (np.path != ScorePath::kWgmmaF16 || np.cols_cap == step5::kernels::sm90::kWgScoreCols),
            "T = %d, B = %d, max_seq_len = %d, the wide kernel not launchable: the automatic plan took %s (%d columns), "
            "expected %s", sh.T, sh.B, sh.max_seq, detail_ns::score_path_name(np.path), np.cols_cap,

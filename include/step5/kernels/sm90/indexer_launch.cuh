@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <optional>
 #include <string>
@@ -115,7 +116,8 @@ inline bool score_wide_tiles_pay(std::int64_t ld, int mean_q, int regions_per_ct
 /// per SM).
 /// `want` forces a path (tests, benchmarks); a wgmma path the shape does not fit falls back to
 /// the mma.sync kernel (`path` says which one the plan took). `wide_launchable` false: kAuto never
-/// takes the wide tile (indexer_select's choice where `score_wide_kernel_launchable` is false).
+/// takes the wide tile (`auto_score_plan`, indexer_select's plan, passes it where the wide kernel
+/// cannot run).
 struct ScorePlan {
   int tok_tile = 1, cols_cap = 8, regions_per_cta = 0, bt_cap = 0, smem_bytes = 0;
   std::int64_t tiles_upper = 0, region_chunks = 0;
@@ -143,8 +145,9 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
     }
     return WgmmaTile{};
   });
-  // kAuto's wgmma choice is the wide tile where this geometry and Il have it and its CTAs get long
-  // histories (score_wide_tiles_pay), else the 128-column tile (or mma.sync where Il lacks it too)
+  // kAuto's wgmma choice is the wide tile where this geometry and Il have it, `wide_launchable`
+  // and its CTAs get long histories (score_wide_tiles_pay), else the 128-column tile (or mma.sync
+  // where Il lacks it too)
   const bool auto_wide = automatic && want == ScorePath::kWgmmaF16N256;
   const auto narrow = [&] { return score_plan<Id>(Il, T, B, ld, block_size, num_sms, ScorePath::kWgmmaF16); };
   if (auto_wide && (wg.cols == 0 || !wide_launchable)) return narrow();
@@ -214,24 +217,27 @@ inline void apply_score_plan(const ScorePlan& sp, kernels::sm90::ScoreArgs& a) {
 }
 
 /// The registers per thread the wide wgmma score kernel of geometry Id was compiled for
-/// (cudaFuncGetAttributes, queried once per process), and whether it can run: its setmaxnreg
-/// split holds for exactly kWgScoreLaunchRegs at launch (fewer: the consumers would wait forever
-/// for registers; a build with other code generation, e.g. nvcc -G, may give another count). regs
-/// 0: the geometry has no wide tile, or the query failed (`error`; cleared from cudaGetLastError).
+/// (cudaFuncGetAttributes; a successful answer is cached for the process, a failed query is asked
+/// again next time), and whether it can run: its setmaxnreg split holds for exactly
+/// kWgScoreLaunchRegs at launch (fewer: the consumers would wait forever for registers; a build
+/// with other code generation, e.g. nvcc -G, may give another count). regs 0: the geometry has no
+/// wide tile, or the query failed (`error`, cleared from cudaGetLastError).
 struct WideScoreKernel {
   bool launchable = false;
   int regs = 0;
   cudaError_t error = cudaSuccess;
 };
 template <layout::GeometryId Id>
-const WideScoreKernel& score_wide_kernel() {
-  static const WideScoreKernel k = [] {
-    constexpr layout::Geometry G = layout::geometry_of(Id);
-    constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
-    constexpr int kWide = kernels::sm90::kWgScoreWideCols;
-    using kernels::sm90::ScoreMma;
-    WideScoreKernel w;
-    if constexpr (kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, ScoreMma::kF16, kWide>()) {
+WideScoreKernel score_wide_kernel() {
+  constexpr layout::Geometry G = layout::geometry_of(Id);
+  constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
+  constexpr int kWide = kernels::sm90::kWgScoreWideCols;
+  using kernels::sm90::ScoreMma;
+  WideScoreKernel w;
+  if constexpr (kernels::sm90::score_wgmma_static_fit<G.proxy_dim, kHpg, ScoreMma::kF16, kWide>()) {
+    static std::atomic<int> cached_regs{0};  // 0: not asked yet, or the last query failed
+    w.regs = cached_regs.load(std::memory_order_relaxed);
+    if (w.regs == 0) {
       cudaFuncAttributes fa{};
       w.error = cudaFuncGetAttributes(&fa, kernels::sm90::indexer_scores_wgmma_kernel<G.proxy_dim, kHpg, ScoreMma::kF16, kWide>);
       if (w.error != cudaSuccess) {
@@ -239,16 +245,28 @@ const WideScoreKernel& score_wide_kernel() {
         return w;
       }
       w.regs = fa.numRegs;
-      w.launchable = fa.numRegs == kernels::sm90::kWgScoreLaunchRegs;
+      cached_regs.store(w.regs, std::memory_order_relaxed);
     }
-    return w;
-  }();
-  return k;
+    w.launchable = w.regs == kernels::sm90::kWgScoreLaunchRegs;
+  }
+  return w;
 }
-/// Whether kAuto may plan the wide score tile for geometry Id (score_wide_kernel().launchable).
+
+/// kAuto's score plan as indexer_select makes it: score_plan, planned again without the wide tile
+/// where it took the wide tile and `wide_launchable()` is false (its default asks
+/// score_wide_kernel<Id>(): only when a plan takes the wide tile, so decode steps never query).
+template <layout::GeometryId Id, class WideLaunchable>
+ScorePlan auto_score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size, int num_sms,
+                          WideLaunchable&& wide_launchable) {
+  const ScorePlan sp = score_plan<Id>(index_local_heads, T, B, ld, block_size, num_sms);
+  if (sp.path == ScorePath::kWgmmaF16N256 && !wide_launchable())
+    return score_plan<Id>(index_local_heads, T, B, ld, block_size, num_sms, ScorePath::kAuto, false);
+  return sp;
+}
 template <layout::GeometryId Id>
-bool score_wide_kernel_launchable() {
-  return score_wide_kernel<Id>().launchable;
+ScorePlan auto_score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size, int num_sms) {
+  return auto_score_plan<Id>(index_local_heads, T, B, ld, block_size, num_sms,
+                             [] { return score_wide_kernel<Id>().launchable; });
 }
 
 /// Launches the wgmma score kernel of operand type K and N columns (plan `sp`, path kWgmmaF16 /
@@ -268,7 +286,7 @@ Status launch_scores_wgmma(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cuda
       return Status(StatusCode::kInternal, "launch_scores: inconsistent wgmma score plan");
     if constexpr (N == kernels::sm90::kWgScoreWideCols) {
       // setmaxnreg's raise takes only what the producers release (score_wide_kernel)
-      const WideScoreKernel& w = score_wide_kernel<Id>();
+      const WideScoreKernel w = score_wide_kernel<Id>();
       if (w.error != cudaSuccess) return cuda_status(w.error, "launch_scores: cudaFuncGetAttributes of the wide kernel");
       if (!w.launchable)
         return Status(StatusCode::kInternal,
@@ -468,10 +486,7 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   int dev = 0, sms = 0;
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
   STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
-  ScorePlan sp = score_plan<Id>(Il, T, B, ld, p.table.block_size, sms);
-  // the wide tile only where its kernel can run (queried the first time a plan takes it)
-  if (sp.path == ScorePath::kWgmmaF16N256 && !score_wide_kernel_launchable<Id>())
-    sp = score_plan<Id>(Il, T, B, ld, p.table.block_size, sms, ScorePath::kAuto, false);
+  const ScorePlan sp = auto_score_plan<Id>(Il, T, B, ld, p.table.block_size, sms);
   if (sp.region_chunks > 65535 || sp.tiles_upper > 0x7fffffff)
     return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " or num_tokens = " + num(T) +
                             " exceeds the launch grid");
