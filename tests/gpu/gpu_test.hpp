@@ -274,16 +274,14 @@ inline std::size_t programmatic_edges(cudaGraph_t g) {
 
 #define STEP5_GPU_CASE_CAT2(a, b) a##b
 #define STEP5_GPU_CASE_CAT(a, b) STEP5_GPU_CASE_CAT2(a, b)
-/// GPU_CASE("name") { body }
-#define GPU_CASE(name)                                                                    \
+#define STEP5_TEST_CASE(name, host)                                                       \
   static void STEP5_GPU_CASE_CAT(gpu_case_, __LINE__)();                                  \
-  static ::step5_test::Register STEP5_GPU_CASE_CAT(gpu_reg_, __LINE__)(name, &STEP5_GPU_CASE_CAT(gpu_case_, __LINE__)); \
+  static ::step5_test::Register STEP5_GPU_CASE_CAT(gpu_reg_, __LINE__)(name, &STEP5_GPU_CASE_CAT(gpu_case_, __LINE__), host); \
   static void STEP5_GPU_CASE_CAT(gpu_case_, __LINE__)()
+/// GPU_CASE("name") { body }
+#define GPU_CASE(name) STEP5_TEST_CASE(name, false)
 /// HOST_CASE("name") { body }: a case that needs no device (launch plans and other host logic of
 /// the GPU paths); it runs with the GPU cases, and alone where they are skipped (CI without a GPU).
-#define HOST_CASE(name)                                                                   \
-  static void STEP5_GPU_CASE_CAT(gpu_case_, __LINE__)();                                  \
-  static ::step5_test::Register STEP5_GPU_CASE_CAT(gpu_reg_, __LINE__)(name, &STEP5_GPU_CASE_CAT(gpu_case_, __LINE__), true); \
-  static void STEP5_GPU_CASE_CAT(gpu_case_, __LINE__)()
+#define HOST_CASE(name) STEP5_TEST_CASE(name, true)
 #define STEP5_GPU_TEST_MAIN() \
   int main(int argc, char** argv) { return ::step5_test::run_all(argc, argv); }

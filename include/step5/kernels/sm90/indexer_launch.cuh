@@ -115,9 +115,8 @@ inline bool score_wide_tiles_pay(std::int64_t ld, int mean_q, int regions_per_ct
 /// to 4096 regions (multiples of 128), halved until the grid covers 2 × `num_sms` CTAs (one CTA
 /// per SM).
 /// `want` forces a path (tests, benchmarks); a wgmma path the shape does not fit falls back to
-/// the mma.sync kernel (`path` says which one the plan took). `wide_launchable` false: kAuto never
-/// takes the wide tile (`auto_score_plan`, indexer_select's plan, passes it where the wide kernel
-/// cannot run).
+/// the mma.sync kernel (`path` says which one the plan took). indexer_select plans through
+/// `auto_score_plan` (the 128-column tile where the wide kernel cannot run).
 struct ScorePlan {
   int tok_tile = 1, cols_cap = 8, regions_per_cta = 0, bt_cap = 0, smem_bytes = 0;
   std::int64_t tiles_upper = 0, region_chunks = 0;
@@ -125,7 +124,7 @@ struct ScorePlan {
 };
 template <layout::GeometryId Id>
 ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size, int num_sms,
-                     ScorePath want = ScorePath::kAuto, bool wide_launchable = true) {
+                     ScorePath want = ScorePath::kAuto) {
   constexpr layout::Geometry G = layout::geometry_of(Id);
   constexpr int kHpg = G.index_num_heads / G.num_kv_heads;
   using kernels::sm90::ScoreMma;
@@ -145,12 +144,11 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
     }
     return WgmmaTile{};
   });
-  // kAuto's wgmma choice is the wide tile where this geometry and Il have it, `wide_launchable`
-  // and its CTAs get long histories (score_wide_tiles_pay), else the 128-column tile (or mma.sync
-  // where Il lacks it too)
+  // kAuto's wgmma choice is the wide tile where this geometry and Il have it and its CTAs get long
+  // histories (score_wide_tiles_pay), else the 128-column tile (or mma.sync where Il lacks it too)
   const bool auto_wide = automatic && want == ScorePath::kWgmmaF16N256;
   const auto narrow = [&] { return score_plan<Id>(Il, T, B, ld, block_size, num_sms, ScorePath::kWgmmaF16); };
-  if (auto_wide && (wg.cols == 0 || !wide_launchable)) return narrow();
+  if (auto_wide && wg.cols == 0) return narrow();
   if (wg.cols > 0) {
     s.path = want;
     s.tok_tile = wg.cols / Il;
@@ -252,15 +250,16 @@ WideScoreKernel score_wide_kernel() {
   return w;
 }
 
-/// kAuto's score plan as indexer_select makes it: score_plan, planned again without the wide tile
-/// where it took the wide tile and `wide_launchable()` is false (its default asks
-/// score_wide_kernel<Id>(): only when a plan takes the wide tile, so decode steps never query).
+/// kAuto's score plan as indexer_select makes it: score_plan, and where it took the wide tile but
+/// `wide_launchable()` is false, the 128-column tile score_plan falls back to (kWgmmaF16 forced;
+/// its default asks score_wide_kernel<Id>(): only when a plan takes the wide tile, so decode steps
+/// never query).
 template <layout::GeometryId Id, class WideLaunchable>
 ScorePlan auto_score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size, int num_sms,
                           WideLaunchable&& wide_launchable) {
   const ScorePlan sp = score_plan<Id>(index_local_heads, T, B, ld, block_size, num_sms);
   if (sp.path == ScorePath::kWgmmaF16N256 && !wide_launchable())
-    return score_plan<Id>(index_local_heads, T, B, ld, block_size, num_sms, ScorePath::kAuto, false);
+    return score_plan<Id>(index_local_heads, T, B, ld, block_size, num_sms, ScorePath::kWgmmaF16);
   return sp;
 }
 template <layout::GeometryId Id>
