@@ -1210,7 +1210,7 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
         check_select_direct(e, tp, q, seq, 64, {Inputs::kRandom, 16, 97}, seed + 1, base + " select ws 97 tokens");
         check_select_direct(e, tp, q, seq, 64, {Inputs::kExact, 64, 0}, seed + 2, base + " select exact");
         check_select_direct(e, tp, q, seq, 64, {Inputs::kAllEqual, 64, 0}, seed + 3, base + " select all-equal");
-        std::vector<float> f16_random, wide_random, mma_random;
+        std::vector<float> f16_random, wide_random, mma_random, e4m3_random;
         for (ScorePath path :
              {ScorePath::kWgmmaF16, ScorePath::kWgmmaE4m3, ScorePath::kWgmmaF16N256, ScorePath::kMma}) {
           const std::string name = base + " scores " + detail_ns::score_path_name(path);
@@ -1222,6 +1222,7 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
           if (path == ScorePath::kWgmmaF16) f16_random = std::move(v);
           if (path == ScorePath::kWgmmaF16N256) wide_random = std::move(v);
           if (path == ScorePath::kMma) mma_random = std::move(v);
+          if (path == ScorePath::kWgmmaE4m3) e4m3_random = std::move(v);
           if (path == ScorePath::kWgmmaF16 || path == ScorePath::kWgmmaF16N256) {
             const int cols = path == ScorePath::kWgmmaF16 ? step5::kernels::sm90::kWgScoreCols
                                                           : step5::kernels::sm90::kWgScoreWideCols;
@@ -1261,6 +1262,16 @@ GPU_CASE("indexer: prefill scores on the wgmma path (odd chunks, history, chunk 
                f16_random.size(), mma_random.size());
         std::printf("  %s: wgmma_f16 vs mma.sync on random inputs: %zu of %zu scores differ in their bits\n", base.c_str(),
                     differ, f16_random.size());
+        // the bits of each kernel's random scores in one number, so that a run before and after a
+        // kernel change shows whether the change kept them (e4m3 included, which no tolerance
+        // here pins to its bits) — reported, not asserted
+        auto fingerprint = [](const std::vector<float>& v) {
+          std::uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits, over the scores' bit patterns
+          for (float x : v) h = (h ^ std::bit_cast<std::uint32_t>(x)) * 1099511628211ull;
+          return static_cast<unsigned long long>(h);
+        };
+        std::printf("  %s: random scores fingerprint: wgmma_f16 %016llx, wgmma_e4m3 %016llx, mma.sync %016llx\n",
+                    base.c_str(), fingerprint(f16_random), fingerprint(e4m3_random), fingerprint(mma_random));
         // the 128- and 256-column tiles run the same k order per column: the same bits, so the
         // automatic width (score_wide_tiles_pay) never changes a score
         std::size_t wide_differ = 0;
