@@ -286,4 +286,54 @@ GPU_CASE("checked mode: a decode step by the host mirror with 2 tokens of one re
   }
 }
 
+GPU_CASE("checked mode: device seq_lens past the step's max_seq_len (inside the row): the score rows and the selection stay inside the workspace, reported") {
+  // The host mirror is valid for max_seq_len 64 (score rows of score_ld(64) = 8 regions); a replay
+  // runs with request 0 at position 119 (14 regions of history), still inside its block-table row
+  // (capacity 128), so no cache access faults. Before the cut (score_row_regions, topk_row) the
+  // score kernels stored up to a region chunk past each 8-region row and the selection read 14
+  // keys of each: past the workspace for the last rows. indexer_select alone, its workspace
+  // exactly the size it asks for inside a poisoned guard allocation: the guard must be untouched
+  // (and compute-sanitizer memcheck clean), checked mode reports the position, and every id is in
+  // [-1, 8].
+  constexpr int kStepMaxSeqLen = 64;
+  for (const bool checked : {true, false}) {
+    World w;
+    w.seq = {60, 11};          // the host mirror: valid for max_seq_len 64
+    w.upload_meta({120, 11});  // the device values: position 119 > 64
+    GPU_CHECK(cudaMemset(w.d_fault.p, 0, ops::kBoundsFaultWords * 4));
+    // index_q / weights: random, as indexer_prepare would leave them
+    std::mt19937 rng(7u);
+    w.index_q.up(random_u8(static_cast<std::size_t>(kB) * w.Il * w.P, rng));
+    w.weights.up(random_f32(static_cast<std::size_t>(kB) * w.Il, rng, 1.f));
+    const std::size_t need = ops::indexer_select_workspace_bytes(w.rank, kB, kStepMaxSeqLen, kB);
+    constexpr std::size_t kGuard = 1 << 16;
+    DevBuf<unsigned char> ws{need + kGuard};
+    GPU_CHECK(cudaMemset(ws.p, 0xa5, need + kGuard));
+    ops::IndexerSelectParams se;
+    se.rank = w.rank, se.batch = w.batch(), se.table = w.paged(checked ? w.d_fault.p : nullptr);
+    se.index_q = w.index_q.p, se.weights = w.weights.p, se.summary_cache = w.summary.p, se.topk = kTopk;
+    se.max_seq_len = kStepMaxSeqLen, se.topk_ids = w.ids.p, se.counts = w.counts.p;
+    se.workspace = ws.p, se.workspace_bytes = need;
+    GPU_CHECK(cudaMemset(w.ids.p, 0x7f, w.ids.n * sizeof(std::int32_t)));
+    const step5::Status s = ops::indexer_select(se, nullptr);
+    GPU_CHECK(cudaDeviceSynchronize());
+    const char* mode = checked ? "checked" : "unchecked";
+    EXPECT(s.ok(), "%s: indexer_select (host-valid step): %s", mode, s.to_string().c_str());
+    const std::vector<unsigned char> all = ws.down();
+    std::size_t touched = 0;
+    for (std::size_t i = need; i < all.size(); ++i) touched += all[i] != 0xa5;
+    EXPECT(touched == 0, "%s: %zu guard bytes past the %zu-byte workspace changed", mode, touched, need);
+    const long long ld = ops::detail::score_ld(kStepMaxSeqLen);
+    for (const std::int32_t id : w.ids.down())
+      EXPECT(id >= -1 && id <= ld, "%s: selected id %d outside [-1, ld = %lld]", mode, id, ld);
+    if (checked) {
+      const step5::Status f =
+          ops::read_bounds_fault(w.d_fault.p, {kBlockSize, kMaxBlocks, kNumBlocks, kMaxPosition}, nullptr);
+      EXPECT(f.code() == StatusCode::kInvalidArgument, "fault not reported: %s", f.to_string().c_str());
+      for (const char* n : {"request 0", "position 119", "exceeds the 8 regions of a score row"})
+        EXPECT(f.message().find(n) != std::string::npos, "'%s' lacks '%s'", f.message().c_str(), n);
+    }
+  }
+}
+
 STEP5_GPU_TEST_MAIN()

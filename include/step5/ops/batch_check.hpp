@@ -152,12 +152,16 @@ enum class BoundsFault : std::int32_t {
   /// indexer_prepare doing step 4 in its own launch (a decode step by the host mirror) found a
   /// request with more than one token on the device; value = its q_len
   kFoldedStepNotDecode = 4,
+  /// a token's history (position / 8 regions) past the `ld` regions of its score row: a device
+  /// seq_len beyond the step's max_seq_len (the score and selection kernels cut the row there);
+  /// position = the token's, value = ld
+  kHistoryBeyondScoreRow = 5,
 };
 
 /// The checked-mode record: 4 int32 in device memory, zero-filled by the caller before the step.
 /// The first fault of any kernel wins (atomic compare-and-swap on word 0):
 /// `{kind (BoundsFault), request, position, value}` where value is the block id (kBlockIdOutOfRange),
-/// the request's q_len (kFoldedStepNotDecode), else -1.
+/// the request's q_len (kFoldedStepNotDecode), the score row's ld (kHistoryBeyondScoreRow), else -1.
 inline constexpr int kBoundsFaultWords = 4;
 
 /// The geometry a fault record is interpreted against (the step's table and RoPE size).
@@ -188,6 +192,12 @@ inline Status bounds_fault_status(const std::int32_t* rec, const BoundsFaultCont
       return invalid_argument(where + "q_len = " + s(rec[3]) +
                               " in a step indexer_prepare summarised as decode, expected 1 (device cu_seqlens_q "
                               "differ from the host mirror?); the request's summary and tail row were not written");
+    case BoundsFault::kHistoryBeyondScoreRow:
+      return invalid_argument(where + "its history of " + s(rec[2] / layout::kRegionSize) + " regions exceeds the " +
+                              s(rec[3]) + " regions of a score row, expected positions < " +
+                              s(static_cast<long long>(layout::kRegionSize) * rec[3]) +
+                              " (the step's max_seq_len; device seq_lens differ from the host mirror?); its selection "
+                              "saw only the first " + s(rec[3]) + " regions");
   }
   return Status(StatusCode::kInternal, "checked mode: unknown fault kind " + s(rec[0]));
 }

@@ -165,6 +165,15 @@ __device__ __forceinline__ void score_epilogue(const ScoreArgs& a, const float (
   }
 }
 
+/// Regions of history of the token at `position` that its score row holds: position / 8 (SPEC
+/// §4.5), cut at the row's `a.ld` regions. Only a device seq_len beyond the step's max_seq_len
+/// (whose score_ld sized the rows) reaches the cut; score_tile reports it in checked mode
+/// (BoundsFault::kHistoryBeyondScoreRow), and the cut keeps every store inside its row.
+__device__ __forceinline__ int score_row_regions(const ScoreArgs& a, int position) {
+  const int n = position / layout::kRegionSize;
+  return n > a.ld ? static_cast<int>(a.ld) : n;
+}
+
 /// The work of score CTA (tile, chunk): request b (its first token cu0 and `past` = seq_len - q_len
 /// positions before its first query), the tokens [tb, te) (tile `tile` of `a.tok_tile` tokens of b,
 /// clipped to the chunk [a.t0, a.t1)) and the history regions [r_begin, r_end) (region chunk `chunk`
@@ -189,7 +198,10 @@ __device__ __forceinline__ bool score_tile(const ScoreArgs& a, int tile, int chu
   s.tb = max(tb, a.t0);
   s.te = min(min(tb + a.tok_tile, cu1), a.t1);
   if (s.tb >= s.te) return false;
-  const int n_max = (s.past + (s.te - 1 - s.cu0)) / layout::kRegionSize;  // history of the tile's last token
+  const int last = s.past + (s.te - 1 - s.cu0);  // position of the tile's last token
+  if (chunk == 0 && last / layout::kRegionSize > a.ld)
+    report_bounds_fault(a.bounds_fault, ops::BoundsFault::kHistoryBeyondScoreRow, s.b, last, static_cast<int>(a.ld));
+  const int n_max = score_row_regions(a, last);  // history of the tile's last token
   s.r_begin = chunk * a.regions_per_cta;
   if (s.r_begin >= n_max) return false;
   s.r_end = min(s.r_begin + a.regions_per_cta, n_max);
@@ -245,7 +257,7 @@ __global__ void __launch_bounds__(kScoreWarps * 32, score_min_ctas(P)) indexer_s
     const int col0 = gc * HPG, tl = col0 / Il;
     const int t = tb + tl;
     srow[gc] = tl < ntok ? (t - a.t0) * a.lg + (col0 % Il) / HPG : -1;
-    shist[gc] = tl < ntok ? (past + (t - cu0)) / R : 0;
+    shist[gc] = tl < ntok ? score_row_regions(a, past + (t - cu0)) : 0;
   }
   // block ids of the regions [r_begin, r_end); a slot outside the row or an id outside
   // [0, num_blocks) is reported (checked mode) and staged as block 0, so the main loop below

@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
                 "indexer_scores_wgmma_kernel: the epilogue's chains do not read the column order's heads in order");
 #if STEP5_SM90A_DEVICE
   using L = WgScoreSmem<P, KIND, N>;
-  constexpr int M = kWgScoreRegions, R = layout::kRegionSize, S = L::kStages;
+  constexpr int M = kWgScoreRegions, S = L::kStages;
   constexpr bool kWide = N == kWgScoreWideCols;
   extern __shared__ __align__(1024) unsigned char score_wg_smem[];
   const std::uint32_t raw = ptx::smem_u32(score_wg_smem);
@@ -412,7 +412,7 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
     const int gg = f >> 2, tl = 4 * (gg / lg) + (f & 3), g = gg % lg;
     const int t = st.tb + tl;
     srow[f] = tl < ntok ? (t - a.t0) * lg + g : -1;
-    shist[f] = tl < ntok ? (st.past + (t - st.cu0)) / R : 0;
+    shist[f] = tl < ntok ? score_row_regions(a, st.past + (t - st.cu0)) : 0;
   }
   wgmma::fence_proxy_async_smem();
   ptx::named_barrier_sync(1, kWgScoreConsumers);

@@ -133,12 +133,23 @@ struct TopkRow {
   int n;
   std::int64_t orow;
 };
+/// Indexer mode cuts n to the ld regions a score row holds: a device seq_len beyond the step's
+/// max_seq_len (reported by the score kernel in checked mode) would otherwise read past the row
+/// and past the shared-memory key buffer; a negative position (a device seq_len below q_len, a
+/// broken precondition that indexer_prepare reports in checked mode) becomes a huge unsigned
+/// value and is cut to ld as well, so k >= 0 and nothing is written before the output row (its
+/// selection is meaningless). The unsigned division is a shift, so the cut costs no register:
+/// the 128-thread instances sit at their 40-register budget. Raw mode takes history[r] as
+/// given: TopkSelectParams requires it in [0, ld] (not checked on the device: a clamp there
+/// spilled the 128-thread candidate instance, ptxas 13.0).
 __device__ __forceinline__ TopkRow topk_row(const TopkArgs& a, int r) {
   if (a.history != nullptr) return {a.history[r], r};
   const int t = a.t0 + r / a.lg, g = r % a.lg;
   const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
   const int cu0 = a.cu_seqlens_q[b], cu1 = a.cu_seqlens_q[b + 1];
-  return {(a.seq_lens[b] - (cu1 - cu0) + (t - cu0)) / layout::kRegionSize, static_cast<std::int64_t>(g) * a.num_tokens + t};
+  const unsigned pos = static_cast<unsigned>(a.seq_lens[b] - (cu1 - cu0) + (t - cu0));
+  return {static_cast<int>(min(pos / layout::kRegionSize, static_cast<unsigned>(a.ld))),
+          static_cast<std::int64_t>(g) * a.num_tokens + t};
 }
 
 /// Barrier over the CTAs that share a row: the cluster (kC > 1) or the CTA.
