@@ -1527,6 +1527,30 @@ GPU_CASE("indexer: bad arguments are refused with messages naming the values") {
     EXPECT(misaligned.code() == step5::StatusCode::kInvalidArgument &&
                misaligned.message().find("aligned") != std::string::npos,
            "tail at an address = 2 mod 16: %s", misaligned.to_string().c_str());
+    // the paired accesses of the prepare kernel: C, q, k, v, index_k and weights 4-byte aligned,
+    // index_q 2-byte: a misaligned one is refused, named with its offset, before any launch (it
+    // would be a sticky misaligned-address fault)
+    q.summaries = {};
+    auto* b2 = reinterpret_cast<bf16*>(buf + 2);
+    struct Mis {
+      const char* name;
+      std::function<void(step5::ops::IndexerPrepareParams&)> set;
+      const char* offset;
+    };
+    for (const Mis& m : {Mis{"c", [&](auto& x) { x.c = b2; }, "2 mod 4"},
+                         Mis{"q_out", [&](auto& x) { x.q_out = b2; }, "2 mod 4"},
+                         Mis{"k_cache", [&](auto& x) { x.k_cache = b2; }, "2 mod 4"},
+                         Mis{"v_cache", [&](auto& x) { x.v_cache = b2; }, "2 mod 4"},
+                         Mis{"index_k", [&](auto& x) { x.index_k = b2; }, "2 mod 4"},
+                         Mis{"weights", [&](auto& x) { x.weights = reinterpret_cast<float*>(buf + 2); }, "2 mod 4"},
+                         Mis{"index_q", [&](auto& x) { x.index_q = buf + 1; }, "1 mod 2"}}) {
+      step5::ops::IndexerPrepareParams r = q;
+      m.set(r);
+      const step5::Status st = step5::ops::indexer_prepare(r, nullptr);
+      const std::string want = std::string(m.name) + " is at an address = " + m.offset;
+      EXPECT(st.code() == step5::StatusCode::kInvalidArgument && st.message().find(want) != std::string::npos,
+             "indexer_prepare with %s misaligned: %s", m.name, st.to_string().c_str());
+    }
   }
   // indexer_select: q rows and summary rows read by 16-byte loads and bulk copies, weights by
   // 4-byte loads; a misaligned pointer is refused before any launch, naming it and its offset

@@ -12,6 +12,8 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -224,6 +226,16 @@ TEST_CASE("plan: refused capacities and device facts name the values") {
   CHECK(s.code() == StatusCode::kInvalidArgument);
   CHECK(s.message().find("max_topk = 2048") != std::string::npos);
   CHECK(s.message().find("1024") != std::string::npos);
+  // more requests than the summaries launch takes: refused by the plan, not mid-step (and not
+  // after planning attention for every batch size up to INT_MAX)
+  cap = engine_capacity();
+  cap.max_requests = ops::kMaxIndexerRequests + 1;
+  s = ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("max_requests = 65536") != std::string::npos);
+  CHECK(s.message().find("max_requests <= 65535") != std::string::npos);
+  cap.max_requests = std::numeric_limits<int>::max();
+  CHECK(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).code() == StatusCode::kInvalidArgument);
   ops::DsaLayerDeviceFacts f = h200_facts();
   f.num_sms = 0;
   s = ops::dsa_layer_plan_for(r, 4096, engine_capacity(), f, &plan);
@@ -303,6 +315,48 @@ TEST_CASE("run's checks: a STEP5_TOPK other than radix, candidates or empty is r
   else unsetenv("STEP5_TOPK");
   CHECK(s.code() == StatusCode::kInvalidArgument);
   CHECK(s.message().find("STEP5_TOPK = 'fast'") != std::string::npos);
+}
+
+TEST_CASE("run's checks: every stage's pointers are checked before the first launch (nothing is written by a refused step)") {
+  // indexer_prepare writes the KV cache and the later stages check their own arguments: a null
+  // o_proj, a k_cache that sparse_attention's 16-byte loads cannot read, a summary cache or tail
+  // the selection / summaries cannot use, no tail slots, must be refused before the fused GEMM
+  // runs. Host stand-ins for every pointer: the refusal comes first, nothing is launched.
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  const ops::DsaLayerCapacity cap = engine_capacity();
+  ops::DsaLayerPlan plan;
+  REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
+  Step st(8, 1000, 64, cap);
+  alignas(64) static unsigned char buf[256];
+  auto* b = reinterpret_cast<step5::bf16*>(buf);
+  ops::DsaLayerWeights w;
+  w.max_position = 32768, w.fused = b, w.o_proj = b;
+  ops::DsaLayerCaches caches;
+  caches.k_cache = caches.v_cache = caches.tail = b, caches.summary_cache = buf, caches.num_slots = 8;
+  struct Case {
+    const char* what;
+    std::function<void(ops::DsaLayerWeights&, ops::DsaLayerCaches&)> set;
+    const char* expect;
+  };
+  for (const Case& c :
+       {Case{"o_proj null", [](auto& ww, auto&) { ww.o_proj = nullptr; }, "w.o_proj is null"},
+        Case{"k_cache 8 mod 16", [&](auto&, auto& cc) { cc.k_cache = reinterpret_cast<step5::bf16*>(buf + 8); },
+             "caches.k_cache is at an address = 8 mod 16"},
+        Case{"v_cache 2 mod 16", [&](auto&, auto& cc) { cc.v_cache = reinterpret_cast<step5::bf16*>(buf + 2); },
+             "caches.v_cache is at an address = 2 mod 16"},
+        Case{"summary_cache 4 mod 16", [&](auto&, auto& cc) { cc.summary_cache = buf + 4; },
+             "caches.summary_cache is at an address = 4 mod 16"},
+        Case{"tail null", [](auto&, auto& cc) { cc.tail = nullptr; }, "caches.tail is null"},
+        Case{"no tail slots", [](auto&, auto& cc) { cc.num_slots = 0; }, "caches.num_slots = 0, expected > 0"}}) {
+    CAPTURE(c.what);
+    ops::DsaLayerWeights ww = w;
+    ops::DsaLayerCaches cc = caches;
+    c.set(ww, cc);
+    const step5::Status s = ops::dsa_layer_run(plan, ww, cc, st.s, b, b, buf, plan.map.total, nullptr);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find(c.expect) != std::string::npos);
+    CHECK(s.message().find("dsa_layer_run") != std::string::npos);
+  }
 }
 
 TEST_CASE("plan reuse: one plan serves steps of every size within capacity, unchanged by use") {
@@ -387,6 +441,21 @@ TEST_CASE("attention: per-query gathers in multi-query tiles (attention_per_quer
     const step5::Status s = ops::sparse_attention_plan(a, 132, &ap);
     CHECK(s.code() == StatusCode::kInvalidArgument);
     CHECK(s.message().find("tile_gather = " + std::to_string(g)) != std::string::npos);
+  }
+  a.tile_gather = 0;
+  // softmax_scale: 0 (the default D^-0.5) or a finite positive value; a negative, NaN or infinite
+  // scale is refused, not replaced by the default or run into NaN outputs
+  for (const float sc : {0.0f, 0.0625f, 3.0f}) {
+    a.softmax_scale = sc;
+    CHECK(ops::sparse_attention_plan(a, 132, &ap).ok());
+  }
+  for (const float sc : {-0.1f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                         -std::numeric_limits<float>::infinity()}) {
+    a.softmax_scale = sc;
+    const step5::Status s = ops::sparse_attention_plan(a, 132, &ap);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("softmax_scale = ") != std::string::npos);
+    CHECK(s.message().find("finite value > 0") != std::string::npos);
   }
 }
 

@@ -33,6 +33,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -89,7 +90,7 @@ struct SparseAttentionParams {
   std::int64_t out_row_stride = 0;   ///< elements; 0 = Hl*D; a multiple of 4, pointer 8-byte aligned
   float* lse = nullptr;              ///< `[T, Hl]` fp32 natural-log LSE (scaled units), or nullptr
 
-  float softmax_scale = 0.0f;  ///< 0 = D^-0.5 (SPEC §4.7)
+  float softmax_scale = 0.0f;  ///< 0 = D^-0.5 (SPEC §4.7), else a finite value > 0 (others refused)
   int query_tile = 0;          ///< queries per CTA tile; 0 = auto (64 / hpg_q, less when smem is short)
   int num_splits = 0;          ///< split-KV factor; 0 = auto (sparse_attention_plan); at most kAttentionMaxSplits
   /// How the splits of a (query tile, KV group) are merged when num_splits > 1: 0 = auto (a thread-
@@ -494,6 +495,9 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   if (p.tile_gather < 0 || p.tile_gather > 2)
     return invalid_argument(
         attn_msg("tile_gather", p.tile_gather, "0 (auto), 1 (the union of the tile) or 2 (query by query)"));
+  if (!(p.softmax_scale == 0.0f || (std::isfinite(p.softmax_scale) && p.softmax_scale > 0.0f)))
+    return invalid_argument("sparse_attention: softmax_scale = " + std::to_string(p.softmax_scale) +
+                            ", expected 0 (D^-0.5) or a finite value > 0");
   plan->num_splits = splits;
   plan->cluster_merge =
       splits > 1 && p.split_merge == 0 && attention_cluster_merge_pays(p.head_dim, ns, ctas * splits, num_sms, splits);

@@ -166,7 +166,7 @@ struct IndexerPrepareParams {
   float eps = 1e-5f;          ///< rms_norm_eps (all three norms)
   IndexerBatch batch{};
   PagedTable table{};
-  const bf16* c = nullptr;    ///< fused GEMM output [T, ldc] bf16 (sparse_indexer_w columns included)
+  const bf16* c = nullptr;    ///< fused GEMM output [T, ldc] bf16 (sparse_indexer_w columns included), 4-byte aligned
   std::int64_t ldc = 0;       ///< >= rank.rows_with_w
   const float* q_norm = nullptr;        ///< [D] fp32 (`q_norm`, used as 1 + w)
   const float* k_norm = nullptr;        ///< [D] fp32 (`k_norm`)
@@ -179,10 +179,10 @@ struct IndexerPrepareParams {
   const bf16* sin_idx = nullptr;
   int max_position = 0;
   // outputs
-  bf16* q_out = nullptr;          ///< [T, Hl, D] bf16 contiguous
+  bf16* q_out = nullptr;          ///< [T, Hl, D] bf16 contiguous, 4-byte aligned (as k_cache, v_cache, index_k, weights)
   bf16* k_cache = nullptr;        ///< [num_blocks, block_size, KVl, D] bf16
   bf16* v_cache = nullptr;        ///< [num_blocks, block_size, KVl, D] bf16
-  std::uint8_t* index_q = nullptr;///< [T, Il, P] e4m3 bits
+  std::uint8_t* index_q = nullptr;///< [T, Il, P] e4m3 bits, 2-byte aligned
   float* weights = nullptr;       ///< [T, Il] fp32 = float(w) * hpg_i^-0.5
   bf16* index_k = nullptr;        ///< [T, P] bf16 (indexer k after LayerNorm + RoPE; read by summaries)
   /// Optional step 4 in the same call (any field of `summaries` set; then all are required, with
@@ -215,6 +215,11 @@ inline bool indexer_prepare_folds_summaries(const IndexerBatch& b, int num_sms) 
     if (b.cu_seqlens_q_host[r + 1] - b.cu_seqlens_q_host[r] > 1) return false;
   return true;
 }
+
+/// The most requests one step of `indexer_summaries` (and of indexer_prepare's step 4, hence of
+/// `dsa_layer_run` and a `DsaLayerCapacity`) takes: the summaries launch has one grid row per
+/// request (gridDim.y <= 65535).
+inline constexpr int kMaxIndexerRequests = 65535;
 
 /// Arguments of `indexer_summaries` (SPEC §4.4, tail buffer of SPEC §5).
 struct IndexerSummaryParams {
@@ -349,7 +354,10 @@ inline SelectChunks indexer_select_chunks(const layout::RankLayout& rank, int nu
 struct TopkSelectParams {
   const float* scores = nullptr;
   std::int64_t ld = 0;               ///< row stride of scores (elements), >= max history
-  const std::int32_t* history = nullptr;  ///< [rows] int32, each in [0, ld]
+  /// [rows] int32, each in [0, ld]: a precondition the kernel does not check (a value outside
+  /// makes it read past the row or write before the ids row; indexer_select's own rows are cut
+  /// at ld instead, kernels::sm90::topk_row)
+  const std::int32_t* history = nullptr;
   int rows = 0;
   int topk = 0;                      ///< 1..1024
   std::int32_t* ids = nullptr;       ///< [rows, ld_ids] int32

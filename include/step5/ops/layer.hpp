@@ -68,11 +68,11 @@ struct DsaLayerWeights {
 
 /// The rank's caches of this layer (SPEC §5).
 struct DsaLayerCaches {
-  bf16* k_cache = nullptr;               ///< [num_blocks, block_size, KVl, D]
-  bf16* v_cache = nullptr;
-  std::uint8_t* summary_cache = nullptr; ///< [num_blocks, block_size/8, P] e4m3
-  bf16* tail = nullptr;                  ///< [num_slots, 8, 2, P]
-  int num_slots = 0;
+  bf16* k_cache = nullptr;               ///< [num_blocks, block_size, KVl, D], 16-byte aligned
+  bf16* v_cache = nullptr;               ///< as k_cache
+  std::uint8_t* summary_cache = nullptr; ///< [num_blocks, block_size/8, P] e4m3, 16-byte aligned
+  bf16* tail = nullptr;                  ///< [num_slots, 8, 2, P], 16-byte aligned
+  int num_slots = 0;                     ///< > 0
 };
 
 /// One step's batch (SPEC §5): device metadata plus the host-side sizes that shape the launches.
@@ -95,7 +95,7 @@ struct DsaLayerStep {
 /// max_blocks / num_blocks (the attention plan and its split-KV space depend on them).
 struct DsaLayerCapacity {
   int max_tokens = 0;    ///< T per step
-  int max_requests = 0;  ///< B per step
+  int max_requests = 0;  ///< B per step, <= kMaxIndexerRequests
   int max_seq_len = 0;   ///< KV length per request
   int max_topk = 0;      ///< topk
   int block_size = 0, max_blocks = 0, num_blocks = 0;
@@ -146,12 +146,13 @@ inline SparseAttentionParams attention_sizes(const layout::RankLayout& r, int to
 inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const DsaLayerCapacity& cap, int num_sms,
                                   std::size_t gemm_bytes, LayerWorkspaceMap* m) {
   if (hidden <= 0 || cap.max_tokens <= 0 || cap.max_requests <= 0 || cap.max_seq_len <= 0 || cap.max_topk < 1 ||
-      cap.max_topk > layout::kMaxTopk)
+      cap.max_topk > layout::kMaxTopk || cap.max_requests > kMaxIndexerRequests)
     return invalid_argument("dsa_layer: capacity hidden = " + std::to_string(hidden) + ", max_tokens = " +
                             std::to_string(cap.max_tokens) + ", max_requests = " + std::to_string(cap.max_requests) +
                             ", max_seq_len = " + std::to_string(cap.max_seq_len) + ", max_topk = " +
-                            std::to_string(cap.max_topk) + "; expected positive values and topk <= " +
-                            std::to_string(layout::kMaxTopk));
+                            std::to_string(cap.max_topk) + "; expected positive values, max_topk <= " +
+                            std::to_string(layout::kMaxTopk) + " and max_requests <= " +
+                            std::to_string(kMaxIndexerRequests) + " (kMaxIndexerRequests)");
   const std::size_t T = static_cast<std::size_t>(cap.max_tokens);
   const std::size_t D = r.geometry.head_dim, P = r.geometry.proxy_dim, Hl = r.local_heads, Il = r.index_local_heads,
                     lg = r.local_kv_groups;
@@ -387,6 +388,23 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   if (workspace == nullptr || workspace_bytes < m.total)
     return invalid_argument("dsa_layer_run: workspace of " + std::to_string(workspace_bytes) + " bytes, expected >= " +
                             std::to_string(m.total));
+  // The pointers of every stage, before the first launch: indexer_prepare writes the KV cache
+  // (and, for prefill, the tail) before the later stages check their own arguments, so a refusal
+  // there would leave the step half applied (a retried step then rebuilds a region from
+  // overwritten tail rows). The rules are the launchers' own (indexer_summaries: summary_cache,
+  // tail, tail_slot, num_slots; indexer_select: summary_cache 16-byte aligned; sparse_attention:
+  // k_cache, v_cache 16-byte aligned; the GEMMs: x, fused, o_proj, partial); the launchers check
+  // them again.
+  STEP5_RETURN_IF_ERROR(require_non_null(
+      "dsa_layer_run", {{"x", x}, {"partial", partial}, {"w.fused", w.fused}, {"w.o_proj", w.o_proj},
+                        {"caches.k_cache", caches.k_cache}, {"caches.v_cache", caches.v_cache},
+                        {"caches.summary_cache", caches.summary_cache}, {"caches.tail", caches.tail},
+                        {"step.tail_slot", step.tail_slot}}));
+  STEP5_RETURN_IF_ERROR(require_aligned("dsa_layer_run", 16,
+                                        {{"caches.k_cache", caches.k_cache}, {"caches.v_cache", caches.v_cache},
+                                         {"caches.summary_cache", caches.summary_cache}, {"caches.tail", caches.tail}}));
+  if (caches.num_slots <= 0)
+    return invalid_argument("dsa_layer_run: caches.num_slots = " + std::to_string(caches.num_slots) + ", expected > 0");
   const layout::RankLayout& rank = plan.rank;
   const int hidden = plan.hidden;
   auto* base = static_cast<unsigned char*>(workspace);

@@ -343,8 +343,9 @@ inline Status check_summary_outputs(const char* op, const IndexerSummaryParams& 
   STEP5_RETURN_IF_ERROR(require_aligned(op, 2, {{"summary_cache", p.summary_cache}}));
   if (p.num_slots <= 0)
     return invalid_argument(std::string(op) + ": num_slots = " + num(p.num_slots) + ", expected > 0");
-  if (p.batch.num_requests > 65535)
-    return invalid_argument(std::string(op) + ": num_requests = " + num(p.batch.num_requests) + ", expected <= 65535");
+  if (p.batch.num_requests > ops::kMaxIndexerRequests)
+    return invalid_argument(std::string(op) + ": num_requests = " + num(p.batch.num_requests) + ", expected <= " +
+                            num(ops::kMaxIndexerRequests) + " (one summaries grid row per request)");
   return Status::Ok();
 }
 
@@ -390,6 +391,12 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
                           {"cos_main", p.cos_main}, {"sin_main", p.sin_main}, {"cos_idx", p.cos_idx},
                           {"sin_idx", p.sin_idx}, {"q_out", p.q_out}, {"k_cache", p.k_cache}, {"v_cache", p.v_cache},
                           {"index_q", p.index_q}, {"weights", p.weights}, {"index_k", p.index_k}}));
+  // the kernel's paired accesses: 32-bit loads of C (bf16 pairs; ldc is even), bf16x2 stores of
+  // q, k and index_k, 32-bit copies of v, fp8x2 stores of index_q (a misaligned pointer would be
+  // a sticky misaligned-address fault that ends the context)
+  STEP5_RETURN_IF_ERROR(require_aligned(op, 4, {{"c", p.c}, {"q_out", p.q_out}, {"k_cache", p.k_cache},
+                                                {"v_cache", p.v_cache}, {"index_k", p.index_k}, {"weights", p.weights}}));
+  STEP5_RETURN_IF_ERROR(require_aligned(op, 2, {{"index_q", p.index_q}}));
   if (!(p.eps >= 0.f)) return invalid_argument("indexer_prepare: eps must be >= 0");
   // step 4 too (p.summaries, any field set; a missing one is named): the indexer_summaries
   // arguments of this step
