@@ -27,6 +27,13 @@
 
 namespace step5::driver {
 
+/// The most --requests: the GPU path takes at most step5::ops::kMaxIndexerRequests = 65535
+/// requests per step (one summaries grid row per request; ops/indexer.hpp needs the CUDA headers,
+/// so this header, built without CUDA too, repeats the number and driver_cuda.cu static_asserts
+/// that the two agree). Refused up front for both backends, so a run valid on the CPU is valid on
+/// the GPU.
+inline constexpr int kMaxRequests = 65535;
+
 using Clock = std::chrono::steady_clock;
 inline double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -140,9 +147,13 @@ inline Workload make_workload(int requests, int tokens, int chunk, int decode_st
   return w;
 }
 
-/// The fp32 input embedding of token `pos` of request `r` (deterministic, N(0, 1)-like).
+/// The fp32 input embedding of token `pos` of request `r` (deterministic, N(0, 1)-like). The
+/// stream key r * 1000003 + pos + 1 is computed in uint64, not int: the same values as the int
+/// form wherever that did not overflow (<= INT_MAX: every r <= 2146 at positions < 2^20, so the
+/// same inputs and checksums), and no undefined behaviour for larger r (up to 65535 requests).
 inline void token_embedding(std::uint64_t seed, int r, int pos, int hidden, float* out) {
-  std::mt19937_64 rng(seed ^ (0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(r * 1000003 + pos + 1)));
+  const std::uint64_t key = static_cast<std::uint64_t>(r) * 1000003u + static_cast<std::uint64_t>(pos) + 1u;
+  std::mt19937_64 rng(seed ^ (0x9E3779B97F4A7C15ull * key));
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (int i = 0; i < hidden; ++i) out[i] = round_bf16(nd(rng));
 }

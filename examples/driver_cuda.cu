@@ -19,6 +19,9 @@
 #include "step5/comm/nccl.hpp"
 #endif
 
+static_assert(step5::driver::kMaxRequests == step5::ops::kMaxIndexerRequests,
+              "driver_common.hpp's --requests limit is the GPU kernels' (ops/indexer.hpp)");
+
 namespace step5::driver {
 namespace {
 

@@ -418,7 +418,10 @@ int run_driver(int argc, char** argv, Options& opt) {
   app.add_option("--chunk", opt.chunk, "prefill chunk (tokens per request per step)")->check(int_in(1, static_cast<int>(kMaxPositions)));
   app.add_option("--decode-steps", opt.decode_steps, "decode steps after the prefill")->check(int_in(0, static_cast<int>(kMaxPositions)));
   app.add_option("--topk", opt.topk, "regions selected per (token, KV group) (SPEC §1)")->check(int_in(1, step5::layout::kMaxTopk));
-  app.add_option("--requests", opt.requests, "requests batched together (lengths tokens, tokens*(R-1)/R, ...)")->check(int_in(1, 1 << 16));
+  app.add_option("--requests", opt.requests,
+                 "requests batched together (lengths tokens, tokens*(R-1)/R, ...); at most " +
+                     std::to_string(step5::driver::kMaxRequests) + " (the GPU kernels' limit per step)")
+      ->check(int_in(1, step5::driver::kMaxRequests));
   app.add_option("--block-size", opt.block_size, "paged-cache block size (a multiple of 8)")->check(int_in(8, 1 << 16));
   app.add_option("--backend", opt.backend, "cpu, cuda, or auto (cuda when a GPU backend is built and a GPU is present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));

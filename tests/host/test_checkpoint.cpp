@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "golden_data.hpp"
 #include "step5/weights/checkpoint_generator.hpp"
 #include "step5/weights/config.hpp"
+#include "step5/weights/layer_loader.hpp"
 #include "step5/weights/safetensors.hpp"
 
 namespace fs = std::filesystem;
@@ -492,6 +494,105 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
   // a geometry outside the list is accepted when not required
   nlohmann::json j = mutate([](auto& t) { t["sparse_config"]["proxy_dim"] = 128; });
   CHECK(parse_model_config(j, "x", false).geometry_name.empty());
+}
+
+TEST_CASE("config: numbers used as fp32 (rope_theta, rms_norm_eps, llama3 factors) must fit a float") {
+  const auto base = base_config();
+  auto mutate = [&](auto f) {
+    nlohmann::json j = base;
+    f(j["text_config"]);
+    return j;
+  };
+  // finite as double but > FLT_MAX: would become inf in the RoPE tables / the norms
+  const std::string flt_max = "3.4028234663852886e+38";
+  expect_error([&] { parse(mutate([](auto& t) { t["rope_theta"] = 1e39; })); }, StatusCode::kInvalidArgument,
+               {"test.json", "text_config.rope_theta", "1e+39", "exceeds the largest float", flt_max});
+  expect_error([&] { parse(mutate([](auto& t) { t["rope_theta"][5] = 1e39; })); }, StatusCode::kInvalidArgument,
+               {"text_config.rope_theta[5]", "1e+39", flt_max});
+  expect_error([&] { parse(mutate([](auto& t) { t["rms_norm_eps"] = 1e39; })); }, StatusCode::kInvalidArgument,
+               {"text_config.rms_norm_eps", "1e+39", flt_max});
+  for (const char* k : {"factor", "low_freq_factor", "high_freq_factor"}) {
+    INFO(k);
+    expect_error([&] { parse(mutate([&](auto& t) { t["rope_scaling"][k] = 1e39; })); }, StatusCode::kInvalidArgument,
+                 {"text_config.rope_scaling." + std::string(k), "1e+39", flt_max});
+  }
+  // positive doubles that round to 0 as a float are refused as well
+  expect_error([&] { parse(mutate([](auto& t) { t["rms_norm_eps"] = 1e-50; })); }, StatusCode::kInvalidArgument,
+               {"text_config.rms_norm_eps", "1e-50", "below the smallest positive float"});
+  expect_error([&] { parse(mutate([](auto& t) { t["rope_theta"] = 1e-50; })); }, StatusCode::kInvalidArgument,
+               {"text_config.rope_theta", "1e-50", "below the smallest positive float"});
+  // the existing > 0 rule and its message are unchanged
+  expect_error([&] { parse(mutate([](auto& t) { t["rope_theta"] = -1.0; })); }, StatusCode::kInvalidArgument,
+               {"text_config.rope_theta", "must be > 0"});
+  // normal values and the bound itself still pass
+  const double fmax = static_cast<double>(std::numeric_limits<float>::max());
+  const ModelConfig c = parse(mutate([&](auto& t) {
+    t["rope_theta"] = fmax;
+    t["rms_norm_eps"] = 1e-6;
+    t["rope_scaling"]["factor"] = 32.0;
+  }));
+  CHECK(c.rope_theta_of(3) == fmax);
+  CHECK(c.rms_norm_eps == 1e-6);
+  CHECK(c.rope_scaling->factor == 32.0);
+  CHECK(parse(base).rope_theta_of(0) == 1e4);
+}
+
+TEST_CASE("rope tables: max_position in [1, kMaxRopePositions], theta a positive fp32 value") {
+  using model::kMaxRopePositions;
+  const std::string bound = "[1, kMaxRopePositions = 16777216]";
+  CHECK(kMaxRopePositions == (1 << 24));
+  for (int mp : {0, -1, INT32_MIN, kMaxRopePositions + 1, INT32_MAX}) {
+    INFO("max_position " << mp);
+    expect_error([&] { model::make_rope_table(mp, 128, 1e4); }, StatusCode::kInvalidArgument,
+                 {"make_rope_table", "max_position = " + std::to_string(mp), bound});
+  }
+  // theta > FLT_MAX would be inf as a float (every inv_freq but the first 0), one that rounds to 0 inf
+  expect_error([] { model::rope_inv_freq(1e39, 4); }, StatusCode::kInvalidArgument, {"rope_inv_freq", "theta = 1e+39", "3.40282347e+38"});
+  expect_error([] { model::rope_inv_freq(1e-50, 4); }, StatusCode::kInvalidArgument, {"theta = 1e-50"});
+  expect_error([] { model::rope_inv_freq(-1.0, 4); }, StatusCode::kInvalidArgument, {"theta = -1"});
+  model::Llama3Scaling inf_factor;
+  inf_factor.factor = std::numeric_limits<float>::infinity();
+  expect_error([&] { model::rope_inv_freq(1e4, 4, inf_factor); }, StatusCode::kInvalidArgument, {"invalid llama3 scaling"});
+  // the bounds themselves pass
+  for (float f : model::rope_inv_freq(std::numeric_limits<float>::max(), 4)) CHECK(std::isfinite(f));
+  const model::RopeTable t = model::make_rope_table(3, 4, 1e4);
+  CHECK(t.max_position == 3);
+  CHECK(t.cos.size() == 6);
+}
+
+TEST_CASE("load_layer_weights: max_position bounds and config values used as fp32 are refused up front") {
+  CheckpointOptions o;
+  o.num_layers = 4;  // Step-5 Preview pattern: DSA layer 3
+  o.hidden = 64;
+  o.indexer_on_all_layers = false;
+  o.dsa_layers_only = true;
+  const std::string dir = tmp_path("gen_max_position");
+  fs::remove_all(dir);
+  generate_checkpoint(dir, o);
+  const Checkpoint ck(dir);
+  const ModelConfig cfg = load_model_config(dir);
+  REQUIRE(cfg.dsa_layers() == std::vector<int>{3});
+  layout::RankLayout rl;
+  REQUIRE(layout::rank_layout(cfg.geometry, cfg.parallel_layout(1), 0, &rl).ok());
+  for (int mp : {0, -7, model::kMaxRopePositions + 1, INT32_MAX}) {
+    INFO("max_position " << mp);
+    expect_error([&] { load_layer_weights(ck, cfg, 3, rl, mp); }, StatusCode::kInvalidArgument,
+                 {"load_layer_weights", "max_position = " + std::to_string(mp), "[1, kMaxRopePositions = 16777216]"});
+  }
+  const model::LayerWeights w = load_layer_weights(ck, cfg, 3, rl, 16);
+  CHECK(w.rope_main.max_position == 16);
+  CHECK(w.rope_idx.max_position == 16);
+  // a hand-built config (not through parse_model_config) with values that overflow a float
+  REQUIRE(cfg.rope_scaling_applies(3));
+  ModelConfig bad = cfg;
+  bad.rms_norm_eps = 1e39;
+  expect_error([&] { load_layer_weights(ck, bad, 3, rl, 16); }, StatusCode::kInvalidArgument, {"'rms_norm_eps' = 1e+39", "3.40282347e+38"});
+  bad = cfg;
+  bad.rope_scaling->factor = 1e39;
+  expect_error([&] { load_layer_weights(ck, bad, 3, rl, 16); }, StatusCode::kInvalidArgument, {"'rope_scaling.factor' = 1e+39"});
+  bad = cfg;
+  bad.rope_theta[3] = 1e39;
+  expect_error([&] { load_layer_weights(ck, bad, 3, rl, 16); }, StatusCode::kInvalidArgument, {"theta = 1e+39"});
 }
 
 TEST_CASE("sha256: FIPS 180-2 example vectors (one block, two-block padding, a million bytes)") {

@@ -8,8 +8,11 @@
 /// fp32 division, the power an fp32 `powf`), optionally llama3-scaled (HF/Meta
 /// `_apply_llama3_scaling`, fp32), `freqs[p][i] = float(p) * inv_freq[i]` (fp32), and
 /// `cos`/`sin [max_position, rot/2]` = bf16(cos/sin(freqs)). Storage: bf16 bits, row-major.
+/// `max_position` is in [1, kMaxRopePositions].
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +21,30 @@
 #include "step5/core/status.hpp"
 
 namespace step5::model {
+
+/// The most positions (rows) a RoPE table may have: `make_rope_table` and `load_layer_weights`
+/// refuse a larger `max_position` with `step5::Error` (kInvalidArgument) instead of attempting
+/// the allocation (bf16 cos + sin, 2 * rot/2 * 2 bytes per position: 2 GiB each for rot = 128).
+/// 2^24 = 16M positions, 16x the longest context the library is tested for (1M, SPEC §5; the
+/// example driver caps positions at 2^20).
+inline constexpr int kMaxRopePositions = 1 << 24;
+
+namespace detail {
+/// `v` as "%.9g" (enough digits to tell fp32 values apart; 1e+39, 1.40129846e-45).
+inline std::string rope_num_text(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", v);
+  return b;
+}
+}  // namespace detail
+
+/// Throws `step5::Error` (kInvalidArgument) "<where>: max_position = N, expected in [1,
+/// kMaxRopePositions = 16777216]" unless 1 <= max_position <= kMaxRopePositions.
+inline void check_rope_max_position(int max_position, const std::string& where) {
+  require(max_position > 0 && max_position <= kMaxRopePositions, where,
+          "max_position = " + std::to_string(max_position) + ", expected in [1, kMaxRopePositions = " +
+              std::to_string(kMaxRopePositions) + "]");
+}
 
 /// llama3 `rope_scaling` parameters (config.json `rope_scaling` with `rope_type: "llama3"`).
 struct Llama3Scaling {
@@ -39,10 +66,16 @@ struct RopeTable {
 };
 
 /// `inv_freq [rot/2]` fp32: `1 / theta^(arange(0, rot, 2) / rot)`, then llama3 scaling if given.
-/// Throws when rot is not positive and even or theta <= 0.
+/// Throws `step5::Error` (kInvalidArgument) when rot is not positive and even, theta is not a
+/// positive fp32 value (theta <= 0, NaN, above FLT_MAX — it would become inf — or so small it
+/// rounds to 0), or a llama3 factor is not finite.
 inline std::vector<float> rope_inv_freq(double theta, int rot, const std::optional<Llama3Scaling>& scaling = std::nullopt) {
   require(rot > 0 && rot % 2 == 0, "rope_inv_freq", "rot = " + std::to_string(rot) + ", expected positive and even");
-  require(theta > 0, "rope_inv_freq", "theta = " + std::to_string(theta) + ", expected > 0");
+  constexpr double kFloatMax = std::numeric_limits<float>::max();
+  constexpr double kFloatMin = std::numeric_limits<float>::denorm_min();
+  require(theta >= kFloatMin && theta <= kFloatMax, "rope_inv_freq",
+          "theta = " + detail::rope_num_text(theta) + ", expected a positive fp32 value in [" +
+              detail::rope_num_text(kFloatMin) + ", " + detail::rope_num_text(kFloatMax) + "]");
   const int half = rot / 2;
   std::vector<float> inv(static_cast<std::size_t>(half));
   const float theta_f = static_cast<float>(theta);
@@ -52,7 +85,8 @@ inline std::vector<float> rope_inv_freq(double theta, int rot, const std::option
   }
   if (scaling) {
     const Llama3Scaling& s = *scaling;
-    require(s.factor > 0 && s.high_freq_factor != s.low_freq_factor && s.original_max_position_embeddings > 0,
+    require(std::isfinite(s.factor) && std::isfinite(s.low_freq_factor) && std::isfinite(s.high_freq_factor) &&
+                s.factor > 0 && s.high_freq_factor != s.low_freq_factor && s.original_max_position_embeddings > 0,
             "rope_inv_freq", "invalid llama3 scaling (factor " + std::to_string(s.factor) + ", low " +
                                  std::to_string(s.low_freq_factor) + ", high " + std::to_string(s.high_freq_factor) + ")");
     const float old_len = static_cast<float>(s.original_max_position_embeddings);
@@ -72,10 +106,12 @@ inline std::vector<float> rope_inv_freq(double theta, int rot, const std::option
   return inv;
 }
 
-/// The bf16 cos/sin tables for positions [0, max_position) (see the file comment).
+/// The bf16 cos/sin tables for positions [0, max_position) (see the file comment). Throws
+/// `step5::Error` (kInvalidArgument) when max_position is outside [1, kMaxRopePositions]
+/// (`check_rope_max_position`) or as `rope_inv_freq`.
 inline RopeTable make_rope_table(int max_position, int rot, double theta,
                                  const std::optional<Llama3Scaling>& scaling = std::nullopt) {
-  require(max_position > 0, "make_rope_table", "max_position = " + std::to_string(max_position) + ", expected > 0");
+  check_rope_max_position(max_position, "make_rope_table");
   const std::vector<float> inv = rope_inv_freq(theta, rot, scaling);
   RopeTable t;
   t.max_position = max_position;

@@ -38,7 +38,9 @@
 ///
 /// Errors (`step5::Error`, message names the file, the field with its path, expected and
 /// found): missing field (kNotFound, says where it was looked for), wrong JSON type or a value
-/// out of range (kInvalidArgument), values contradicting each other (num_provider_groups !=
+/// out of range (kInvalidArgument; the numbers used as fp32 — `rms_norm_eps`, `rope_theta`, the
+/// llama3 factors — must be in [smallest positive float, FLT_MAX], so that they neither overflow
+/// to inf nor round to 0 as floats), values contradicting each other (num_provider_groups !=
 /// num_attention_groups, list length != number of layers, DSA layers with different rotary
 /// factors), geometry not in the list (kUnsupported), malformed JSON / unreadable file
 /// (kIoError / kNotFound). Never crashes on arbitrary input (fuzzed by tests/fuzz/fuzz_config.cpp).
@@ -48,6 +50,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -194,11 +197,19 @@ class ConfigReader {
     if (j.is_boolean()) return j.get<bool>() ? "true" : "false";
     return std::string("a JSON ") + j.type_name();
   }
+  /// `v` with the fewest digits (15 to 17) that read back as `v`: 1e+39, not 9.9999999999999994e+38.
   static std::string num_text(double v) {
-    std::ostringstream s;
-    s.precision(17);
-    s << v;
-    return s.str();
+    std::string t;
+    for (int digits = 15; digits <= 17; ++digits) {
+      std::ostringstream s;
+      s.precision(digits);
+      s << v;
+      t = s.str();
+      std::istringstream back(t);
+      double r = 0;
+      if ((back >> r) && r == v) break;
+    }
+    return t;
   }
 
   int as_int(const nlohmann::json& j, const std::string& path, std::int64_t lo, std::int64_t hi) const {
@@ -223,6 +234,22 @@ class ConfigReader {
     if (!j.is_number()) fail(StatusCode::kInvalidArgument, "field '" + path + "' must be a number, got " + describe(j));
     const double v = j.get<double>();
     if (!std::isfinite(v)) fail(StatusCode::kInvalidArgument, "field '" + path + "' must be finite, got " + num_text(v));
+    return v;
+  }
+  /// A number the library later uses as fp32 (rms_norm_eps, rope_theta, the llama3 rope_scaling
+  /// factors): `as_number`, then > 0 ("must be > 0"), at most FLT_MAX (a larger one would become
+  /// inf as a float) and at least the smallest positive float (a smaller one would become 0).
+  double as_positive_float(const nlohmann::json& j, const std::string& path) const {
+    const double v = as_number(j, path);
+    if (!(v > 0.0)) fail(StatusCode::kInvalidArgument, "field '" + path + "' = " + num_text(v) + " must be > 0");
+    constexpr double kMax = std::numeric_limits<float>::max();
+    constexpr double kMin = std::numeric_limits<float>::denorm_min();
+    if (v > kMax)
+      fail(StatusCode::kInvalidArgument, "field '" + path + "' = " + num_text(v) + " exceeds the largest float " +
+                                             num_text(kMax) + " (FLT_MAX; it is used as an fp32 value)");
+    if (v < kMin)
+      fail(StatusCode::kInvalidArgument, "field '" + path + "' = " + num_text(v) + " is below the smallest positive float " +
+                                             num_text(kMin) + " (it is used as an fp32 value)");
     return v;
   }
   std::vector<std::string> as_strings(const nlohmann::json& j, const std::string& path) const {
@@ -261,7 +288,7 @@ inline constexpr std::int64_t kConfigMaxLayers = 100000;    ///< bound of num_hi
 
 /// Step 1: the text-section scalars (text_config nested or flat, `ConfigReader`): hidden_size,
 /// num_hidden_layers, num_nextn_predict_layers (optional), num_attention_heads,
-/// num_attention_groups, head_dim, rms_norm_eps (> 0).
+/// num_attention_groups, head_dim, rms_norm_eps (a positive fp32 value: `as_positive_float`).
 inline void config_read_text_fields(const ConfigReader& r, ModelConfig& c) {
   c.hidden_size = r.get_int("hidden_size", 1, kConfigMaxDim);
   c.num_hidden_layers = r.get_int("num_hidden_layers", 1, kConfigMaxLayers);
@@ -275,9 +302,7 @@ inline void config_read_text_fields(const ConfigReader& r, ModelConfig& c) {
   c.head_dim = r.get_int("head_dim", 1, kConfigMaxDim);
   {
     std::string p;
-    c.rms_norm_eps = r.as_number(r.require("rms_norm_eps", &p), p);
-    if (!(c.rms_norm_eps > 0.0))
-      r.fail(StatusCode::kInvalidArgument, "field '" + p + "' = " + ConfigReader::num_text(c.rms_norm_eps) + " must be > 0");
+    c.rms_norm_eps = r.as_positive_float(r.require("rms_norm_eps", &p), p);
   }
 }
 
@@ -376,22 +401,18 @@ inline void config_read_layer_types(const ConfigReader& r, ModelConfig& c) {
                                       "): needed to tell which layers run DSA");
 }
 
-/// Step 5: `rope_theta`, per layer (array) or one number for every layer; each > 0.
+/// Step 5: `rope_theta`, per layer (array) or one number for every layer; each a positive fp32
+/// value (`as_positive_float`: > 0 and <= FLT_MAX).
 inline void config_read_rope_theta(const ConfigReader& r, ModelConfig& c) {
   std::string p;
   const nlohmann::json& t = r.require("rope_theta", &p);
   if (t.is_array()) {
     config_check_layer_count(r, c, t.size(), p);
     for (std::size_t i = 0; i < t.size(); ++i) {
-      const double v = r.as_number(t[i], p + "[" + std::to_string(i) + "]");
-      if (!(v > 0.0))
-        r.fail(StatusCode::kInvalidArgument, "field '" + p + "[" + std::to_string(i) + "]' = " + ConfigReader::num_text(v) + " must be > 0");
-      c.rope_theta.push_back(v);
+      c.rope_theta.push_back(r.as_positive_float(t[i], p + "[" + std::to_string(i) + "]"));
     }
   } else {
-    const double v = r.as_number(t, p);
-    if (!(v > 0.0)) r.fail(StatusCode::kInvalidArgument, "field '" + p + "' = " + ConfigReader::num_text(v) + " must be > 0");
-    c.rope_theta.assign(static_cast<std::size_t>(c.total_layers()), v);
+    c.rope_theta.assign(static_cast<std::size_t>(c.total_layers()), r.as_positive_float(t, p));
   }
 }
 
@@ -415,7 +436,8 @@ inline void config_read_partial_rotary_factors(const ConfigReader& r, ModelConfi
   }
 }
 
-/// Step 7: `rope_scaling` (optional; llama3 or default) and `yarn_only_types` (optional).
+/// Step 7: `rope_scaling` (optional; llama3 or default; the llama3 factors positive fp32 values,
+/// `as_positive_float`) and `yarn_only_types` (optional).
 inline void config_read_rope_scaling(const ConfigReader& r, ModelConfig& c) {
   std::string p;
   if (const nlohmann::json* rs = r.find("rope_scaling", &p)) {
@@ -434,9 +456,7 @@ inline void config_read_rope_scaling(const ConfigReader& r, ModelConfig& c) {
       auto num = [&](const char* name) {
         auto f = rs->find(name);
         if (f == rs->end()) r.fail(StatusCode::kNotFound, "missing field '" + std::string(name) + "' in '" + p + "' (rope_type llama3)");
-        const double v = r.as_number(*f, p + "." + name);
-        if (!(v > 0.0)) r.fail(StatusCode::kInvalidArgument, "field '" + p + "." + name + "' = " + ConfigReader::num_text(v) + " must be > 0");
-        return v;
+        return r.as_positive_float(*f, p + "." + name);
       };
       sc.factor = num("factor");
       sc.low_freq_factor = num("low_freq_factor");

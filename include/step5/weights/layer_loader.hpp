@@ -10,6 +10,7 @@
 /// got. Host only (g++).
 #include <cstddef>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -32,15 +33,37 @@ struct LayerLoadStats {
 /// The checkpoint name prefix of layer `layer`: "model.layers.N.self_attn.".
 inline std::string layer_prefix(int layer) { return "model.layers." + std::to_string(layer) + ".self_attn."; }
 
+namespace detail {
+/// `v` (the config field `name` of `cfg`) as fp32; throws `Error` (kInvalidArgument) naming the
+/// field, the value and the range unless it is a positive fp32 value, in [denorm_min, FLT_MAX]
+/// (`parse_model_config` refuses such configs already; this guards hand-built `ModelConfig`s,
+/// where the cast would give inf or 0).
+inline float config_float(const ModelConfig& cfg, double v, const char* name) {
+  constexpr double kLo = std::numeric_limits<float>::denorm_min();
+  constexpr double kHi = std::numeric_limits<float>::max();
+  if (!(v >= kLo && v <= kHi))
+    throw Error(StatusCode::kInvalidArgument, "load_layer_weights: config field '" + std::string(name) + "' = " +
+                                                  model::detail::rope_num_text(v) + " (" + cfg.source +
+                                                  ") is not a positive fp32 value in [" + model::detail::rope_num_text(kLo) +
+                                                  ", " + model::detail::rope_num_text(kHi) + "]");
+  return static_cast<float>(v);
+}
+}  // namespace detail
+
 /// Loads DSA layer `layer` for `rank` (a valid RankLayout of `cfg.geometry`). RoPE tables cover
-/// positions [0, max_position) (every position the caller will run must be below it). Dtypes:
+/// positions [0, max_position) (every position the caller will run must be below it);
+/// max_position must be in [1, model::kMaxRopePositions] (checked first, before any tensor is
+/// read: `Error` kInvalidArgument naming the value and the bound). Dtypes:
 /// projections and o_proj bf16 (fp32/fp16 accepted and rounded to bf16, quantized refused, as
 /// `FusedWeightLoader`), norm weights and bias fp32 `[D]`/`[P]`. Throws `Error` on a missing or
 /// misshaped tensor, or an incomplete load (e.g. a non-DSA layer without indexer tensors: the
-/// missing shard ids are named). SPEC §3 (shards), §4.2–4.3 (norms, RoPE), §7 (names).
+/// missing shard ids are named), or on a config value used as fp32 (rms_norm_eps, rope_theta,
+/// the llama3 factors) that is not a positive fp32 value (above FLT_MAX it would become inf).
+/// SPEC §3 (shards), §4.2–4.3 (norms, RoPE), §7 (names).
 inline model::LayerWeights load_layer_weights(const Checkpoint& ckpt, const ModelConfig& cfg, int layer,
                                                   const layout::RankLayout& rank, int max_position,
                                                   LayerLoadStats* stats = nullptr) {
+  model::check_rope_max_position(max_position, "load_layer_weights");
   const std::string prefix = layer_prefix(layer);
   const layout::Geometry& g = rank.geometry;
   if (!(g == cfg.geometry))
@@ -65,7 +88,7 @@ inline model::LayerWeights load_layer_weights(const Checkpoint& ckpt, const Mode
   model::LayerWeights w;
   w.rank = rank;
   w.hidden = hidden;
-  w.eps = static_cast<float>(cfg.rms_norm_eps);
+  w.eps = detail::config_float(cfg, cfg.rms_norm_eps, "rms_norm_eps");
   w.fused.assign(loader.weight().begin(), loader.weight().end());
 
   // o_proj [hidden, H*D]: this rank's columns are those of its q heads (row-parallel, SPEC §4.8).
@@ -100,8 +123,9 @@ inline model::LayerWeights load_layer_weights(const Checkpoint& ckpt, const Mode
   std::optional<model::Llama3Scaling> scaling;
   if (cfg.rope_scaling_applies(layer)) {
     const RopeScaling& s = *cfg.rope_scaling;
-    scaling = model::Llama3Scaling{static_cast<float>(s.factor), static_cast<float>(s.low_freq_factor),
-                                       static_cast<float>(s.high_freq_factor),
+    scaling = model::Llama3Scaling{detail::config_float(cfg, s.factor, "rope_scaling.factor"),
+                                       detail::config_float(cfg, s.low_freq_factor, "rope_scaling.low_freq_factor"),
+                                       detail::config_float(cfg, s.high_freq_factor, "rope_scaling.high_freq_factor"),
                                        static_cast<int>(s.original_max_position_embeddings)};
   }
   const double theta = cfg.rope_theta_of(layer);
