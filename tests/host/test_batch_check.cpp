@@ -171,6 +171,111 @@ TEST_CASE("validate_step: topk, workspace, table sizes, row widths, null arrays"
   CHECK(validate_step(c).ok());
 }
 
+TEST_CASE("validate_step: a block written by the step belongs to one request (rule 4, host copy of the table)") {
+  // two requests decoding (positions 70 and 10), block_size 64, 2 blocks per row
+  Example e;
+  e.seq = {71, 11};
+  StepCheck c = e.check();
+  CHECK(validate_step(c).ok());  // no host copy: not checked
+  c.block_table_host = e.table.data();
+  CHECK(validate_step(c).ok());  // {0, 1}, {2, 3}: disjoint
+  // request 1 writes position 10 into block 1, where request 0 writes position 70 (its second
+  // block): both write it; the first writer by request is named, with the other entry
+  e.table = {0, 1, 1, 3};
+  c = e.check();
+  c.block_table_host = e.table.data();
+  expect_refused(c, {"request 0", "block_table[0][1] = 1", "positions 70..70", "block_table[1][0] (request 1)",
+                     "one request's positions only"});
+  // a shared prefix block that nobody writes is allowed: both rows start with block 0, request 0
+  // writes position 70 (block 1), request 1 a new region of its own: seq 65 -> position 64 in block 3
+  e.table = {0, 1, 0, 3};
+  e.seq = {71, 65};
+  c = e.check();
+  c.block_table_host = e.table.data();
+  CHECK(validate_step(c).ok());
+  // ... but writing into it is refused (request 1 at position 10 of the shared block 0)
+  e.seq = {71, 11};
+  c = e.check();
+  c.block_table_host = e.table.data();
+  expect_refused(c, {"request 1", "block_table[1][0] = 0", "block_table[0][0] (request 0)"});
+  // the same block twice in one row: the write to the second entry lands in the first
+  e.table = {1, 1, 2, 3};
+  c = e.check();
+  c.block_table_host = e.table.data();
+  expect_refused(c, {"request 0", "block_table[0][1] = 1", "block_table[0][0] (the same request)"});
+  // a written entry outside [0, num_blocks)
+  e.table = {0, 9, 2, 3};
+  c = e.check();
+  c.block_table_host = e.table.data();
+  expect_refused(c, {"request 0", "block_table[0][1] = 9", "num_blocks = 4"});
+  // ... while an unwritten entry past the request's length is not looked at
+  e.table = {0, 1, 2, -5};
+  c = e.check();
+  c.block_table_host = e.table.data();
+  CHECK(validate_step(c).ok());
+}
+
+TEST_CASE("validate_step: every request with rows has a tail slot of its own, below num_slots (rule 5)") {
+  Example e;
+  e.seq = {71, 11};
+  StepCheck c = e.check();
+  const std::vector<std::int32_t> ok = {1, 0}, same = {1, 1}, out = {0, 2}, neg = {-1, 0};
+  c.num_slots = 2;
+  c.tail_slot_host = ok.data();
+  CHECK(validate_step(c).ok());
+  c.tail_slot_host = same.data();
+  expect_refused(c, {"request 1", "tail_slot[1] = 1 is also tail_slot[0] (request 0)"});
+  c.tail_slot_host = out.data();
+  expect_refused(c, {"request 1", "tail_slot[1] = 2", "num_slots = 2"});
+  c.tail_slot_host = neg.data();
+  expect_refused(c, {"request 0", "tail_slot[0] = -1"});
+  // a request without rows this step needs no slot (and may share one: it writes none)
+  e.cu = {0, 1, 1};
+  c = e.check();
+  c.num_tokens = 1;
+  c.num_slots = 2;
+  c.tail_slot_host = same.data();
+  CHECK(validate_step(c).ok());
+}
+
+TEST_CASE("CPU reference: a step that writes another request's block, or shares a tail slot, is refused before any write") {
+  Example e;
+  e.seq = {71, 11};
+  e.table = {0, 1, 1, 3};  // request 1's block 0 is request 0's block 1
+  const ref::BatchView batch{2, e.cu.data(), e.seq.data()};
+  const ref::BlockTableView bt{e.table.data(), 2, 64, 4};
+  const int KVl = 1, D = 64, P = 64;
+  const std::vector<bf16> k = random_bf16(2 * D, 1.f, 11);
+  std::vector<bf16> kc = random_bf16(4 * 64 * D, 1.f, 12), vc = random_bf16(kc.size(), 1.f, 13);
+  const std::vector<bf16> kc0 = kc;
+  auto refused = [](auto&& fn, std::initializer_list<const char*> needles) {
+    try {
+      fn();
+    } catch (const step5::Error& err) {
+      CHECK(err.code() == StatusCode::kInvalidArgument);
+      for (const char* n : needles) CHECK_MESSAGE(std::string(err.what()).find(n) != std::string::npos, err.what());
+      return;
+    }
+    FAIL("no exception");
+  };
+  refused([&] { ref::write_kv_cache(batch, bt, KVl, D, k.data(), D, k.data(), D, kc.data(), vc.data()); },
+          {"write_kv_cache", "request 0", "block_table[0][1] = 1", "block_table[1][0] (request 1)"});
+  CHECK(std::memcmp(kc.data(), kc0.data(), kc.size() * sizeof(bf16)) == 0);
+  // tail slots: a shared slot, then one out of range, refused before the first request's summary
+  e.table = {0, 1, 2, 3};
+  const ref::BlockTableView bt2{e.table.data(), 2, 64, 4};
+  std::vector<bf16> tail = random_bf16(2 * 8 * 2 * P, 1.f, 14);
+  const std::vector<bf16> ik = random_bf16(2 * P, 1.f, 15);
+  const std::vector<bf16> tail0 = tail;
+  std::vector<std::uint8_t> sum(4 * 8 * P);
+  const std::vector<std::int32_t> shared = {0, 0}, out = {0, 5};
+  refused([&] { ref::update_summaries(batch, bt2, P, ik.data(), P, ik.data(), P, tail.data(), 2, shared.data(), sum.data()); },
+          {"update_summaries", "tail_slot[1] = 0 is also tail_slot[0]"});
+  refused([&] { ref::update_summaries(batch, bt2, P, ik.data(), P, ik.data(), P, tail.data(), 2, out.data(), sum.data()); },
+          {"update_summaries", "tail_slot[1] = 5", "num_slots = 2"});
+  CHECK(std::memcmp(tail.data(), tail0.data(), tail.size() * sizeof(bf16)) == 0);
+}
+
 TEST_CASE("checked mode: fault records become Status naming request, position and bound") {
   const step5::ops::BoundsFaultContext ctx{64, 2, 4, 4096};
   const std::int32_t none[4] = {0, 0, 0, 0};

@@ -359,6 +359,37 @@ TEST_CASE("run's checks: every stage's pointers are checked before the first lau
   }
 }
 
+TEST_CASE("run's checks: with host copies, a write into another request's block and a shared tail slot are refused before any launch") {
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  const ops::DsaLayerCapacity cap = engine_capacity();
+  ops::DsaLayerPlan plan;
+  REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
+  Step st(2, 1000, 64, cap);  // two requests decoding position 999: block-table slot 15
+  std::vector<std::int32_t> table(2 * static_cast<std::size_t>(cap.max_blocks));
+  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::int32_t>(i);
+  st.s.table.block_table_host = table.data();
+  CHECK(ops::dsa_layer_check_step(plan, st.s, 32768).ok());
+  table[static_cast<std::size_t>(cap.max_blocks) + 15] = 3;  // request 1 writes into request 0's block 3
+  step5::Status s = ops::dsa_layer_check_step(plan, st.s, 32768);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("request 1: block_table[1][15] = 3 receives positions 999..999") != std::string::npos);
+  CHECK(s.message().find("block_table[0][3] (request 0)") != std::string::npos);
+  table[static_cast<std::size_t>(cap.max_blocks) + 15] = cap.max_blocks + 15;
+  // tail slots: checked by dsa_layer_run (it knows num_slots), before the fused GEMM
+  alignas(64) static unsigned char buf[256];
+  auto* b = reinterpret_cast<step5::bf16*>(buf);
+  ops::DsaLayerWeights w;
+  w.max_position = 32768, w.fused = b, w.o_proj = b;
+  ops::DsaLayerCaches caches;
+  caches.k_cache = caches.v_cache = caches.tail = b, caches.summary_cache = buf, caches.num_slots = 4;
+  const std::vector<std::int32_t> slots = {2, 2};
+  st.s.tail_slot_host = slots.data();
+  s = ops::dsa_layer_run(plan, w, caches, st.s, b, b, buf, plan.map.total, nullptr);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("dsa_layer_run: request 1: tail_slot[1] = 2 is also tail_slot[0] (request 0)") !=
+        std::string::npos);
+}
+
 TEST_CASE("plan reuse: one plan serves steps of every size within capacity, unchanged by use") {
   const layout::RankLayout r = rank_of("step5_preview", 2, 1);
   const ops::DsaLayerCapacity cap = engine_capacity();

@@ -351,8 +351,12 @@ TEST_CASE("batch metadata: positions, validation messages") {
   CHECK(ref::token_requests(b) == std::vector<std::int32_t>{0, 0, 0, 1});
   const std::vector<std::int32_t> bad = {2, 10, 5};
   ref::BatchView bb{3, cu.data(), bad.data()};
-  const std::vector<std::int32_t> table(3 * 2, 0);
-  const ref::BlockTableView bt{table.data(), 2, 8, 1};
+  const std::vector<std::int32_t> table = {0, 1, 2, 3, 4, 5};  // a block of its own per entry (validate_step rule 4)
+  const ref::BlockTableView bt{table.data(), 2, 8, 6};
   CHECK_NOTHROW(ref::validate_step(b, bt, "steps"));
+  // every request on block 0: request 0's writes (positions 0..2) would land in request 1's block
+  const std::vector<std::int32_t> shared(3 * 2, 0);
+  CHECK_THROWS_WITH_AS(ref::validate_step(b, ref::BlockTableView{shared.data(), 2, 8, 1}, "steps"),
+                       doctest::Contains("block_table[0][0] = 0 receives positions 0..2"), step5::Error);
   CHECK_THROWS_WITH_AS(ref::validate_step(bb, bt, "steps"), doctest::Contains("seq_lens[0] = 2"), step5::Error);
 }

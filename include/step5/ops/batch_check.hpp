@@ -8,11 +8,14 @@
 /// (`bounds_fault_status`; reading it from the device: ops/bounds_fault.hpp).
 ///
 /// Host-safe: g++-compilable, no CUDA headers.
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "step5/core/status.hpp"
 #include "step5/layout/geometry.hpp"
@@ -54,6 +57,12 @@ struct StepCheck {
   std::size_t workspace_bytes = 0;
   const char* workspace_hint = "";
   std::array<RowWidthCheck, 4> widths{};  ///< row widths; entries with name == nullptr are unused
+  /// Optional HOST copies of device-resident state (rules 4 and 5; null: not checked on the host).
+  /// The CPU reference always passes them (its tables are host arrays); a GPU caller passes them
+  /// when it has them (PagedTable::block_table_host, the tail_slot_host of the summary outputs).
+  const std::int32_t* block_table_host = nullptr;  ///< [B, max_blocks] host copy of block_table
+  const std::int32_t* tail_slot_host = nullptr;    ///< [B] host copy of the tail slots
+  int num_slots = 0;                               ///< tail slots (with tail_slot_host)
 };
 
 /// Checks `c` and returns Ok or kInvalidArgument with "<op>: <what> = <value>, expected <rule>".
@@ -67,6 +76,13 @@ struct StepCheck {
 ///     < capacity = max_blocks * block_size, seq_lens[b] <= max_seq_len and < max_position + 1.
 ///     (A request without rows this step touches no cache and is not held to the limits.)
 ///  3. When num_tokens > 0: workspace_bytes >= workspace_required.
+///  4. When block_table_host is set (and per_request, num_tokens > 0): every block a request with
+///     rows writes this step (the entries of its positions [seq_len - q_len, seq_len)) is in
+///     [0, num_blocks) and is no other live entry of the table: not another request's block
+///     (its entries [0, ceil(seq_len / block_size)), a shared prefix block included) and not
+///     another entry of the same row. Blocks that no request writes may be shared (prefix caching).
+///  5. When tail_slot_host is set (same conditions): every request with rows has a tail slot in
+///     [0, num_slots), and no two of them the same slot.
 /// A step with num_tokens == 0 launches nothing: only rule 1 applies.
 /// SPEC §1: 1 <= topk <= kMaxTopk. kInvalidArgument "<op>: topk = <v>, expected in [1, 1024] (SPEC §1)".
 /// The one topk rule: validate_step, topk_select and the reference's selection call it.
@@ -75,6 +91,69 @@ inline Status check_topk(const char* op, int topk) {
   return invalid_argument(std::string(op ? op : "step") + ": topk = " + std::to_string(topk) + ", expected in [1, " +
                           std::to_string(layout::kMaxTopk) + "] (SPEC §1)");
 }
+
+namespace detail {
+/// Rules 4 and 5 of `validate_step` (after rules 1-2 passed: the host arrays are valid).
+inline Status check_cross_request(const StepCheck& c) {
+  auto s = [](long long v) { return std::to_string(v); };
+  auto bad = [&](const std::string& m) { return invalid_argument(std::string(c.op ? c.op : "step") + ": " + m); };
+  const int B = c.num_requests, bs = c.block_size;
+  const std::int32_t* cu = c.cu_seqlens_q;
+  if (c.block_table_host) {
+    struct Entry {
+      std::int32_t id;
+      int b, j;
+      bool written;
+    };
+    std::vector<Entry> live;
+    for (int b = 0; b < B; ++b) {
+      const int q_len = cu[b + 1] - cu[b], len = c.seq_lens[b];
+      const int n = static_cast<int>(std::min<long long>((static_cast<long long>(len) + bs - 1) / bs, c.max_blocks));
+      const int first_written = q_len > 0 ? (len - q_len) / bs : n;
+      for (int j = 0; j < n; ++j) {
+        const std::int32_t id = c.block_table_host[static_cast<std::size_t>(b) * c.max_blocks + j];
+        const bool written = j >= first_written;
+        if (written && (id < 0 || id >= c.num_blocks))
+          return bad("request " + s(b) + ": block_table[" + s(b) + "][" + s(j) + "] = " + s(id) +
+                     " receives positions this step, expected a block id in [0, num_blocks = " + s(c.num_blocks) + ")");
+        if (id >= 0 && id < c.num_blocks) live.push_back({id, b, j, written});
+      }
+    }
+    std::sort(live.begin(), live.end(), [](const Entry& x, const Entry& y) {
+      return x.id != y.id ? x.id < y.id : (x.written != y.written ? x.written : (x.b != y.b ? x.b < y.b : x.j < y.j));
+    });
+    for (std::size_t i = 0; i + 1 < live.size(); ++i) {
+      const Entry& w = live[i];  // within one id, a written entry sorts first
+      const Entry& o = live[i + 1];
+      if (w.id != o.id || !w.written) continue;
+      const long long p0 = std::max<long long>(static_cast<long long>(w.j) * bs, c.seq_lens[w.b] - (cu[w.b + 1] - cu[w.b]));
+      const long long p1 = std::min<long long>(static_cast<long long>(w.j + 1) * bs, c.seq_lens[w.b]) - 1;
+      return bad("request " + s(w.b) + ": block_table[" + s(w.b) + "][" + s(w.j) + "] = " + s(w.id) +
+                 " receives positions " + s(p0) + ".." + s(p1) + " this step and is also block_table[" + s(o.b) + "][" +
+                 s(o.j) + "] (" + (o.b == w.b ? std::string("the same request") : "request " + s(o.b)) +
+                 "), expected a block written by a step to hold one request's positions only (SPEC §5)");
+    }
+  }
+  if (c.tail_slot_host) {
+    std::vector<std::pair<std::int32_t, int>> used;  // (slot, request) of the requests with rows
+    for (int b = 0; b < B; ++b) {
+      if (cu[b + 1] == cu[b]) continue;
+      const std::int32_t slot = c.tail_slot_host[b];
+      if (slot < 0 || slot >= c.num_slots)
+        return bad("request " + s(b) + ": tail_slot[" + s(b) + "] = " + s(slot) + ", expected in [0, num_slots = " +
+                   s(c.num_slots) + ")");
+      used.emplace_back(slot, b);
+    }
+    std::sort(used.begin(), used.end());
+    for (std::size_t i = 0; i + 1 < used.size(); ++i)
+      if (used[i].first == used[i + 1].first)
+        return bad("request " + s(used[i + 1].second) + ": tail_slot[" + s(used[i + 1].second) + "] = " +
+                   s(used[i].first) + " is also tail_slot[" + s(used[i].second) + "] (request " + s(used[i].second) +
+                   "), expected a tail slot of its own for every request with rows this step");
+  }
+  return Status::Ok();
+}
+}  // namespace detail
 
 inline Status validate_step(const StepCheck& c) {
   // messages are built only on failure: a step of B requests runs this per op and per layer, and
@@ -134,6 +213,8 @@ inline Status validate_step(const StepCheck& c) {
     if (cu[B] != T)
       return bad("cu_seqlens_q[" + s(B) + "] = " + s(cu[B]) + ", expected num_tokens = " + s(T));
   }
+  if (c.num_tokens > 0 && c.per_request && (c.block_table_host || c.tail_slot_host))
+    STEP5_RETURN_IF_ERROR(detail::check_cross_request(c));
   if (c.num_tokens > 0 && c.workspace_required && c.workspace_bytes < *c.workspace_required)
     return bad("workspace_bytes = " + s(static_cast<long long>(c.workspace_bytes)) + ", expected >= " +
                s(static_cast<long long>(*c.workspace_required)) +

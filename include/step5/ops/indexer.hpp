@@ -131,6 +131,11 @@ struct PagedTable {
   /// kernels record the first block-table fault (ops/batch_check.hpp, ops/bounds_fault.hpp);
   /// nullptr = faults are skipped silently.
   std::int32_t* bounds_fault = nullptr;
+  /// Optional host copy of block_table [num_requests, max_blocks]: when set, every launcher refuses
+  /// a step that writes a block which is another live entry of the table (another request's block
+  /// or a second entry of the same row: validate_step's rule 4), before anything is launched.
+  /// Costs a sort of the step's live entries; null: not checked (the kernels cannot see it).
+  const std::int32_t* block_table_host = nullptr;
 };
 
 /// The `validate_step` arguments of a step's batch and block table (host mirrors included);
@@ -145,6 +150,7 @@ inline StepCheck step_check(const char* op, const IndexerBatch& b, const PagedTa
   c.cu_seqlens_q_name = "batch.cu_seqlens_q_host";
   c.seq_lens_name = "batch.seq_lens_host";
   c.block_table = t.block_table;
+  c.block_table_host = t.block_table_host;
   c.block_size = t.block_size;
   c.max_blocks = t.max_blocks;
   c.num_blocks = t.num_blocks;
@@ -158,6 +164,10 @@ struct IndexerSummaryOutputs {
   bf16* tail = nullptr;                     ///< [num_slots, 8, 2, P] bf16 (index_k, index_z), 16-byte aligned
   const std::int32_t* tail_slot = nullptr;  ///< [num_requests] int32 slot of each request
   int num_slots = 0;
+  /// Optional host copy of tail_slot: when set, a request with rows whose slot lies outside
+  /// [0, num_slots) or is another's is refused before anything is launched (validate_step's rule
+  /// 5; on the device an out-of-range slot is skipped and its summaries are meaningless).
+  const std::int32_t* tail_slot_host = nullptr;
 };
 
 /// Arguments of `indexer_prepare` (SPEC §4.2–4.3, and §4.4 when `summaries` is set).
@@ -233,6 +243,7 @@ struct IndexerSummaryParams {
   bf16* tail = nullptr;               ///< [num_slots, 8, 2, P] bf16 (index_k, index_z) pending rows, 16-byte aligned
   const std::int32_t* tail_slot = nullptr;  ///< [num_requests] int32 slot of each request
   int num_slots = 0;
+  const std::int32_t* tail_slot_host = nullptr;  ///< optional host copy (IndexerSummaryOutputs)
 };
 
 /// The `indexer_summaries` arguments of the step that `p` prepares, writing to `out`: its rank,
@@ -242,6 +253,7 @@ inline IndexerSummaryParams indexer_summary_params(const IndexerPrepareParams& p
   IndexerSummaryParams s;
   s.rank = p.rank, s.batch = p.batch, s.table = p.table, s.index_k = p.index_k, s.c = p.c, s.ldc = p.ldc;
   s.summary_cache = out.summary_cache, s.tail = out.tail, s.tail_slot = out.tail_slot, s.num_slots = out.num_slots;
+  s.tail_slot_host = out.tail_slot_host;
   return s;
 }
 

@@ -85,6 +85,10 @@ struct DsaLayerStep {
   /// every kernel of the step that indexes a cache through the block table).
   PagedTable table{};
   const std::int32_t* tail_slot = nullptr;  ///< [B] device int32, each in [0, caches.num_slots)
+  /// Optional host copy of tail_slot: when set, slots outside [0, caches.num_slots) or shared by
+  /// two requests with rows are refused before anything is launched (validate_step's rule 5).
+  /// The block table's host copy: table.block_table_host (rule 4).
+  const std::int32_t* tail_slot_host = nullptr;
   /// Host upper bound of every seq_lens[b] of this step (> 0, <= capacity.max_seq_len): sizes the
   /// score rows; checked against the host mirror of seq_lens.
   int max_seq_len = 0;
@@ -405,6 +409,11 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
                                          {"caches.summary_cache", caches.summary_cache}, {"caches.tail", caches.tail}}));
   if (caches.num_slots <= 0)
     return invalid_argument("dsa_layer_run: caches.num_slots = " + std::to_string(caches.num_slots) + ", expected > 0");
+  if (step.tail_slot_host != nullptr) {  // rule 5 needs num_slots, which dsa_layer_check_step does not see
+    StepCheck tails = step_check("dsa_layer_run", step.batch, step.table);
+    tails.tail_slot_host = step.tail_slot_host, tails.num_slots = caches.num_slots;
+    STEP5_RETURN_IF_ERROR(validate_step(tails));
+  }
   const layout::RankLayout& rank = plan.rank;
   const int hidden = plan.hidden;
   auto* base = static_cast<unsigned char*>(workspace);
@@ -444,7 +453,8 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   pp.weights = weights, pp.index_k = index_k;
   // 4. Region summaries (before scoring): in the prepare launch for a decode step (one launch
   // fewer; the "summaries" stage is then empty), else their own launch.
-  const IndexerSummaryOutputs summaries{caches.summary_cache, caches.tail, step.tail_slot, caches.num_slots};
+  const IndexerSummaryOutputs summaries{caches.summary_cache, caches.tail, step.tail_slot, caches.num_slots,
+                                        step.tail_slot_host};
   const bool fold = indexer_prepare_folds_summaries(step.batch, plan.facts.num_sms);
   if (fold) pp.summaries = summaries;
   STEP5_RETURN_IF_ERROR(indexer_prepare(pp, stream));

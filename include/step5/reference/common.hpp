@@ -78,7 +78,8 @@ struct BlockTableView {
 /// The shared step validation (ops::validate_step, ops/batch_check.hpp — the same function every
 /// GPU launcher calls) for `batch` with block table `bt`: cu_seqlens_q starts at 0, is
 /// non-decreasing and ends at T; seq_lens[b] >= q_len; every position of the step <
-/// max_blocks * block_size; block_size a positive multiple of 8; max_blocks, num_blocks > 0.
+/// max_blocks * block_size; block_size a positive multiple of 8; max_blocks, num_blocks > 0; a
+/// block written by the step is no other live entry of the table (validate_step's rule 4).
 /// Callers add their limits (topk, max_position, row widths) and pass it to `require_valid`.
 inline ops::StepCheck step_check(const char* where, const BatchView& batch, const BlockTableView& bt) {
   ops::StepCheck c;
@@ -91,6 +92,7 @@ inline ops::StepCheck step_check(const char* where, const BatchView& batch, cons
   c.cu_seqlens_q_name = "cu_seqlens_q";
   c.seq_lens_name = "seq_lens";
   c.block_table = bt.block_table;
+  c.block_table_host = bt.block_table;  // a host array: the cross-request rule applies (rule 4)
   c.block_size = bt.block_size;
   c.max_blocks = bt.max_blocks;
   c.num_blocks = bt.num_blocks;

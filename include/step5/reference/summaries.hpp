@@ -72,7 +72,10 @@ inline std::size_t summary_offset(const BlockTableView& bt, int b, int r, int P)
 inline void update_summaries(const BatchView& batch, const BlockTableView& bt, int P, const bf16* index_k, int ld_k,
                              const bf16* index_z, int ld_z, bf16* tail, int num_slots, const std::int32_t* tail_slot,
                              std::uint8_t* summary_cache, std::vector<CompletedRegion>* completed = nullptr) {
-  validate_step(batch, bt, "update_summaries");
+  ops::StepCheck check = step_check("update_summaries", batch, bt);
+  check.tail_slot_host = tail_slot;  // rule 5: a slot in [0, num_slots) of its own per request with rows
+  check.num_slots = num_slots;
+  require_valid(check);
   require(P > 0, "update_summaries", "proxy_dim = " + std::to_string(P) + ", expected > 0");
   constexpr int R = kRegionSize;
   auto tail_row = [&](int slot, int i, int which) -> bf16* {
@@ -82,9 +85,6 @@ inline void update_summaries(const BatchView& batch, const BlockTableView& bt, i
     const int q_len = batch.q_len(b);
     if (q_len == 0) continue;
     const int slot = tail_slot[b];
-    require(slot >= 0 && slot < num_slots, "update_summaries",
-            "tail_slot[" + std::to_string(b) + "] = " + std::to_string(slot) + ", expected in [0, num_slots = " +
-                std::to_string(num_slots) + ")");
     const int past = batch.past_len(b), len = batch.seq_lens[b], t0 = batch.cu_seqlens_q[b];
     auto k_at = [&](int pos) -> const bf16* {
       return pos < past ? tail_row(slot, pos % R, 0) : index_k + static_cast<std::size_t>(t0 + pos - past) * ld_k;

@@ -369,6 +369,7 @@ Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream)
   STEP5_RETURN_IF_ERROR(check_geometry(p.rank, G, op));
   StepCheck check = step_check(op, p.batch, p.table);
   check.widths[0] = {"ldc", p.ldc, p.rank.rows_with_w, "rows_with_w", 1};
+  check.tail_slot_host = p.tail_slot_host, check.num_slots = p.num_slots;
   STEP5_RETURN_IF_ERROR(validate_step(check));
   if (p.batch.num_tokens == 0) return Status::Ok();
   STEP5_RETURN_IF_ERROR(check_summary_outputs(op, p));
@@ -383,6 +384,7 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   StepCheck check = step_check(op, p.batch, p.table);
   check.max_position = p.max_position;
   check.widths[0] = {"ldc", p.ldc, p.rank.rows_with_w, "rows_with_w", 2};
+  check.tail_slot_host = p.summaries.tail_slot_host, check.num_slots = p.summaries.num_slots;  // step 4's
   STEP5_RETURN_IF_ERROR(validate_step(check));
   if (p.batch.num_tokens == 0) return Status::Ok();
   STEP5_RETURN_IF_ERROR(require_non_null(
