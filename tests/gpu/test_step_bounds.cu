@@ -288,8 +288,8 @@ GPU_CASE("checked mode: a decode step by the host mirror with 2 tokens of one re
 
 GPU_CASE("checked mode: device seq_lens past the step's max_seq_len (inside the row): the score rows and the selection stay inside the workspace, reported") {
   // The host mirror is valid for max_seq_len 64 (score rows of score_ld(64) = 8 regions); a replay
-  // runs with request 0 at position 119 (14 regions of history), still inside its block-table row
-  // (capacity 128), so no cache access faults. Before the cut (score_row_regions, topk_row) the
+  // runs with request 1 (the last token, so its rows end the score workspace) at position 119 (14
+  // regions of history), still inside its block-table row (capacity 128), so no cache access faults. Before the cut (score_row_regions, topk_row) the
   // score kernels stored up to a region chunk past each 8-region row and the selection read 14
   // keys of each: past the workspace for the last rows. indexer_select alone, its workspace
   // exactly the size it asks for inside a poisoned guard allocation: the guard must be untouched
@@ -298,8 +298,8 @@ GPU_CASE("checked mode: device seq_lens past the step's max_seq_len (inside the 
   constexpr int kStepMaxSeqLen = 64;
   for (const bool checked : {true, false}) {
     World w;
-    w.seq = {60, 11};          // the host mirror: valid for max_seq_len 64
-    w.upload_meta({120, 11});  // the device values: position 119 > 64
+    w.seq = {11, 60};          // the host mirror: valid for max_seq_len 64
+    w.upload_meta({11, 120});  // the device values: request 1 at position 119 > 64
     GPU_CHECK(cudaMemset(w.d_fault.p, 0, ops::kBoundsFaultWords * 4));
     // index_q / weights: random, as indexer_prepare would leave them
     std::mt19937 rng(7u);
@@ -330,7 +330,7 @@ GPU_CASE("checked mode: device seq_lens past the step's max_seq_len (inside the 
       const step5::Status f =
           ops::read_bounds_fault(w.d_fault.p, {kBlockSize, kMaxBlocks, kNumBlocks, kMaxPosition}, nullptr);
       EXPECT(f.code() == StatusCode::kInvalidArgument, "fault not reported: %s", f.to_string().c_str());
-      for (const char* n : {"request 0", "position 119", "exceeds the 8 regions of a score row"})
+      for (const char* n : {"request 1", "position 119", "exceeds the 8 regions of a score row"})
         EXPECT(f.message().find(n) != std::string::npos, "'%s' lacks '%s'", f.message().c_str(), n);
     }
   }

@@ -185,7 +185,7 @@ TEST_CASE("validate_step: a block written by the step belongs to one request (ru
   c = e.check();
   c.block_table_host = e.table.data();
   expect_refused(c, {"request 0", "block_table[0][1] = 1", "positions 70..70", "block_table[1][0] (request 1)",
-                     "one request's positions only"});
+                     "expected a block written by a step to be no other live entry of the table"});
   // a shared prefix block that nobody writes is allowed: both rows start with block 0, request 0
   // writes position 70 (block 1), request 1 a new region of its own: seq 65 -> position 64 in block 3
   e.table = {0, 1, 0, 3};
@@ -203,6 +203,23 @@ TEST_CASE("validate_step: a block written by the step belongs to one request (ru
   c = e.check();
   c.block_table_host = e.table.data();
   expect_refused(c, {"request 0", "block_table[0][1] = 1", "block_table[0][0] (the same request)"});
+  // vLLM prefix caching: request 1 hits request 0's block 5 while request 0 fills it in this same
+  // step (its positions 0..63): allowed at the same block index when the reader's positions in it
+  // lie below the writer's seq_len; not at another index, nor when it reads past what is written
+  {
+    const std::vector<std::int32_t> cu = {0, 64, 71}, seq = {64, 71}, prefix = {5, -1, 5, 7};
+    StepCheck p = e.check();
+    p.cu_seqlens_q = cu.data(), p.seq_lens = seq.data(), p.num_tokens = 71, p.num_blocks = 8;
+    p.block_table_host = prefix.data();
+    CHECK(validate_step(p).ok());
+    const std::vector<std::int32_t> other_index = {5, -1, 7, 5};  // request 1's block 5 at index 1
+    p.block_table_host = other_index.data();
+    expect_refused(p, {"request 0", "block_table[0][0] = 5", "positions 0..63", "block_table[1][1] (request 1)"});
+    const std::vector<std::int32_t> seq_short = {40, 71}, cu_short = {0, 40, 47};  // request 0 fills only 0..39
+    p.cu_seqlens_q = cu_short.data(), p.seq_lens = seq_short.data(), p.num_tokens = 47;
+    p.block_table_host = prefix.data();
+    expect_refused(p, {"request 0", "block_table[0][0] = 5", "positions 0..39", "block_table[1][0] (request 1)"});
+  }
   // a written entry outside [0, num_blocks)
   e.table = {0, 9, 2, 3};
   c = e.check();
@@ -229,13 +246,21 @@ TEST_CASE("validate_step: every request with rows has a tail slot of its own, be
   expect_refused(c, {"request 1", "tail_slot[1] = 2", "num_slots = 2"});
   c.tail_slot_host = neg.data();
   expect_refused(c, {"request 0", "tail_slot[0] = -1"});
-  // a request without rows this step needs no slot (and may share one: it writes none)
+  // a request without rows this step writes no slot: with no pending rows (seq_len % 8 == 0) it
+  // may share one; with pending rows waiting in its slot, a writer may not
   e.cu = {0, 1, 1};
+  e.seq = {71, 16};
   c = e.check();
   c.num_tokens = 1;
   c.num_slots = 2;
   c.tail_slot_host = same.data();
   CHECK(validate_step(c).ok());
+  e.seq = {71, 11};
+  c = e.check();
+  c.num_tokens = 1;
+  c.num_slots = 2;
+  c.tail_slot_host = same.data();
+  expect_refused(c, {"request 0", "tail_slot[0] = 1 is also tail_slot[1]", "pending rows wait there"});
 }
 
 TEST_CASE("CPU reference: a step that writes another request's block, or shares a tail slot, is refused before any write") {
@@ -290,6 +315,11 @@ TEST_CASE("checked mode: fault records become Status naming request, position an
     CHECK_MESSAGE(s2.message().find(n) != std::string::npos, s2.message());
   const std::int32_t rope[4] = {3, 0, 5000, -1};
   CHECK(step5::ops::bounds_fault_status(rope, ctx).message().find("max_position = 4096") != std::string::npos);
+  const std::int32_t hist[4] = {5, 1, 104, 12};  // max_seq_len 100: rows of 12 regions, position 104
+  const step5::Status s5 = step5::ops::bounds_fault_status(hist, ctx);
+  CHECK(s5.code() == StatusCode::kInvalidArgument);
+  for (const char* n : {"request 1", "position 104", "history of 13 regions exceeds the 12 regions", "positions < 104"})
+    CHECK_MESSAGE(s5.message().find(n) != std::string::npos, s5.message());
   const std::int32_t fold[4] = {4, 3, 103, 2};
   const step5::Status s4 = step5::ops::bounds_fault_status(fold, ctx);
   CHECK(s4.code() == StatusCode::kInvalidArgument);

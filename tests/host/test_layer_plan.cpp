@@ -236,6 +236,19 @@ TEST_CASE("plan: refused capacities and device facts name the values") {
   CHECK(s.message().find("max_requests <= 65535") != std::string::npos);
   cap.max_requests = std::numeric_limits<int>::max();
   CHECK(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).code() == StatusCode::kInvalidArgument);
+  // a RankLayout that is not make_rank_layout's (an edited shard offset, a wrong rank index)
+  for (int which = 0; which < 3; ++which) {
+    layout::RankLayout bad = r;
+    if (which == 0) bad.shards[static_cast<int>(layout::Shard::kIndexQ)].dst_row += 8;
+    if (which == 1) bad.tp_rank = 1;  // the fields of rank 0 under rank 1's index
+    if (which == 2) bad.padded_rows += 8;
+    CAPTURE(which);
+    s = ops::dsa_layer_plan_for(bad, 4096, engine_capacity(), h200_facts(), &plan);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("inconsistent RankLayout") != std::string::npos);
+    CHECK(s.message().find("make_rank_layout") != std::string::npos);
+  }
+  CHECK(ops::dsa_layer_plan_for(r, 4096, engine_capacity(), h200_facts(), &plan).ok());
   ops::DsaLayerDeviceFacts f = h200_facts();
   f.num_sms = 0;
   s = ops::dsa_layer_plan_for(r, 4096, engine_capacity(), f, &plan);
@@ -480,12 +493,13 @@ TEST_CASE("attention: per-query gathers in multi-query tiles (attention_per_quer
     a.softmax_scale = sc;
     CHECK(ops::sparse_attention_plan(a, 132, &ap).ok());
   }
-  for (const float sc : {-0.1f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+  for (const float sc : {-0.1f, -1e-30f, std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
                          -std::numeric_limits<float>::infinity()}) {
     a.softmax_scale = sc;
     const step5::Status s = ops::sparse_attention_plan(a, 132, &ap);
     CHECK(s.code() == StatusCode::kInvalidArgument);
     CHECK(s.message().find("softmax_scale = ") != std::string::npos);
+    if (sc == -1e-30f) CHECK(s.message().find("softmax_scale = -1e-30,") != std::string::npos);
     CHECK(s.message().find("finite value > 0") != std::string::npos);
   }
 }

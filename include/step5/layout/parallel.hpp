@@ -167,6 +167,7 @@ struct RankLayout {
   int padded_rows = 0;             ///< rows_with_w rounded up to kFusedRowAlignment (zero rows)
 
   constexpr const ShardSpec& shard(Shard s) const { return shards[static_cast<int>(s)]; }
+  friend constexpr bool operator==(const RankLayout&, const RankLayout&) = default;
 };
 
 /// The layout of rank `tp_rank`, or the first violated rule (then `layout` is unspecified).
@@ -239,6 +240,15 @@ constexpr RankLayoutResult make_rank_layout(const Geometry& g, const ParallelLay
   l.rows_with_w = dst + l.index_local_heads;
   l.padded_rows = (l.rows_with_w + kFusedRowAlignment - 1) / kFusedRowAlignment * kFusedRowAlignment;
   return r;
+}
+
+/// Whether `r` is exactly what make_rank_layout(r.geometry, r.parallel, r.tp_rank) builds: the
+/// launchers and dsa_layer_plan refuse any other RankLayout (a hand-built or edited one whose
+/// shard offsets or head counts disagree with its geometry would make the kernels read the
+/// wrong columns of C silently).
+constexpr bool rank_layout_consistent(const RankLayout& r) {
+  const RankLayoutResult want = make_rank_layout(r.geometry, r.parallel, r.tp_rank);
+  return want.ok() && want.layout == r;
 }
 
 /// Run-time form: the layout, or a Status naming the violated rule and its numbers.

@@ -66,7 +66,7 @@ struct StepCheck {
 };
 
 /// Checks `c` and returns Ok or kInvalidArgument with "<op>: <what> = <value>, expected <rule>".
-/// Rules, in order:
+/// Rules:
 ///  1. num_requests >= 0, num_tokens >= 0; topk in [1, kMaxTopk]; block_size a positive multiple
 ///     of 8; max_blocks > 0; num_blocks > 0; max_seq_len > 0; max_position > 0; row widths.
 ///  2. When num_tokens > 0 (and per_request): num_requests > 0; block_table and the host arrays
@@ -78,11 +78,15 @@ struct StepCheck {
 ///  3. When num_tokens > 0: workspace_bytes >= workspace_required.
 ///  4. When block_table_host is set (and per_request, num_tokens > 0): every block a request with
 ///     rows writes this step (the entries of its positions [seq_len - q_len, seq_len)) is in
-///     [0, num_blocks) and is no other live entry of the table: not another request's block
-///     (its entries [0, ceil(seq_len / block_size)), a shared prefix block included) and not
-///     another entry of the same row. Blocks that no request writes may be shared (prefix caching).
+///     [0, num_blocks), written by no other entry, and no other live entry of the table (entries
+///     [0, ceil(seq_len / block_size)) of every request of the batch), except another request's
+///     entry at the same block index whose positions in the block lie below the writer's seq_len
+///     (a prefix block shared while it is filled, vLLM prefix caching: the step's writes land
+///     before its reads). Blocks that no request writes may be shared freely.
 ///  5. When tail_slot_host is set (same conditions): every request with rows has a tail slot in
-///     [0, num_slots), and no two of them the same slot.
+///     [0, num_slots) that no other request of the batch holds (with rows, or with pending rows:
+///     seq_len % 8 != 0).
+/// (Rules 4 and 5 run before rule 3.)
 /// A step with num_tokens == 0 launches nothing: only rule 1 applies.
 /// SPEC §1: 1 <= topk <= kMaxTopk. kInvalidArgument "<op>: topk = <v>, expected in [1, 1024] (SPEC §1)".
 /// The one topk rule: validate_step, topk_select and the reference's selection call it.
@@ -93,63 +97,89 @@ inline Status check_topk(const char* op, int topk) {
 }
 
 namespace detail {
-/// Rules 4 and 5 of `validate_step` (after rules 1-2 passed: the host arrays are valid).
+/// Rules 4 and 5 of `validate_step` (after rules 1-2 passed: the host arrays are valid). Rule 4
+/// sorts the step's written entries W (decode: about one per request) and looks every live entry
+/// up among them: O(L log W) for L live entries, one allocation of W.
 inline Status check_cross_request(const StepCheck& c) {
   auto s = [](long long v) { return std::to_string(v); };
   auto bad = [&](const std::string& m) { return invalid_argument(std::string(c.op ? c.op : "step") + ": " + m); };
   const int B = c.num_requests, bs = c.block_size;
   const std::int32_t* cu = c.cu_seqlens_q;
+  auto q_len = [&](int b) { return cu[b + 1] - cu[b]; };
   if (c.block_table_host) {
-    struct Entry {
+    const std::int32_t* bt = c.block_table_host;
+    auto entry = [&](int b, int j) { return bt[static_cast<std::size_t>(b) * c.max_blocks + j]; };
+    auto live_blocks = [&](int b) {
+      return static_cast<int>(std::min<long long>((static_cast<long long>(c.seq_lens[b]) + bs - 1) / bs, c.max_blocks));
+    };
+    auto first_written = [&](int b) { return q_len(b) > 0 ? (c.seq_lens[b] - q_len(b)) / bs : live_blocks(b); };
+    struct Written {
       std::int32_t id;
       int b, j;
-      bool written;
     };
-    std::vector<Entry> live;
-    for (int b = 0; b < B; ++b) {
-      const int q_len = cu[b + 1] - cu[b], len = c.seq_lens[b];
-      const int n = static_cast<int>(std::min<long long>((static_cast<long long>(len) + bs - 1) / bs, c.max_blocks));
-      const int first_written = q_len > 0 ? (len - q_len) / bs : n;
-      for (int j = 0; j < n; ++j) {
-        const std::int32_t id = c.block_table_host[static_cast<std::size_t>(b) * c.max_blocks + j];
-        const bool written = j >= first_written;
-        if (written && (id < 0 || id >= c.num_blocks))
+    std::vector<Written> w;
+    for (int b = 0; b < B; ++b)
+      for (int j = first_written(b); j < live_blocks(b); ++j) {
+        const std::int32_t id = entry(b, j);
+        if (id < 0 || id >= c.num_blocks)
           return bad("request " + s(b) + ": block_table[" + s(b) + "][" + s(j) + "] = " + s(id) +
                      " receives positions this step, expected a block id in [0, num_blocks = " + s(c.num_blocks) + ")");
-        if (id >= 0 && id < c.num_blocks) live.push_back({id, b, j, written});
+        w.push_back({id, b, j});
       }
-    }
-    std::sort(live.begin(), live.end(), [](const Entry& x, const Entry& y) {
-      return x.id != y.id ? x.id < y.id : (x.written != y.written ? x.written : (x.b != y.b ? x.b < y.b : x.j < y.j));
+    std::sort(w.begin(), w.end(), [](const Written& x, const Written& y) {
+      return x.id != y.id ? x.id < y.id : (x.b != y.b ? x.b < y.b : x.j < y.j);
     });
-    for (std::size_t i = 0; i + 1 < live.size(); ++i) {
-      const Entry& w = live[i];  // within one id, a written entry sorts first
-      const Entry& o = live[i + 1];
-      if (w.id != o.id || !w.written) continue;
-      const long long p0 = std::max<long long>(static_cast<long long>(w.j) * bs, c.seq_lens[w.b] - (cu[w.b + 1] - cu[w.b]));
-      const long long p1 = std::min<long long>(static_cast<long long>(w.j + 1) * bs, c.seq_lens[w.b]) - 1;
-      return bad("request " + s(w.b) + ": block_table[" + s(w.b) + "][" + s(w.j) + "] = " + s(w.id) +
-                 " receives positions " + s(p0) + ".." + s(p1) + " this step and is also block_table[" + s(o.b) + "][" +
-                 s(o.j) + "] (" + (o.b == w.b ? std::string("the same request") : "request " + s(o.b)) +
-                 "), expected a block written by a step to hold one request's positions only (SPEC §5)");
-    }
+    auto positions = [&](const Written& e) {  // the positions e receives this step
+      const long long p0 = std::max<long long>(static_cast<long long>(e.j) * bs, c.seq_lens[e.b] - q_len(e.b));
+      const long long p1 = std::min<long long>(static_cast<long long>(e.j + 1) * bs, c.seq_lens[e.b]) - 1;
+      return s(p0) + ".." + s(p1);
+    };
+    auto conflict = [&](const Written& e, int b2, int j2) {
+      return bad("request " + s(e.b) + ": block_table[" + s(e.b) + "][" + s(e.j) + "] = " + s(e.id) +
+                 " receives positions " + positions(e) + " this step and is also block_table[" + s(b2) + "][" +
+                 s(j2) + "] (" + (b2 == e.b ? std::string("the same request") : "request " + s(b2)) +
+                 "), expected a block written by a step to be no other live entry of the table");
+    };
+    for (std::size_t i = 0; i + 1 < w.size(); ++i)  // two writers of one block
+      if (w[i].id == w[i + 1].id) return conflict(w[i], w[i + 1].b, w[i + 1].j);
+    // every other live entry: none may hold a written block, except a reader at the same block
+    // index whose positions in it the writer computes this step (a prefix block shared while it
+    // is being filled, as vLLM's prefix caching schedules: the step's writes land before its reads)
+    for (int b = 0; b < B; ++b)
+      for (int j = 0; j < std::min(first_written(b), live_blocks(b)); ++j) {
+        const std::int32_t id = entry(b, j);
+        const auto it = std::lower_bound(w.begin(), w.end(), id, [](const Written& x, std::int32_t v) { return x.id < v; });
+        if (it == w.end() || it->id != id) continue;
+        const long long read_end = std::min<long long>(static_cast<long long>(j + 1) * bs, c.seq_lens[b]);
+        if (it->b != b && it->j == j && read_end <= c.seq_lens[it->b]) continue;
+        return conflict(*it, b, j);
+      }
   }
   if (c.tail_slot_host) {
-    std::vector<std::pair<std::int32_t, int>> used;  // (slot, request) of the requests with rows
+    // a slot is held by a request with rows (it writes the slot) and by one with pending rows
+    // (seq_len % 8 != 0: they wait in the slot for the next step); a writer's slot is in range and
+    // held by no other request
+    std::vector<std::pair<std::int32_t, int>> held;  // (slot, request)
     for (int b = 0; b < B; ++b) {
-      if (cu[b + 1] == cu[b]) continue;
-      const std::int32_t slot = c.tail_slot_host[b];
-      if (slot < 0 || slot >= c.num_slots)
-        return bad("request " + s(b) + ": tail_slot[" + s(b) + "] = " + s(slot) + ", expected in [0, num_slots = " +
-                   s(c.num_slots) + ")");
-      used.emplace_back(slot, b);
+      const bool writes = q_len(b) > 0;
+      if (writes) {
+        const std::int32_t slot = c.tail_slot_host[b];
+        if (slot < 0 || slot >= c.num_slots)
+          return bad("request " + s(b) + ": tail_slot[" + s(b) + "] = " + s(slot) + ", expected in [0, num_slots = " +
+                     s(c.num_slots) + ")");
+      }
+      if (writes || c.seq_lens[b] % layout::kRegionSize != 0) held.emplace_back(c.tail_slot_host[b], b);
     }
-    std::sort(used.begin(), used.end());
-    for (std::size_t i = 0; i + 1 < used.size(); ++i)
-      if (used[i].first == used[i + 1].first)
-        return bad("request " + s(used[i + 1].second) + ": tail_slot[" + s(used[i + 1].second) + "] = " +
-                   s(used[i].first) + " is also tail_slot[" + s(used[i].second) + "] (request " + s(used[i].second) +
-                   "), expected a tail slot of its own for every request with rows this step");
+    std::sort(held.begin(), held.end());
+    for (std::size_t i = 0; i + 1 < held.size(); ++i) {
+      if (held[i].first != held[i + 1].first) continue;
+      const int x = held[i].second, y = held[i + 1].second;
+      const int writer = q_len(y) > 0 ? y : x, other = writer == y ? x : y;
+      if (q_len(writer) == 0) continue;  // two idle holders: nothing is written this step
+      return bad("request " + s(writer) + ": tail_slot[" + s(writer) + "] = " + s(held[i].first) + " is also tail_slot[" +
+                 s(other) + "] (request " + s(other) + (q_len(other) > 0 ? "" : ", whose pending rows wait there") +
+                 "), expected a tail slot of its own for every request with rows this step");
+    }
   }
   return Status::Ok();
 }
@@ -234,8 +264,9 @@ enum class BoundsFault : std::int32_t {
   /// request with more than one token on the device; value = its q_len
   kFoldedStepNotDecode = 4,
   /// a token's history (position / 8 regions) past the `ld` regions of its score row: a device
-  /// seq_len beyond the step's max_seq_len (the score and selection kernels cut the row there);
-  /// position = the token's, value = ld
+  /// seq_len beyond the step's max_seq_len (by more than the rows' rounding: positions >=
+  /// 8 * (ld + 1); the score and selection kernels cut the row there); position = the token's,
+  /// value = ld
   kHistoryBeyondScoreRow = 5,
 };
 
@@ -276,9 +307,9 @@ inline Status bounds_fault_status(const std::int32_t* rec, const BoundsFaultCont
     case BoundsFault::kHistoryBeyondScoreRow:
       return invalid_argument(where + "its history of " + s(rec[2] / layout::kRegionSize) + " regions exceeds the " +
                               s(rec[3]) + " regions of a score row, expected positions < " +
-                              s(static_cast<long long>(layout::kRegionSize) * rec[3]) +
-                              " (the step's max_seq_len; device seq_lens differ from the host mirror?); its selection "
-                              "saw only the first " + s(rec[3]) + " regions");
+                              s(static_cast<long long>(layout::kRegionSize) * (rec[3] + 1LL)) +
+                              " (the rows are sized for the step's max_seq_len; device seq_lens differ from the host "
+                              "mirror?); its selection saw only the first " + s(rec[3]) + " regions");
   }
   return Status(StatusCode::kInternal, "checked mode: unknown fault kind " + s(rec[0]));
 }

@@ -253,6 +253,10 @@ inline Status dsa_layer_plan_for(const layout::RankLayout& rank, int hidden, con
   if (entry == nullptr)
     return unsupported("dsa_layer_plan: the rank's geometry " + layout::describe(rank.geometry) +
                        " is not in geometries.def; supported: " + layout::supported_layouts());
+  if (!layout::rank_layout_consistent(rank))
+    return invalid_argument("dsa_layer_plan: inconsistent RankLayout (tp_size = " +
+                            std::to_string(rank.parallel.tp_size) + ", tp_rank = " + std::to_string(rank.tp_rank) +
+                            "): it differs from layout::make_rank_layout(geometry, parallel, tp_rank); build it with that");
   DsaLayerPlan p;
   STEP5_RETURN_IF_ERROR(detail::layer_workspace_map(rank, hidden, cap, facts.num_sms, facts.gemm_workspace_bytes, &p.map));
   p.rank = rank;
@@ -314,9 +318,9 @@ inline Status dsa_layer_plan(const layout::RankLayout& rank, int hidden, const D
 }
 
 /// Host-only checks of one step against `plan` (run by `dsa_layer_run` before any launch; no
-/// device read): every rule of `validate_step` (ops/batch_check.hpp) — host mirrors, cu_seqlens_q,
+/// device read): the rules of `validate_step` (ops/batch_check.hpp) — host mirrors, cu_seqlens_q,
 /// seq_lens >= q_len, positions < max_blocks * block_size and < max_position, seq_lens <=
-/// step.max_seq_len, topk — then the step's sizes against the plan's capacity (the message names
+/// step.max_seq_len, topk, and with table.block_table_host rule 4 (written blocks) — then the step's sizes against the plan's capacity (the message names
 /// the step's and the capacity's numbers).
 inline Status dsa_layer_check_step(const DsaLayerPlan& plan, const DsaLayerStep& step, int max_position) {
   const DsaLayerCapacity& cap = plan.capacity;
@@ -379,8 +383,9 @@ inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan
 /// `workspace` holds `plan.workspace_bytes` bytes, zero-filled once before first use; x, partial
 /// and the weights are 16-byte aligned (cudaMalloc). Errors: `dsa_layer_check_step` (step vs
 /// capacity, validate_step with w.max_position), STEP5_TOPK (`topk_env_status`), a too small
-/// workspace (all before the first launch), and every launcher's own checks
-/// (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.
+/// workspace, every stage's pointers (x, partial, w.fused, w.o_proj 16-byte aligned; the caches
+/// as DsaLayerCaches says; step.tail_slot) and, with step.tail_slot_host, validate_step's rule 5
+/// (all before the first launch), and every launcher's own checks (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.
 inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, const DsaLayerCaches& caches,
                             const DsaLayerStep& step, const bf16* x, bf16* partial, void* workspace,
                             std::size_t workspace_bytes, cudaStream_t stream, DsaLayerHook* hook = nullptr) {
@@ -397,7 +402,8 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   // there would leave the step half applied (a retried step then rebuilds a region from
   // overwritten tail rows). The rules are the launchers' own (indexer_summaries: summary_cache,
   // tail, tail_slot, num_slots; indexer_select: summary_cache 16-byte aligned; sparse_attention:
-  // k_cache, v_cache 16-byte aligned; the GEMMs: x, fused, o_proj, partial); the launchers check
+  // k_cache, v_cache 16-byte aligned; the GEMMs: x, fused, o_proj, partial, 16-byte aligned as
+  // this function's contract says, which the planned fast GEMM paths need); the launchers check
   // them again.
   STEP5_RETURN_IF_ERROR(require_non_null(
       "dsa_layer_run", {{"x", x}, {"partial", partial}, {"w.fused", w.fused}, {"w.o_proj", w.o_proj},
@@ -405,15 +411,20 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
                         {"caches.summary_cache", caches.summary_cache}, {"caches.tail", caches.tail},
                         {"step.tail_slot", step.tail_slot}}));
   STEP5_RETURN_IF_ERROR(require_aligned("dsa_layer_run", 16,
-                                        {{"caches.k_cache", caches.k_cache}, {"caches.v_cache", caches.v_cache},
+                                        {{"x", x}, {"partial", partial}, {"w.fused", w.fused}, {"w.o_proj", w.o_proj},
+                                         {"caches.k_cache", caches.k_cache}, {"caches.v_cache", caches.v_cache},
                                          {"caches.summary_cache", caches.summary_cache}, {"caches.tail", caches.tail}}));
   if (caches.num_slots <= 0)
     return invalid_argument("dsa_layer_run: caches.num_slots = " + std::to_string(caches.num_slots) + ", expected > 0");
   if (step.tail_slot_host != nullptr) {  // rule 5 needs num_slots, which dsa_layer_check_step does not see
     StepCheck tails = step_check("dsa_layer_run", step.batch, step.table);
+    tails.block_table_host = nullptr;  // rule 4 ran in dsa_layer_check_step
     tails.tail_slot_host = step.tail_slot_host, tails.num_slots = caches.num_slots;
     STEP5_RETURN_IF_ERROR(validate_step(tails));
   }
+  // the launchers below check the step again; the host copies' rules 4 and 5 ran once above
+  PagedTable table = step.table;
+  table.block_table_host = nullptr;
   const layout::RankLayout& rank = plan.rank;
   const int hidden = plan.hidden;
   auto* base = static_cast<unsigned char*>(workspace);
@@ -444,7 +455,7 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
 
   // 2–3. Preparation + KV-cache write.
   IndexerPrepareParams pp;
-  pp.rank = rank, pp.eps = w.eps, pp.batch = step.batch, pp.table = step.table, pp.c = c, pp.ldc = ldc;
+  pp.rank = rank, pp.eps = w.eps, pp.batch = step.batch, pp.table = table, pp.c = c, pp.ldc = ldc;
   pp.q_norm = w.q_norm, pp.k_norm = w.k_norm, pp.index_q_norm = w.index_q_norm;
   pp.index_k_norm_w = w.index_k_norm_w, pp.index_k_norm_b = w.index_k_norm_b;
   pp.cos_main = w.cos_main, pp.sin_main = w.sin_main, pp.cos_idx = w.cos_idx, pp.sin_idx = w.sin_idx;
@@ -453,8 +464,7 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   pp.weights = weights, pp.index_k = index_k;
   // 4. Region summaries (before scoring): in the prepare launch for a decode step (one launch
   // fewer; the "summaries" stage is then empty), else their own launch.
-  const IndexerSummaryOutputs summaries{caches.summary_cache, caches.tail, step.tail_slot, caches.num_slots,
-                                        step.tail_slot_host};
+  const IndexerSummaryOutputs summaries{caches.summary_cache, caches.tail, step.tail_slot, caches.num_slots};
   const bool fold = indexer_prepare_folds_summaries(step.batch, plan.facts.num_sms);
   if (fold) pp.summaries = summaries;
   STEP5_RETURN_IF_ERROR(indexer_prepare(pp, stream));
@@ -464,7 +474,7 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
 
   // 5–6. Scores + selection.
   IndexerSelectParams sel;
-  sel.rank = rank, sel.batch = step.batch, sel.table = step.table, sel.index_q = index_q, sel.weights = weights;
+  sel.rank = rank, sel.batch = step.batch, sel.table = table, sel.index_q = index_q, sel.weights = weights;
   sel.summary_cache = caches.summary_cache, sel.topk = step.topk, sel.max_seq_len = step.max_seq_len;
   sel.topk_ids = ids, sel.counts = counts, sel.workspace = base + m.select, sel.workspace_bytes = m.select_bytes;
   STEP5_RETURN_IF_ERROR(indexer_select(sel, stream));
