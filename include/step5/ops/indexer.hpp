@@ -133,8 +133,10 @@ struct PagedTable {
   std::int32_t* bounds_fault = nullptr;
   /// Optional host copy of block_table [num_requests, max_blocks]: when set, every launcher refuses
   /// a step that writes a block which is another live entry of the table (another request's block
-  /// or a second entry of the same row: validate_step's rule 4), before anything is launched.
-  /// Costs a sort of the step's live entries; null: not checked (the kernels cannot see it).
+  /// or a second entry of the same row; a same-index prefix reader of what the step writes is
+  /// allowed: validate_step's rule 4), before anything is launched. Costs a sort of the written
+  /// entries and a lookup per live entry per call (dsa_layer_run: once per layer call); null: not
+  /// checked (the kernels cannot see it).
   const std::int32_t* block_table_host = nullptr;
 };
 
