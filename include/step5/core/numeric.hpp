@@ -11,8 +11,16 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 namespace step5 {
+
+/// The doubles that convert to a positive, finite fp32 value: [kMinPositiveFloat, kMaxFloat] (a
+/// larger one becomes inf, a smaller one 0; NaN is outside). The one rule for config numbers the
+/// library uses as fp32 (weights/config.hpp, weights/layer_loader.hpp, model/rope.hpp).
+inline constexpr double kMinPositiveFloat = std::numeric_limits<float>::denorm_min();
+inline constexpr double kMaxFloat = std::numeric_limits<float>::max();
+constexpr bool is_positive_fp32(double v) { return v >= kMinPositiveFloat && v <= kMaxFloat; }
 
 /// bf16 value as its bit pattern (host storage type; layout-compatible with __nv_bfloat16).
 struct bf16 {

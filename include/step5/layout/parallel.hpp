@@ -250,6 +250,18 @@ constexpr bool rank_layout_consistent(const RankLayout& r) {
   const RankLayoutResult want = make_rank_layout(r.geometry, r.parallel, r.tp_rank);
   return want.ok() && want.layout == r;
 }
+/// `rank_layout_consistent` as a Status: kInvalidArgument "<op>: inconsistent RankLayout (tp_size,
+/// tp_rank, index_local_heads, hpg_i, local_kv_groups, padded_rows): it differs from
+/// layout::make_rank_layout(geometry, parallel, tp_rank); build it with that".
+inline Status check_rank_layout(const RankLayout& r, const char* op) {
+  if (rank_layout_consistent(r)) return Status::Ok();
+  auto s = [](int v) { return std::to_string(v); };
+  return invalid_argument(std::string(op) + ": inconsistent RankLayout (tp_size = " + s(r.parallel.tp_size) +
+                          ", tp_rank = " + s(r.tp_rank) + ", index_local_heads = " + s(r.index_local_heads) +
+                          ", hpg_i = " + s(r.hpg_i) + ", local_kv_groups = " + s(r.local_kv_groups) +
+                          ", padded_rows = " + s(r.padded_rows) +
+                          "): it differs from layout::make_rank_layout(geometry, parallel, tp_rank); build it with that");
+}
 
 /// Run-time form: the layout, or a Status naming the violated rule and its numbers.
 inline Status rank_layout(const Geometry& g, const ParallelLayout& p, int tp_rank, RankLayout* out) {

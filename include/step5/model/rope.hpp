@@ -12,7 +12,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -71,11 +70,9 @@ struct RopeTable {
 /// rounds to 0), or a llama3 factor is not finite.
 inline std::vector<float> rope_inv_freq(double theta, int rot, const std::optional<Llama3Scaling>& scaling = std::nullopt) {
   require(rot > 0 && rot % 2 == 0, "rope_inv_freq", "rot = " + std::to_string(rot) + ", expected positive and even");
-  constexpr double kFloatMax = std::numeric_limits<float>::max();
-  constexpr double kFloatMin = std::numeric_limits<float>::denorm_min();
-  require(theta >= kFloatMin && theta <= kFloatMax, "rope_inv_freq",
+  require(is_positive_fp32(theta), "rope_inv_freq",
           "theta = " + detail::rope_num_text(theta) + ", expected a positive fp32 value in [" +
-              detail::rope_num_text(kFloatMin) + ", " + detail::rope_num_text(kFloatMax) + "]");
+              detail::rope_num_text(kMinPositiveFloat) + ", " + detail::rope_num_text(kMaxFloat) + "]");
   const int half = rot / 2;
   std::vector<float> inv(static_cast<std::size_t>(half));
   const float theta_f = static_cast<float>(theta);

@@ -253,10 +253,7 @@ inline Status dsa_layer_plan_for(const layout::RankLayout& rank, int hidden, con
   if (entry == nullptr)
     return unsupported("dsa_layer_plan: the rank's geometry " + layout::describe(rank.geometry) +
                        " is not in geometries.def; supported: " + layout::supported_layouts());
-  if (!layout::rank_layout_consistent(rank))
-    return invalid_argument("dsa_layer_plan: inconsistent RankLayout (tp_size = " +
-                            std::to_string(rank.parallel.tp_size) + ", tp_rank = " + std::to_string(rank.tp_rank) +
-                            "): it differs from layout::make_rank_layout(geometry, parallel, tp_rank); build it with that");
+  STEP5_RETURN_IF_ERROR(layout::check_rank_layout(rank, "dsa_layer_plan"));
   DsaLayerPlan p;
   STEP5_RETURN_IF_ERROR(detail::layer_workspace_map(rank, hidden, cap, facts.num_sms, facts.gemm_workspace_bytes, &p.map));
   p.rank = rank;
@@ -417,10 +414,11 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   if (caches.num_slots <= 0)
     return invalid_argument("dsa_layer_run: caches.num_slots = " + std::to_string(caches.num_slots) + ", expected > 0");
   if (step.tail_slot_host != nullptr) {  // rule 5 needs num_slots, which dsa_layer_check_step does not see
+    // rules 1-2 and 4 ran in dsa_layer_check_step: only rule 5 here
     StepCheck tails = step_check("dsa_layer_run", step.batch, step.table);
-    tails.block_table_host = nullptr;  // rule 4 ran in dsa_layer_check_step
+    tails.block_table_host = nullptr;
     tails.tail_slot_host = step.tail_slot_host, tails.num_slots = caches.num_slots;
-    STEP5_RETURN_IF_ERROR(validate_step(tails));
+    STEP5_RETURN_IF_ERROR(detail::check_cross_request(tails));
   }
   // the launchers below check the step again; the host copies' rules 4 and 5 ran once above
   PagedTable table = step.table;

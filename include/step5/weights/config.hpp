@@ -50,7 +50,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -58,6 +57,7 @@
 #include <string_view>
 #include <vector>
 
+#include "step5/core/numeric.hpp"  // is_positive_fp32
 #include "step5/core/status.hpp"
 #include "step5/layout/geometry.hpp"
 #include "step5/layout/model.hpp"
@@ -242,14 +242,12 @@ class ConfigReader {
   double as_positive_float(const nlohmann::json& j, const std::string& path) const {
     const double v = as_number(j, path);
     if (!(v > 0.0)) fail(StatusCode::kInvalidArgument, "field '" + path + "' = " + num_text(v) + " must be > 0");
-    constexpr double kMax = std::numeric_limits<float>::max();
-    constexpr double kMin = std::numeric_limits<float>::denorm_min();
-    if (v > kMax)
+    if (v > kMaxFloat)
       fail(StatusCode::kInvalidArgument, "field '" + path + "' = " + num_text(v) + " exceeds the largest float " +
-                                             num_text(kMax) + " (FLT_MAX; it is used as an fp32 value)");
-    if (v < kMin)
+                                             num_text(kMaxFloat) + " (FLT_MAX; it is used as an fp32 value)");
+    if (!is_positive_fp32(v))
       fail(StatusCode::kInvalidArgument, "field '" + path + "' = " + num_text(v) + " is below the smallest positive float " +
-                                             num_text(kMin) + " (it is used as an fp32 value)");
+                                             num_text(kMinPositiveFloat) + " (it is used as an fp32 value)");
     return v;
   }
   std::vector<std::string> as_strings(const nlohmann::json& j, const std::string& path) const {

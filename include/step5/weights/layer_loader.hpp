@@ -10,7 +10,6 @@
 /// got. Host only (g++).
 #include <cstddef>
 #include <cstring>
-#include <limits>
 #include <optional>
 #include <string>
 
@@ -39,13 +38,12 @@ namespace detail {
 /// (`parse_model_config` refuses such configs already; this guards hand-built `ModelConfig`s,
 /// where the cast would give inf or 0).
 inline float config_float(const ModelConfig& cfg, double v, const char* name) {
-  constexpr double kLo = std::numeric_limits<float>::denorm_min();
-  constexpr double kHi = std::numeric_limits<float>::max();
-  if (!(v >= kLo && v <= kHi))
+  if (!is_positive_fp32(v))
     throw Error(StatusCode::kInvalidArgument, "load_layer_weights: config field '" + std::string(name) + "' = " +
                                                   model::detail::rope_num_text(v) + " (" + cfg.source +
-                                                  ") is not a positive fp32 value in [" + model::detail::rope_num_text(kLo) +
-                                                  ", " + model::detail::rope_num_text(kHi) + "]");
+                                                  ") is not a positive fp32 value in [" +
+                                                  model::detail::rope_num_text(kMinPositiveFloat) + ", " +
+                                                  model::detail::rope_num_text(kMaxFloat) + "]");
   return static_cast<float>(v);
 }
 }  // namespace detail

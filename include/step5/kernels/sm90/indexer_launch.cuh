@@ -38,13 +38,7 @@ inline Status check_geometry(const layout::RankLayout& r, const layout::Geometry
   if (r.index_local_kv_heads != 1)
     return unsupported(std::string(op) + ": index_local_kv_heads = " + num(r.index_local_kv_heads) +
                        "; the indexer kernels support exactly 1 local indexer k head");
-  if (!layout::rank_layout_consistent(r))
-    return invalid_argument(std::string(op) + ": inconsistent RankLayout (tp_size = " + num(r.parallel.tp_size) +
-                            ", tp_rank = " + num(r.tp_rank) + ", index_local_heads = " + num(r.index_local_heads) +
-                            ", hpg_i = " + num(r.hpg_i) + ", local_kv_groups = " + num(r.local_kv_groups) +
-                            ", padded_rows = " + num(r.padded_rows) +
-                            "): it differs from layout::make_rank_layout(geometry, parallel, tp_rank); build it with that");
-  return Status::Ok();
+  return layout::check_rank_layout(r, op);
 }
 
 // score_ld / plan_bytes (the select workspace layout) live in step5/ops/indexer.hpp.
