@@ -336,4 +336,62 @@ GPU_CASE("checked mode: device seq_lens past the step's max_seq_len (inside the 
   }
 }
 
+GPU_CASE("checked mode: a device tail slot outside [0, num_slots): not read or written, its region not summarised, reported") {
+  // The host mirror is valid and no host copy of tail_slot is passed (a replayed graph's slots):
+  // request 1 decodes position 15, the last row of region 1, whose rows 8..14 wait in its tail
+  // slot, and the device gives it slot 9 with num_slots 2. Both places that do step 4 must leave
+  // the tail buffer and the summary cache alone (before: the region was summarised from zeros,
+  // silently) and checked mode must name the slot: indexer_summaries, and dsa_layer_forward
+  // (whose indexer_prepare folds step 4 into its own launch for this decode step). Request 0
+  // (position 99, row 3 of its region) appends to its own slot 0: the one legitimate tail write.
+  const auto expect_contained = [](World& w, bool checked, const char* who) {
+    const char* mode = checked ? "checked" : "unchecked";
+    if (checked) {
+      const step5::Status f = ops::read_bounds_fault(
+          w.d_fault.p, {kBlockSize, kMaxBlocks, kNumBlocks, kMaxPosition, /*num_slots=*/kB}, nullptr);
+      EXPECT(f.code() == StatusCode::kInvalidArgument, "%s: fault not reported: %s", who, f.to_string().c_str());
+      for (const char* n : {"request 1", "position 15", "tail_slot = 9", "num_slots = 2"})
+        EXPECT(f.message().find(n) != std::string::npos, "%s: '%s' lacks '%s'", who, f.message().c_str(), n);
+    }
+    EXPECT(same_bits(w.summary.down(), w.sum0), "%s %s: summary cache changed (region 1 summarised without its rows)",
+           who, mode);
+    const std::vector<bf16> tail = w.tail.down();
+    const std::size_t slot_elems = static_cast<std::size_t>(kR) * 2 * w.P;
+    EXPECT(std::memcmp(tail.data() + slot_elems, w.tail0.data() + slot_elems, slot_elems * sizeof(bf16)) == 0,
+           "%s %s: slot 1 (nobody's this step) changed", who, mode);
+  };
+  for (const bool checked : {true, false}) {
+    {
+      World w;
+      w.seq = {100, 16};
+      w.upload_meta(w.seq);
+      w.d_slots.up(std::vector<std::int32_t>{0, 9});
+      GPU_CHECK(cudaMemset(w.d_fault.p, 0, ops::kBoundsFaultWords * 4));
+      ops::IndexerSummaryParams sp;
+      sp.rank = w.rank, sp.batch = w.batch(), sp.table = w.paged(checked ? w.d_fault.p : nullptr);
+      sp.index_k = w.index_k.p, sp.c = w.c.p, sp.ldc = w.rank.padded_rows, sp.summary_cache = w.summary.p;
+      sp.tail = w.tail.p, sp.tail_slot = w.d_slots.p, sp.num_slots = kB;
+      std::mt19937 rng(11u);
+      w.index_k.up(random_bf16(w.index_k.n, rng, 1.f));  // as indexer_prepare would leave it
+      const step5::Status s = ops::indexer_summaries(sp, nullptr);
+      GPU_CHECK(cudaDeviceSynchronize());
+      EXPECT(s.ok(), "indexer_summaries (host-valid step): %s", s.to_string().c_str());
+      expect_contained(w, checked, "indexer_summaries");
+    }
+    {
+      World w;
+      w.seq = {100, 16};
+      w.upload_meta(w.seq);
+      w.d_slots.up(std::vector<std::int32_t>{0, 9});
+      GPU_CHECK(cudaMemset(w.d_fault.p, 0, ops::kBoundsFaultWords * 4));
+      int sms = 0;
+      EXPECT(step5::device_sm_count(0, &sms).ok(), "device_sm_count");
+      EXPECT(ops::indexer_prepare_folds_summaries(w.batch(), sms), "the decode step is not folded");
+      const step5::Status s = w.layer(checked ? w.d_fault.p : nullptr);
+      EXPECT(s.ok(), "dsa_layer_forward (host-valid step): %s", s.to_string().c_str());
+      expect_contained(w, checked, "dsa_layer_forward");
+    }
+  }
+}
+
 STEP5_GPU_TEST_MAIN()

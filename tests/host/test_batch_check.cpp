@@ -325,6 +325,13 @@ TEST_CASE("checked mode: fault records become Status naming request, position an
   CHECK(s4.code() == StatusCode::kInvalidArgument);
   for (const char* n : {"request 3", "position 103", "q_len = 2", "expected 1", "host mirror"})
     CHECK_MESSAGE(s4.message().find(n) != std::string::npos, s4.message());
+  const std::int32_t slot[4] = {6, 1, 15, 9};
+  const step5::Status s6 = step5::ops::bounds_fault_status(slot, {64, 2, 4, 4096, 2});
+  CHECK(s6.code() == StatusCode::kInvalidArgument);
+  for (const char* n : {"request 1", "position 15", "tail_slot = 9", "[0, num_slots = 2)", "not written"})
+    CHECK_MESSAGE(s6.message().find(n) != std::string::npos, s6.message());
+  // num_slots unknown (0): the bound is named without a number
+  CHECK(step5::ops::bounds_fault_status(slot, ctx).message().find("[0, num_slots)") != std::string::npos);
 }
 
 TEST_CASE("CPU reference step functions refuse the example with the validate_step message") {

@@ -268,18 +268,24 @@ enum class BoundsFault : std::int32_t {
   /// 8 * (ld + 1); the score and selection kernels cut the row there); position = the token's,
   /// value = ld
   kHistoryBeyondScoreRow = 5,
+  /// a request with tokens in the step whose device tail_slot lies outside [0, num_slots)
+  /// (indexer_summaries, indexer_prepare's folded step 4); value = the slot. Its tail rows are not
+  /// written and no region that needs its pending rows is summarised (the summary keeps its bytes)
+  kTailSlotOutOfRange = 6,
 };
 
 /// The checked-mode record: 4 int32 in device memory, zero-filled by the caller before the step.
 /// The first fault of any kernel wins (atomic compare-and-swap on word 0):
 /// `{kind (BoundsFault), request, position, value}` where value is the block id (kBlockIdOutOfRange),
-/// the request's q_len (kFoldedStepNotDecode), the score row's ld (kHistoryBeyondScoreRow), else -1.
+/// the request's q_len (kFoldedStepNotDecode), the score row's ld (kHistoryBeyondScoreRow), the
+/// tail slot (kTailSlotOutOfRange), else -1.
 inline constexpr int kBoundsFaultWords = 4;
 
 /// The geometry a fault record is interpreted against (the step's table and RoPE size).
 struct BoundsFaultContext {
   int block_size = 0, max_blocks = 0, num_blocks = 0;
   int max_position = 0;  ///< 0: unknown
+  int num_slots = 0;     ///< the tail buffer's slots; 0: unknown
 };
 
 /// Ok for an all-zero record, else kInvalidArgument naming the request, the position and the
@@ -310,6 +316,11 @@ inline Status bounds_fault_status(const std::int32_t* rec, const BoundsFaultCont
                               s(static_cast<long long>(layout::kRegionSize) * (rec[3] + 1LL)) +
                               " (the rows are sized for the step's max_seq_len; device seq_lens differ from the host "
                               "mirror?); its selection saw only the first " + s(rec[3]) + " regions");
+    case BoundsFault::kTailSlotOutOfRange:
+      return invalid_argument(where + "tail_slot = " + s(rec[3]) + ", expected a slot in [0, num_slots" +
+                              (t.num_slots > 0 ? " = " + s(t.num_slots) : std::string()) +
+                              ") (device tail_slot differ from the host copy?); its tail rows were not written and "
+                              "no region that needs them was summarised");
   }
   return Status(StatusCode::kInternal, "checked mode: unknown fault kind " + s(rec[0]));
 }

@@ -168,7 +168,9 @@ struct IndexerSummaryOutputs {
   int num_slots = 0;
   /// Optional host copy of tail_slot: when set, a request with rows whose slot lies outside
   /// [0, num_slots) or is another's is refused before anything is launched (validate_step's rule
-  /// 5; on the device an out-of-range slot is skipped and its summaries are meaningless).
+  /// 5). On the device an out-of-range slot is skipped: its tail rows are not written, no region
+  /// that needs its pending rows is summarised, and checked mode reports
+  /// BoundsFault::kTailSlotOutOfRange (PagedTable::bounds_fault).
   const std::int32_t* tail_slot_host = nullptr;
 };
 

@@ -86,8 +86,9 @@ struct DsaLayerStep {
   PagedTable table{};
   const std::int32_t* tail_slot = nullptr;  ///< [B] device int32, each in [0, caches.num_slots)
   /// Optional host copy of tail_slot: when set, slots outside [0, caches.num_slots) or shared by
-  /// two requests with rows are refused before anything is launched (validate_step's rule 5).
-  /// The block table's host copy: table.block_table_host (rule 4).
+  /// two requests with rows are refused before anything is launched (validate_step's rule 5);
+  /// without it a device slot out of range is skipped and, in checked mode, reported
+  /// (BoundsFault::kTailSlotOutOfRange). The block table's host copy: table.block_table_host (rule 4).
   const std::int32_t* tail_slot_host = nullptr;
   /// Host upper bound of every seq_lens[b] of this step (> 0, <= capacity.max_seq_len): sizes the
   /// score rows; checked against the host mirror of seq_lens.

@@ -286,8 +286,8 @@ __device__ __forceinline__ void prepare_load_item(const PrepareArgs& a, const __
 /// rows from the request's tail slot, this row last, m = the max of z over the 8 × P block (lane
 /// maxima, then a warp reduction), `region_summary_e4m3` per dim — or appends (index_k, raw z) to
 /// row p % 8 of the tail slot. The same reads, formula and writes as indexer_summaries_kernel for
-/// a request with one token in the step (a tail slot outside [0, num_slots) reads zeros and is not
-/// written, as there); a request with more tokens on the device is reported and left alone, and a
+/// a request with one token in the step (a tail slot outside [0, num_slots) is reported, not read
+/// or written, and the region it would complete is not summarised, as there); a request with more tokens on the device is reported and left alone, and a
 /// token skipped for a position outside the RoPE tables (reported) writes neither (the summaries
 /// kernel would summarise its unwritten index_k row: both are meaningless then). `load` stages
 /// the 7 tail rows in shared memory (`kSmemWords`, cp.async: no registers held) and loads the
@@ -313,8 +313,9 @@ struct FoldedSummary {
     row_in_region = pos % kR;
     slot = __ldg(a.fold.tail_slot + b);
     slot_ok = slot >= 0 && slot < a.fold.num_slots;
+    if (!slot_ok && lane == 0) report_bounds_fault(a.bounds_fault, ops::BoundsFault::kTailSlotOutOfRange, b, pos, slot);
     detail::load_pairs<P>(crow + a.fold.col_z, z, lane);
-    if (row_in_region == kR - 1) {  // the region completes: stage its rows 0..6 (zeros from a bad slot)
+    if (row_in_region == kR - 1) {  // the region completes: stage its rows 0..6 (zeros, unused, from a bad slot)
       const char* t = reinterpret_cast<const char*>(tail_slot_ptr<P>(a.fold.tail, slot_ok ? slot : 0));
       for (int i = lane; i < kSmemWords / 4; i += 32)
         ptx::cp_async16(ptx::smem_u32(rows + 4 * i), t + 16 * i, slot_ok ? 16 : 0);
@@ -353,7 +354,7 @@ struct FoldedSummary {
     }
 #pragma unroll
     for (int s = 16; s > 0; s >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, s));
-    if (blk < 0) return;
+    if (blk < 0 || !slot_ok) return;  // no block, or rows 0..6 unknown (a bad tail slot)
     const int sl = (pos % a.block_size) / kR;
     std::uint8_t* dst = a.fold.summary_cache + (blk * (a.block_size / kR) + sl) * P;
 #pragma unroll

@@ -89,6 +89,8 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
   const int past = seq - q_len;
   const int slot = __ldg(a.tail_slot + b);
   const bool slot_ok = slot >= 0 && slot < a.num_slots;
+  if (!slot_ok && blockIdx.x == 0 && d == 0)
+    report_bounds_fault(a.bounds_fault, ops::BoundsFault::kTailSlotOutOfRange, b, seq - 1, slot);
   const __nv_bfloat16* tail = tail_slot_ptr<P>(a.tail, slot_ok ? slot : 0);
   const int first = past / R, end = seq / R;  // regions [first, end) complete in this step
   for (int r = first + blockIdx.x; r < end; r += gridDim.x) {
@@ -121,7 +123,7 @@ __global__ void __launch_bounds__(P) indexer_summaries_kernel(SummaryArgs a) {
     const std::int64_t blk = checked_block(a.block_table, a.max_blocks, a.block_size, a.num_blocks, b, R * r,
                                            d == 0 ? a.bounds_fault : nullptr);
     const int sl = (R * r % a.block_size) / R;
-    if (blk >= 0)
+    if (blk >= 0 && (slot_ok || R * r >= past))  // a region with pending rows needs its tail slot
       a.summary_cache[(blk * (a.block_size / R) + sl) * P + d] = byte;
   }
   pdl_launch_dependents();
