@@ -890,6 +890,15 @@ GPU_CASE("gemm: preconditions return Status naming the values") {
            s.to_string().c_str(), plan.split_k);
     expect_err(p, step5::StatusCode::kInvalidArgument, "workspace", "missing workspace");
   }
+  {  // a forced 16-token split-K config past 65535 token tiles (grid.y): refused by the plan, naming
+     // T and the tile (it used to fail in cudaLaunchKernelEx with an unnamed launch error)
+    GemmParams p = good; p.path = GemmPath::kSplitK; p.config = 1; p.tokens = 1100000;
+    step5::ops::GemmPlan plan;
+    const step5::Status s = step5::ops::gemm_plan(p, &plan);
+    EXPECT(s.code() == step5::StatusCode::kInvalidArgument && s.message().find("tokens = 1100000") != std::string::npos &&
+               s.message().find("expected <= 65535") != std::string::npos,
+           "forced split-K config 1 at T = 1100000: %s", s.to_string().c_str());
+  }
   {  // wgmma split-K: a missing, too small or misaligned workspace is an error naming the bytes
     GemmParams p = good; p.path = GemmPath::kWgmma; p.config = 1; p.split_k = 4;
     p.tokens = 64; p.n = 512; p.ldc = 512; p.k = 1024; p.ldx = 1024; p.ldw = 1024;  // fits in `buf`

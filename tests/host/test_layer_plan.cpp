@@ -236,6 +236,15 @@ TEST_CASE("plan: refused capacities and device facts name the values") {
   CHECK(s.message().find("max_requests <= 65535") != std::string::npos);
   cap.max_requests = std::numeric_limits<int>::max();
   CHECK(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).code() == StatusCode::kInvalidArgument);
+  // a max_seq_len whose score rows the score grid cannot cover (65535 rows of 2048 regions):
+  // refused by the plan, naming the bound (it used to plan, then refuse every step)
+  cap = engine_capacity();
+  cap.max_seq_len = ops::kMaxIndexerSeqLen + 8;
+  s = ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(s.message().find("max_seq_len = 1073725448") != std::string::npos, s.message());
+  CHECK_MESSAGE(s.message().find("max_seq_len <= 1073725440 (kMaxIndexerSeqLen)") != std::string::npos, s.message());
+  static_assert(ops::kMaxIndexerSeqLen == 1073725440);
   // a RankLayout that is not make_rank_layout's (an edited shard offset, a wrong rank index)
   for (int which = 0; which < 3; ++which) {
     layout::RankLayout bad = r;

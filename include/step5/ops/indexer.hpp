@@ -235,6 +235,13 @@ inline bool indexer_prepare_folds_summaries(const IndexerBatch& b, int num_sms) 
 /// request (gridDim.y <= 65535).
 inline constexpr int kMaxIndexerRequests = 65535;
 
+/// The largest max_seq_len of one `indexer_select` step (and of a `DsaLayerCapacity`): the score
+/// grid has one row per chunk of a score row's regions, at most 65535 rows (gridDim.y), and a
+/// chunk holds at most 2048 regions of 8 tokens (kernels/sm90/indexer_scores.cuh,
+/// kScoreMaxRegionsPerCta; static_asserted in indexer_launch.cuh): 8 × 65535 × 2048 =
+/// 1,073,725,440 tokens.
+inline constexpr int kMaxIndexerSeqLen = 8 * 65535 * 2048;
+
 /// Arguments of `indexer_summaries` (SPEC §4.4, tail buffer of SPEC §5).
 struct IndexerSummaryParams {
   layout::RankLayout rank{};
@@ -270,7 +277,7 @@ struct IndexerSelectParams {
   const float* weights = nullptr;              ///< [T, Il] fp32, 4-byte aligned
   const std::uint8_t* summary_cache = nullptr; ///< [num_blocks, block_size/8, P] e4m3 bits, 16-byte aligned
   int topk = 0;                                ///< 1..1024 (run-time `sparse_config.topk`)
-  int max_seq_len = 0;  ///< upper bound of seq_lens (sizes the score workspace; > 0)
+  int max_seq_len = 0;  ///< upper bound of seq_lens (sizes the score workspace; in [1, kMaxIndexerSeqLen])
   std::int32_t* topk_ids = nullptr;  ///< [lg, T, topk+1] int32: ascending ids, current region, -1 pad
   std::int32_t* counts = nullptr;    ///< [lg, T] int32 = min(topk, p/8) + 1
   void* workspace = nullptr;         ///< >= indexer_select_workspace_bytes(...) for one token (see there)
@@ -292,12 +299,12 @@ namespace detail {
 /// Layout of the `indexer_select` workspace (one definition, used by the launcher and by
 /// `indexer_select_workspace_bytes`): a 256-byte-aligned plan of [B+1] int32, then fp32 scores
 /// `[tokens * lg, score_ld]`, score_ld = max(1, max_seq_len/8) rounded up to 4 regions.
-inline std::int64_t score_ld(int max_seq_len) {
+constexpr std::int64_t score_ld(int max_seq_len) {
   const std::int64_t n = max_seq_len / layout::kRegionSize > 1 ? max_seq_len / layout::kRegionSize : 1;
   return (n + 3) / 4 * 4;
 }
 inline std::size_t plan_bytes(int num_requests) {
-  return (static_cast<std::size_t>(num_requests + 1) * 4 + 255) / 256 * 256;
+  return ((static_cast<std::size_t>(num_requests) + 1) * 4 + 255) / 256 * 256;
 }
 }  // namespace detail
 
@@ -395,7 +402,7 @@ Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
 Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 
 /// Launches SPEC §4.5–4.6 for every (token, local group). Errors: `validate_step` (batch, table,
-/// topk in [1, kMaxTopk], seq_lens <= max_seq_len, workspace_bytes), null pointers, index_q /
+/// topk in [1, kMaxTopk], seq_lens <= max_seq_len <= kMaxIndexerSeqLen, workspace_bytes), null pointers, index_q /
 /// summary_cache not 16-byte or weights not 4-byte aligned, STEP5_TOPK (`topk_env_status`)
 /// (kInvalidArgument, nothing launched); kUnsupported; kCudaError (launch).
 Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream);

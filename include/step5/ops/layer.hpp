@@ -151,13 +151,14 @@ inline SparseAttentionParams attention_sizes(const layout::RankLayout& r, int to
 inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const DsaLayerCapacity& cap, int num_sms,
                                   std::size_t gemm_bytes, LayerWorkspaceMap* m) {
   if (hidden <= 0 || cap.max_tokens <= 0 || cap.max_requests <= 0 || cap.max_seq_len <= 0 || cap.max_topk < 1 ||
-      cap.max_topk > layout::kMaxTopk || cap.max_requests > kMaxIndexerRequests)
+      cap.max_topk > layout::kMaxTopk || cap.max_requests > kMaxIndexerRequests || cap.max_seq_len > kMaxIndexerSeqLen)
     return invalid_argument("dsa_layer: capacity hidden = " + std::to_string(hidden) + ", max_tokens = " +
                             std::to_string(cap.max_tokens) + ", max_requests = " + std::to_string(cap.max_requests) +
                             ", max_seq_len = " + std::to_string(cap.max_seq_len) + ", max_topk = " +
                             std::to_string(cap.max_topk) + "; expected positive values, max_topk <= " +
-                            std::to_string(layout::kMaxTopk) + " and max_requests <= " +
-                            std::to_string(kMaxIndexerRequests) + " (kMaxIndexerRequests)");
+                            std::to_string(layout::kMaxTopk) + ", max_requests <= " +
+                            std::to_string(kMaxIndexerRequests) + " (kMaxIndexerRequests) and max_seq_len <= " +
+                            std::to_string(kMaxIndexerSeqLen) + " (kMaxIndexerSeqLen)");
   const std::size_t T = static_cast<std::size_t>(cap.max_tokens);
   const std::size_t D = r.geometry.head_dim, P = r.geometry.proxy_dim, Hl = r.local_heads, Il = r.index_local_heads,
                     lg = r.local_kv_groups;

@@ -718,6 +718,11 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
       return invalid_argument("gemm_bf16: config = " + s(p.config) + " for the split-K path; expected 0.." +
                               s(kNumStreamKinds));
     fp->stream = plan_stream(p.tokens, p.n, p.k, info.sms, p.config, p.split_k);
+    if (fp->stream.tiles_t > 65535)  // grid.y; only a forced small-token config reaches it
+      return invalid_argument("gemm_bf16: tokens = " + s(p.tokens) + " in tiles of " +
+                              s(kGemmSplitKTiles[fp->stream.kind].tokens) + " tokens (split-K config " +
+                              s(fp->stream.kind + 1) + ") is " + s(fp->stream.tiles_t) +
+                              " token tiles, expected <= 65535 (grid.y); use config 0");
     int bps = 1;
     STEP5_RETURN_IF_ERROR(stream_bps(fp->stream.kind, fp->device, &bps));  // sets the smem limit
     fp->plan.split_k = fp->stream.splits;

@@ -188,6 +188,12 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   return s;
 }
 
+// kMaxIndexerSeqLen's rows fit the score grid at each path's longest chunk, which score_plan keeps
+// at such lengths (the halving stops once the grid fills the device).
+static_assert(score_ld(kMaxIndexerSeqLen) <= 65535ll * kernels::sm90::kScoreMaxRegionsPerCta &&
+                  score_ld(kMaxIndexerSeqLen) <= 65535ll * 64 * kernels::sm90::kWgScoreRegions,
+              "kMaxIndexerSeqLen must fit 65535 score-grid rows of the longest region chunk");
+
 /// The score tiles' starts of plan `sp` (tile_start[b], b in [0, B]): with one token per tile (decode)
 /// they are cu_seqlens_q itself and nothing is launched; else indexer_plan_kernel writes them to
 /// `plan` (plan_bytes(B) of the workspace). `*tile_start` receives the array the kernel reads.
@@ -473,6 +479,9 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   check.workspace_bytes = p.workspace ? p.workspace_bytes : 0;
   check.workspace_hint = "indexer_select_workspace_bytes(rank, 1, max_seq_len, num_requests)";
   STEP5_RETURN_IF_ERROR(validate_step(check));
+  if (p.max_seq_len > kMaxIndexerSeqLen)
+    return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + ", expected <= " +
+                            num(kMaxIndexerSeqLen) + " (kMaxIndexerSeqLen: 65535 score-grid rows of 2048 regions)");
   STEP5_RETURN_IF_ERROR(topk_env_status());  // before the first launch of the step
   if (T == 0) return Status::Ok();
   STEP5_RETURN_IF_ERROR(require_non_null("indexer_select", {{"index_q", p.index_q}, {"weights", p.weights},
@@ -491,9 +500,12 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
   STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
   const ScorePlan sp = auto_score_plan<Id>(Il, T, B, ld, p.table.block_size, sms);
-  if (sp.region_chunks > 65535 || sp.tiles_upper > 0x7fffffff)
-    return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " or num_tokens = " + num(T) +
-                            " exceeds the launch grid");
+  if (sp.region_chunks > 65535)  // not reached up to kMaxIndexerSeqLen (static_assert above)
+    return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " gives " + num(sp.region_chunks) +
+                            " chunks of " + num(sp.regions_per_cta) + " regions, expected <= 65535 (score grid rows)");
+  if (sp.tiles_upper > 0x7fffffff)
+    return invalid_argument("indexer_select: num_tokens = " + num(T) + " and num_requests = " + num(B) + " give " +
+                            num(sp.tiles_upper) + " score tiles, expected < 2^31 (score grid columns)");
   const std::int32_t* tile_start = nullptr;
   STEP5_RETURN_IF_ERROR(score_tile_starts(sp, p.batch.cu_seqlens_q, B, static_cast<std::int32_t*>(p.workspace), stream,
                                           &tile_start));
