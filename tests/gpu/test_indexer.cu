@@ -1551,6 +1551,16 @@ GPU_CASE("indexer: bad arguments are refused with messages naming the values") {
       EXPECT(st.code() == step5::StatusCode::kInvalidArgument && st.message().find(want) != std::string::npos,
              "indexer_prepare with %s misaligned: %s", m.name, st.to_string().c_str());
     }
+    // eps: +inf would zero every normalised row, NaN poison it; refused naming the value
+    for (const float eps : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), -1.f}) {
+      step5::ops::IndexerPrepareParams r = q;
+      r.eps = eps;
+      const step5::Status st = step5::ops::indexer_prepare(r, nullptr);
+      EXPECT(st.code() == step5::StatusCode::kInvalidArgument &&
+                 st.message().find("indexer_prepare: eps = ") != std::string::npos &&
+                 st.message().find("expected a finite value >= 0") != std::string::npos,
+             "indexer_prepare with eps %g: %s", static_cast<double>(eps), st.to_string().c_str());
+    }
   }
   // indexer_select: q rows and summary rows read by 16-byte loads and bulk copies, weights by
   // 4-byte loads; a misaligned pointer is refused before any launch, naming it and its offset

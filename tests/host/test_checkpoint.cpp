@@ -1,6 +1,7 @@
 // Checkpoint I/O (SPEC §7): safetensors reader/writer, config.json parsing, checkpoint generator.
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstring>
@@ -491,6 +492,27 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
   expect_error([&] { parse(nlohmann::json::array()); }, StatusCode::kInvalidArgument, {"must be a JSON object"});
   expect_error([&] { parse_model_config_text("{\"text_config\": ", "bad.json"); }, StatusCode::kIoError, {"bad.json", "malformed JSON"});
   expect_error([&] { load_model_config(tmp_path("no_such_dir")); }, StatusCode::kNotFound, {"no_such_dir", "config.json"});
+  {  // not a regular file, or too large: refused naming it (a FIFO used to block forever, /dev/zero
+     // to read until memory ran out)
+    const std::string d = tmp_path("config_special");
+    fs::remove_all(d);
+    fs::create_directories(d);
+    REQUIRE(::mkfifo((d + "/config.json").c_str(), 0600) == 0);
+    expect_error([&] { load_model_config(d); }, StatusCode::kIoError, {"config.json", "not a readable regular file"});
+    // the same for a checkpoint file (core/mapped_file.hpp, shared by the reader and the index)
+    REQUIRE(::mkfifo((d + "/model.safetensors").c_str(), 0600) == 0);
+    expect_error([&] { SafetensorsFile f(d + "/model.safetensors"); }, StatusCode::kIoError,
+                 {"model.safetensors", "not a readable regular file"});
+    fs::remove(d + "/model.safetensors");
+    fs::remove(d + "/config.json");
+    fs::create_symlink("/dev/zero", d + "/config.json");
+    expect_error([&] { load_model_config(d); }, StatusCode::kIoError, {"config.json", "not a readable regular file"});
+    fs::remove(d + "/config.json");
+    { std::ofstream(d + "/config.json") << "{}"; }
+    fs::resize_file(d + "/config.json", kMaxConfigBytes + 1);  // sparse: no 64 MiB written
+    expect_error([&] { load_model_config(d); }, StatusCode::kIoError, {"has 67108865 bytes", "at most 67108864"});
+    fs::remove_all(d);
+  }
   // a geometry outside the list is accepted when not required
   nlohmann::json j = mutate([](auto& t) { t["sparse_config"]["proxy_dim"] = 128; });
   CHECK(parse_model_config(j, "x", false).geometry_name.empty());
@@ -582,6 +604,15 @@ TEST_CASE("load_layer_weights: max_position bounds and config values used as fp3
   const model::LayerWeights w = load_layer_weights(ck, cfg, 3, rl, 16);
   CHECK(w.rope_main.max_position == 16);
   CHECK(w.rope_idx.max_position == 16);
+  // the CPU model's weights: eps must be finite and >= 0 (the kernels' rule, check_norm_eps)
+  for (const float eps : {std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), -0.5f}) {
+    model::LayerWeights bad_eps = w;
+    bad_eps.eps = eps;
+    expect_error([&] { model::validate_weights(bad_eps); }, StatusCode::kInvalidArgument,
+                 {"LayerWeights: eps = ", "expected a finite value >= 0 (rms_norm_eps)"});
+  }
+  CHECK(step5::check_norm_eps(0.0, "eps").ok());
+  CHECK(step5::check_norm_eps(-1.0, "w.eps").message() == "w.eps = -1, expected a finite value >= 0 (rms_norm_eps)");
   // a hand-built config (not through parse_model_config) with values that overflow a float
   REQUIRE(cfg.rope_scaling_applies(3));
   ModelConfig bad = cfg;
@@ -593,6 +624,20 @@ TEST_CASE("load_layer_weights: max_position bounds and config values used as fp3
   bad = cfg;
   bad.rope_theta[3] = 1e39;
   expect_error([&] { load_layer_weights(ck, bad, 3, rl, 16); }, StatusCode::kInvalidArgument, {"theta = 1e+39"});
+  // a layer that is not a DSA layer: its RoPE (partial rotary factor, theta) is not the geometry's,
+  // so tables built from rot_main would be silently wrong; refused naming its type and the DSA layers
+  const std::string t0 = cfg.attention_layer_types()[0];
+  REQUIRE(!cfg.is_dsa_layer(0));
+  expect_error([&] { load_layer_weights(ck, cfg, 0, rl, 16); }, StatusCode::kInvalidArgument,
+               {"load_layer_weights: layer 0", "is '" + t0 + "', not a DSA layer type", "expected one of the DSA layers [3]"});
+  expect_error([&] { load_layer_weights(ck, cfg, 9, rl, 16); }, StatusCode::kInvalidArgument,
+               {"layer 9", "outside the 4 layers", "DSA layers [3]"});
+  expect_error([&] { load_layer_weights(ck, cfg, -1, rl, 16); }, StatusCode::kInvalidArgument, {"layer -1"});
+  // a RankLayout that is not make_rank_layout's
+  layout::RankLayout edited = rl;
+  edited.shards[0].src_row += 8;
+  expect_error([&] { load_layer_weights(ck, cfg, 3, edited, 16); }, StatusCode::kInvalidArgument,
+               {"load_layer_weights: inconsistent RankLayout"});
 }
 
 TEST_CASE("sha256: FIPS 180-2 example vectors (one block, two-block padding, a million bytes)") {

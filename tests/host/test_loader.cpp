@@ -278,6 +278,16 @@ TEST_CASE("wrong shape, dtype, quantized, pre-fused and unknown shards are refus
 
   CHECK(has(error_of([&] { step5::FusedWeightLoader bad(layout_of(kPreview, 2, 0), 0); }), "hidden must be > 0, got 0"));
   CHECK(has(error_of([&] { step5::FusedWeightLoader bad(L::RankLayout{}, 64); }), "inconsistent"));
+  // an edited RankLayout (a shard moved to the last padding rows, a source offset past the tensor):
+  // the copies used to read past the tensor or write past the fused matrix (ASan); refused up front
+  for (int which = 0; which < 2; ++which) {
+    L::RankLayout edited = layout_of(kPreview, 2, 0);
+    if (which == 0) edited.shards[static_cast<int>(L::Shard::kIndexG)].dst_row = edited.padded_rows - 4;
+    else edited.shards[0].src_row += 8;
+    const std::string e = error_of([&] { step5::FusedWeightLoader bad(edited, 64); });
+    CHECK_MESSAGE(has(e, "FusedWeightLoader: inconsistent RankLayout"), e);
+    CHECK_MESSAGE(has(e, "make_rank_layout"), e);
+  }
 }
 
 TEST_CASE("checkpoint names map to shard ids") {

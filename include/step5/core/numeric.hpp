@@ -11,7 +11,11 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <limits>
+#include <string>
+
+#include "step5/core/status.hpp"
 
 namespace step5 {
 
@@ -21,6 +25,17 @@ namespace step5 {
 inline constexpr double kMinPositiveFloat = std::numeric_limits<float>::denorm_min();
 inline constexpr double kMaxFloat = std::numeric_limits<float>::max();
 constexpr bool is_positive_fp32(double v) { return v >= kMinPositiveFloat && v <= kMaxFloat; }
+
+/// The norms' eps (rms_norm_eps, SPEC §4.2–4.3) must be finite and >= 0: +inf would make every
+/// normalised row 0, NaN would poison it. kInvalidArgument "<who> = <value>, expected a finite
+/// value >= 0 (rms_norm_eps)" otherwise. The one rule for the kernels (indexer_prepare,
+/// dsa_layer_run) and the CPU model (model::validate_weights).
+inline Status check_norm_eps(double eps, const std::string& who) {
+  if (eps >= 0 && eps <= kMaxFloat) return Status::Ok();
+  char v[32];
+  std::snprintf(v, sizeof v, "%g", eps);
+  return invalid_argument(who + " = " + v + ", expected a finite value >= 0 (rms_norm_eps)");
+}
 
 /// bf16 value as its bit pattern (host storage type; layout-compatible with __nv_bfloat16).
 struct bf16 {

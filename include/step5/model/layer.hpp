@@ -40,6 +40,8 @@ inline void validate_weights(const LayerWeights& w) {
   const auto& g = r.geometry;
   auto sz = [](std::size_t v) { return std::to_string(v); };
   require(w.hidden > 0, "LayerWeights", "hidden = " + std::to_string(w.hidden) + ", expected > 0");
+  throw_if_error(layout::check_rank_layout(r, "LayerWeights"));
+  throw_if_error(check_norm_eps(w.eps, "LayerWeights: eps"));
   require(r.index_local_kv_heads == 1, "LayerWeights",
           "index_local_kv_heads = " + std::to_string(r.index_local_kv_heads) + ", the reference supports 1");
   require(g.region_size == layout::kRegionSize, "LayerWeights", "region_size = " + std::to_string(g.region_size) + ", expected " + std::to_string(layout::kRegionSize));

@@ -415,6 +415,7 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
                                          {"caches.summary_cache", caches.summary_cache}, {"caches.tail", caches.tail}}));
   if (caches.num_slots <= 0)
     return invalid_argument("dsa_layer_run: caches.num_slots = " + std::to_string(caches.num_slots) + ", expected > 0");
+  STEP5_RETURN_IF_ERROR(check_norm_eps(w.eps, "dsa_layer_run: w.eps"));  // indexer_prepare's rule
   if (step.tail_slot_host != nullptr) {  // rule 5 needs num_slots, which dsa_layer_check_step does not see
     // rules 1-2 and 4 ran in dsa_layer_check_step: only rule 5 here
     StepCheck tails = step_check("dsa_layer_run", step.batch, step.table);

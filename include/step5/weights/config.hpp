@@ -57,6 +57,7 @@
 #include <string_view>
 #include <vector>
 
+#include "step5/core/mapped_file.hpp"
 #include "step5/core/numeric.hpp"  // is_positive_fp32
 #include "step5/core/status.hpp"
 #include "step5/layout/geometry.hpp"
@@ -585,19 +586,31 @@ inline ModelConfig parse_model_config_text(std::string_view text, const std::str
   return parse_model_config(j, source, require_listed_geometry);
 }
 
-/// Reads `config.json` from `path` (the file, or a checkpoint directory holding it).
+/// The largest config.json `load_model_config` reads (a real one is a few KiB).
+inline constexpr std::uint64_t kMaxConfigBytes = 64ull << 20;
+
+/// Reads `config.json` from `path` (the file, or a checkpoint directory holding it): a regular
+/// file of at most kMaxConfigBytes (a FIFO, a device such as /dev/zero or a larger file is
+/// refused with kIoError naming it, instead of blocking or reading without end); kNotFound when
+/// it does not exist.
 inline ModelConfig load_model_config(const std::string& path, bool require_listed_geometry = true) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::path p(path);
   if (fs::is_directory(p, ec)) p /= "config.json";
-  std::ifstream in(p, std::ios::binary);
-  if (!in)
+  MappedFile f;
+  try {
+    f = MappedFile(p.string());
+  } catch (const Error& e) {
+    if (e.code() != StatusCode::kNotFound) throw;
     throw Error(StatusCode::kNotFound, "cannot open config file '" + p.string() +
                                            "' (expected a config.json file or a checkpoint directory holding config.json)");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_model_config_text(ss.str(), p.string(), require_listed_geometry);
+  }
+  if (f.size() > kMaxConfigBytes)
+    throw Error(StatusCode::kIoError, "config file '" + p.string() + "' has " + std::to_string(f.size()) +
+                                          " bytes, expected at most " + std::to_string(kMaxConfigBytes));
+  const std::string_view text(reinterpret_cast<const char*>(f.data()), static_cast<std::size_t>(f.size()));
+  return parse_model_config_text(text, p.string(), require_listed_geometry);
 }
 
 }  // namespace step5

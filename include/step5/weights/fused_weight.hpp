@@ -107,17 +107,14 @@ constexpr bool is_quantized(DType t) {
 class FusedWeightLoader {
  public:
   /// `rank`: a valid layout (from `make_rank_layout`/`rank_layout`); `hidden` > 0 (GEMM K).
-  /// Throws `Error(kInvalidArgument)` on a non-positive hidden or an empty/inconsistent layout.
+  /// Throws `Error(kInvalidArgument)` on a non-positive hidden or a layout that is not exactly
+  /// make_rank_layout's (`layout::check_rank_layout`: an edited shard offset would make the copies
+  /// read past a tensor or write past the fused matrix).
   FusedWeightLoader(const layout::RankLayout& rank, int hidden) : rank_(rank), hidden_(hidden) {
     if (hidden <= 0)
       throw Error(StatusCode::kInvalidArgument,
                   "FusedWeightLoader: hidden must be > 0, got " + std::to_string(hidden));
-    if (rank.padded_rows <= 0 || rank.padded_rows < rank.rows_with_w ||
-        rank.indexer_w.dst_row + rank.indexer_w.rows != rank.rows_with_w)
-      throw Error(StatusCode::kInvalidArgument,
-                  "FusedWeightLoader: the rank layout is empty or inconsistent (padded_rows = " +
-                      std::to_string(rank.padded_rows) + ", rows_with_w = " + std::to_string(rank.rows_with_w) +
-                      "); build it with step5::layout::make_rank_layout");
+    throw_if_error(layout::check_rank_layout(rank, "FusedWeightLoader"));
     matrix_.assign(static_cast<std::size_t>(rank.padded_rows) * static_cast<std::size_t>(hidden), bf16{});
   }
 

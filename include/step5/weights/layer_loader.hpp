@@ -12,6 +12,7 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "step5/core/status.hpp"
 #include "step5/layout/parallel.hpp"
@@ -56,12 +57,28 @@ inline float config_float(const ModelConfig& cfg, double v, const char* name) {
 /// `FusedWeightLoader`), norm weights and bias fp32 `[D]`/`[P]`. Throws `Error` on a missing or
 /// misshaped tensor, or an incomplete load (e.g. a non-DSA layer without indexer tensors: the
 /// missing shard ids are named), or on a config value used as fp32 (rms_norm_eps, rope_theta,
-/// the llama3 factors) that is not a positive fp32 value (above FLT_MAX it would become inf).
+/// the llama3 factors) that is not a positive fp32 value (above FLT_MAX it would become inf); on a
+/// `layer` that is not a DSA layer of `cfg` (its RoPE and norms differ; kInvalidArgument naming
+/// its type and the DSA layers) and on a RankLayout that is not make_rank_layout's.
 /// SPEC §3 (shards), §4.2–4.3 (norms, RoPE), §7 (names).
 inline model::LayerWeights load_layer_weights(const Checkpoint& ckpt, const ModelConfig& cfg, int layer,
                                                   const layout::RankLayout& rank, int max_position,
                                                   LayerLoadStats* stats = nullptr) {
   model::check_rope_max_position(max_position, "load_layer_weights");
+  throw_if_error(layout::check_rank_layout(rank, "load_layer_weights"));
+  if (!cfg.is_dsa_layer(layer)) {  // the tables below use the DSA layers' rotary dims (geometry)
+    const std::vector<std::string> types = cfg.attention_layer_types();
+    std::string dsa, apply;
+    for (const int l : cfg.dsa_layers()) dsa += (dsa.empty() ? "" : ", ") + std::to_string(l);
+    for (const std::string& t : cfg.sparse.apply_to_layer_types) apply += (apply.empty() ? "'" : ", '") + t + "'";
+    const bool in_range = layer >= 0 && layer < static_cast<int>(types.size());
+    throw Error(StatusCode::kInvalidArgument,
+                "load_layer_weights: layer " + std::to_string(layer) + " (" + cfg.source + ") " +
+                    (in_range ? "is '" + types[static_cast<std::size_t>(layer)] + "', not a DSA layer type ([" +
+                                    apply + (apply.empty() ? "" : "'") + "] in apply_to_layer_types)"
+                              : "is outside the " + std::to_string(types.size()) + " layers") +
+                    "; expected one of the DSA layers [" + dsa + "]");
+  }
   const std::string prefix = layer_prefix(layer);
   const layout::Geometry& g = rank.geometry;
   if (!(g == cfg.geometry))

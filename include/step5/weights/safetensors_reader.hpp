@@ -1,7 +1,7 @@
 #pragma once
 /// \file step5/weights/safetensors_reader.hpp
 /// Memory-mapped safetensors reader (SPEC.md §7, HF checkpoint layout): header parsing and
-/// validation, `MappedFile`, `SafetensorsFile`, and conversions of the views it hands out.
+/// validation, `SafetensorsFile` (over core/mapped_file.hpp's `MappedFile`), and conversions of the views it hands out.
 /// Sharded checkpoints: safetensors_index.hpp; writing: safetensors_writer.hpp; all three:
 /// safetensors.hpp.
 ///
@@ -27,11 +27,6 @@
 /// tests/fuzz/fuzz_safetensors.cpp).
 ///
 /// Host only (g++); needs nlohmann-json.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -47,6 +42,7 @@
 #include <utility>
 #include <vector>
 
+#include "step5/core/mapped_file.hpp"
 #include "step5/core/numeric.hpp"
 #include "step5/core/status.hpp"
 #include "step5/core/tensor.hpp"
@@ -228,66 +224,6 @@ inline SafetensorsHeader parse_safetensors_header(const std::uint8_t* data, std:
   }
   return h;
 }
-
-/// Read-only memory mapping of a whole file (POSIX). Move-only. An empty file maps to no
-/// memory (`data() == nullptr`, `size() == 0`).
-class MappedFile {
- public:
-  MappedFile() = default;
-  /// Maps `path`; throws `Error` (kNotFound when it does not exist, kIoError otherwise).
-  explicit MappedFile(const std::string& path) : path_(path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      const int err = errno;
-      throw Error(err == ENOENT ? StatusCode::kNotFound : StatusCode::kIoError,
-                  "cannot open file '" + path + "': " + std::strerror(err));
-    }
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      const int err = errno;
-      ::close(fd);
-      throw Error(StatusCode::kIoError, "'" + path + "' is not a readable regular file" +
-                                            (err ? std::string(": ") + std::strerror(err) : ""));
-    }
-    size_ = static_cast<std::uint64_t>(st.st_size);
-    if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        const int err = errno;
-        ::close(fd);
-        throw Error(StatusCode::kIoError, "cannot mmap '" + path + "': " + std::strerror(err));
-      }
-      data_ = static_cast<const std::uint8_t*>(p);
-    }
-    ::close(fd);
-  }
-  MappedFile(MappedFile&& o) noexcept { swap(o); }
-  MappedFile& operator=(MappedFile&& o) noexcept {
-    if (this != &o) {
-      MappedFile tmp(std::move(o));
-      swap(tmp);
-    }
-    return *this;
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile() {
-    if (data_) ::munmap(const_cast<std::uint8_t*>(data_), size_);
-  }
-  const std::uint8_t* data() const { return data_; }
-  std::uint64_t size() const { return size_; }
-  const std::string& path() const { return path_; }
-
- private:
-  void swap(MappedFile& o) noexcept {
-    std::swap(path_, o.path_);
-    std::swap(data_, o.data_);
-    std::swap(size_, o.size_);
-  }
-  std::string path_;
-  const std::uint8_t* data_ = nullptr;
-  std::uint64_t size_ = 0;
-};
 
 /// One memory-mapped, validated safetensors file.
 class SafetensorsFile {

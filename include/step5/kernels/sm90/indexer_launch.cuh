@@ -401,7 +401,7 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   STEP5_RETURN_IF_ERROR(require_aligned(op, 4, {{"c", p.c}, {"q_out", p.q_out}, {"k_cache", p.k_cache},
                                                 {"v_cache", p.v_cache}, {"index_k", p.index_k}, {"weights", p.weights}}));
   STEP5_RETURN_IF_ERROR(require_aligned(op, 2, {{"index_q", p.index_q}}));
-  if (!(p.eps >= 0.f)) return invalid_argument("indexer_prepare: eps must be >= 0");
+  STEP5_RETURN_IF_ERROR(check_norm_eps(p.eps, "indexer_prepare: eps"));
   // step 4 too (p.summaries, any field set; a missing one is named): the indexer_summaries
   // arguments of this step
   const bool step4 = p.summaries.summary_cache != nullptr || p.summaries.tail != nullptr ||
