@@ -841,6 +841,58 @@ GPU_CASE("gemm: back-to-back wgmma split-K launches reuse one workspace (counter
   }
 }
 
+GPU_CASE("gemm: plans and launches for device 1 made while device 0 is current (per-device kernel setup, the launch under that device), vs CPU reference") {
+  // cudaFuncSetAttribute and the occupancy queries apply to the current device: the library's
+  // per-device caches used to set device 0's limit and mark device 1 done, and a launch for
+  // p.device = 1 ran under device 0. Needs two GPUs (else a note and nothing else).
+  int count = 0;
+  GPU_CHECK(cudaGetDeviceCount(&count));
+  if (count < 2) {
+    std::printf("  one GPU: the two-device case is not exercised\n");
+    return;
+  }
+  GPU_CHECK(cudaSetDevice(1));
+  {
+    const int T = 256, N = 1024, K = 2048;
+    DenseOperands ops(T, N, K);  // on device 1
+    DevBuf ws(64 << 20);
+    cudaStream_t s1 = nullptr;
+    GPU_CHECK(cudaStreamCreate(&s1));
+    std::vector<float> ref(static_cast<std::size_t>(T) * N);
+    step5::reference::gemm_bf16_f32out(T, N, K, ops.hx.data(), K, ops.hw.data(), K, ref.data(), N);
+    std::vector<int> rows(T);
+    for (int t = 0; t < T; ++t) rows[t] = t;
+    GPU_CHECK(cudaSetDevice(0));
+    for (const Variant v : {Variant{GemmPath::kSplitK, 6, 0, false}, Variant{GemmPath::kWgmma, 0, 0, false},
+                            Variant{GemmPath::kWgmma, 1, 2, false}}) {
+      GemmParams p = ops.params();
+      p.path = v.path, p.config = v.config, p.split_k = v.split_k, p.allow_cublaslt = v.allow_cublaslt;
+      p.device = 1, p.workspace = ws.p, p.workspace_bytes = 64 << 20;
+      step5::ops::GemmPlan plan;
+      const step5::Status ps = step5::ops::gemm_plan(p, &plan);
+      EXPECT(ps.ok(), "plan for device 1 (%s config %d): %s", path_name(v.path), v.config, ps.to_string().c_str());
+      GPU_CHECK(cudaSetDevice(1));
+      GPU_CHECK(cudaMemset(ops.dc.p, 0xff, static_cast<std::size_t>(T) * N * 2));  // poison
+      GPU_CHECK(cudaDeviceSynchronize());
+      GPU_CHECK(cudaSetDevice(0));
+      const step5::Status ls = step5::ops::gemm_bf16(p, s1);
+      EXPECT(ls.ok(), "launch for device 1 (%s config %d): %s", path_name(v.path), v.config, ls.to_string().c_str());
+      int cur = -1;
+      GPU_CHECK(cudaGetDevice(&cur));
+      EXPECT(cur == 0, "the caller's device changed to %d", cur);
+      GPU_CHECK(cudaStreamSynchronize(s1));
+      std::vector<bf16> hc(static_cast<std::size_t>(T) * N);
+      GPU_CHECK(cudaMemcpy(hc.data(), ops.dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
+      const Judgement j = judge_output(ref, rows, N, N, hc);
+      EXPECT(j.bad == 0, "device 1 (%s config %d): %lld of %lld outside tolerance", path_name(v.path), v.config,
+             j.bad, j.checked);
+    }
+    GPU_CHECK(cudaSetDevice(1));
+    GPU_CHECK(cudaStreamDestroy(s1));
+  }
+  GPU_CHECK(cudaSetDevice(0));
+}
+
 GPU_CASE("gemm: preconditions return Status naming the values") {
   DevBuf buf(1 << 20);
   GemmParams good;

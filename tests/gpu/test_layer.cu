@@ -40,6 +40,7 @@
 
 #include "gpu/gpu_test.hpp"
 #include "step5/layout/parallel.hpp"
+#include "step5/ops/elementwise.hpp"
 #include "step5/ops/layer.hpp"
 #include "step5/reference/layer.hpp"
 
@@ -394,6 +395,47 @@ GPU_CASE("layer: the GEMMs on this library's kernels (DsaLayerOptions::gemm_allo
 
 GPU_CASE("layer: tp 4, every rank simulated (quick: rank 0) + simulated all-reduce, every geometry") {
   for (const auto& e : step5::layout::kGeometries) layer_case(e, 4);
+}
+
+GPU_CASE("elementwise: add_partials_to_residual == simulated_all_reduce + add_residual for 1..8 partials, bit for bit; residual_to_bf16 rounds to nearest even; a host pointer array is refused") {
+  std::mt19937 rng(20261205u);
+  const std::size_t n = 4096 * 3 + 5;  // a hidden size times tokens, plus an odd tail
+  for (int np = 1; np <= 8; ++np) {
+    std::vector<std::vector<bf16>> parts;
+    std::vector<std::unique_ptr<step5_test::DevBuf<bf16>>> dparts;
+    std::vector<const bf16*> ptrs;
+    for (int r = 0; r < np; ++r) {
+      parts.push_back(step5_test::random_bf16(n, rng, 2.f));
+      dparts.push_back(std::make_unique<step5_test::DevBuf<bf16>>(parts.back()));
+      ptrs.push_back(dparts.back()->p);
+    }
+    const std::vector<float> res0 = step5_test::random_f32(n, rng, 4.f);
+    step5_test::DevBuf<float> res(res0);
+    step5_test::DevBuf<const bf16*> dptrs(ptrs);
+    const step5::Status s = step5::ops::add_partials_to_residual(dptrs.p, np, res.p, n, nullptr);
+    GPU_CHECK(cudaDeviceSynchronize());
+    EXPECT(s.ok(), "add_partials_to_residual (%d partials): %s", np, s.to_string().c_str());
+    std::vector<float> want = res0;
+    ref::add_residual(want.data(), ref::simulated_all_reduce(parts).data(), n);
+    EXPECT(step5_test::same_bits(res.down(), want), "%d partials: residual differs from the reference", np);
+    // the same host array of device pointers: refused before any launch, the residual unchanged
+    const step5::Status h = step5::ops::add_partials_to_residual(ptrs.data(), np, res.p, n, nullptr);
+    EXPECT(h.code() == step5::StatusCode::kInvalidArgument &&
+               h.message().find("partials is not device-readable memory") != std::string::npos,
+           "a host pointer array (%d partials): %s", np, h.to_string().c_str());
+    GPU_CHECK(cudaDeviceSynchronize());
+    EXPECT(step5_test::same_bits(res.down(), want), "%d partials: the refused call changed the residual", np);
+  }
+  const std::vector<float> r = step5_test::random_f32(n, rng, 100.f);
+  step5_test::DevBuf<float> dr(r);
+  step5_test::DevBuf<bf16> x(n);
+  GPU_CHECK(cudaMemset(x.p, 0xff, n * sizeof(bf16)));  // poison
+  const step5::Status s = step5::ops::residual_to_bf16(dr.p, x.p, n, nullptr);
+  GPU_CHECK(cudaDeviceSynchronize());
+  EXPECT(s.ok(), "residual_to_bf16: %s", s.to_string().c_str());
+  std::vector<bf16> want(n);
+  for (std::size_t i = 0; i < n; ++i) want[i] = step5::to_bf16(r[i]);
+  EXPECT(step5_test::same_bits(x.down(), want), "residual_to_bf16 differs from to_bf16");
 }
 
 STEP5_GPU_TEST_MAIN()

@@ -337,6 +337,19 @@ TEST_CASE("reader: malformed files give clear errors and never crash") {
   expect_file_error("begin_after_end.safetensors", st_image(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[8,4]}})", data16),
                     {"begin > end"});
   expect_file_error("malformed.safetensors", st_image(R"({"t":{"dtype":"F32",)", data16), {"malformed JSON"});
+  // a tensor listed twice, or a field given twice: refused (nlohmann keeps the last value silently)
+  expect_file_error("dup_tensor.safetensors",
+                    st_image(R"({"a":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                             data16.substr(0, 8)),
+                    {"key 'a' appears twice", "a tensor listed twice"});
+  expect_file_error("dup_field.safetensors",
+                    st_image(R"({"t":{"dtype":"F32","dtype":"I32","shape":[2,2],"data_offsets":[0,16]}})", data16),
+                    {"key 'dtype' appears twice"});
+  {  // the same key in different objects is fine
+    const std::string p = tmp_path("same_key_two_objects.safetensors");
+    write_bytes(p, st_image(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"u":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})", data16));
+    CHECK(SafetensorsFile(p).view("u").shape == std::vector<std::int64_t>{2});
+  }
   expect_file_error("not_object.safetensors", st_image("[1,2,3]", data16), {"must be a JSON object", "array"});
   expect_file_error("entry_not_object.safetensors", st_image(R"({"t":5})", data16), {"'t'", "entry must be an object"});
   expect_file_error("no_dtype.safetensors", st_image(R"({"t":{"shape":[4],"data_offsets":[0,16]}})", data16), {"'t'", "missing field 'dtype'"});
@@ -381,6 +394,9 @@ TEST_CASE("reader: malformed files give clear errors and never crash") {
     expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError, {"'weight_map' must be an object"});
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":)");
     expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError, {"model.safetensors.index.json", "malformed JSON"});
+    // a tensor mapped twice (nlohmann keeps the last one silently)
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors","t":"s2.safetensors"}})");
+    expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError, {"model.safetensors.index.json", "key 't' appears twice"});
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors"}})");
     Checkpoint c(d2);
     CHECK(c.names() == std::vector<std::string>{"t"});
@@ -491,6 +507,8 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
   expect_error([&] { parse(mutate([](auto& t) { t["rms_norm_eps"] = 0; })); }, StatusCode::kInvalidArgument, {"rms_norm_eps", "> 0"});
   expect_error([&] { parse(nlohmann::json::array()); }, StatusCode::kInvalidArgument, {"must be a JSON object"});
   expect_error([&] { parse_model_config_text("{\"text_config\": ", "bad.json"); }, StatusCode::kIoError, {"bad.json", "malformed JSON"});
+  expect_error([&] { parse_model_config_text(R"({"hidden_size": 64, "hidden_size": 4096})", "dup.json"); },
+               StatusCode::kIoError, {"dup.json", "field 'hidden_size' appears twice"});
   expect_error([&] { load_model_config(tmp_path("no_such_dir")); }, StatusCode::kNotFound, {"no_such_dir", "config.json"});
   {  // not a regular file, or too large: refused naming it (a FIFO used to block forever, /dev/zero
      // to read until memory ran out)

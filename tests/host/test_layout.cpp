@@ -180,6 +180,20 @@ TEST_CASE("SPEC §2 worked table, step5_preview") {
   const auto r32 = L::make_rank_layout(kPreview, {32, 4}, 0);
   CHECK(r32.error.rule == L::LayoutRule::kHeadsPerGroup);
   CHECK(r32.error.a == 2);
+  // every SPEC §2 rule holds but the int row offsets would overflow (a config parsed with
+  // require_listed_geometry = false allows such sizes): refused, naming the numbers (it used to
+  // return Ok with 0 q rows, UBSan: signed overflow)
+  {
+    L::Geometry huge = kPreview;
+    huge.num_heads = 256, huge.num_kv_heads = 16, huge.index_num_heads = 16;
+    huge.head_dim = 1 << 24, huge.proxy_dim = 1 << 24;
+    const auto rh = L::make_rank_layout(huge, {1, 16}, 0);
+    CHECK(rh.error.rule == L::LayoutRule::kRowsFitInt);
+    const std::string m = L::describe(rh.error);
+    CHECK_MESSAGE(m.find("must be < 2^31; num_heads = 256, head_dim = 16777216") != std::string::npos, m);
+    CHECK(L::fused_global_rows(huge) > 0x7fffffffll);
+    CHECK(L::fused_global_rows(kPreview) < 1 << 20);
+  }
   for (int k = 0; k < 4; ++k)
     for (int rank : {2 * k, 2 * k + 1}) {
       const auto l = L::make_rank_layout(kPreview, {8, 4}, rank).layout;

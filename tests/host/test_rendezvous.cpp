@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -399,8 +400,17 @@ TEST_CASE("the rank environment: valid values are read, bad ones refused naming 
 
 TEST_CASE("bad timeouts and blob sizes are refused") {
   const std::string m = error_of([&] { TcpStore s(env_of(0, 2, 1), 0.0); });
-  CHECK_MESSAGE(contains(m, "rendezvous timeout 0.000000 s: expected > 0 s"), m);
+  CHECK_MESSAGE(contains(m, "rendezvous timeout 0 s: expected > 0 s and <= 2592000 s (30 days)"), m);
+  // +inf, 1e300 and NaN: the duration used to overflow and time out at once ("within 0.0 s")
+  for (const double t : {std::numeric_limits<double>::infinity(), 1e300, std::numeric_limits<double>::quiet_NaN()}) {
+    const std::string mt = error_of([&] { TcpStore st(env_of(1, 2, 1), t); });
+    CHECK_MESSAGE(contains(mt, "rendezvous timeout "), mt);
+    CHECK_MESSAGE(contains(mt, "expected > 0 s and <= 2592000 s"), mt);
+  }
   TcpStore s(env_of(0, 1, 1), 1.0);
+  const std::string mc = error_of([&] { (void)s.allgather(TcpStore::Blob{}, 1e300); });
+  CHECK_MESSAGE(contains(mc, "collective timeout 1e+300 s"), mc);
+  CHECK(s.allgather(TcpStore::Blob{}, -1.0).size() == 1);  // <= 0: the store's timeout, as documented
   const std::string m2 = error_of([&] { (void)step5::comm::from_blob<double>(TcpStore::Blob(3), "a checksum"); });
   CHECK_MESSAGE(contains(m2, "rendezvous: a checksum has 3 bytes, expected 8"), m2);
 }

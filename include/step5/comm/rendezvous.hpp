@@ -32,6 +32,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -131,13 +132,17 @@ class TcpStore {
   /// The largest blob one rank may send in a collective (bounds what a damaged frame can ask for).
   static constexpr std::uint64_t kMaxBlobBytes = 1ull << 30;
 
+  /// The longest timeout a store or a collective takes (30 days): a larger one (or +inf) would
+  /// overflow the clock's duration and time out at once.
+  static constexpr double kMaxTimeoutS = 30.0 * 24 * 3600;
+
   /// The rendezvous: rank 0 listens on env.master_addr:env.master_port and waits until every other
   /// rank has connected; the others connect (retrying while rank 0 is not yet listening). Returns
   /// when all env.world_size ranks are present, or throws step5::Error naming what is missing
-  /// after `timeout_s` seconds (> 0). world_size 1: no socket is opened.
+  /// after `timeout_s` seconds (in (0, kMaxTimeoutS]; kInvalidArgument naming it otherwise).
+  /// world_size 1: no socket is opened.
   TcpStore(const DistEnv& env, double timeout_s) : env_(env), timeout_s_(timeout_s) {
-    if (!(timeout_s > 0))
-      throw Error(StatusCode::kInvalidArgument, "rendezvous timeout " + std::to_string(timeout_s) + " s: expected > 0 s");
+    check_timeout(timeout_s, "rendezvous timeout");
     if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size)
       throw Error(StatusCode::kInvalidArgument, "rendezvous: rank " + std::to_string(env.rank) + " of world size " +
                                                     std::to_string(env.world_size) + ": expected 0 <= rank < world size");
@@ -169,8 +174,10 @@ class TcpStore {
   /// Every rank's `mine`, indexed by rank (the same on every rank). Blocks until every rank has
   /// called it, at most `timeout_s` seconds (the store's timeout when <= 0). Errors (step5::Error
   /// kIoError): a peer closed its connection (exited or was killed), sent nothing in time, or
-  /// called a different collective; a blob over kMaxBlobBytes (kInvalidArgument).
+  /// called a different collective; a blob over kMaxBlobBytes, a timeout above kMaxTimeoutS or
+  /// NaN (kInvalidArgument).
   std::vector<Blob> allgather(const Blob& mine, double timeout_s = 0) {
+    if (timeout_s > 0 || std::isnan(timeout_s)) check_timeout(timeout_s, who() + ": collective timeout");
     if (mine.size() > kMaxBlobBytes)
       throw Error(StatusCode::kInvalidArgument, who() + ": allgather of " + std::to_string(mine.size()) +
                                                     " bytes: at most " + std::to_string(kMaxBlobBytes) + " bytes per rank");
@@ -228,6 +235,13 @@ class TcpStore {
 
  private:
   using Clock = std::chrono::steady_clock;
+  static void check_timeout(double s, const std::string& what) {
+    if (s > 0 && s <= kMaxTimeoutS) return;
+    char v[32];
+    std::snprintf(v, sizeof v, "%g", s);
+    throw Error(StatusCode::kInvalidArgument,
+                what + " " + v + " s: expected > 0 s and <= " + std::to_string(static_cast<long>(kMaxTimeoutS)) + " s (30 days)");
+  }
   static Clock::duration seconds(double s) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
   }

@@ -68,3 +68,32 @@ inline Status device_sm_count(int device, int* sms) {
 
 /// Returns a Status from the enclosing function when the CUDA call fails.
 #define STEP5_CUDA_RETURN(call) STEP5_RETURN_IF_ERROR(::step5::cuda_status((call), #call))
+
+namespace step5 {
+
+/// Makes `device` current for its scope when it is not, restoring the caller's device on exit:
+/// what a per-device setting (cudaFuncSetAttribute, an occupancy query, a cuBLASLt handle) or a
+/// launch for a device other than the current one needs. `status` says whether the switch worked.
+struct DeviceScope {
+  int previous = -1;
+  bool switched = false;
+  Status status;
+  explicit DeviceScope(int device) : status(enter(device)) {}
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() {
+    if (switched) (void)cudaSetDevice(previous);
+  }
+
+ private:
+  Status enter(int device) {
+    STEP5_CUDA_RETURN(cudaGetDevice(&previous));
+    if (previous != device) {
+      STEP5_CUDA_RETURN(cudaSetDevice(device));
+      switched = true;
+    }
+    return Status::Ok();
+  }
+};
+
+}  // namespace step5

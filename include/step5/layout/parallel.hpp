@@ -29,6 +29,8 @@ enum class LayoutRule : int {
   kDims = 9,                    ///< D > 0, rot_main even <= D, rot_idx even <= P, R > 0
                                 ///< (a = D, b = rot_main, c = P, d = rot_idx)
   kRankRange = 10,              ///< 0 <= rank < tp                    (a = rank, b = tp)
+  kRowsFitInt = 11,             ///< the fused weight's global rows H·D + 2·KV·D + Ni·(P + 1) + 2·Nk·P +
+                                ///< gate + 8 (padding) < 2^31 (a = H, b = D, c = Ni, d = P)
 };
 
 /// A violated rule and the numbers that violate it (kOk when valid). Structural, constexpr.
@@ -62,6 +64,15 @@ constexpr GroupPartition group_partition(int n_groups, int tp, int rank) {
   return {rank / r, 1, r, true};
 }
 
+/// Rows of the fused projection over all ranks at tp 1, in int64 (the per-rank shard offsets,
+/// rows and padded_rows are int and never exceed it): q H·D, k and v KV·D each, index_q Ni·P,
+/// index_k and index_z Nk·P each, the gate, sparse_indexer_w Ni, and up to 8 padding rows.
+constexpr long long fused_global_rows(const Geometry& g) {
+  using ll = long long;
+  return ll{g.num_heads} * g.head_dim + 2 * ll{g.num_kv_heads} * g.head_dim + ll{g.index_num_heads} * g.proxy_dim +
+         2 * ll{g.index_num_kv_heads} * g.proxy_dim + g.gate_size + g.index_num_heads + 8;
+}
+
 /// Checks the rules of SPEC §2 in order; returns the first violated one.
 constexpr LayoutError validate(const Geometry& g, const ParallelLayout& p) {
   using R = LayoutRule;
@@ -83,6 +94,7 @@ constexpr LayoutError validate(const Geometry& g, const ParallelLayout& p) {
   if (g.head_dim <= 0 || g.rot_main < 0 || g.rot_main % 2 != 0 || g.rot_main > g.head_dim ||
       g.rot_idx < 0 || g.rot_idx % 2 != 0 || g.rot_idx > g.proxy_dim || g.region_size <= 0)
     return {R::kDims, g.head_dim, g.rot_main, g.proxy_dim, g.rot_idx};
+  if (fused_global_rows(g) > 0x7fffffffll) return {R::kRowsFitInt, g.num_heads, g.head_dim, g.index_num_heads, g.proxy_dim};
   return {};
 }
 
@@ -120,6 +132,10 @@ inline std::string describe(const LayoutError& e) {
              s(e.d) + ") even and <= proxy_dim (" + s(e.c) + ")";
     case LayoutRule::kRankRange:
       return "tp_rank (" + s(e.a) + ") must lie in [0, tp_size = " + s(e.b) + ")";
+    case LayoutRule::kRowsFitInt:
+      return "the fused projection's rows (num_heads x head_dim + 2 num_kv_heads x head_dim + index_num_heads x "
+             "(proxy_dim + 1) + 2 index_num_kv_heads x proxy_dim + gate_size, padded) must be < 2^31; num_heads = " +
+             s(e.a) + ", head_dim = " + s(e.b) + ", index_num_heads = " + s(e.c) + ", proxy_dim = " + s(e.d);
   }
   return "unknown layout rule";
 }

@@ -68,6 +68,13 @@ struct rotary_dims_must_fit {
                 "step5 layout: head_dim > 0, rot_main even and <= head_dim, rot_idx even and <= proxy_dim");
 };
 
+template <int num_heads, int head_dim, int index_num_heads, int proxy_dim>
+struct fused_rows_must_fit_int {
+  static_assert(head_dim != head_dim,  // only instantiated when the rule failed
+                "step5 layout: the fused projection's rows (H*D + 2*KV*D + Ni*(P+1) + 2*Nk*P + gate, padded) "
+                "must be < 2^31");
+};
+
 /// Instantiates the checker of the first violated rule (none when valid).
 template <LayoutError E>
 consteval bool report() {
@@ -81,6 +88,7 @@ consteval bool report() {
   else if constexpr (E.rule == R::kIndexKvHeads) return sizeof(index_kv_heads_must_divide_tp<E.a, E.b>) == 0;
   else if constexpr (E.rule == R::kShardMultiples) return sizeof(gate_must_divide_by_tp_size<E.a, E.b, E.c>) == 0;
   else if constexpr (E.rule == R::kDims) return sizeof(rotary_dims_must_fit<E.a, E.b, E.c, E.d>) == 0;
+  else if constexpr (E.rule == R::kRowsFitInt) return sizeof(fused_rows_must_fit_int<E.a, E.b, E.c, E.d>) == 0;
   else return true;
 }
 }  // namespace check

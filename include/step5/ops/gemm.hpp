@@ -190,7 +190,9 @@ struct GemmParams {
   /// wide, or 64 · k_boxes wide for a wgmma kind — and 1 when the tiles' arrival counters would not fit in kGemmCounterBytes).
   int config = 0;
   int split_k = 0;
-  int device = -1;                  ///< CUDA device of the pointers; -1 = the current device
+  /// CUDA device of the pointers and the stream; -1 = the current device. Another device is made
+  /// current for the plan's per-device setup and the launch, then the caller's is restored.
+  int device = -1;
 };
 
 /// The path and split-K factor `gemm_bf16` uses for `p` (path kAuto resolved), without

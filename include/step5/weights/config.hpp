@@ -62,6 +62,7 @@
 #include "step5/core/status.hpp"
 #include "step5/layout/geometry.hpp"
 #include "step5/layout/model.hpp"
+#include "step5/weights/json_keys.hpp"
 
 namespace step5 {
 
@@ -578,11 +579,14 @@ inline ModelConfig parse_model_config(const nlohmann::json& root, const std::str
 inline ModelConfig parse_model_config_text(std::string_view text, const std::string& source = "config.json",
                                            bool require_listed_geometry = true) {
   nlohmann::json j;
+  std::string repeated;
   try {
-    j = nlohmann::json::parse(text.begin(), text.end());
+    j = detail::parse_json_checking_keys(text.begin(), text.end(), &repeated);
   } catch (const nlohmann::json::exception& e) {
     throw Error(StatusCode::kIoError, source + ": malformed JSON: " + e.what());
   }
+  if (!repeated.empty())
+    throw Error(StatusCode::kIoError, source + ": field '" + repeated + "' appears twice in one object");
   return parse_model_config(j, source, require_listed_geometry);
 }
 

@@ -46,6 +46,7 @@
 #include "step5/core/numeric.hpp"
 #include "step5/core/status.hpp"
 #include "step5/core/tensor.hpp"
+#include "step5/weights/json_keys.hpp"
 
 namespace step5 {
 
@@ -140,12 +141,16 @@ inline SafetensorsHeader parse_safetensors_header(const std::uint8_t* data, std:
   h.data_start = 8 + n;
   const std::uint64_t data_bytes = size - h.data_start;
   nlohmann::json j;
+  std::string repeated;
   try {
-    j = nlohmann::json::parse(reinterpret_cast<const char*>(data) + 8,
-                              reinterpret_cast<const char*>(data) + 8 + n);
+    j = detail::parse_json_checking_keys(reinterpret_cast<const char*>(data) + 8,
+                                 reinterpret_cast<const char*>(data) + 8 + n, &repeated);
   } catch (const nlohmann::json::exception& e) {
     throw_io(where + ": malformed JSON header (" + std::to_string(n) + " bytes): " + e.what());
   }
+  if (!repeated.empty())
+    throw_io(where + ": key " + detail::quote_name(repeated) +
+             " appears twice in one object of the header (a tensor listed twice?)");
   if (!j.is_object())
     throw_io(where + ": header must be a JSON object of tensor entries, got " + detail::json_type_name(j));
   h.entries.reserve(j.size());

@@ -79,6 +79,19 @@ inline Status add_partials_to_residual(const bf16* const* partials, int num_part
   if (partials == nullptr || residual == nullptr)
     return invalid_argument("add_partials_to_residual: null pointer with n = " + std::to_string(n));
   STEP5_RETURN_IF_ERROR(check_device("add_partials_to_residual"));
+  // the kernel reads the pointer array itself: a host array (the easy mistake, NCCL and most APIs
+  // take host arrays of device pointers) would be a sticky illegal-address fault
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, partials) != cudaSuccess) {
+    (void)cudaGetLastError();  // not sticky: clear it
+    attr.type = cudaMemoryTypeUnregistered;
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged &&
+      !(attr.type == cudaMemoryTypeHost && attr.devicePointer == partials))
+    return invalid_argument("add_partials_to_residual: partials is not device-readable memory (cudaPointerGetAttributes "
+                            "type " + std::to_string(static_cast<int>(attr.type)) +
+                            "), expected a device array of num_partials = " + std::to_string(num_partials) +
+                            " device pointers");
   return kernels::sm90::launch_kernel("add_partials_to_residual launch", &kernels::sm90::add_partials_kernel<>,
                                       {dim3(grid_for(n)), dim3(kernels::sm90::kElementwiseThreads)}, stream,
                                       reinterpret_cast<const __nv_bfloat16* const*>(partials), num_partials, residual,

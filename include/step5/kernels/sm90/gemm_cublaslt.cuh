@@ -82,26 +82,6 @@ inline std::size_t lt_workspace_limit(const GemmParams& p) {
   return avail < kGemmCublasLtWorkspaceBytes ? avail : kGemmCublasLtWorkspaceBytes;
 }
 
-/// Makes `device` current for its scope when it is not (the cuBLASLt handle and heuristics of
-/// that device), restoring the caller's device on exit.
-struct LtDeviceScope {
-  int previous = -1;
-  bool switched = false;
-  Status status;
-  explicit LtDeviceScope(int device) : status(enter(device)) {}
-  Status enter(int device) {
-    STEP5_CUDA_RETURN(cudaGetDevice(&previous));
-    if (previous != device) {
-      STEP5_CUDA_RETURN(cudaSetDevice(device));
-      switched = true;
-    }
-    return Status::Ok();
-  }
-  ~LtDeviceScope() {
-    if (switched) cudaSetDevice(previous);
-  }
-};
-
 /// Frees what `e` holds (descriptors and layouts; the destroy calls accept null).
 inline void lt_release(LtEntry& e) {
   if (e.la) cublasLtMatrixLayoutDestroy(e.la);
@@ -179,7 +159,7 @@ inline Status lt_entry(const GemmParams& p, int device, const LtEntry** out, cub
     *out = &it->second;
     return Status::Ok();
   }
-  const LtDeviceScope scope(device);
+  const DeviceScope scope(device);  // the cuBLASLt handle and heuristics of that device
   STEP5_RETURN_IF_ERROR(scope.status);
   if (h == c.handles.end()) {
     cublasLtHandle_t created = nullptr;

@@ -66,11 +66,15 @@ inline constexpr int stream_smem() {
   return k90::StreamConfig<BM, BN>::kStageBytes * ST;
 }
 
-/// Marks `(instance, device)` prepared (dynamic smem attribute set) once.
+/// Marks `(instance, device)` prepared (dynamic smem attribute set) once; `fn` runs with `device`
+/// current (cudaFuncSetAttribute and the occupancy queries apply to the current device: a plan for
+/// another device used to set the current one's and mark `device` done).
 template <class Fn>
 inline Status prepare_once(std::atomic<std::uint64_t>& mask, int device, Fn&& fn) {
   const std::uint64_t bit = device < 64 ? (std::uint64_t{1} << device) : 0;
   if (bit && (mask.load(std::memory_order_acquire) & bit)) return Status::Ok();
+  const DeviceScope scope(device);
+  STEP5_RETURN_IF_ERROR(scope.status);
   STEP5_RETURN_IF_ERROR(fn());
   if (bit) mask.fetch_or(bit, std::memory_order_acq_rel);
   return Status::Ok();
@@ -762,6 +766,8 @@ inline Status launch(const GemmParams& p, cudaStream_t stream) {
   FullPlan fp;
   STEP5_RETURN_IF_ERROR(make_plan(p, &fp));
   if (p.tokens == 0 || p.n == 0) return Status::Ok();
+  const DeviceScope scope(fp.device);  // p.device when set (the stream's device), as cuBLASLt's path
+  STEP5_RETURN_IF_ERROR(scope.status);
   switch (fp.plan.path) {
     case GemmPath::kGeneric: return launch_generic(p, stream);
     case GemmPath::kGemv: return launch_gemv(p, fp.device, fp.sms, stream);
