@@ -13,9 +13,9 @@
 /// Operand type (template `KIND`):
 ///  * ScoreMma::kF16 (the operand type when the wgmma path is chosen): e4m3 -> f16 (every e4m3
 ///    value, NaN included, is an f16 value, cvt.rn.f16x2.e4m3x2) once for q while staging B and for
-///    the summaries while building the A fragments, wgmma m64n128k16 .f32.f16.f16: the products
+///    the summaries while building the A fragments, wgmma m64n(N/2)k16 .f32.f16.f16: the products
 ///    are exact and the accumulation is the fp32 tensor-core accumulation of the mma.sync path.
-///  * ScoreMma::kE4m3: e4m3 as it is, wgmma m64n128k32 .f32.e4m3.e4m3 (twice the
+///  * ScoreMma::kE4m3: e4m3 as it is, wgmma m64n(N/2)k32 .f32.e4m3.e4m3 (twice the
 ///    rate). Hopper adds an e4m3 instruction's 32 products and the accumulator with ~14 significant
 ///    bits, truncated (DeepSeek-V3 report §3.5.2; DeepGEMM issues 37/50), i.e. relative errors up to
 ///    ~1e-3 at P = 256 where the tests (and the selection's ties within rounding) expect ~1e-6:
@@ -26,7 +26,7 @@
 /// K = P (proxy_dim). B K-major (the only layout e4m3 has; for f16 the natural one: a q row is
 /// K-contiguous). The wide tile, N = kWgScoreWideCols = 256 (f16 only, `ScorePath::kWgmmaF16N256`,
 /// the automatic choice where a CTA's history is long: indexer_launch.cuh `score_wide_tiles_pay`),
-/// reads each summary tile once for twice the columns: m64n256k16, 128 accumulators per consumer thread (setmaxnreg
+/// reads each summary tile once for twice the columns: two m64n128k16 halves, 128 accumulators per consumer thread (setmaxnreg
 /// moves registers from the producer warpgroup to the consumers), the chains' rows / histories
 /// read from shared memory in the epilogue, a ring of 4 stages (B takes 128 KB at P = 256).
 ///
@@ -67,19 +67,28 @@
 /// kStages tiles; a producer warp, per tile: load the block-table entries of its next tile, wait
 /// `empty`, arm `full` with the tile's bytes, one bulk copy per page run (checked mode: an
 /// out-of-row slot or an id outside [0, num_blocks) is reported and reads block 0, as the
-/// mma.sync kernel). A consumer warpgroup, per tile:
+/// mma.sync kernel). A consumer warpgroup, per tile (steps numbered as in the kernel):
 ///   1. wait `full`; load its rows' K pieces (16-byte shared loads; rows past r_end are zero) and
 ///      release the stage (each thread arrives on `empty` after its own loads: its release
 ///      orders them before the producer's next bulk copy into the stage; an arrival per warp
 ///      after __syncwarp was reported by racecheck as hazards);
 ///   2. build the A fragments in registers (f16: cvt.rn.f16x2.e4m3x2, exact; e4m3: as loaded);
-///   3. wgmma over K (P·esize/32 instructions, A from registers, B from shared memory, the first
-///      with scale-d = 0), commit, wait;
-///   4. register epilogue: ReLU, head chain, masked stores (r < p_t/8, token in the tile).
-/// The two consumer warpgroups drift apart, so one's steps 1-2 and 4 overlap the other's MMAs, and
-/// the summary loads of the next tiles are in flight all the time (the ring).
+///   3-7. the wgmmas over K (P·esize/32 instructions per half, A from registers, B from shared
+///      memory, the first with scale-d = 0) and the register epilogue (ReLU, head chain, masked
+///      stores r < p_t/8, token in the tile) in two accumulator halves, each half's epilogue
+///      running while the other half's wgmmas do:
+///        3. issue the lower half (columns [0, N/2));  4. epilogue of the PREVIOUS tile's upper half;
+///        5. wait, issue the upper half;               6. epilogue of the lower half;
+///        7. wait (the upper half's epilogue is step 4 of the next tile, or after the loop).
+/// Two accumulator halves: the columns [0, N/2) and [N/2, N) are separate m64n(N/2) chains (k16
+/// f16, k32 e4m3) with separate accumulators (N/4 registers each); every epilogue chain lies in
+/// one half (its hpg_i/2 consecutive n8 blocks; `score_wgmma_static_fit` requires (N/2) % (4·hpg_i) == 0), and
+/// a column's k order is the same in either width, so the bits are those of one m64nN chain.
+/// So a warpgroup keeps the tensor pipe busy through most of its own epilogue, and the other
+/// warpgroup's steps 1-2 and 3-7 interleave with it; the summary loads of the next tiles are in
+/// flight all the time (the ring).
 ///
-/// Arithmetic (P = 256, f16, per 64-region tile × 128 columns): 16 × m64n128k16 = 2.1 M MAC = 1024
+/// Arithmetic (P = 256, f16, per 64-region tile × 128 columns): 2 × 16 × m64n64k16 = 2.1 M MAC = 1024
 /// tensor cycles at 2048 f16 MAC/clk/SM; 16 KB of e4m3 summaries from L2 -> 256 FLOP per L2 byte
 /// (2.3 TB/s of L2 at 600 TFLOP/s). Shared-memory traffic per tile: B 64 KB read by the wgmmas,
 /// the 16 KB stage written by the copies and read once (A from registers: no A reads by the
@@ -93,6 +102,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>  // std::integral_constant
 
 #include "step5/core/cuda_check.hpp"  // kSm90MaxSmemPerCta
 #include "step5/kernels/sm90/arch.cuh"
@@ -180,7 +190,7 @@ __host__ __device__ constexpr bool score_wgmma_has_tile() {
 template <int P, int HPG, ScoreMma K, int N>
 __host__ __device__ constexpr bool score_wgmma_static_fit() {
   return P % 64 == 0 && P <= 256 && (P * kWgScoreElem<K>) % 128 == 0 && HPG % 2 == 0 &&
-         N % (4 * HPG) == 0 && score_wgmma_has_tile<K, N>();
+         (N / 2) % (4 * HPG) == 0 && score_wgmma_has_tile<K, N>();  // whole chains in each accumulator half
 }
 __host__ __device__ constexpr bool score_wgmma_il_fits(int Il, int hpg, int N) {
   return Il > 0 && hpg > 0 && Il % hpg == 0 && Il % 2 == 0 && N % (4 * Il) == 0;
@@ -219,25 +229,32 @@ constexpr bool score_wg_epilogue_matches_columns() {
   return true;
 }
 
-/// Stores the 16 e4m3 values `v` of piece `ci` (K bytes [16·ci, +16), i.e. m = ci / 4, quad lane
-/// c = ci % 4 of the file comment's K order) of q column `row` into the K-major 128B-swizzled B
-/// tile of ROWS rows at `tile`, each word where the A fragment's matching word goes: f16 (two
-/// f16x2 words per input word) or e4m3 (as it is).
+/// Stores the 64 e4m3 values v[c] (c < 4: pieces ci = 4m + c, K bytes [16·ci, +16), i.e. quad
+/// lane c of the file comment's K order; together K bytes [64·m, +64)) of q column `row` into
+/// the K-major 128B-swizzled B tile of ROWS rows at `tile`, each word where the A fragment's
+/// matching word goes, one 16-byte store per chunk (word c of a chunk comes from piece c):
+///   f16: instruction s = 4m + u (u < 4), chunk 0 the f16x2 of the low e4m3 pair of v[c]'s word
+///        u (k 2c, 2c + 1), chunk 1 of its high pair (k 2c + 8, 2c + 9);
+///   e4m3: instruction s = 2m + u/2, chunk u % 2 v[c]'s word u as it is (k 4c.. for u even,
+///        16 + 4c.. for u odd).
 template <ScoreMma K, int ROWS>
-__device__ __forceinline__ void score_wg_stage_b(unsigned char* tile, int row, int ci, const uint4& v) {
-  const int m = ci >> 2, c = ci & 3;
-  const std::uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  auto put = [&](int s, int chunk, std::uint32_t word) {  // chunk of instruction s's 32-byte window
-    *reinterpret_cast<std::uint32_t*>(tile + (s >> 2) * (ROWS * 128) + wgmma::sw128_offset(row, 2 * (s & 3) + chunk) +
-                                      4 * c) = word;
+__device__ __forceinline__ void score_wg_stage_b(unsigned char* tile, int row, int m, const uint4 (&v)[4]) {
+  auto word = [&](int c, int u) {
+    return u == 0 ? v[c].x : u == 1 ? v[c].y : u == 2 ? v[c].z : v[c].w;
+  };
+  auto put = [&](int s, int chunk, const uint4& words) {  // chunk of instruction s's 32-byte window
+    *reinterpret_cast<uint4*>(tile + (s >> 2) * (ROWS * 128) + wgmma::sw128_offset(row, 2 * (s & 3) + chunk)) = words;
   };
 #pragma unroll
   for (int u = 0; u < 4; ++u) {
     if constexpr (K == ScoreMma::kF16) {
-      put(4 * m + u, 0, e4m3x2_to_f16x2(w[u], false));  // k 2c, 2c + 1
-      put(4 * m + u, 1, e4m3x2_to_f16x2(w[u], true));   // k 2c + 8, 2c + 9
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        put(4 * m + u, e,
+            make_uint4(e4m3x2_to_f16x2(word(0, u), e), e4m3x2_to_f16x2(word(1, u), e),
+                       e4m3x2_to_f16x2(word(2, u), e), e4m3x2_to_f16x2(word(3, u), e)));
     } else {
-      put(2 * m + (u >> 1), u & 1, w[u]);  // k 4c.. (u even), 16 + 4c.. (u odd)
+      put(2 * m + (u >> 1), u & 1, make_uint4(word(0, u), word(1, u), word(2, u), word(3, u)));
     }
   }
 }
@@ -266,15 +283,22 @@ __device__ __forceinline__ void score_wg_a_fragments(const uint4 (&lo)[P / 64], 
   }
 }
 
-template <ScoreMma K, int N>
+/// One wgmma of an accumulator half: W = N / 2 columns of the tile (file comment, "Two accumulator
+/// halves"): n128 for the wide tile, n64 for the 128-column one.
+template <ScoreMma K, int W>
 __device__ __forceinline__ void score_wg_mma(float* acc, const std::uint32_t (&a)[4], std::uint64_t db, int scale_d) {
-  static_assert(score_wgmma_has_tile<K, N>(), "score_wg_mma: no such tile");
-  if constexpr (N == kWgScoreWideCols)
-    wgmma::wgmma_m64n256k16_f16_rs(acc, a, db, scale_d);
-  else if constexpr (K == ScoreMma::kF16)
-    wgmma::wgmma_m64n128k16_f16_rs(acc, a, db, scale_d);
-  else
-    wgmma::wgmma_m64n128k32_e4m3_rs(acc, a, db, scale_d);
+  static_assert(W == kWgScoreCols || W == kWgScoreCols / 2, "score_wg_mma: no such half-tile");
+  if constexpr (K == ScoreMma::kF16) {
+    if constexpr (W == kWgScoreCols)
+      wgmma::wgmma_m64n128k16_f16_rs(acc, a, db, scale_d);
+    else
+      wgmma::wgmma_m64n64k16_f16_rs(acc, a, db, scale_d);
+  } else {
+    if constexpr (W == kWgScoreCols)
+      wgmma::wgmma_m64n128k32_e4m3_rs(acc, a, db, scale_d);
+    else
+      wgmma::wgmma_m64n64k32_e4m3_rs(acc, a, db, scale_d);
+  }
 }
 
 /// The page runs of one tile seen by one producer lane: runs j = lane and lane + 32 of tile
@@ -381,26 +405,31 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
 
   const int ntok = st.te - st.tb, Il = a.Il, lg = a.lg, half_il = a.Il / 2;
   // B: q of the tile's tokens in column order and the K order of the file comment (zeros past
-  // the tile): all of a thread's loads in flight before the first store; then the weights in
-  // column order and the chains
-  constexpr int kBLoads = N * (P / 16) / kWgScoreConsumers;
-  static_assert(N * (P / 16) % kWgScoreConsumers == 0, "B staging: whole 16-byte loads per thread");
+  // the tile), in items of 64 bytes [64·m, +64) of K of one column (four 16-byte loads, then
+  // `score_wg_stage_b`'s 16-byte chunks): all of a thread's loads in flight before the first
+  // store; then the weights in column order and the chains
+  constexpr int kBItems = N * (P / 64), kBItemsPerThread = (kBItems + kWgScoreConsumers - 1) / kWgScoreConsumers;
   {
-    uint4 q[kBLoads];
+    uint4 q[kBItemsPerThread][4];
 #pragma unroll
-    for (int i = 0; i < kBLoads; ++i) {
+    for (int i = 0; i < kBItemsPerThread; ++i) {
       const int idx = threadIdx.x + i * kWgScoreConsumers;
       int tl, h;
-      score_wg_column(idx / (P / 16), half_il, tl, h);
-      q[i] = make_uint4(0, 0, 0, 0);
-      if (tl < ntok)
-        q[i] = __ldg(reinterpret_cast<const uint4*>(a.index_q + (static_cast<std::int64_t>(st.tb + tl) * Il + h) * P) +
-                     idx % (P / 16));
+      score_wg_column(idx / (P / 64), half_il, tl, h);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) q[i][c] = make_uint4(0, 0, 0, 0);
+      if (idx < kBItems && tl < ntok) {
+        const uint4* src =
+            reinterpret_cast<const uint4*>(a.index_q + (static_cast<std::int64_t>(st.tb + tl) * Il + h) * P) +
+            4 * (idx % (P / 64));
+#pragma unroll
+        for (int c = 0; c < 4; ++c) q[i][c] = __ldg(src + c);
+      }
     }
 #pragma unroll
-    for (int i = 0; i < kBLoads; ++i) {
+    for (int i = 0; i < kBItemsPerThread; ++i) {
       const int idx = threadIdx.x + i * kWgScoreConsumers;
-      score_wg_stage_b<KIND, N>(sB, idx / (P / 16), idx % (P / 16), q[i]);
+      if (idx < kBItems) score_wg_stage_b<KIND, N>(sB, idx / (P / 64), idx % (P / 64), q[i]);
     }
   }
   for (int n = threadIdx.x; n < N; n += kWgScoreConsumers) {
@@ -436,42 +465,37 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
       hist_of[gg] = shist[gg * 4 + c];
     }
   }
+  // the accumulators of the tile's two halves (file comment, "Two accumulator halves"): columns
+  // [0, N/2) in acc[0, N/4), columns [N/2, N) in acc[N/4, N/2); the chains of half H are
+  // gg in [H·kChains/2, (H + 1)·kChains/2)
+  constexpr int kHalfAcc = N / 4;
+  static_assert(kChains % 2 == 0 && kHalfAcc == 4 * (kChains / 2) * (HPG / 2),
+                "wgmma scores: each accumulator half must hold whole epilogue chains");
   float acc[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
+  std::uint32_t af[L::kSteps][4];  // the A fragments of the tile in flight
 
-#pragma unroll 1
-  for (int i = wg, rb = st.r_begin + wg * M; rb < st.r_end; i += 2, rb += 2 * M) {
-    // 1. this warp's rows of the stage, then the stage back to the producer
-    const int s = i % S;
-    ptx::mbar_wait(&full[s], (i / S) & 1);
-    const unsigned char* stage = ring + s * L::kStageBytes;
-    const int rows = st.r_end - rb;
-    uint4 lo[P / 64], hi[P / 64];
-#pragma unroll
-    for (int m = 0; m < P / 64; ++m) {
-      lo[m] = row_lo < rows ? *reinterpret_cast<const uint4*>(stage + row_lo * P + 64 * m + 16 * c) : make_uint4(0, 0, 0, 0);
-      hi[m] = row_hi < rows ? *reinterpret_cast<const uint4*>(stage + row_hi * P + 64 * m + 16 * c) : make_uint4(0, 0, 0, 0);
-    }
-    ptx::mbar_arrive(&empty[s]);  // each thread after its own loads (release: they are complete)
-    // 2. A fragments
-    std::uint32_t af[L::kSteps][4];
-    score_wg_a_fragments<P, KIND>(lo, hi, af);
-    // 3. MMA over K
-    wgmma::fence_regs<N / 2>(acc);
+  // 3. the wgmmas of half H over K (A from registers, the first with scale-d = 0), one commit group
+  auto mma_half = [&](auto half) {
+    constexpr int H = decltype(half)::value;
+    wgmma::fence_regs<kHalfAcc>(acc + H * kHalfAcc);
     wgmma::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < L::kSteps; ++k) {
-      const std::uint64_t db = wgmma::make_desc_sw128(sB_addr + (k / 4) * (N * 128) + (k % 4) * 32);
-      score_wg_mma<KIND, N>(acc, af[k], db, k > 0 ? 1 : 0);
+      const std::uint64_t db =
+          wgmma::make_desc_sw128(sB_addr + (k / 4) * (N * 128) + H * (N / 2) * 128 + (k % 4) * 32);
+      score_wg_mma<KIND, N / 2>(acc + H * kHalfAcc, af[k], db, k > 0 ? 1 : 0);
     }
     wgmma::wgmma_commit();
-    wgmma::wgmma_wait<0>();
-    wgmma::fence_regs<N / 2>(acc);
-    // 4. epilogue: rows r0, r0 + 8 of this warp; chains f = gg·4 + c
+  };
+  // 4. the epilogue of half H of the tile at rb: rows rb + row_lo, + 8 of this warp; chains
+  // f = gg·4 + c of the half (ReLU, the head chain in order, masked stores)
+  auto epilogue_half = [&](auto half, int rb) {
+    constexpr int H = decltype(half)::value;
     const int r0 = rb + row_lo, r1 = r0 + 8;
 #pragma unroll
-    for (int gg = 0; gg < kChains; ++gg) {
+    for (int gg = H * (kChains / 2); gg < (H + 1) * (kChains / 2); ++gg) {
       int row, hist;
       if constexpr (kWide) {
         row = srow[gg * 4 + c];
@@ -497,7 +521,52 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
         if (r1 < hist) dst[r1] = s1;
       }
     }
+  };
+  constexpr std::integral_constant<int, 0> kLo{};
+  constexpr std::integral_constant<int, 1> kHi{};
+
+  // the previous tile of this warpgroup, whose upper half awaits its epilogue; before the first,
+  // a region past every history, so that the first tile's step 4 stores nothing (a branch around
+  // it would be divergent to ptxas, which then serializes the wgmmas: C7518)
+  constexpr int kNoTile = 1 << 30;
+  int rb_prev = kNoTile;
+#pragma unroll 1
+  for (int i = wg, rb = st.r_begin + wg * M; rb < st.r_end; i += 2, rb += 2 * M) {
+    // 1. this warp's rows of the stage, then the stage back to the producer
+    const int s = i % S;
+    ptx::mbar_wait(&full[s], (i / S) & 1);
+    const unsigned char* stage = ring + s * L::kStageBytes;
+    const int rows = st.r_end - rb;
+    uint4 lo[P / 64], hi[P / 64];
+#pragma unroll
+    for (int m = 0; m < P / 64; ++m) {
+      lo[m] = row_lo < rows ? *reinterpret_cast<const uint4*>(stage + row_lo * P + 64 * m + 16 * c) : make_uint4(0, 0, 0, 0);
+      hi[m] = row_hi < rows ? *reinterpret_cast<const uint4*>(stage + row_hi * P + 64 * m + 16 * c) : make_uint4(0, 0, 0, 0);
+    }
+    ptx::mbar_arrive(&empty[s]);  // each thread after its own loads (release: they are complete)
+    // 2. the A fragments (the previous tile's wgmmas, which read af, completed at its step 7).
+    // ptxas does not follow that wait across the loop's back edge: without the (idle) wait here
+    // it would serialize step 3 with step 4 (C7518).
+    wgmma::wgmma_wait<0>();
+    wgmma::fence_regs<kHalfAcc>(acc + kHalfAcc);
+    score_wg_a_fragments<P, KIND>(lo, hi, af);
+    // 3. the lower half's wgmmas; 4. meanwhile the previous tile's upper-half epilogue
+    mma_half(kLo);
+    epilogue_half(kHi, rb_prev);
+    // 5. the lower half complete, the upper half's wgmmas; 6. meanwhile the lower-half epilogue.
+    // (Issuing the upper half before the lower one completes would put step 4's reads of the
+    // upper accumulators inside the wgmmas' pipeline stage: ptxas serializes that too, C7515.)
+    wgmma::wgmma_wait<0>();
+    wgmma::fence_regs<kHalfAcc>(acc);
+    mma_half(kHi);
+    epilogue_half(kLo, rb);
+    // 7. the upper half complete before the loop's back edge (the accumulators it carries to
+    // the next step 4 are then not in flight; else ptxas serializes, C7515)
+    wgmma::wgmma_wait<0>();
+    wgmma::fence_regs<kHalfAcc>(acc + kHalfAcc);
+    rb_prev = rb;
   }
+  epilogue_half(kHi, rb_prev);
   pdl_launch_dependents();
 #endif
 }

@@ -4,8 +4,8 @@
 /// GEMM, gemm_wgmma.cuh, the indexer prefill scores, indexer_scores_wgmma.cuh, and the sparse
 /// attention's 64-row tiles, attention.cuh): the shared-memory matrix descriptors of K-major and
 /// N-major 128B-swizzled tiles, the fence / commit / wait wrappers, a compiler fence on
-/// accumulator registers, the register-A instructions the indexer scores use (m64n128 f16 k16 and
-/// e4m3 k32, m64n256 f16 k16; K-major B) and the register-A bf16 instructions of the attention (m64n64k16 K-major
+/// accumulator registers, the register-A instructions the indexer scores use (m64n64 / m64n128,
+/// f16 k16 and e4m3 k32; K-major B) and the register-A bf16 instructions of the attention (m64n64k16 K-major
 /// B; m64n128k16 / m64n192k16 N-major B). Device code (nvcc).
 ///
 /// Layout contract of `make_desc_sw128` (PTX ISA "Shared memory matrix layout", 128-byte swizzle,
@@ -94,8 +94,8 @@ __device__ __forceinline__ std::uint64_t desc_advance(std::uint64_t d, std::uint
 /// whose base is 1024-byte aligned (the layout `make_desc_sw128` describes).
 __host__ __device__ constexpr int sw128_offset(int row, int chunk) { return row * 128 + ((chunk ^ (row & 7)) << 4); }
 
-// Operand lists of the wgmma wrappers: the fp32 accumulators (32, 64, 96 or 128 per thread: n64,
-// n128, n192, n256) as asm outputs, and their register lists, built from blocks of 32.
+// Operand lists of the wgmma wrappers: the fp32 accumulators (32, 64 or 96 per thread: n64,
+// n128, n192) as asm outputs, and their register lists, built from blocks of 32.
 #define STEP5_WGMMA_ACC32(d)                                                                                          \
   "+f"((d)[0]), "+f"((d)[1]), "+f"((d)[2]), "+f"((d)[3]), "+f"((d)[4]), "+f"((d)[5]), "+f"((d)[6]), "+f"((d)[7]),     \
   "+f"((d)[8]), "+f"((d)[9]), "+f"((d)[10]), "+f"((d)[11]), "+f"((d)[12]), "+f"((d)[13]), "+f"((d)[14]),              \
@@ -104,7 +104,6 @@ __host__ __device__ constexpr int sw128_offset(int row, int chunk) { return row 
   "+f"((d)[29]), "+f"((d)[30]), "+f"((d)[31])
 #define STEP5_WGMMA_ACC64(d) STEP5_WGMMA_ACC32(d), STEP5_WGMMA_ACC32((d) + 32)
 #define STEP5_WGMMA_ACC96(d) STEP5_WGMMA_ACC64(d), STEP5_WGMMA_ACC32((d) + 64)
-#define STEP5_WGMMA_ACC128(d) STEP5_WGMMA_ACC64(d), STEP5_WGMMA_ACC64((d) + 64)
 #define STEP5_WGMMA_R0_31                                                                                             \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, "              \
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -114,14 +113,9 @@ __host__ __device__ constexpr int sw128_offset(int row, int chunk) { return row 
 #define STEP5_WGMMA_R64_95                                                                                            \
   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, "              \
   "%84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-#define STEP5_WGMMA_R96_127                                                                                           \
-  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, "         \
-  "%114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
 #define STEP5_WGMMA_REGS32 "{" STEP5_WGMMA_R0_31 "}"
 #define STEP5_WGMMA_REGS64 "{" STEP5_WGMMA_R0_31 ", " STEP5_WGMMA_R32_63 "}"
 #define STEP5_WGMMA_REGS96 "{" STEP5_WGMMA_R0_31 ", " STEP5_WGMMA_R32_63 ", " STEP5_WGMMA_R64_95 "}"
-#define STEP5_WGMMA_REGS128 \
-  "{" STEP5_WGMMA_R0_31 ", " STEP5_WGMMA_R32_63 ", " STEP5_WGMMA_R64_95 ", " STEP5_WGMMA_R96_127 "}"
 
 /// d = A·B + (scale_d ? d : 0), m64n128k16, f16 A from registers (the m16n8k16 A fragment of each
 /// warp's 16 rows), f16 B from shared memory K-major (`make_desc_sw128`), fp32 accumulators.
@@ -140,19 +134,19 @@ __device__ __forceinline__ void wgmma_m64n128k16_f16_rs(float* d, const std::uin
 #endif
 }
 
-/// d = A·B + (scale_d ? d : 0), m64n256k16: as `wgmma_m64n128k16_f16_rs` with 256 B columns
-/// (128 fp32 accumulators per thread; the indexer scores' wide tiles).
-__device__ __forceinline__ void wgmma_m64n256k16_f16_rs(float* d, const std::uint32_t (&a)[4], std::uint64_t desc_b,
-                                                        int scale_d) {
+/// d = A·B + (scale_d ? d : 0), m64n64k16: as `wgmma_m64n128k16_f16_rs` with 64 B columns (32 fp32
+/// accumulators per thread; one half of the indexer scores' 128-column tile).
+__device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float* d, const std::uint32_t (&a)[4], std::uint64_t desc_b,
+                                                       int scale_d) {
 #if STEP5_SM90A_DEVICE
   asm volatile(
       "{\n"
       ".reg .pred p;\n"
-      "setp.ne.b32 p, %133, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " STEP5_WGMMA_REGS128 ", "
-      "{%128, %129, %130, %131}, %132, p, 1, 1, 0;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " STEP5_WGMMA_REGS32 ", "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
       "}\n"
-      : STEP5_WGMMA_ACC128(d)
+      : STEP5_WGMMA_ACC32(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 #endif
 }
@@ -172,6 +166,23 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float* d, const std::ui
       "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
       "}\n"
       : STEP5_WGMMA_ACC64(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
+#endif
+}
+
+/// d = A·B + (scale_d ? d : 0), m64n64k32: as `wgmma_m64n128k32_e4m3_rs` with 64 B columns (not
+/// fp32-accurate either).
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float* d, const std::uint32_t (&a)[4], std::uint64_t desc_b,
+                                                        int scale_d) {
+#if STEP5_SM90A_DEVICE
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " STEP5_WGMMA_REGS32 ", "
+      "{%32, %33, %34, %35}, %36, p, 1, 1;\n"
+      "}\n"
+      : STEP5_WGMMA_ACC32(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 #endif
 }
@@ -230,14 +241,11 @@ __device__ __forceinline__ void wgmma_m64n192k16_bf16_rs_nmajor(float* d, const 
 #undef STEP5_WGMMA_ACC32
 #undef STEP5_WGMMA_ACC64
 #undef STEP5_WGMMA_ACC96
-#undef STEP5_WGMMA_ACC128
 #undef STEP5_WGMMA_R0_31
 #undef STEP5_WGMMA_R32_63
 #undef STEP5_WGMMA_R64_95
-#undef STEP5_WGMMA_R96_127
 #undef STEP5_WGMMA_REGS32
 #undef STEP5_WGMMA_REGS64
 #undef STEP5_WGMMA_REGS96
-#undef STEP5_WGMMA_REGS128
 
 }  // namespace step5::kernels::sm90::wgmma
