@@ -607,8 +607,9 @@ GPU_CASE("indexer: step 4 inside indexer_prepare (decode fold): caches bit-ident
   // steps put every request's position through every residue mod 8 (regions completing from 7
   // tail rows, rows appended at every tail row); histories 0, 5, 7, 8, 63 and 200 positions; one
   // request idle in some steps. Then a mixed step (prefill + MTP + decode: not folded). Last, a
-  // tail slot outside [0, num_slots) (no reference: it refuses one): the fold must read zeros and
-  // skip the tail write exactly as the summaries kernel does.
+  // tail slot outside [0, num_slots) (no reference: it refuses one): the fold must skip the tail
+  // write and the summary of a region that needs the slot's rows exactly as the summaries kernel
+  // does (both leave the bytes alone).
   int dev = 0, sms = 0;
   GPU_CHECK(cudaGetDevice(&dev));
   EXPECT(step5::device_sm_count(dev, &sms).ok() && sms > 0, "device_sm_count");

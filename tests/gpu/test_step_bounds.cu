@@ -338,58 +338,65 @@ GPU_CASE("checked mode: device seq_lens past the step's max_seq_len (inside the 
 
 GPU_CASE("checked mode: a device tail slot outside [0, num_slots): not read or written, its region not summarised, reported") {
   // The host mirror is valid and no host copy of tail_slot is passed (a replayed graph's slots):
-  // request 1 decodes position 15, the last row of region 1, whose rows 8..14 wait in its tail
-  // slot, and the device gives it slot 9 with num_slots 2. Both places that do step 4 must leave
-  // the tail buffer and the summary cache alone (before: the region was summarised from zeros,
-  // silently) and checked mode must name the slot: indexer_summaries, and dsa_layer_forward
-  // (whose indexer_prepare folds step 4 into its own launch for this decode step). Request 0
-  // (position 99, row 3 of its region) appends to its own slot 0: the one legitimate tail write.
-  const auto expect_contained = [](World& w, bool checked, const char* who) {
+  // request 1 gets slot 9 with num_slots 2, at position 15 (the last row of region 1, whose rows
+  // 8..14 wait in its tail slot: the region would be summarised) and at position 12 (row 4: the
+  // row would be appended to the tail slot). Both places that do step 4 must leave the tail
+  // buffer and the summary cache alone (before: region 1 was summarised from zeros, silently) and
+  // checked mode must name the slot: indexer_summaries, and dsa_layer_forward (whose
+  // indexer_prepare folds step 4 into its own launch for this decode step). Request 0 (position
+  // 99, row 3 of its region) appends to its own slot 0: the one legitimate tail write, rows
+  // [6P, 8P) of slot 0 (a bad slot clamped to 0 would show elsewhere in slot 0).
+  const auto expect_contained = [](World& w, bool checked, int pos1, const char* who) {
     const char* mode = checked ? "checked" : "unchecked";
     if (checked) {
       const step5::Status f = ops::read_bounds_fault(
           w.d_fault.p, {kBlockSize, kMaxBlocks, kNumBlocks, kMaxPosition, /*num_slots=*/kB}, nullptr);
       EXPECT(f.code() == StatusCode::kInvalidArgument, "%s: fault not reported: %s", who, f.to_string().c_str());
-      for (const char* n : {"request 1", "position 15", "tail_slot = 9", "num_slots = 2"})
-        EXPECT(f.message().find(n) != std::string::npos, "%s: '%s' lacks '%s'", who, f.message().c_str(), n);
+      const std::string at = "position " + std::to_string(pos1);
+      for (const std::string& n : {std::string("request 1"), at, std::string("tail_slot = 9"), std::string("num_slots = 2")})
+        EXPECT(f.message().find(n) != std::string::npos, "%s: '%s' lacks '%s'", who, f.message().c_str(), n.c_str());
     }
-    EXPECT(same_bits(w.summary.down(), w.sum0), "%s %s: summary cache changed (region 1 summarised without its rows)",
-           who, mode);
+    EXPECT(same_bits(w.summary.down(), w.sum0), "%s %s (position %d): summary cache changed", who, mode, pos1);
     const std::vector<bf16> tail = w.tail.down();
-    const std::size_t slot_elems = static_cast<std::size_t>(kR) * 2 * w.P;
+    const std::size_t slot_elems = static_cast<std::size_t>(kR) * 2 * w.P, row = 2 * static_cast<std::size_t>(w.P);
     EXPECT(std::memcmp(tail.data() + slot_elems, w.tail0.data() + slot_elems, slot_elems * sizeof(bf16)) == 0,
-           "%s %s: slot 1 (nobody's this step) changed", who, mode);
+           "%s %s (position %d): slot 1 (nobody's this step) changed", who, mode, pos1);
+    EXPECT(std::memcmp(tail.data(), w.tail0.data(), 3 * row * sizeof(bf16)) == 0 &&
+               std::memcmp(tail.data() + 4 * row, w.tail0.data() + 4 * row, 4 * row * sizeof(bf16)) == 0,
+           "%s %s (position %d): slot 0 changed outside request 0's row 3", who, mode, pos1);
   };
-  for (const bool checked : {true, false}) {
-    {
-      World w;
-      w.seq = {100, 16};
-      w.upload_meta(w.seq);
-      w.d_slots.up(std::vector<std::int32_t>{0, 9});
-      GPU_CHECK(cudaMemset(w.d_fault.p, 0, ops::kBoundsFaultWords * 4));
-      ops::IndexerSummaryParams sp;
-      sp.rank = w.rank, sp.batch = w.batch(), sp.table = w.paged(checked ? w.d_fault.p : nullptr);
-      sp.index_k = w.index_k.p, sp.c = w.c.p, sp.ldc = w.rank.padded_rows, sp.summary_cache = w.summary.p;
-      sp.tail = w.tail.p, sp.tail_slot = w.d_slots.p, sp.num_slots = kB;
-      std::mt19937 rng(11u);
-      w.index_k.up(random_bf16(w.index_k.n, rng, 1.f));  // as indexer_prepare would leave it
-      const step5::Status s = ops::indexer_summaries(sp, nullptr);
-      GPU_CHECK(cudaDeviceSynchronize());
-      EXPECT(s.ok(), "indexer_summaries (host-valid step): %s", s.to_string().c_str());
-      expect_contained(w, checked, "indexer_summaries");
-    }
-    {
-      World w;
-      w.seq = {100, 16};
-      w.upload_meta(w.seq);
-      w.d_slots.up(std::vector<std::int32_t>{0, 9});
-      GPU_CHECK(cudaMemset(w.d_fault.p, 0, ops::kBoundsFaultWords * 4));
-      int sms = 0;
-      EXPECT(step5::device_sm_count(0, &sms).ok(), "device_sm_count");
-      EXPECT(ops::indexer_prepare_folds_summaries(w.batch(), sms), "the decode step is not folded");
-      const step5::Status s = w.layer(checked ? w.d_fault.p : nullptr);
-      EXPECT(s.ok(), "dsa_layer_forward (host-valid step): %s", s.to_string().c_str());
-      expect_contained(w, checked, "dsa_layer_forward");
+  for (const int seq1 : {16, 13}) {
+    for (const bool checked : {true, false}) {
+      {
+        World w;
+        w.seq = {100, seq1};
+        w.upload_meta(w.seq);
+        w.d_slots.up(std::vector<std::int32_t>{0, 9});
+        GPU_CHECK(cudaMemset(w.d_fault.p, 0, ops::kBoundsFaultWords * 4));
+        ops::IndexerSummaryParams sp;
+        sp.rank = w.rank, sp.batch = w.batch(), sp.table = w.paged(checked ? w.d_fault.p : nullptr);
+        sp.index_k = w.index_k.p, sp.c = w.c.p, sp.ldc = w.rank.padded_rows, sp.summary_cache = w.summary.p;
+        sp.tail = w.tail.p, sp.tail_slot = w.d_slots.p, sp.num_slots = kB;
+        std::mt19937 rng(11u);
+        w.index_k.up(random_bf16(w.index_k.n, rng, 1.f));  // as indexer_prepare would leave it
+        const step5::Status s = ops::indexer_summaries(sp, nullptr);
+        GPU_CHECK(cudaDeviceSynchronize());
+        EXPECT(s.ok(), "indexer_summaries (host-valid step): %s", s.to_string().c_str());
+        expect_contained(w, checked, seq1 - 1, "indexer_summaries");
+      }
+      {
+        World w;
+        w.seq = {100, seq1};
+        w.upload_meta(w.seq);
+        w.d_slots.up(std::vector<std::int32_t>{0, 9});
+        GPU_CHECK(cudaMemset(w.d_fault.p, 0, ops::kBoundsFaultWords * 4));
+        int sms = 0;
+        EXPECT(step5::device_sm_count(0, &sms).ok(), "device_sm_count");
+        EXPECT(ops::indexer_prepare_folds_summaries(w.batch(), sms), "the decode step is not folded");
+        const step5::Status s = w.layer(checked ? w.d_fault.p : nullptr);
+        EXPECT(s.ok(), "dsa_layer_forward (host-valid step): %s", s.to_string().c_str());
+        expect_contained(w, checked, seq1 - 1, "dsa_layer_forward");
+      }
     }
   }
 }

@@ -509,6 +509,8 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
   expect_error([&] { parse_model_config_text("{\"text_config\": ", "bad.json"); }, StatusCode::kIoError, {"bad.json", "malformed JSON"});
   expect_error([&] { parse_model_config_text(R"({"hidden_size": 64, "hidden_size": 4096})", "dup.json"); },
                StatusCode::kIoError, {"dup.json", "field 'hidden_size' appears twice"});
+  expect_error([&] { parse_model_config_text(R"({"text_config": {"": 1, "": 2}})", "empty_key.json"); },
+               StatusCode::kIoError, {"empty_key.json", "field '' appears twice"});
   expect_error([&] { load_model_config(tmp_path("no_such_dir")); }, StatusCode::kNotFound, {"no_such_dir", "config.json"});
   {  // not a regular file, or too large: refused naming it (a FIFO used to block forever, /dev/zero
      // to read until memory ran out)

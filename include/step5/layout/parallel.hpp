@@ -134,7 +134,8 @@ inline std::string describe(const LayoutError& e) {
       return "tp_rank (" + s(e.a) + ") must lie in [0, tp_size = " + s(e.b) + ")";
     case LayoutRule::kRowsFitInt:
       return "the fused projection's rows (num_heads x head_dim + 2 num_kv_heads x head_dim + index_num_heads x "
-             "(proxy_dim + 1) + 2 index_num_kv_heads x proxy_dim + gate_size, padded) must be < 2^31; num_heads = " +
+             "(proxy_dim + 1) + 2 index_num_kv_heads x proxy_dim + gate_size, padded; layout::fused_global_rows) must "
+             "be < 2^31; num_heads = " +
              s(e.a) + ", head_dim = " + s(e.b) + ", index_num_heads = " + s(e.c) + ", proxy_dim = " + s(e.d);
   }
   return "unknown layout rule";

@@ -7,7 +7,7 @@
 ///   reset_bounds_fault(rec, stream);                 // before the step (also a graph node)
 ///   table.bounds_fault = rec;  attention.bounds_fault = rec;   // or DsaLayerStep::table
 ///   ... launches ...
-///   Status s = read_bounds_fault(rec, {block_size, max_blocks, num_blocks, max_position}, stream);
+///   Status s = read_bounds_fault(rec, {block_size, max_blocks, num_blocks, max_position, num_slots}, stream);
 /// `read_bounds_fault` synchronises `stream` (call it where the engine syncs anyway).
 /// g++-compilable given the CUDA include path.
 #include <cuda_runtime_api.h>

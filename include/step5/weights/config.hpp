@@ -42,8 +42,9 @@
 /// llama3 factors — must be in [smallest positive float, FLT_MAX], so that they neither overflow
 /// to inf nor round to 0 as floats), values contradicting each other (num_provider_groups !=
 /// num_attention_groups, list length != number of layers, DSA layers with different rotary
-/// factors), geometry not in the list (kUnsupported), malformed JSON / unreadable file
-/// (kIoError / kNotFound). Never crashes on arbitrary input (fuzzed by tests/fuzz/fuzz_config.cpp).
+/// factors), geometry not in the list (kUnsupported), malformed JSON, a field given twice in one
+/// object, a config file that is not a regular file or is above kMaxConfigBytes (kIoError), a
+/// missing file (kNotFound). Never crashes on arbitrary input (fuzzed by tests/fuzz/fuzz_config.cpp).
 ///
 /// Host only (g++); needs nlohmann-json.
 #include <cmath>
@@ -579,14 +580,14 @@ inline ModelConfig parse_model_config(const nlohmann::json& root, const std::str
 inline ModelConfig parse_model_config_text(std::string_view text, const std::string& source = "config.json",
                                            bool require_listed_geometry = true) {
   nlohmann::json j;
-  std::string repeated;
+  std::optional<std::string> repeated;
   try {
     j = detail::parse_json_checking_keys(text.begin(), text.end(), &repeated);
   } catch (const nlohmann::json::exception& e) {
     throw Error(StatusCode::kIoError, source + ": malformed JSON: " + e.what());
   }
-  if (!repeated.empty())
-    throw Error(StatusCode::kIoError, source + ": field '" + repeated + "' appears twice in one object");
+  if (repeated)
+    throw Error(StatusCode::kIoError, source + ": field '" + *repeated + "' appears twice in one object");
   return parse_model_config(j, source, require_listed_geometry);
 }
 

@@ -118,15 +118,15 @@ class Checkpoint {
     index_path_ = index_file;
     MappedFile m(index_file);
     nlohmann::json j;
-    std::string repeated;
+    std::optional<std::string> repeated;
     try {
       j = detail::parse_json_checking_keys(reinterpret_cast<const char*>(m.data()),
                                            reinterpret_cast<const char*>(m.data()) + m.size(), &repeated);
     } catch (const nlohmann::json::exception& e) {
       detail::throw_io("checkpoint index '" + index_file + "': malformed JSON: " + e.what());
     }
-    if (!repeated.empty())
-      detail::throw_io("checkpoint index '" + index_file + "': key " + detail::quote_name(repeated) +
+    if (repeated)
+      detail::throw_io("checkpoint index '" + index_file + "': key " + detail::quote_name(*repeated) +
                        " appears twice in one object (a tensor mapped twice?)");
     if (!j.is_object())
       detail::throw_io("checkpoint index '" + index_file + "': must be a JSON object, got " +

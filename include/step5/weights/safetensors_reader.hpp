@@ -15,9 +15,11 @@
 /// `SafetensorsFile` (or the `Checkpoint` owning it) lives. Every header is validated before any
 /// view is created; every problem throws `step5::Error` naming the file, the tensor and the
 /// field, with what was expected and what was found:
-///   - missing/unreadable file, file shorter than 8 bytes, header length beyond the end of file
-///     (truncated file) or above 100 MB                                   (kNotFound / kIoError)
-///   - malformed JSON, header not an object, `__metadata__` not an object of strings,
+///   - missing/unreadable file, not a regular file (a FIFO, a device), file shorter than 8
+///     bytes, header length beyond the end of file (truncated file) or above 100 MB
+///                                                                        (kNotFound / kIoError)
+///   - malformed JSON, a key repeated within one object (a tensor listed twice), header not an
+///     object, `__metadata__` not an object of strings,
 ///     an entry without `dtype`/`shape`/`data_offsets` or with the wrong JSON type,
 ///     an unknown dtype, negative/non-integer dims, offsets with begin > end, offsets beyond
 ///     the data section, `end - begin != numel * dtype_size`                    (kIoError)
@@ -141,15 +143,15 @@ inline SafetensorsHeader parse_safetensors_header(const std::uint8_t* data, std:
   h.data_start = 8 + n;
   const std::uint64_t data_bytes = size - h.data_start;
   nlohmann::json j;
-  std::string repeated;
+  std::optional<std::string> repeated;
   try {
     j = detail::parse_json_checking_keys(reinterpret_cast<const char*>(data) + 8,
                                  reinterpret_cast<const char*>(data) + 8 + n, &repeated);
   } catch (const nlohmann::json::exception& e) {
     throw_io(where + ": malformed JSON header (" + std::to_string(n) + " bytes): " + e.what());
   }
-  if (!repeated.empty())
-    throw_io(where + ": key " + detail::quote_name(repeated) +
+  if (repeated)
+    throw_io(where + ": key " + detail::quote_name(*repeated) +
              " appears twice in one object of the header (a tensor listed twice?)");
   if (!j.is_object())
     throw_io(where + ": header must be a JSON object of tensor entries, got " + detail::json_type_name(j));

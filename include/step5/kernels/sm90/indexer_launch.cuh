@@ -478,10 +478,10 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   check.workspace_required = indexer_select_workspace_bytes(p.rank, 1, p.max_seq_len, B);
   check.workspace_bytes = p.workspace ? p.workspace_bytes : 0;
   check.workspace_hint = "indexer_select_workspace_bytes(rank, 1, max_seq_len, num_requests)";
-  STEP5_RETURN_IF_ERROR(validate_step(check));
-  if (p.max_seq_len > kMaxIndexerSeqLen)
+  if (p.max_seq_len > kMaxIndexerSeqLen)  // before validate_step: its workspace rule would name the workspace
     return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + ", expected <= " +
                             num(kMaxIndexerSeqLen) + " (kMaxIndexerSeqLen: 65535 score-grid rows of 2048 regions)");
+  STEP5_RETURN_IF_ERROR(validate_step(check));
   STEP5_RETURN_IF_ERROR(topk_env_status());  // before the first launch of the step
   if (T == 0) return Status::Ok();
   STEP5_RETURN_IF_ERROR(require_non_null("indexer_select", {{"index_q", p.index_q}, {"weights", p.weights},
