@@ -256,6 +256,14 @@ TEST_CASE("plan: refused capacities and device facts name the values") {
     CHECK(s.code() == StatusCode::kInvalidArgument);
     CHECK(s.message().find("inconsistent RankLayout") != std::string::npos);
     CHECK(s.message().find("make_rank_layout") != std::string::npos);
+    // the first field that differs, its value and make_rank_layout's
+    // (which 1: rank 1's first differing field depends on tp; the message names one either way)
+    const std::string want =
+        which == 0 ? "shards[index_q].dst_row = " + std::to_string(r.shards[3].dst_row + 8) + ", expected " +
+                         std::to_string(r.shards[3].dst_row)
+        : which == 1 ? ", expected "
+                     : "padded_rows = " + std::to_string(r.padded_rows + 8) + ", expected " + std::to_string(r.padded_rows);
+    CHECK_MESSAGE(s.message().find(want) != std::string::npos, s.message());
   }
   CHECK(ops::dsa_layer_plan_for(r, 4096, engine_capacity(), h200_facts(), &plan).ok());
   ops::DsaLayerDeviceFacts f = h200_facts();

@@ -285,7 +285,8 @@ TEST_CASE("wrong shape, dtype, quantized, pre-fused and unknown shards are refus
     if (which == 0) edited.shards[static_cast<int>(L::Shard::kIndexG)].dst_row = edited.padded_rows - 4;
     else edited.shards[0].src_row += 8;
     const std::string e = error_of([&] { step5::FusedWeightLoader bad(edited, 64); });
-    CHECK_MESSAGE(has(e, "FusedWeightLoader: inconsistent RankLayout"), e);
+    CHECK_MESSAGE(has(e, "FusedWeightLoader: inconsistent RankLayout: shards["), e);
+    CHECK_MESSAGE(has(e, which == 0 ? "shards[index_g].dst_row = " : "shards[q].src_row = "), e);
     CHECK_MESSAGE(has(e, "make_rank_layout"), e);
   }
 }

@@ -267,17 +267,49 @@ constexpr bool rank_layout_consistent(const RankLayout& r) {
   const RankLayoutResult want = make_rank_layout(r.geometry, r.parallel, r.tp_rank);
   return want.ok() && want.layout == r;
 }
-/// `rank_layout_consistent` as a Status: kInvalidArgument "<op>: inconsistent RankLayout (tp_size,
-/// tp_rank, index_local_heads, hpg_i, local_kv_groups, padded_rows): it differs from
-/// layout::make_rank_layout(geometry, parallel, tp_rank); build it with that".
+/// `rank_layout_consistent` as a Status: kInvalidArgument "<op>: inconsistent RankLayout: <the
+/// first field that differs> = <value>, expected <make_rank_layout's> (...)", or naming the
+/// violated layout rule when (geometry, parallel, tp_rank) has no layout at all.
 inline Status check_rank_layout(const RankLayout& r, const char* op) {
-  if (rank_layout_consistent(r)) return Status::Ok();
-  auto s = [](int v) { return std::to_string(v); };
-  return invalid_argument(std::string(op) + ": inconsistent RankLayout (tp_size = " + s(r.parallel.tp_size) +
-                          ", tp_rank = " + s(r.tp_rank) + ", index_local_heads = " + s(r.index_local_heads) +
-                          ", hpg_i = " + s(r.hpg_i) + ", local_kv_groups = " + s(r.local_kv_groups) +
-                          ", padded_rows = " + s(r.padded_rows) +
-                          "): it differs from layout::make_rank_layout(geometry, parallel, tp_rank); build it with that");
+  const RankLayoutResult want = make_rank_layout(r.geometry, r.parallel, r.tp_rank);
+  if (want.ok() && want.layout == r) return Status::Ok();
+  const std::string head = std::string(op) + ": inconsistent RankLayout: ";
+  const std::string tail = " (layout::make_rank_layout(geometry, parallel, tp_rank = " + std::to_string(r.tp_rank) +
+                           ") at tp_size " + std::to_string(r.parallel.tp_size) + "); build it with that";
+  if (!want.ok()) return invalid_argument(head + "its geometry and parallel layout have none: " + describe(want.error) + tail);
+  const RankLayout& w = want.layout;
+  std::string field;
+  int got = 0, exp = 0;
+  auto cmp = [&](const std::string& name, int a, int b) {
+    if (field.empty() && a != b) field = name, got = a, exp = b;
+  };
+  cmp("local_heads", r.local_heads, w.local_heads);
+  cmp("local_kv_groups", r.local_kv_groups, w.local_kv_groups);
+  cmp("hpg_q", r.hpg_q, w.hpg_q);
+  cmp("local_kv_heads", r.local_kv_heads, w.local_kv_heads);
+  cmp("kv_head_replicas", r.kv_head_replicas, w.kv_head_replicas);
+  cmp("first_kv_head", r.first_kv_head, w.first_kv_head);
+  cmp("index_group_start", r.index_group_start, w.index_group_start);
+  cmp("hpg_i", r.hpg_i, w.hpg_i);
+  cmp("index_local_heads", r.index_local_heads, w.index_local_heads);
+  cmp("index_local_kv_heads", r.index_local_kv_heads, w.index_local_kv_heads);
+  cmp("index_kv_head_replicas", r.index_kv_head_replicas, w.index_kv_head_replicas);
+  cmp("local_gate", r.local_gate, w.local_gate);
+  for (int i = 0; i < kNumShards; ++i) {
+    const std::string n = "shards[" + std::string(kShardIds[static_cast<std::size_t>(i)]) + "].";
+    cmp(n + "src_row", r.shards[i].src_row, w.shards[i].src_row);
+    cmp(n + "rows", r.shards[i].rows, w.shards[i].rows);
+    cmp(n + "dst_row", r.shards[i].dst_row, w.shards[i].dst_row);
+  }
+  cmp("indexer_w.src_row", r.indexer_w.src_row, w.indexer_w.src_row);
+  cmp("indexer_w.rows", r.indexer_w.rows, w.indexer_w.rows);
+  cmp("indexer_w.dst_row", r.indexer_w.dst_row, w.indexer_w.dst_row);
+  cmp("qkv_rows", r.qkv_rows, w.qkv_rows);
+  cmp("fused_rows", r.fused_rows, w.fused_rows);
+  cmp("rows_with_w", r.rows_with_w, w.rows_with_w);
+  cmp("padded_rows", r.padded_rows, w.padded_rows);
+  if (field.empty()) return invalid_argument(head + "a field differs" + tail);  // all compared fields equal
+  return invalid_argument(head + field + " = " + std::to_string(got) + ", expected " + std::to_string(exp) + tail);
 }
 
 /// Run-time form: the layout, or a Status naming the violated rule and its numbers.
