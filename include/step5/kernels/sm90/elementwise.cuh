@@ -86,8 +86,13 @@ inline Status add_partials_to_residual(const bf16* const* partials, int num_part
     (void)cudaGetLastError();  // not sticky: clear it
     attr.type = cudaMemoryTypeUnregistered;
   }
+  int dev = 0, pageable = 0;  // HMM / GH200: the device reads pageable host memory too
+  if (attr.type == cudaMemoryTypeUnregistered && cudaGetDevice(&dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, dev) != cudaSuccess)
+    pageable = 0;
   if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged &&
-      !(attr.type == cudaMemoryTypeHost && attr.devicePointer == partials))
+      !(attr.type == cudaMemoryTypeHost && attr.devicePointer == partials) &&
+      !(attr.type == cudaMemoryTypeUnregistered && pageable))
     return invalid_argument("add_partials_to_residual: partials is not device-readable memory (cudaPointerGetAttributes "
                             "type " + std::to_string(static_cast<int>(attr.type)) +
                             "), expected a device array of num_partials = " + std::to_string(num_partials) +
