@@ -118,7 +118,9 @@ struct SparseAttentionParams {
   /// With num_splits = 0: the auto split factor is lowered until the split-KV workspace fits in
   /// this many bytes (1 split needs none); 0 = no limit.
   std::size_t max_workspace_bytes = 0;
-  int device = -1;             ///< CUDA device of the pointers; -1 = the current device
+  /// CUDA device of the pointers and the stream; -1 = the current device. Another device is made
+  /// current for the launch's per-device setup and the launch, then the caller's is restored.
+  int device = -1;
 };
 
 /// A batch is decode-like (bandwidth-bound: two CTAs per SM and the deepest ring that keeps two)

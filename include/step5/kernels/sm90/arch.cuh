@@ -51,6 +51,8 @@ Status require_sm90a_build(int device, const char* op) {
   const std::uint64_t bit = device >= 0 && device < 64 ? (std::uint64_t{1} << device) : 0;
   if (bit && (ok_mask.load(std::memory_order_acquire) & bit)) return Status::Ok();
   STEP5_RETURN_IF_ERROR(require_sm90(device));
+  const DeviceScope scope(device);  // cudaFuncGetAttributes reads the current device's image
+  STEP5_RETURN_IF_ERROR(scope.status);
   cudaFuncAttributes attr{};
   STEP5_RETURN_IF_ERROR(cuda_status(cudaFuncGetAttributes(&attr, sm90a_probe_kernel<0>), "cudaFuncGetAttributes(sm90a_probe_kernel)"));
   if (attr.sharedSizeBytes < static_cast<std::size_t>(kSm90aProbeSmem))
