@@ -237,10 +237,8 @@ class TcpStore {
   using Clock = std::chrono::steady_clock;
   static void check_timeout(double s, const std::string& what) {
     if (s > 0 && s <= kMaxTimeoutS) return;
-    char v[32];
-    std::snprintf(v, sizeof v, "%g", s);
     throw Error(StatusCode::kInvalidArgument,
-                what + " " + v + " s: expected > 0 s and <= " + std::to_string(static_cast<long>(kMaxTimeoutS)) + " s (30 days)");
+                what + " " + float_text(s) + " s: expected > 0 s and <= " + std::to_string(static_cast<long>(kMaxTimeoutS)) + " s (30 days)");
   }
   static Clock::duration seconds(double s) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));

@@ -37,6 +37,8 @@ inline Status require_sm90(int device) {
 /// Shared memory of an sm_90 SM (228 KiB), the most one CTA may use (227 KiB), and what the
 /// driver reserves per resident CTA (1 KiB) (CUDA C++ Programming Guide, compute capability 9.0):
 /// launch plans that count CTAs per SM, and kernels that size their stages, use these.
+/// CUDA's limit on gridDim.y and gridDim.z (every compute capability).
+inline constexpr int kMaxGridDimY = 65535;
 inline constexpr int kSm90SmemPerSm = 233472;
 inline constexpr int kSm90MaxSmemPerCta = 232448;
 inline constexpr int kSm90SmemReservedPerCta = 1024;
@@ -71,7 +73,8 @@ inline Status device_sm_count(int device, int* sms) {
 
 namespace step5 {
 
-/// Makes `device` current for its scope when it is not, restoring the caller's device on exit:
+/// Makes `device` current for its scope when it is not (-1: the current device, nothing to do),
+/// restoring the caller's device on exit:
 /// what a per-device setting (cudaFuncSetAttribute, an occupancy query, a cuBLASLt handle) or a
 /// launch for a device other than the current one needs. `status` says whether the switch worked.
 struct DeviceScope {
@@ -87,6 +90,7 @@ struct DeviceScope {
 
  private:
   Status enter(int device) {
+    if (device < 0) return Status::Ok();
     STEP5_CUDA_RETURN(cudaGetDevice(&previous));
     if (previous != device) {
       STEP5_CUDA_RETURN(cudaSetDevice(device));

@@ -11,7 +11,6 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -32,9 +31,7 @@ constexpr bool is_positive_fp32(double v) { return v >= kMinPositiveFloat && v <
 /// dsa_layer_run) and the CPU model (model::validate_weights).
 inline Status check_norm_eps(double eps, const std::string& who) {
   if (eps >= 0 && eps <= kMaxFloat) return Status::Ok();
-  char v[32];
-  std::snprintf(v, sizeof v, "%g", eps);
-  return invalid_argument(who + " = " + v + ", expected a finite value >= 0 (rms_norm_eps)");
+  return invalid_argument(who + " = " + float_text(eps) + ", expected a finite value >= 0 (rms_norm_eps)");
 }
 
 /// bf16 value as its bit pattern (host storage type; layout-compatible with __nv_bfloat16).

@@ -5,6 +5,7 @@
 /// I/O: checkpoint readers, config parsing, the fused-weight loader). Library code never calls
 /// exit/abort. Host-safe (g++).
 #include <cstdint>
+#include <cstdio>
 #include <stdexcept>
 #include <initializer_list>
 #include <string>
@@ -60,6 +61,13 @@ class [[nodiscard]] Status {
 };
 
 inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+
+/// `v` as error messages print a floating-point argument (printf "%g": 1e+300, inf, nan, -1).
+inline std::string float_text(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
 
 /// A named pointer argument, for `require_non_null`.
 struct NamedPointer {

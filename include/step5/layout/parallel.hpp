@@ -271,8 +271,8 @@ constexpr bool rank_layout_consistent(const RankLayout& r) {
 /// first field that differs> = <value>, expected <make_rank_layout's> (...)", or naming the
 /// violated layout rule when (geometry, parallel, tp_rank) has no layout at all.
 inline Status check_rank_layout(const RankLayout& r, const char* op) {
+  if (rank_layout_consistent(r)) return Status::Ok();
   const RankLayoutResult want = make_rank_layout(r.geometry, r.parallel, r.tp_rank);
-  if (want.ok() && want.layout == r) return Status::Ok();
   const std::string head = std::string(op) + ": inconsistent RankLayout: ";
   const std::string tail = " (layout::make_rank_layout(geometry, parallel, tp_rank = " + std::to_string(r.tp_rank) +
                            ") at tp_size " + std::to_string(r.parallel.tp_size) + "); build it with that";
@@ -295,15 +295,14 @@ inline Status check_rank_layout(const RankLayout& r, const char* op) {
   cmp("index_local_kv_heads", r.index_local_kv_heads, w.index_local_kv_heads);
   cmp("index_kv_head_replicas", r.index_kv_head_replicas, w.index_kv_head_replicas);
   cmp("local_gate", r.local_gate, w.local_gate);
-  for (int i = 0; i < kNumShards; ++i) {
-    const std::string n = "shards[" + std::string(kShardIds[static_cast<std::size_t>(i)]) + "].";
-    cmp(n + "src_row", r.shards[i].src_row, w.shards[i].src_row);
-    cmp(n + "rows", r.shards[i].rows, w.shards[i].rows);
-    cmp(n + "dst_row", r.shards[i].dst_row, w.shards[i].dst_row);
-  }
-  cmp("indexer_w.src_row", r.indexer_w.src_row, w.indexer_w.src_row);
-  cmp("indexer_w.rows", r.indexer_w.rows, w.indexer_w.rows);
-  cmp("indexer_w.dst_row", r.indexer_w.dst_row, w.indexer_w.dst_row);
+  auto cmp_spec = [&](const std::string& name, const ShardSpec& a, const ShardSpec& b) {
+    cmp(name + ".src_row", a.src_row, b.src_row);
+    cmp(name + ".rows", a.rows, b.rows);
+    cmp(name + ".dst_row", a.dst_row, b.dst_row);
+  };
+  for (int i = 0; i < kNumShards; ++i)
+    cmp_spec("shards[" + std::string(kShardIds[static_cast<std::size_t>(i)]) + "]", r.shards[i], w.shards[i]);
+  cmp_spec("indexer_w", r.indexer_w, w.indexer_w);
   cmp("qkv_rows", r.qkv_rows, w.qkv_rows);
   cmp("fused_rows", r.fused_rows, w.fused_rows);
   cmp("rows_with_w", r.rows_with_w, w.rows_with_w);

@@ -498,12 +498,9 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   if (p.tile_gather < 0 || p.tile_gather > 2)
     return invalid_argument(
         attn_msg("tile_gather", p.tile_gather, "0 (auto), 1 (the union of the tile) or 2 (query by query)"));
-  if (!(p.softmax_scale == 0.0f || (std::isfinite(p.softmax_scale) && p.softmax_scale > 0.0f))) {
-    char v[32];
-    std::snprintf(v, sizeof v, "%g", static_cast<double>(p.softmax_scale));
-    return invalid_argument(std::string("sparse_attention: softmax_scale = ") + v +
+  if (!(p.softmax_scale == 0.0f || (std::isfinite(p.softmax_scale) && p.softmax_scale > 0.0f)))
+    return invalid_argument("sparse_attention: softmax_scale = " + float_text(p.softmax_scale) +
                             ", expected 0 (D^-0.5) or a finite value > 0");
-  }
   plan->num_splits = splits;
   plan->cluster_merge =
       splits > 1 && p.split_merge == 0 && attention_cluster_merge_pays(p.head_dim, ns, ctas * splits, num_sms, splits);

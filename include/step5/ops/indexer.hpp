@@ -52,6 +52,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "step5/core/cuda_check.hpp"
 #include "step5/core/numeric.hpp"
 #include "step5/core/status.hpp"
 #include "step5/layout/geometry.hpp"
@@ -233,14 +234,14 @@ inline bool indexer_prepare_folds_summaries(const IndexerBatch& b, int num_sms) 
 /// The most requests one step of `indexer_summaries` (and of indexer_prepare's step 4, hence of
 /// `dsa_layer_run` and a `DsaLayerCapacity`) takes: the summaries launch has one grid row per
 /// request (gridDim.y <= 65535).
-inline constexpr int kMaxIndexerRequests = 65535;
+inline constexpr int kMaxIndexerRequests = kMaxGridDimY;
 
 /// The largest max_seq_len of one `indexer_select` step (and of a `DsaLayerCapacity`): the score
 /// grid has one row per chunk of a score row's regions, at most 65535 rows (gridDim.y), and a
 /// chunk holds at most 2048 regions of 8 tokens (kernels/sm90/indexer_scores.cuh,
 /// kScoreMaxRegionsPerCta; static_asserted in indexer_launch.cuh): 8 × 65535 × 2048 =
 /// 1,073,725,440 tokens.
-inline constexpr int kMaxIndexerSeqLen = 8 * 65535 * 2048;
+inline constexpr int kMaxIndexerSeqLen = layout::kRegionSize * kMaxGridDimY * 2048;
 
 /// Arguments of `indexer_summaries` (SPEC §4.4, tail buffer of SPEC §5).
 struct IndexerSummaryParams {

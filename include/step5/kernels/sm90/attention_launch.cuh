@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 
@@ -222,11 +221,8 @@ Status sparse_attention_entry(const ops::SparseAttentionParams& p, void* workspa
   constexpr const layout::GeometryEntry& kEntry = layout::entry_of(Id);
   // p.device when set (the stream's device): the per-device setup (smem and cluster attributes,
   // occupancy queries) and the launch run with it current, then the caller's device is restored
-  std::optional<DeviceScope> scope;
-  if (p.device >= 0) {
-    scope.emplace(p.device);
-    STEP5_RETURN_IF_ERROR(scope->status);
-  }
+  const DeviceScope scope(p.device);
+  STEP5_RETURN_IF_ERROR(scope.status);
   ops::SparseAttentionPlan plan;
   STEP5_RETURN_IF_ERROR(sparse_attention_plan_for<kEntry.geometry.head_dim>(p, kEntry.name, &plan));
   return ops::dispatch_local_layout<Id>(p.num_local_heads, p.num_kv_groups, "sparse_attention", [&](auto tag) {

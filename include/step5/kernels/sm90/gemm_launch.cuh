@@ -722,7 +722,7 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
       return invalid_argument("gemm_bf16: config = " + s(p.config) + " for the split-K path; expected 0.." +
                               s(kNumStreamKinds));
     fp->stream = plan_stream(p.tokens, p.n, p.k, info.sms, p.config, p.split_k);
-    if (fp->stream.tiles_t > 65535)  // grid.y; only a forced small-token config reaches it
+    if (fp->stream.tiles_t > kMaxGridDimY)  // grid.y; only a forced small-token config reaches it
       return invalid_argument("gemm_bf16: tokens = " + s(p.tokens) + " in tiles of " +
                               s(kGemmSplitKTiles[fp->stream.kind].tokens) + " tokens (split-K config " +
                               s(fp->stream.kind + 1) + ") is " + s(fp->stream.tiles_t) +

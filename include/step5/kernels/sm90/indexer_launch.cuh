@@ -190,8 +190,8 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
 
 // kMaxIndexerSeqLen's rows fit the score grid at each path's longest chunk, which score_plan keeps
 // at such lengths (the halving stops once the grid fills the device).
-static_assert(score_ld(kMaxIndexerSeqLen) <= 65535ll * kernels::sm90::kScoreMaxRegionsPerCta &&
-                  score_ld(kMaxIndexerSeqLen) <= 65535ll * 64 * kernels::sm90::kWgScoreRegions,
+static_assert(score_ld(kMaxIndexerSeqLen) <= 1ll * kMaxGridDimY * kernels::sm90::kScoreMaxRegionsPerCta &&
+                  score_ld(kMaxIndexerSeqLen) <= 64ll * kMaxGridDimY * kernels::sm90::kWgScoreRegions,
               "kMaxIndexerSeqLen must fit 65535 score-grid rows of the longest region chunk");
 
 /// The score tiles' starts of plan `sp` (tile_start[b], b in [0, B]): with one token per tile (decode)
@@ -500,7 +500,7 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
   STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
   const ScorePlan sp = auto_score_plan<Id>(Il, T, B, ld, p.table.block_size, sms);
-  if (sp.region_chunks > 65535)  // not reached up to kMaxIndexerSeqLen (static_assert above)
+  if (sp.region_chunks > kMaxGridDimY)  // not reached up to kMaxIndexerSeqLen (static_assert above)
     return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " gives " + num(sp.region_chunks) +
                             " chunks of " + num(sp.regions_per_cta) + " regions, expected <= 65535 (score grid rows)");
   if (sp.tiles_upper > 0x7fffffff)
