@@ -295,9 +295,12 @@ void expect_identical(const Rows& R, const GpuResult& a, const GpuResult& b, con
 
 /// Every variant (public entry point; one CTA per row, a cluster per row and the launcher's choice,
 /// each with both algorithms; one CTA per row also with every CTA size forced) against the
-/// reference, and every variant bit-identical to the radix select of the launcher's choice.
-void check_against_reference(const Rows& R, const char* what_base) {
-  expect_reference(R, run_gpu(R, kEntry), (std::string(what_base) + " [topk_select]").c_str());
+/// reference, and every variant bit-identical to the radix select of the launcher's choice. With
+/// `expected`, the selections of `R` must be those of the reference on `expected`'s rows (the same
+/// scores; e.g. histories outside [0, ld] in `R`, cut to ld in `expected`).
+void check_against_reference(const Rows& R, const char* what_base, const Rows* expected = nullptr) {
+  const Rows& E = expected != nullptr ? *expected : R;
+  expect_reference(E, run_gpu(R, kEntry), (std::string(what_base) + " [topk_select]").c_str());
   GpuResult base;
   bool have_base = false;
   std::vector<Variant> variants;
@@ -311,7 +314,7 @@ void check_against_reference(const Rows& R, const char* what_base) {
   }
   for (const Variant& v : variants) {
     const GpuResult g = run_gpu(R, v);
-    expect_reference(R, g, (std::string(what_base) + " [" + v.name() + "]").c_str());
+    expect_reference(E, g, (std::string(what_base) + " [" + v.name() + "]").c_str());
     if (!have_base) {
       base = g;  // radix, the launcher's choice
       have_base = true;
@@ -338,6 +341,26 @@ GPU_CASE("topk: edge histories (0 .. 7 positions, history == topk, topk +- 1), e
       for (int n : {0, 1, topk - 1, topk, topk + 1, 2 * topk + 3, 2000})
         if (n >= 0 && n <= R.ld) R.add(n, p, rng);
     check_against_reference(R, ("edges topk " + std::to_string(topk)).c_str());
+  }
+}
+
+GPU_CASE("topk: raw-mode histories outside [0, ld] (negative, ld + 1, INT_MAX) are cut to ld: nothing read past a row") {
+  // TopkSelectParams::history: a value outside [0, ld] selects from the row's ld scores (as an
+  // unsigned value, so a negative one too). Uncut, ld + 1 would read the next row's first score
+  // (rows are contiguous) and end the ids row with ld + 1 instead of ld (the reference's entry
+  // after the k ids), a negative value would write before its ids row, and INT_MAX would run
+  // past the staged keys and the scores; each row is compared with the reference on ld
+  std::mt19937 rng(11);
+  for (const int ld : {2048, 16384}) {
+    Rows good;
+    good.topk = 512;
+    good.ld = ld;
+    for (Pattern p : {Pattern::kRandom, Pattern::kNegative, Pattern::kCrowdedBin})
+      for (int i = 0; i < 4; ++i) good.add(ld, p, rng);
+    Rows bad = good;
+    const std::int32_t outside[] = {-1, -100000, ld + 1, std::numeric_limits<std::int32_t>::max()};
+    for (int r = 0; r < bad.rows(); ++r) bad.history[static_cast<std::size_t>(r)] = outside[r % 4];
+    check_against_reference(bad, ("histories outside [0, ld], ld " + std::to_string(ld)).c_str(), &good);
   }
 }
 

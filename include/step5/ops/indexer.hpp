@@ -378,9 +378,9 @@ inline SelectChunks indexer_select_chunks(const layout::RankLayout& rank, int nu
 struct TopkSelectParams {
   const float* scores = nullptr;
   std::int64_t ld = 0;               ///< row stride of scores (elements), >= max history
-  /// [rows] int32, each in [0, ld]: a precondition the kernel does not check (a value outside
-  /// makes it read past the row or write before the ids row; indexer_select's own rows are cut
-  /// at ld instead, kernels::sm90::topk_row)
+  /// [rows] int32, the regions of each row, in [0, ld]; a value outside (a negative one read as
+  /// unsigned) is cut to ld on the device (kernels::sm90::topk_row, as indexer_select's own
+  /// rows): the selection then reads the row's ld scores and nothing past them
   const std::int32_t* history = nullptr;
   int rows = 0;
   int topk = 0;                      ///< 1..1024

@@ -133,17 +133,18 @@ struct TopkRow {
   int n;
   std::int64_t orow;
 };
-/// Indexer mode cuts n to the ld regions a score row holds: a device seq_len beyond the step's
-/// max_seq_len (reported by the score kernel in checked mode) would otherwise read past the row
-/// and past the shared-memory key buffer; a negative position (a device seq_len below q_len, a
-/// broken precondition that indexer_prepare reports in checked mode) becomes a huge unsigned
-/// value and is cut to ld as well, so k >= 0 and nothing is written before the output row (its
-/// selection is meaningless). The unsigned division is a shift, so the cut costs no register:
-/// the 128-thread instances sit at their 40-register budget. Raw mode takes history[r] as
-/// given: TopkSelectParams requires it in [0, ld] (not checked on the device: a clamp there
-/// spilled the 128-thread candidate instance, ptxas 13.0).
+/// Both modes cut n to the ld regions a score row holds: a device seq_len beyond the step's
+/// max_seq_len (reported by the score kernel in checked mode), or a raw history above ld, would
+/// otherwise read past the row and past the shared-memory key buffer; a negative position (a
+/// device seq_len below q_len, a broken precondition that indexer_prepare reports in checked
+/// mode) or a negative raw history becomes a huge unsigned value and is cut to ld as well, so
+/// k >= 0 and nothing is written before the output row (its selection is meaningless). The
+/// kernel runs this once per CTA (thread 0, through shared memory): evaluated by every thread,
+/// the raw-mode cut spilled the 128-thread candidate instance at its 40-register budget (ptxas
+/// 13.0).
 __device__ __forceinline__ TopkRow topk_row(const TopkArgs& a, int r) {
-  if (a.history != nullptr) return {a.history[r], r};
+  if (a.history != nullptr)
+    return {static_cast<int>(min(static_cast<unsigned>(a.history[r]), static_cast<unsigned>(a.ld))), r};
   const int t = a.t0 + r / a.lg, g = r % a.lg;
   const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
   const int cu0 = a.cu_seqlens_q[b], cu1 = a.cu_seqlens_q[b + 1];
@@ -403,12 +404,19 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
   const int crank = static_cast<int>(blockIdx.x) % kC;
   const int tid = threadIdx.x, lane = tid & 31;
   pdl_wait();  // the scores belong to the previous kernel
-  const TopkRow row = topk_row(a, r);
-  const int n = row.n;
+  __shared__ TopkRow s_row;  // the row's n and output row, read where used (topk_row)
+  if (tid == 0) s_row = topk_row(a, r);
+  __syncthreads();
+  // one volatile load: with a plain one, ptxas 13.0 gave the 256-thread staged radix instance 48
+  // registers instead of 40 (and so one CTA per SM fewer); with the row computed by every
+  // thread, the 128-thread staged candidate instance spilled
+  const int n = *static_cast<volatile int*>(&s_row.n);
   const int k = n < a.topk ? n : a.topk;
   const int S = (n + kC - 1) / kC;
   const int lo = min(n, crank * S), len = min(n, lo + S) - lo;
-  std::int32_t* out = a.ids + row.orow * a.ld_ids;
+  // the output row, read from shared memory where it is written (not held in registers through
+  // the passes)
+  const auto out_row = [&] { return a.ids + s_row.orow * a.ld_ids; };
   const float* src = a.scores + static_cast<std::int64_t>(r) * a.ld + lo;
   const auto key_at = [&](int i) -> std::uint32_t { return kSmem ? skeys[i] : score_key(src[i]); };
 
@@ -590,7 +598,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
   // rows: 65536 rows of ld 2048 took 461 -> 581 µs with it) keep the block-scan tiles below
   if constexpr (kThreads != kTopkShortThreads) {
     compact_by_ballots<kThreads>([&](int i) { return staged ? skeys[i] : score_key(src[i]); }, len, lo, k, prefix,
-                                 mask, need, out, static_cast<unsigned>(carry & 0xffffffffu),
+                                 mask, need, out_row(), static_cast<unsigned>(carry & 0xffffffffu),
                                  static_cast<unsigned>(carry >> 32));
   } else {
     static_assert(kC == 1, "the block-scan compaction serves one 128-thread CTA per row (carry stays 0)");
@@ -617,6 +625,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
       Scan(scan_tmp).ExclusiveSum(mine, before, total);
       before += carry;
       unsigned gt_b = static_cast<unsigned>(before & 0xffffffffu), eq_b = static_cast<unsigned>(before >> 32);
+      std::int32_t* const out = out_row();
 #pragma unroll
       for (int j = 0; j < kTopkItems; ++j) {
         if (gt_bits & (1u << j)) place_selected(out, true, lo + first + j, gt_b, eq_b, need);
@@ -626,8 +635,9 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
     }
   }
   if (crank == 0) {
+    std::int32_t* const out = out_row();
     for (int j = k + tid; j <= a.topk; j += kThreads) out[j] = j == k ? n : -1;
-    if (tid == 0) a.counts[row.orow] = k + 1;
+    if (tid == 0) a.counts[s_row.orow] = k + 1;
   }
   if constexpr (kC > 1) cooperative_groups::this_cluster().sync();  // s_total stays readable until all ranks are done
 #endif
