@@ -24,6 +24,8 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <limits>
 #include <string>
 
 #include "step5/kernels/sm90/arch.cuh"
@@ -151,7 +153,9 @@ Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
   if (p.rows == 0) return Status::Ok();
   STEP5_RETURN_IF_ERROR(require_non_null(
       "topk_select", {{"scores", p.scores}, {"history", p.history}, {"ids", p.ids}, {"counts", p.counts}}));
-  if (p.ld < 1) return invalid_argument("topk_select: ld = " + std::to_string(p.ld) + ", expected >= 1");
+  if (p.ld < 1 || p.ld > std::numeric_limits<std::int32_t>::max())
+    return invalid_argument("topk_select: ld = " + std::to_string(p.ld) + ", expected 1 .. " +
+                            std::to_string(std::numeric_limits<std::int32_t>::max()) + " (region ids are int32)");
   if (p.ld_ids < p.topk + 1)
     return invalid_argument("topk_select: ld_ids = " + std::to_string(p.ld_ids) + ", expected >= topk + 1 = " +
                             std::to_string(p.topk + 1));

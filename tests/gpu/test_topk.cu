@@ -712,7 +712,7 @@ GPU_CASE("topk: PDL as ops::topk_launch_uses_pdl says, in a captured graph (few 
   GPU_CHECK(cudaStreamDestroy(stream));
 }
 
-GPU_CASE("topk: invalid arguments are refused with a message") {
+HOST_CASE("topk: invalid arguments are refused with a message (before any device call)") {
   step5::ops::TopkSelectParams p;
   p.topk = 0;
   p.rows = 1;
@@ -721,6 +721,34 @@ GPU_CASE("topk: invalid arguments are refused with a message") {
   p.topk = 1025;
   const step5::Status s1025 = step5::ops::topk_select(p, nullptr);
   EXPECT(!s1025.ok() && s1025.message().find("1025") != std::string::npos, "topk 1025: %s", s1025.to_string().c_str());
+  // rows, null pointers, ld (1 .. INT32_MAX: region ids are int32) and ld_ids, each named with its value
+  // (pointers that are never dereferenced: every refusal comes before a launch)
+  p.topk = 512;
+  p.rows = -1;
+  const step5::Status srows = step5::ops::topk_select(p, nullptr);
+  EXPECT(srows.code() == step5::StatusCode::kInvalidArgument && srows.message().find("rows = -1") != std::string::npos,
+         "rows -1: %s", srows.to_string().c_str());
+  p.rows = 4;
+  const step5::Status snull = step5::ops::topk_select(p, nullptr);
+  EXPECT(snull.code() == step5::StatusCode::kInvalidArgument && snull.message().find("scores") != std::string::npos,
+         "null scores: %s", snull.to_string().c_str());
+  p.scores = reinterpret_cast<const float*>(16);
+  p.history = reinterpret_cast<const std::int32_t*>(16);
+  p.ids = reinterpret_cast<std::int32_t*>(16);
+  p.counts = reinterpret_cast<std::int32_t*>(16);
+  p.ld_ids = 513;
+  for (const std::int64_t ld : {std::int64_t{0}, std::int64_t{-5}, std::int64_t{1} << 31, std::int64_t{1} << 40}) {
+    p.ld = ld;
+    const step5::Status sld = step5::ops::topk_select(p, nullptr);
+    EXPECT(sld.code() == step5::StatusCode::kInvalidArgument &&
+               sld.message().find("ld = " + std::to_string(ld) + ", expected 1 .. 2147483647") != std::string::npos,
+           "ld %lld: %s", static_cast<long long>(ld), sld.to_string().c_str());
+  }
+  p.ld = 2048;
+  p.ld_ids = 512;
+  const step5::Status sids = step5::ops::topk_select(p, nullptr);
+  EXPECT(sids.code() == step5::StatusCode::kInvalidArgument && sids.message().find("ld_ids = 512") != std::string::npos,
+         "ld_ids 512: %s", sids.to_string().c_str());
   // CTA sizes: only 128, 256 and 512; a cluster runs 512-thread CTAs (refused before any launch)
   step5::kernels::sm90::TopkArgs a{};
   a.ld = 2048;

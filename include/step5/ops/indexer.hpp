@@ -377,7 +377,7 @@ inline SelectChunks indexer_select_chunks(const layout::RankLayout& rank, int nu
 /// Ties go to the lower id, NaN ranks above +inf, -0 == +0; bit-identical on every run.
 struct TopkSelectParams {
   const float* scores = nullptr;
-  std::int64_t ld = 0;               ///< row stride of scores (elements), >= max history
+  std::int64_t ld = 0;               ///< row stride of scores (elements), >= max history; 1 .. INT32_MAX
   /// [rows] int32, the regions of each row, in [0, ld]; a value outside (a negative one read as
   /// unsigned) is cut to ld on the device (kernels::sm90::topk_row, as indexer_select's own
   /// rows): the selection then reads the row's ld scores and nothing past them
