@@ -951,6 +951,16 @@ GPU_CASE("gemm: preconditions return Status naming the values") {
                s.message().find("expected <= 65535") != std::string::npos,
            "forced split-K config 1 at T = 1100000: %s", s.to_string().c_str());
   }
+  {  // a forced split_k past 65535 K splits (grid.z) on a 4M-deep k (65536 k-tiles): refused by the
+     // plan, naming split_k (it would fail in the launch with an unnamed configuration error)
+    GemmParams p = good; p.path = GemmPath::kSplitK; p.tokens = 16; p.n = 64; p.ldc = 64;
+    p.k = 4194304; p.ldx = 4194304; p.ldw = 4194304; p.split_k = 65536;  // sizes only: nothing launched
+    step5::ops::GemmPlan plan;
+    const step5::Status s = step5::ops::gemm_plan(p, &plan);
+    EXPECT(s.code() == step5::StatusCode::kInvalidArgument && s.message().find("split_k = 65536") != std::string::npos &&
+               s.message().find("(grid.z)") != std::string::npos,
+           "forced split_k 65536 at k = 4194304: %s (split %d)", s.to_string().c_str(), plan.split_k);
+  }
   {  // wgmma split-K: a missing, too small or misaligned workspace is an error naming the bytes
     GemmParams p = good; p.path = GemmPath::kWgmma; p.config = 1; p.split_k = 4;
     p.tokens = 64; p.n = 512; p.ldc = 512; p.k = 1024; p.ldx = 1024; p.ldw = 1024;  // fits in `buf`

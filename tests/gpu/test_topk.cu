@@ -761,4 +761,25 @@ HOST_CASE("topk: invalid arguments are refused with a message (before any device
          "threads 128 on a cluster: %s", sc.to_string().c_str());
 }
 
+GPU_CASE("topk: rows whose CTAs would pass grid.x are refused, naming rows") {
+  // rows of ld > kTopkSmemKeys run a cluster of kTopkCluster CTAs each where clusters can be
+  // resident: 2^28 such rows are 2^31 CTAs (pointers never dereferenced: refused before a launch)
+  bool clusters = false;
+  int dev = 0;
+  GPU_CHECK(cudaGetDevice(&dev));
+  EXPECT(step5::kernels::sm90::topk_clusters_available(dev, &clusters).ok(), "cluster query");
+  step5::kernels::sm90::TopkArgs a{};
+  a.ld = step5::kernels::sm90::kTopkSmemKeys + 1;
+  a.topk = 512;
+  a.ld_ids = 513;
+  const int rows = 1 << 28;
+  const step5::Status s = step5::kernels::sm90::launch_topk(a, rows, nullptr, clusters ? kTopkCluster : 0);
+  if (clusters)
+    EXPECT(s.code() == step5::StatusCode::kInvalidArgument && s.message().find("rows = 268435456") != std::string::npos &&
+               s.message().find("(grid.x)") != std::string::npos,
+           "2^28 rows of %lld regions: %s", static_cast<long long>(a.ld), s.to_string().c_str());
+  else
+    std::printf("  clusters of %d CTAs cannot be resident here: not exercised\n", kTopkCluster);
+}
+
 STEP5_GPU_TEST_MAIN()

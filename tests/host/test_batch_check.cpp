@@ -139,10 +139,10 @@ TEST_CASE("validate_step: topk, workspace, table sizes, row widths, null arrays"
   c.workspace_bytes = 0;
   CHECK(validate_step(c).ok());
 
-  for (int bs : {0, 12, -8}) {
+  for (int bs : {0, 12, -8, step5::ops::kMaxBlockSize + 8, 1 << 29}) {
     c = e.check();
     c.block_size = bs;
-    expect_refused(c, {("block_size = " + std::to_string(bs)).c_str(), "multiple of 8"});
+    expect_refused(c, {("block_size = " + std::to_string(bs)).c_str(), "multiple of 8", "at most 1048576"});
   }
   c = e.check();
   c.max_blocks = 0;

@@ -39,6 +39,7 @@ inline Status require_sm90(int device) {
 /// launch plans that count CTAs per SM, and kernels that size their stages, use these.
 /// CUDA's limit on gridDim.y and gridDim.z (every compute capability).
 inline constexpr int kMaxGridDimY = 65535;
+inline constexpr int kMaxGridDimZ = kMaxGridDimY;
 inline constexpr int kSm90SmemPerSm = 233472;
 inline constexpr int kSm90MaxSmemPerCta = 232448;
 inline constexpr int kSm90SmemReservedPerCta = 1024;

@@ -65,10 +65,15 @@ struct StepCheck {
   int num_slots = 0;                               ///< tail slots (with tail_slot_host)
 };
 
+/// The largest block_size (tokens per KV-cache block) a step takes: the score kernels address
+/// the pages of a region chunk with int32 region offsets (up to 64 pages of block_size / 8 regions
+/// past a region id below 2^27), safe up to 2^27; 2^20 keeps a wide margin (engines use 16-256).
+inline constexpr int kMaxBlockSize = 1 << 20;
+
 /// Checks `c` and returns Ok or kInvalidArgument with "<op>: <what> = <value>, expected <rule>".
 /// Rules:
 ///  1. num_requests >= 0, num_tokens >= 0; topk in [1, kMaxTopk]; block_size a positive multiple
-///     of 8; max_blocks > 0; num_blocks > 0; max_seq_len > 0; max_position > 0; row widths.
+///     of 8, at most kMaxBlockSize; max_blocks > 0; num_blocks > 0; max_seq_len > 0; max_position > 0; row widths.
 ///  2. When num_tokens > 0 (and per_request): num_requests > 0; block_table and the host arrays
 ///     are non-null;
 ///     cu_seqlens_q[0] = 0, non-decreasing, cu_seqlens_q[B] = num_tokens; seq_lens[b] >= q_len_b;
@@ -193,9 +198,9 @@ inline Status validate_step(const StepCheck& c) {
   if (c.num_requests < 0) return bad("num_requests = " + s(c.num_requests) + ", expected >= 0");
   if (c.num_tokens < 0) return bad("num_tokens = " + s(c.num_tokens) + ", expected >= 0");
   if (c.topk) STEP5_RETURN_IF_ERROR(check_topk(c.op, *c.topk));
-  if (c.block_size <= 0 || c.block_size % layout::kRegionSize != 0)
+  if (c.block_size <= 0 || c.block_size % layout::kRegionSize != 0 || c.block_size > kMaxBlockSize)
     return bad("block_size = " + s(c.block_size) + ", expected a positive multiple of " + s(layout::kRegionSize) +
-               " (SPEC §5)");
+               " (SPEC §5), at most " + s(kMaxBlockSize));
   if (c.max_blocks <= 0) return bad("max_blocks = " + s(c.max_blocks) + ", expected > 0 (block-table row width)");
   if (c.num_blocks <= 0) return bad("num_blocks = " + s(c.num_blocks) + ", expected > 0");
   if (c.max_seq_len && *c.max_seq_len <= 0) return bad("max_seq_len = " + s(*c.max_seq_len) + ", expected > 0");

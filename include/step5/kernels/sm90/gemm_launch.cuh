@@ -727,6 +727,10 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
                               s(kGemmSplitKTiles[fp->stream.kind].tokens) + " tokens (split-K config " +
                               s(fp->stream.kind + 1) + ") is " + s(fp->stream.tiles_t) +
                               " token tiles, expected <= 65535 (grid.y); use config 0");
+    if (fp->stream.splits > kMaxGridDimZ)  // grid.z; only a forced split_k on a very deep k reaches it
+      return invalid_argument("gemm_bf16: split_k = " + s(p.split_k) + " gives " + s(fp->stream.splits) +
+                              " K splits (split-K config " + s(fp->stream.kind + 1) + "), expected <= " +
+                              s(kMaxGridDimZ) + " (grid.z)");
     int bps = 1;
     STEP5_RETURN_IF_ERROR(stream_bps(fp->stream.kind, fp->device, &bps));  // sets the smem limit
     fp->plan.split_k = fp->stream.splits;

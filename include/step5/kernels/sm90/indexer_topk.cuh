@@ -755,7 +755,8 @@ inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld) {
 /// 256 force one CTA per row (cluster_size 0 or 1); 512 is the only size of a cluster launch.
 /// With PDL on (ops/pdl.hpp) the launch takes it as `ops::topk_launch_uses_pdl` says (not for one
 /// 512-thread CTA per row on at most one row per SM: measured faster in the layer's graph replays).
-/// Errors: kInvalidArgument (cluster_size, threads, STEP5_TOPK), kCudaError (a failed query or launch).
+/// Errors: kInvalidArgument (cluster_size, threads, STEP5_TOPK, rows x CTAs per row past grid.x),
+/// kCudaError (a failed query or launch).
 inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t stream, int cluster_size = 0,
                                    TopkAlgo algo = TopkAlgo::kDefault, int cand_cap = -1, int threads = 0) {
   if (cluster_size != 0 && cluster_size != 1 && cluster_size != kTopkCluster)
@@ -789,6 +790,10 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
       cluster_size = clusters && (a.ld > kTopkSmemKeys || few_long_rows) ? kTopkCluster : 1;
     }
   }
+  if (static_cast<long long>(rows) * cluster_size > 0x7fffffffLL)  // grid.x = rows x cluster_size
+    return ::step5::invalid_argument("topk_select: rows = " + std::to_string(rows) + " with " +
+                                     std::to_string(cluster_size) + " CTAs per row, expected <= " +
+                                     std::to_string(0x7fffffff / cluster_size) + " (grid.x)");
   if (algo == TopkAlgo::kDefault) algo = topk_default_algo(cluster_size, a.ld);
   if (threads == 0) threads = topk_cta_threads(cluster_size, a.ld);
   const std::int64_t slice = (a.ld + cluster_size - 1) / cluster_size;
