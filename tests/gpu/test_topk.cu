@@ -773,13 +773,14 @@ GPU_CASE("topk: rows whose CTAs would pass grid.x are refused, naming rows") {
   a.topk = 512;
   a.ld_ids = 513;
   const int rows = 1 << 28;
-  const step5::Status s = step5::kernels::sm90::launch_topk(a, rows, nullptr, clusters ? kTopkCluster : 0);
-  if (clusters)
+  if (clusters) {  // (without clusters these rows would launch: one CTA each, within grid.x)
+    const step5::Status s = step5::kernels::sm90::launch_topk(a, rows, nullptr, kTopkCluster);
     EXPECT(s.code() == step5::StatusCode::kInvalidArgument && s.message().find("rows = 268435456") != std::string::npos &&
                s.message().find("(grid.x)") != std::string::npos,
            "2^28 rows of %lld regions: %s", static_cast<long long>(a.ld), s.to_string().c_str());
-  else
+  } else {
     std::printf("  clusters of %d CTAs cannot be resident here: not exercised\n", kTopkCluster);
+  }
 }
 
 STEP5_GPU_TEST_MAIN()

@@ -378,6 +378,9 @@ TEST_CASE("CPU reference layer: prefill 128 + 10, then the decode at position 12
   const auto ri = ref::make_rope_table(1024, g.rot_idx, 10000.0);
   const ref::LayerWeights w = rank_weights(gw, 1, 0, rm, ri);
   ref::LayerCache cache = ref::LayerCache::create(w.rank, 4, 64, 2);
+  // a cache no step would take (block_size past ops::kMaxBlockSize) is refused when it is made
+  CHECK_THROWS_WITH_AS(ref::LayerCache::create(w.rank, 1, step5::ops::kMaxBlockSize + 8, 2),
+                       doctest::Contains("block_size = 1048584"), step5::Error);
   const auto x = random_bf16(138 * 64, 1.0f, 1202);
   const ref::StepBatch prefill = make_step({128, 10}, {128, 10}, 2);
   (void)ref::forward(w, cache, prefill, x.data(), 64);

@@ -14,6 +14,7 @@
 #include "step5/core/status.hpp"
 #include "step5/layout/parallel.hpp"
 #include "step5/model/rope.hpp"
+#include "step5/ops/batch_check.hpp"  // kMaxBlockSize
 
 namespace step5::model {
 
@@ -73,12 +74,15 @@ struct LayerCache {
   std::vector<std::uint8_t> summary_cache;  ///< [num_blocks, block_size/8, P] e4m3 bits
   std::vector<bf16> tail;                   ///< [num_slots, 8, 2, P] (index_k, index_z)
 
-  /// Zero-filled caches for `rank`: `num_blocks` blocks of `block_size` tokens (a multiple of 8),
-  /// `num_slots` tail slots.
+  /// Zero-filled caches for `rank`: `num_blocks` blocks of `block_size` tokens (a multiple of 8, at
+  /// most ops::kMaxBlockSize), `num_slots` tail slots.
   static LayerCache create(const layout::RankLayout& rank, int num_blocks, int block_size, int num_slots) {
-    require(num_blocks > 0 && block_size > 0 && block_size % layout::kRegionSize == 0 && num_slots > 0, "LayerCache::create",
+    require(num_blocks > 0 && block_size > 0 && block_size % layout::kRegionSize == 0 &&
+                block_size <= ops::kMaxBlockSize && num_slots > 0,
+            "LayerCache::create",
             "num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
-                ", num_slots = " + std::to_string(num_slots) + "; expected > 0, block_size a multiple of 8");
+                ", num_slots = " + std::to_string(num_slots) + "; expected > 0, block_size a multiple of 8 of at most " +
+                std::to_string(ops::kMaxBlockSize) + " (ops::kMaxBlockSize, as every step)");
     LayerCache c;
     c.num_blocks = num_blocks;
     c.block_size = block_size;
