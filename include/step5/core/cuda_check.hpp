@@ -37,12 +37,15 @@ inline Status require_sm90(int device) {
 /// Shared memory of an sm_90 SM (228 KiB), the most one CTA may use (227 KiB), and what the
 /// driver reserves per resident CTA (1 KiB) (CUDA C++ Programming Guide, compute capability 9.0):
 /// launch plans that count CTAs per SM, and kernels that size their stages, use these.
-/// CUDA's limit on gridDim.y and gridDim.z (every compute capability).
-inline constexpr int kMaxGridDimY = 65535;
-inline constexpr int kMaxGridDimZ = kMaxGridDimY;
 inline constexpr int kSm90SmemPerSm = 233472;
 inline constexpr int kSm90MaxSmemPerCta = 232448;
 inline constexpr int kSm90SmemReservedPerCta = 1024;
+
+/// CUDA's limits on gridDim.x (2^31 - 1) and on gridDim.y and gridDim.z (every compute capability
+/// from 3.0).
+inline constexpr int kMaxGridDimX = 0x7fffffff;
+inline constexpr int kMaxGridDimY = 65535;
+inline constexpr int kMaxGridDimZ = kMaxGridDimY;
 
 /// The number of streaming multiprocessors of `device` (cudaDevAttrMultiProcessorCount), queried
 /// once per device (devices 0..63 are cached; the value never changes for a device) and safe to

@@ -283,18 +283,19 @@ inline Status check_rank_layout(const RankLayout& r, const char* op) {
   auto cmp = [&](const std::string& name, int a, int b) {
     if (field.empty() && a != b) field = name, got = a, exp = b;
   };
-  cmp("local_heads", r.local_heads, w.local_heads);
-  cmp("local_kv_groups", r.local_kv_groups, w.local_kv_groups);
-  cmp("hpg_q", r.hpg_q, w.hpg_q);
-  cmp("local_kv_heads", r.local_kv_heads, w.local_kv_heads);
-  cmp("kv_head_replicas", r.kv_head_replicas, w.kv_head_replicas);
-  cmp("first_kv_head", r.first_kv_head, w.first_kv_head);
-  cmp("index_group_start", r.index_group_start, w.index_group_start);
-  cmp("hpg_i", r.hpg_i, w.hpg_i);
-  cmp("index_local_heads", r.index_local_heads, w.index_local_heads);
-  cmp("index_local_kv_heads", r.index_local_kv_heads, w.index_local_kv_heads);
-  cmp("index_kv_head_replicas", r.index_kv_head_replicas, w.index_kv_head_replicas);
-  cmp("local_gate", r.local_gate, w.local_gate);
+#define STEP5_CMP_FIELD(f) cmp(#f, r.f, w.f)
+  STEP5_CMP_FIELD(local_heads);
+  STEP5_CMP_FIELD(local_kv_groups);
+  STEP5_CMP_FIELD(hpg_q);
+  STEP5_CMP_FIELD(local_kv_heads);
+  STEP5_CMP_FIELD(kv_head_replicas);
+  STEP5_CMP_FIELD(first_kv_head);
+  STEP5_CMP_FIELD(index_group_start);
+  STEP5_CMP_FIELD(hpg_i);
+  STEP5_CMP_FIELD(index_local_heads);
+  STEP5_CMP_FIELD(index_local_kv_heads);
+  STEP5_CMP_FIELD(index_kv_head_replicas);
+  STEP5_CMP_FIELD(local_gate);
   auto cmp_spec = [&](const std::string& name, const ShardSpec& a, const ShardSpec& b) {
     cmp(name + ".src_row", a.src_row, b.src_row);
     cmp(name + ".rows", a.rows, b.rows);
@@ -303,10 +304,11 @@ inline Status check_rank_layout(const RankLayout& r, const char* op) {
   for (int i = 0; i < kNumShards; ++i)
     cmp_spec("shards[" + std::string(kShardIds[static_cast<std::size_t>(i)]) + "]", r.shards[i], w.shards[i]);
   cmp_spec("indexer_w", r.indexer_w, w.indexer_w);
-  cmp("qkv_rows", r.qkv_rows, w.qkv_rows);
-  cmp("fused_rows", r.fused_rows, w.fused_rows);
-  cmp("rows_with_w", r.rows_with_w, w.rows_with_w);
-  cmp("padded_rows", r.padded_rows, w.padded_rows);
+  STEP5_CMP_FIELD(qkv_rows);
+  STEP5_CMP_FIELD(fused_rows);
+  STEP5_CMP_FIELD(rows_with_w);
+  STEP5_CMP_FIELD(padded_rows);
+#undef STEP5_CMP_FIELD
   if (field.empty()) return invalid_argument(head + "a field differs" + tail);  // all compared fields equal
   return invalid_argument(head + field + " = " + std::to_string(got) + ", expected " + std::to_string(exp) + tail);
 }

@@ -14,7 +14,7 @@
 #include "step5/core/status.hpp"
 #include "step5/layout/parallel.hpp"
 #include "step5/model/rope.hpp"
-#include "step5/ops/batch_check.hpp"  // kMaxBlockSize
+#include "step5/ops/batch_check.hpp"  // block_size_ok
 
 namespace step5::model {
 
@@ -77,9 +77,7 @@ struct LayerCache {
   /// Zero-filled caches for `rank`: `num_blocks` blocks of `block_size` tokens (a multiple of 8, at
   /// most ops::kMaxBlockSize), `num_slots` tail slots.
   static LayerCache create(const layout::RankLayout& rank, int num_blocks, int block_size, int num_slots) {
-    require(num_blocks > 0 && block_size > 0 && block_size % layout::kRegionSize == 0 &&
-                block_size <= ops::kMaxBlockSize && num_slots > 0,
-            "LayerCache::create",
+    require(num_blocks > 0 && ops::block_size_ok(block_size) && num_slots > 0, "LayerCache::create",
             "num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
                 ", num_slots = " + std::to_string(num_slots) + "; expected > 0, block_size a multiple of 8 of at most " +
                 std::to_string(ops::kMaxBlockSize) + " (ops::kMaxBlockSize, as every step)");

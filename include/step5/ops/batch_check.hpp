@@ -69,6 +69,11 @@ struct StepCheck {
 /// the pages of a region chunk with int32 region offsets (up to 64 pages of block_size / 8 regions
 /// past a region id below 2^27), safe up to 2^27; 2^20 keeps a wide margin (engines use 16-256).
 inline constexpr int kMaxBlockSize = 1 << 20;
+/// Whether `block_size` is one a step takes: a positive multiple of kRegionSize (SPEC §5), at most
+/// kMaxBlockSize (validate_step rule 1; the CPU model's LayerCache::create).
+constexpr bool block_size_ok(int block_size) {
+  return block_size > 0 && block_size % layout::kRegionSize == 0 && block_size <= kMaxBlockSize;
+}
 
 /// Checks `c` and returns Ok or kInvalidArgument with "<op>: <what> = <value>, expected <rule>".
 /// Rules:
@@ -198,7 +203,7 @@ inline Status validate_step(const StepCheck& c) {
   if (c.num_requests < 0) return bad("num_requests = " + s(c.num_requests) + ", expected >= 0");
   if (c.num_tokens < 0) return bad("num_tokens = " + s(c.num_tokens) + ", expected >= 0");
   if (c.topk) STEP5_RETURN_IF_ERROR(check_topk(c.op, *c.topk));
-  if (c.block_size <= 0 || c.block_size % layout::kRegionSize != 0 || c.block_size > kMaxBlockSize)
+  if (!block_size_ok(c.block_size))
     return bad("block_size = " + s(c.block_size) + ", expected a positive multiple of " + s(layout::kRegionSize) +
                " (SPEC §5), at most " + s(kMaxBlockSize));
   if (c.max_blocks <= 0) return bad("max_blocks = " + s(c.max_blocks) + ", expected > 0 (block-table row width)");

@@ -726,7 +726,7 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
       return invalid_argument("gemm_bf16: tokens = " + s(p.tokens) + " in tiles of " +
                               s(kGemmSplitKTiles[fp->stream.kind].tokens) + " tokens (split-K config " +
                               s(fp->stream.kind + 1) + ") is " + s(fp->stream.tiles_t) +
-                              " token tiles, expected <= 65535 (grid.y); use config 0");
+                              " token tiles, expected <= " + s(kMaxGridDimY) + " (grid.y); use config 0");
     if (fp->stream.splits > kMaxGridDimZ)  // grid.z; only a forced split_k on a very deep k reaches it
       return invalid_argument("gemm_bf16: split_k = " + s(p.split_k) + " gives " + s(fp->stream.splits) +
                               " K splits (split-K config " + s(fp->stream.kind + 1) + "), expected <= " +

@@ -790,10 +790,10 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
       cluster_size = clusters && (a.ld > kTopkSmemKeys || few_long_rows) ? kTopkCluster : 1;
     }
   }
-  if (static_cast<long long>(rows) * cluster_size > 0x7fffffffLL)  // grid.x = rows x cluster_size
+  if (static_cast<long long>(rows) * cluster_size > kMaxGridDimX)  // grid.x = rows x cluster_size
     return ::step5::invalid_argument("topk_select: rows = " + std::to_string(rows) + " with " +
                                      std::to_string(cluster_size) + " CTAs per row, expected <= " +
-                                     std::to_string(0x7fffffff / cluster_size) + " (grid.x)");
+                                     std::to_string(kMaxGridDimX / cluster_size) + " (grid.x)");
   if (algo == TopkAlgo::kDefault) algo = topk_default_algo(cluster_size, a.ld);
   if (threads == 0) threads = topk_cta_threads(cluster_size, a.ld);
   const std::int64_t slice = (a.ld + cluster_size - 1) / cluster_size;
