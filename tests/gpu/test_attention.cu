@@ -100,6 +100,11 @@ struct Scenario {
   /// (bit 1) / to per-query gathers (bit 2), so that the scenario exercises what it names (the
   /// full run at 891af0f: every (geometry, tp) did, e.g. tp 16 random 8 union / 3 per query).
   int gather_expect = 0;
+  /// Block-table width in positions (max_blocks * block_size) of at least this many (0: one block
+  /// past the longest request): the extra entries are -1 and never addressed. A decode step's
+  /// plan must not grow with the width (ops::sparse_attention_plan: tiles of one query, no region
+  /// bitmaps); the case checks the plan and the results.
+  long long table_positions = 0;
 };
 
 /// The split-KV arrival counters (the first kAttentionCounterBytes of the workspace) are zero
@@ -131,9 +136,10 @@ void repeat_launches(const std::string& lab, const step5::ops::SparseAttentionPa
   cudaStream_t s_attn, s_noise;
   GPU_CHECK(cudaStreamCreateWithFlags(&s_attn, cudaStreamNonBlocking));
   GPU_CHECK(cudaStreamCreateWithFlags(&s_noise, cudaStreamNonBlocking));
-  // the competing plan: the plan's ring depth, query tile 1 and half the topk (the selection rows
-  // are read as narrower rows: invalid ids are ignored by design, and its output is not checked),
-  // so that both parts of the tile metadata (bitmaps, region list) and the smem size shrink
+  // the competing plan: the plan's ring depth, half the topk (the selection rows are read as
+  // narrower rows: invalid ids are ignored by design, and its output is not checked) and query
+  // tile 1, or 2 where the plan's is 1 (decode: then with region bitmaps), so that its tile
+  // metadata and shared-memory size differ
   int dev = 0, sms = 0;
   GPU_CHECK(cudaGetDevice(&dev));
   GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -141,16 +147,16 @@ void repeat_launches(const std::string& lab, const step5::ops::SparseAttentionPa
   EXPECT(step5::ops::sparse_attention_plan(p, sms, &plan).ok(), "%s: plan", lab.c_str());
   step5::ops::SparseAttentionParams p2 = p;
   p2.pipeline_stages = plan.stages;
-  p2.query_tile = 1;
+  p2.query_tile = plan.query_tile == 1 ? 2 : 1;
   p2.topk = std::max(1, p.topk / 2);
   const bool compete = step5::ops::sparse_attention_plan(p2, sms, &plan2).ok() && plan2.stages == plan.stages &&
                        plan2.smem_bytes != plan.smem_bytes;
-  EXPECT(compete || plan.query_tile == 1 || p.topk == 1,
+  EXPECT(compete || p.topk == 1,
          "%s: no competing plan of another shared memory size (query tile %d, topk %d, %zu bytes)", lab.c_str(),
          plan.query_tile, p.topk, plan.smem_bytes);
   DevBuf<bf16> out2(out_poison);
   DevBuf<float> lse2(lse_poison);
-  // its own workspace, of its own size (query tile 1: more tiles, more split partials)
+  // its own workspace, of its own size (its own tiles and split partials)
   std::size_t ws2_bytes = 0;
   if (compete)
     EXPECT(step5::ops::sparse_attention_workspace_size(p2, &ws2_bytes).ok(), "%s: workspace size", lab.c_str());
@@ -264,6 +270,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     max_blocks = std::max(max_blocks, nb + 1);
     total_blocks += nb;
   }
+  max_blocks = static_cast<int>(std::max<long long>(max_blocks, (sc.table_positions + bs - 1) / bs));
   const int num_blocks = total_blocks + 3;
   std::vector<int> phys(num_blocks);
   std::iota(phys.begin(), phys.end(), 0);
@@ -609,6 +616,22 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     const std::vector<float> lse = d_lse.down();
     check_output(lab, out, lse);
     check_counters_zero(lab + " (first launch)", ws.p, ws_bytes);
+    if (sc.table_positions > 0) {
+      // the decode plan ignores the table's width: tiles of one query, no region bitmaps, and
+      // (D 192 / 128 at their rings) two CTAs per SM
+      int dev = 0, sms = 0;
+      GPU_CHECK(cudaGetDevice(&dev));
+      GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      step5::ops::SparseAttentionPlan plan;
+      const step5::Status pst = step5::ops::sparse_attention_plan(p, sms, &plan);
+      EXPECT(pst.ok() && plan.query_tile == 1 && plan.bitmap_words == 0 && plan.max_tiles == std::max(T, 1) &&
+                 plan.smem_bytes <= step5::ops::attention_two_per_sm_smem(plan.stages),
+             "%s: %lld-position table: plan %s, query_tile %d, bitmap_words %d, max_tiles %d (T %d), %zu bytes "
+             "of shared memory (two per SM: <= %zu)",
+             lab.c_str(), static_cast<long long>(max_blocks) * bs, pst.to_string().c_str(), plan.query_tile,
+             plan.bitmap_words, plan.max_tiles, T, plan.smem_bytes,
+             static_cast<std::size_t>(step5::ops::attention_two_per_sm_smem(plan.stages)));
+    }
     if (sc.repeat && T > 0) {
       repeat_launches<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
       graph_replays<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
@@ -675,6 +698,17 @@ std::uint32_t g_seed = 1234;
 GPU_CASE("decode: one row per request, lengths 1..3000, auto split") {
   each_layout([](auto tag) {
     Scenario sc{"decode", {1, 1, 1, 1, 1, 1}, {1, 9, 64, sz(333, 130), sz(1200, 257), sz(3001, 300)}, 16, sz(64, 16)};
+    run_scenario<decltype(tag)>(sc, ++g_seed);
+  });
+}
+
+GPU_CASE("decode: block tables 1M positions wide (tiles of one query, no region bitmaps)") {
+  each_layout([](auto tag) {
+    // rows of a 1M-position table whose requests use its first 300..5000 positions; auto splits
+    // and the forced split factors 1, 5 and 17 (the cluster and the last-arriver merges)
+    Scenario sc{"decode 1M-wide table", {1, 1, 1, 1}, {300, 1201, sz(5000, 640), 77}, 16, sz(256, 32)};
+    sc.table_positions = 1 << 20;
+    sc.split_list = {0, 1, 5, 17};
     run_scenario<decltype(tag)>(sc, ++g_seed);
   });
 }

@@ -579,6 +579,35 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
     CHECK(ap.smem_bytes <= ops::attention_two_per_sm_smem(3));
     CHECK(ap.num_splits == c.splits);
   }
+  // decode (T <= B) plans tiles of one query and no region bitmaps: its shared memory does not grow
+  // with the block-table width, so 1M positions per row keep two CTAs per SM (the bitmaps left one
+  // from about 384K positions: 12 bytes per 256 positions); one tile per token; an MTP step (3
+  // rows per request) keeps its bitmaps and wider tiles
+  for (const int positions : {64 * 2048, 384 * 1024, 1024 * 1024}) {
+    CAPTURE(positions);
+    const auto r = rank_of("step5_preview", 1, 0);
+    for (const int batch : {1, 64}) {
+      CAPTURE(batch);
+      auto d = ops::detail::attention_sizes(r, batch, batch, 512, 64, positions / 64, positions / 64);
+      ops::SparseAttentionPlan ap;
+      REQUIRE(ops::sparse_attention_plan(d, sms, &ap).ok());
+      CHECK(ap.query_tile == 1);
+      CHECK(ap.bitmap_words == 0);
+      CHECK(ap.max_tiles == batch);
+      CHECK(ap.stages == 2);
+      CHECK(ap.smem_bytes <= ops::attention_two_per_sm_smem(2));
+      CHECK(ap.smem_bytes == ops::attention_meta_bytes(1, 0, 512) + 2ull * 2 * 64 * 192 * 2);
+      auto idle = d;  // idle requests: tiles for the tokens only
+      idle.num_requests = batch + 7;
+      REQUIRE(ops::sparse_attention_plan(idle, sms, &ap).ok());
+      CHECK(ap.max_tiles == batch);
+    }
+    auto mtp = ops::detail::attention_sizes(r, 8 * 3, 8, 512, 64, positions / 64, positions / 64);
+    ops::SparseAttentionPlan ap;
+    REQUIRE(ops::sparse_attention_plan(mtp, sms, &ap).ok());
+    CHECK(ap.query_tile > 1);
+    CHECK(ap.bitmap_words == positions / 8 / 32);
+  }
   // prefill keeps 2 stages and the widest query tile; a forced ring depth is taken
   {
     const auto r = rank_of("step5_preview", 1, 0);
@@ -683,8 +712,8 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
       CHECK(!mp.cluster_merge);
     }
     CHECK(ap.workspace_bytes > ops::kAttentionCounterBytes);
-    // 4000 decode requests: (4000 / 4 + 4000) grid tiles x 4 groups = 20000 pairs > 16384 counters
-    auto big = decode(rank_of("step5_preview", 1, 0), 4000, 512);
+    // 4200 decode requests: 4200 grid tiles (one query each) x 4 groups = 16800 pairs > 16384 counters
+    auto big = decode(rank_of("step5_preview", 1, 0), 4200, 512);
     big.num_splits = 2;
     const step5::Status s = ops::sparse_attention_plan(big, sms, &ap);
     CHECK(s.code() == StatusCode::kInvalidArgument);

@@ -92,7 +92,7 @@ struct SparseAttentionParams {
   float* lse = nullptr;              ///< `[T, Hl]` fp32 natural-log LSE (scaled units), or nullptr
 
   float softmax_scale = 0.0f;  ///< 0 = D^-0.5 (SPEC §4.7), else a finite value > 0 (others refused)
-  int query_tile = 0;          ///< queries per CTA tile; 0 = auto (64 / hpg_q, less when smem is short)
+  int query_tile = 0;          ///< queries per CTA tile; 0 = auto (decode, T <= B: 1; else 64 / hpg_q, less when smem is short)
   int num_splits = 0;          ///< split-KV factor; 0 = auto (sparse_attention_plan); at most kAttentionMaxSplits
   /// How the splits of a (query tile, KV group) are merged when num_splits > 1: 0 = auto (a thread-
   /// block cluster of the split CTAs merging through distributed shared memory when
@@ -284,7 +284,7 @@ inline constexpr int kAttentionWgmmaStages = 2;
 struct SparseAttentionPlan {
   int hpg_q = 0;
   int query_tile = 0;          ///< queries per tile
-  int max_tiles = 0;           ///< grid x: ceil(T / query_tile) + B tiles (unused ones exit)
+  int max_tiles = 0;           ///< grid x: ceil(T / query_tile) + B tiles (unused ones exit); max(T, 1) when query_tile is 1
   int num_splits = 1;          ///< grid z
   /// num_splits > 1 merged by a cluster of the split CTAs (distributed shared memory); the launcher
   /// falls back to the last-arriver merge where such clusters cannot be resident. The workspace is
@@ -298,7 +298,7 @@ struct SparseAttentionPlan {
   /// (bench/RESULTS.md, tenth session). From sizes only: MTP batches whose requests have too few
   /// rows for such a tile (e.g. 3 rows at hpg_q 8) also take it, and run its mma.sync paths.
   bool wgmma_tiles = false;
-  int bitmap_words = 0;        ///< 32-bit words of one region bitmap (max_blocks*block_size/8 bits)
+  int bitmap_words = 0;        ///< 32-bit words of one region bitmap (max_blocks*block_size/8 bits); 0 with query_tile 1 (no bitmaps)
   std::size_t smem_bytes = 0;  ///< dynamic shared memory per CTA
   std::size_t workspace_bytes = 0;  ///< 0 when num_splits == 1 (sparse_attention_workspace_layout)
 };
@@ -368,12 +368,21 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
                                     " KV groups: the kernel indexes cache rows (tokens x groups) with int32"));
   const long long max_tokens = static_cast<long long>(p.max_blocks) * p.block_size;
   const long long regions = max_tokens / layout::kRegionSize;
-  const long long words = (regions + 31) / 32;
+  // Tiles of one query take the region-list path (the kernel's step 2') and never build region
+  // bitmaps. A decode step (at most one token per request on average: T <= B) plans tiles of one
+  // query and no bitmaps, so that its shared memory does not grow with the block-table width:
+  // 12 bytes per 256 addressable positions at query_tile 1 (its bitmap, the union, the prefix
+  // counts) left step5_preview's decode (D 192, 2 stages) one CTA per SM from about 384K
+  // positions per row. A query_tile of 1, forced, is the same. A replay whose device
+  // cu_seqlens_q give a request more tokens runs them as tiles of one query each (correct, no
+  // reuse).
+  const bool one_query_tiles = p.query_tile == 1 || (p.query_tile == 0 && p.num_tokens <= p.num_requests);
+  const long long words = one_query_tiles ? 0 : (regions + 31) / 32;
   const std::size_t stage_bytes = 2ull * kAttentionTileTokens * static_cast<std::size_t>(p.head_dim) * 2ull;  // K + V
   auto smem_for = [&](int qt, int ns) {
     return static_cast<std::size_t>(ns) * stage_bytes + attention_meta_bytes(qt, words, p.topk);
   };
-  int qt = p.query_tile > 0 ? p.query_tile : max_qt;
+  int qt = one_query_tiles ? 1 : p.query_tile > 0 ? p.query_tile : max_qt;
   while (qt > 1 && smem_for(qt, kAttentionMinStages) > kAttentionMaxSmem) --qt;
   if (smem_for(qt, kAttentionMinStages) > kAttentionMaxSmem)
     return unsupported(attn_msg(
@@ -424,7 +433,10 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
                       attention_row_groups(qt * hpg) == kAttentionTileRows / 16 && p.num_tokens > p.num_requests;
   plan->bitmap_words = static_cast<int>(words);
   plan->smem_bytes = smem_for(qt, ns);
-  const long long tiles = (static_cast<long long>(p.num_tokens) + qt - 1) / qt + p.num_requests;
+  // tiles of one query: exactly one per token (sum of ceil(q_len / 1)); else at most
+  // sum ceil(q_len / qt) <= T / qt + B
+  const long long tiles = qt == 1 ? std::max(1, p.num_tokens)
+                                  : (static_cast<long long>(p.num_tokens) + qt - 1) / qt + p.num_requests;
   if (tiles > (1ll << 30))
     return invalid_argument(attn_msg("num_tokens", p.num_tokens,
                                      "at most 2^30 query tiles of " + std::to_string(qt) + " tokens (plus one per request)"));
