@@ -26,7 +26,7 @@ case $cmd in
     root=$PWD
     (cd build-abold/src && cp -r "$root/.deps" . 2>/dev/null; BUILD_DIR="$root/build-abold/build" . tools/device_build.sh "$bin") > "$OUT/ab/build_old.log" 2>&1
     . tools/device_build.sh "$bin" > "$OUT/ab/build_new.log" 2>&1   # sourced: keeps LD_LIBRARY_PATH
-    tail -1 "$OUT/ab/build_old.log" "$OUT/ab/build_new.log"
+    for f in "$OUT/ab/build_old.log" "$OUT/ab/build_new.log"; do echo "$f: $(tail -n 1 "$f")"; done
     for i in $(seq 1 "$rounds"); do
       for side in old new; do
         b=build-device/bench/$bin
