@@ -38,6 +38,8 @@
 //                                              n = position / 8); v = ours (the launcher's choice),
 //                                              <radix|cand>_cta<T> (one CTA of T = 128, 256 or
 //                                              512 threads per row forced); GB/s over R * L * 4 bytes
+// STEP5_BENCH_SCORE_TILES_FORWARD=1: the scores_prefill rows run the wgmma grid's tiles first to
+// last (ScorePlan::longest_first off; an A/B of the grid order in one binary).
 // Timing: CUDA events around `iters` back-to-back launches queued behind a GPU spin (no host
 // launch overhead timed), median of 5 repetitions; UseManualTime.
 // A table with the ratios (to the copy bandwidth, to the tensor-core rate, to CUB) is printed last.
@@ -286,10 +288,13 @@ double time_scores_only(SelectSetup& s, step5::ops::detail::ScorePath want = ste
   int dev = 0, sms = 0;
   CK(cudaGetDevice(&dev));
   CKS(device_sm_count(dev, &sms));
-  const ops::detail::ScorePlan sp =
+  ops::detail::ScorePlan sp =
       want == ops::detail::ScorePath::kAuto
           ? ops::detail::auto_score_plan<kId>(Il, T, B, ld, p.table.block_size, sms)  // indexer_select's plan
           : ops::detail::score_plan<kId>(Il, T, B, ld, p.table.block_size, sms, want);
+  // A/B of the wgmma grid order in one binary (ScorePlan::longest_first)
+  if (const char* e = std::getenv("STEP5_BENCH_SCORE_TILES_FORWARD"); e != nullptr && std::string(e) == "1")
+    sp.longest_first = false;
   if (taken) *taken = sp.path;
   const std::int32_t* tile_start = nullptr;
   CKS(ops::detail::score_tile_starts(sp, p.batch.cu_seqlens_q, B, static_cast<std::int32_t*>(p.workspace), g_stream,

@@ -1369,6 +1369,9 @@ HOST_CASE("indexer: the automatic score tile (mma.sync for decode, wgmma 256 col
     const detail_ns::ScorePlan bare = detail_ns::score_plan<kId>(Il, sh.T, sh.B, ld, 64, 132);
     EXPECT(bare.path == sp.path, "T = %d, B = %d: score_plan took %s, auto_score_plan %s", sh.T, sh.B,
            detail_ns::score_path_name(bare.path), detail_ns::score_path_name(sp.path));
+    // wgmma grids run a chunk's tiles from the last (longest histories first); mma.sync in order
+    EXPECT(sp.longest_first == (sp.path != ScorePath::kMma), "T = %d, B = %d: %s plan with longest_first %d", sh.T,
+           sh.B, detail_ns::score_path_name(sp.path), sp.longest_first ? 1 : 0);
     // a wide kernel that cannot run (compiled for other than kWgScoreLaunchRegs registers): 128
     // columns instead
     const ScorePath expect_narrow = sh.expect == ScorePath::kWgmmaF16N256 ? ScorePath::kWgmmaF16 : sh.expect;

@@ -117,6 +117,11 @@ struct ScorePlan {
   int tok_tile = 1, cols_cap = 8, regions_per_cta = 0, bt_cap = 0, smem_bytes = 0;
   std::int64_t tiles_upper = 0, region_chunks = 0;
   ScorePath path = ScorePath::kMma;
+  /// wgmma paths: the CTAs of each region chunk run the tiles from the last to the first, so a
+  /// request's tiles start longest history first (a causal chunk's work per tile grows with its
+  /// position; CTAs are dispatched in grid order, and the longest ones last left the final wave
+  /// to a few SMs). The same CTAs and stores in another order: the bits are the same.
+  bool longest_first = false;
 };
 template <layout::GeometryId Id>
 ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size, int num_sms,
@@ -157,6 +162,7 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
     s.region_chunks = (ld + rpc - 1) / rpc;
     s.bt_cap = 0;
     s.smem_bytes = wg.smem;
+    s.longest_first = true;
     if (auto_wide && !score_wide_tiles_pay(ld, mean_q, s.regions_per_cta)) return narrow();
     return s;
   }
@@ -214,6 +220,7 @@ inline void apply_score_plan(const ScorePlan& sp, kernels::sm90::ScoreArgs& a) {
   a.tok_tile = sp.tok_tile;
   a.regions_per_cta = sp.regions_per_cta;
   a.cols_cap = sp.cols_cap;
+  a.longest_first = sp.longest_first ? 1 : 0;
 }
 
 /// The registers per thread the wide wgmma score kernel of geometry Id was compiled for

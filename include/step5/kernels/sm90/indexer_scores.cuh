@@ -54,6 +54,7 @@ struct ScoreArgs {
                         // plans: their tile width, not read by that kernel); the
                         // block-table entries of a CTA's regions (at most score_bt_cap, sized by
                         // the launcher) follow the weights in shared memory
+  int longest_first;    // wgmma kernel: 1 = CTA x runs tile gridDim.x - 1 - x (ScorePlan::longest_first)
 };
 
 inline constexpr int kScoreWarps = 8;

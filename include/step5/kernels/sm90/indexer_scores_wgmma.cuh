@@ -13,9 +13,9 @@
 /// Operand type (template `KIND`):
 ///  * ScoreMma::kF16 (the operand type when the wgmma path is chosen): e4m3 -> f16 (every e4m3
 ///    value, NaN included, is an f16 value, cvt.rn.f16x2.e4m3x2) once for q while staging B and for
-///    the summaries while building the A fragments, wgmma m64n(N/2)k16 .f32.f16.f16: the products
+///    the summaries while building the A fragments, wgmma m64n128k16 .f32.f16.f16: the products
 ///    are exact and the accumulation is the fp32 tensor-core accumulation of the mma.sync path.
-///  * ScoreMma::kE4m3: e4m3 as it is, wgmma m64n(N/2)k32 .f32.e4m3.e4m3 (twice the
+///  * ScoreMma::kE4m3: e4m3 as it is, wgmma m64n128k32 .f32.e4m3.e4m3 (twice the
 ///    rate). Hopper adds an e4m3 instruction's 32 products and the accumulator with ~14 significant
 ///    bits, truncated (DeepSeek-V3 report §3.5.2; DeepGEMM issues 37/50), i.e. relative errors up to
 ///    ~1e-3 at P = 256 where the tests (and the selection's ties within rounding) expect ~1e-6:
@@ -60,7 +60,9 @@
 /// warpgroup on its `empty` mbarrier once that thread's rows are in registers. The weights of the
 /// columns (column order), and the score row / history of each (token, group) chain.
 ///
-/// Work split: grid (tiles, region chunks) as the mma.sync kernel (`score_tile`); 384 threads: two
+/// Work split: grid (tiles, region chunks) as the mma.sync kernel (`score_tile`), the tiles of a
+/// chunk taken from the last (ScorePlan::longest_first: a causal chunk's last tiles see the
+/// longest histories, and CTAs are dispatched in grid order); 384 threads: two
 /// consumer warpgroups (threads 0..255) and a producer warpgroup. Tile i of the CTA's region chunk
 /// (regions rb = r_begin + 64·i) goes through ring stage i % kStages, is filled by producer warp
 /// i % 4 and consumed by consumer warpgroup i % 2. The producer warpgroup runs ahead by up to
@@ -73,22 +75,24 @@
 ///      orders them before the producer's next bulk copy into the stage; an arrival per warp
 ///      after __syncwarp was reported by racecheck as hazards);
 ///   2. build the A fragments in registers (f16: cvt.rn.f16x2.e4m3x2, exact; e4m3: as loaded);
-///   3-7. the wgmmas over K (P·esize/32 instructions per half, A from registers, B from shared
-///      memory, the first with scale-d = 0) and the register epilogue (ReLU, head chain, masked
-///      stores r < p_t/8, token in the tile) in two accumulator halves, each half's epilogue
-///      running while the other half's wgmmas do:
+///   3-7. the wgmmas over K (P·esize/32 m64n128 instructions per part, A from registers, B from
+///      shared memory, the first with scale-d = 0) and the register epilogue (ReLU, head chain,
+///      masked stores r < p_t/8, token in the tile). The wide tile (256 columns) runs in two
+///      accumulator halves, each half's epilogue running while the other half's wgmmas do:
 ///        3. issue the lower half (columns [0, N/2));  4. epilogue of the PREVIOUS tile's upper half;
 ///        5. wait, issue the upper half;               6. epilogue of the lower half;
 ///        7. wait (the upper half's epilogue is step 4 of the next tile, or after the loop).
-/// Two accumulator halves: the columns [0, N/2) and [N/2, N) are separate m64n(N/2) chains (k16
-/// f16, k32 e4m3) with separate accumulators (N/4 registers each); every epilogue chain lies in
-/// one half (its hpg_i/2 consecutive n8 blocks; `score_wgmma_static_fit` requires (N/2) % (4·hpg_i) == 0), and
-/// a column's k order is the same in either width, so the bits are those of one m64nN chain.
+///      The 128-column tile is one part: 3. issue, 5. wait, 6. epilogue (`score_wg_parts`).
+/// Two accumulator halves: the columns [0, N/2) and [N/2, N) are separate m64n128 chains (k16
+/// f16) with separate accumulators (64 registers each); every epilogue chain lies in one half
+/// (its hpg_i/2 consecutive n8 blocks; `score_wgmma_static_fit` requires (N/parts) % (4·hpg_i) ==
+/// 0), and a column's k order is the same in either width, so the bits are those of one m64nN
+/// chain.
 /// So a warpgroup keeps the tensor pipe busy through most of its own epilogue, and the other
 /// warpgroup's steps 1-2 and 3-7 interleave with it; the summary loads of the next tiles are in
 /// flight all the time (the ring).
 ///
-/// Arithmetic (P = 256, f16, per 64-region tile × 128 columns): 2 × 16 × m64n64k16 = 2.1 M MAC = 1024
+/// Arithmetic (P = 256, f16, per 64-region tile × 128 columns): 16 × m64n128k16 = 2.1 M MAC = 1024
 /// tensor cycles at 2048 f16 MAC/clk/SM; 16 KB of e4m3 summaries from L2 -> 256 FLOP per L2 byte
 /// (2.3 TB/s of L2 at 600 TFLOP/s). Shared-memory traffic per tile: B 64 KB read by the wgmmas,
 /// the 16 KB stage written by the copies and read once (A from registers: no A reads by the
@@ -185,12 +189,21 @@ __host__ __device__ constexpr bool score_wgmma_has_tile() {
   return N == kWgScoreCols || (N == kWgScoreWideCols && K == ScoreMma::kF16);
 }
 
+/// The accumulator parts of an N-column tile (file comment, "Two accumulator halves"): the wide
+/// tile runs as two m64n128 chains, each part's epilogue under the other's wgmmas; the 128-column
+/// tile as one m64n128 chain, wait, epilogue (measured on an H100: its two m64n64 halves were 3 %
+/// slower, bench/RESULTS.md twenty-second session; the wide tile's halves 7-9 % faster).
+template <int N>
+__host__ __device__ constexpr int score_wg_parts() {
+  return N == kWgScoreWideCols ? 2 : 1;
+}
+
 /// Whether the wgmma score kernel supports proxy dim P, hpg_i and Il index-local heads at N
 /// columns (compile-time part: P, hpg_i, operand type, `score_wgmma_has_tile`; run-time part: Il).
 template <int P, int HPG, ScoreMma K, int N>
 __host__ __device__ constexpr bool score_wgmma_static_fit() {
   return P % 64 == 0 && P <= 256 && (P * kWgScoreElem<K>) % 128 == 0 && HPG % 2 == 0 &&
-         (N / 2) % (4 * HPG) == 0 && score_wgmma_has_tile<K, N>();  // whole chains in each accumulator half
+         (N / score_wg_parts<N>()) % (4 * HPG) == 0 && score_wgmma_has_tile<K, N>();  // whole chains in each part
 }
 __host__ __device__ constexpr bool score_wgmma_il_fits(int Il, int hpg, int N) {
   return Il > 0 && hpg > 0 && Il % hpg == 0 && Il % 2 == 0 && N % (4 * Il) == 0;
@@ -283,21 +296,14 @@ __device__ __forceinline__ void score_wg_a_fragments(const uint4 (&lo)[P / 64], 
   }
 }
 
-/// One wgmma of an accumulator half: W = N / 2 columns of the tile (file comment, "Two accumulator
-/// halves"): n128 for the wide tile, n64 for the 128-column one.
-template <ScoreMma K, int W>
+/// One wgmma of an accumulator part: N / score_wg_parts<N>() = 128 columns of the tile (file
+/// comment, "Two accumulator halves").
+template <ScoreMma K>
 __device__ __forceinline__ void score_wg_mma(float* acc, const std::uint32_t (&a)[4], std::uint64_t db, int scale_d) {
-  static_assert(W == kWgScoreCols || W == kWgScoreCols / 2, "score_wg_mma: no such half-tile");
   if constexpr (K == ScoreMma::kF16) {
-    if constexpr (W == kWgScoreCols)
-      wgmma::wgmma_m64n128k16_f16_rs(acc, a, db, scale_d);
-    else
-      wgmma::wgmma_m64n64k16_f16_rs(acc, a, db, scale_d);
+    wgmma::wgmma_m64n128k16_f16_rs(acc, a, db, scale_d);
   } else {
-    if constexpr (W == kWgScoreCols)
-      wgmma::wgmma_m64n128k32_e4m3_rs(acc, a, db, scale_d);
-    else
-      wgmma::wgmma_m64n64k32_e4m3_rs(acc, a, db, scale_d);
+    wgmma::wgmma_m64n128k32_e4m3_rs(acc, a, db, scale_d);
   }
 }
 
@@ -385,7 +391,8 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
 
   pdl_wait();  // tile_start, index_q, weights and the summaries belong to the previous kernels
   ScoreTile st;
-  if (!score_tile(a, blockIdx.x, blockIdx.y, st)) return;
+  const int tile = a.longest_first ? static_cast<int>(gridDim.x - 1 - blockIdx.x) : static_cast<int>(blockIdx.x);
+  if (!score_tile(a, tile, blockIdx.y, st)) return;
   if (threadIdx.x == 0) {
     for (int s = 0; s < S; ++s) {
       ptx::mbar_init(&full[s], 1);
@@ -465,37 +472,38 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
       hist_of[gg] = shist[gg * 4 + c];
     }
   }
-  // the accumulators of the tile's two halves (file comment, "Two accumulator halves"): columns
-  // [0, N/2) in acc[0, N/4), columns [N/2, N) in acc[N/4, N/2); the chains of half H are
-  // gg in [H·kChains/2, (H + 1)·kChains/2)
-  constexpr int kHalfAcc = N / 4;
-  static_assert(kChains % 2 == 0 && kHalfAcc == 4 * (kChains / 2) * (HPG / 2),
-                "wgmma scores: each accumulator half must hold whole epilogue chains");
+  // the accumulators of the tile's parts (file comment, "Two accumulator halves"): part H holds
+  // columns [H·W, (H + 1)·W) in acc[H·W/2, (H + 1)·W/2), W = N / kParts = 128; its chains are
+  // gg in [H·kChains/kParts, (H + 1)·kChains/kParts)
+  constexpr int kParts = score_wg_parts<N>(), kW = N / kParts, kPartAcc = kW / 2;
+  static_assert(kW == kWgScoreCols, "wgmma scores: parts of 128 columns (m64n128)");
+  static_assert(kChains % kParts == 0 && kPartAcc == 4 * (kChains / kParts) * (HPG / 2),
+                "wgmma scores: each accumulator part must hold whole epilogue chains");
   float acc[N / 2];
 #pragma unroll
   for (int i = 0; i < N / 2; ++i) acc[i] = 0.f;
   std::uint32_t af[L::kSteps][4];  // the A fragments of the tile in flight
 
-  // 3. the wgmmas of half H over K (A from registers, the first with scale-d = 0), one commit group
+  // 3. the wgmmas of part H over K (A from registers, the first with scale-d = 0), one commit group
   auto mma_half = [&](auto half) {
     constexpr int H = decltype(half)::value;
-    wgmma::fence_regs<kHalfAcc>(acc + H * kHalfAcc);
+    wgmma::fence_regs<kPartAcc>(acc + H * kPartAcc);
     wgmma::wgmma_fence();
 #pragma unroll
     for (int k = 0; k < L::kSteps; ++k) {
       const std::uint64_t db =
-          wgmma::make_desc_sw128(sB_addr + (k / 4) * (N * 128) + H * (N / 2) * 128 + (k % 4) * 32);
-      score_wg_mma<KIND, N / 2>(acc + H * kHalfAcc, af[k], db, k > 0 ? 1 : 0);
+          wgmma::make_desc_sw128(sB_addr + (k / 4) * (N * 128) + H * kW * 128 + (k % 4) * 32);
+      score_wg_mma<KIND>(acc + H * kPartAcc, af[k], db, k > 0 ? 1 : 0);
     }
     wgmma::wgmma_commit();
   };
-  // 4. the epilogue of half H of the tile at rb: rows rb + row_lo, + 8 of this warp; chains
-  // f = gg·4 + c of the half (ReLU, the head chain in order, masked stores)
+  // 4. the epilogue of part H of the tile at rb: rows rb + row_lo, + 8 of this warp; chains
+  // f = gg·4 + c of the part (ReLU, the head chain in order, masked stores)
   auto epilogue_half = [&](auto half, int rb) {
     constexpr int H = decltype(half)::value;
     const int r0 = rb + row_lo, r1 = r0 + 8;
 #pragma unroll
-    for (int gg = H * (kChains / 2); gg < (H + 1) * (kChains / 2); ++gg) {
+    for (int gg = H * (kChains / kParts); gg < (H + 1) * (kChains / kParts); ++gg) {
       int row, hist;
       if constexpr (kWide) {
         row = srow[gg * 4 + c];
@@ -529,7 +537,7 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
   // a region past every history, so that the first tile's step 4 stores nothing (a branch around
   // it would be divergent to ptxas, which then serializes the wgmmas: C7518)
   constexpr int kNoTile = 1 << 30;
-  int rb_prev = kNoTile;
+  [[maybe_unused]] int rb_prev = kNoTile;  // two parts only
 #pragma unroll 1
   for (int i = wg, rb = st.r_begin + wg * M; rb < st.r_end; i += 2, rb += 2 * M) {
     // 1. this warp's rows of the stage, then the stage back to the producer
@@ -548,25 +556,33 @@ __global__ void __launch_bounds__(kWgScoreThreads, 1) indexer_scores_wgmma_kerne
     // ptxas does not follow that wait across the loop's back edge: without the (idle) wait here
     // it would serialize step 3 with step 4 (C7518).
     wgmma::wgmma_wait<0>();
-    wgmma::fence_regs<kHalfAcc>(acc + kHalfAcc);
+    wgmma::fence_regs<kPartAcc>(acc + (kParts - 1) * kPartAcc);
     score_wg_a_fragments<P, KIND>(lo, hi, af);
-    // 3. the lower half's wgmmas; 4. meanwhile the previous tile's upper-half epilogue
-    mma_half(kLo);
-    epilogue_half(kHi, rb_prev);
-    // 5. the lower half complete, the upper half's wgmmas; 6. meanwhile the lower-half epilogue.
-    // (Issuing the upper half before the lower one completes would put step 4's reads of the
-    // upper accumulators inside the wgmmas' pipeline stage: ptxas serializes that too, C7515.)
-    wgmma::wgmma_wait<0>();
-    wgmma::fence_regs<kHalfAcc>(acc);
-    mma_half(kHi);
-    epilogue_half(kLo, rb);
-    // 7. the upper half complete before the loop's back edge (the accumulators it carries to
-    // the next step 4 are then not in flight; else ptxas serializes, C7515)
-    wgmma::wgmma_wait<0>();
-    wgmma::fence_regs<kHalfAcc>(acc + kHalfAcc);
-    rb_prev = rb;
+    if constexpr (kParts == 2) {
+      // 3. the lower half's wgmmas; 4. meanwhile the previous tile's upper-half epilogue
+      mma_half(kLo);
+      epilogue_half(kHi, rb_prev);
+      // 5. the lower half complete, the upper half's wgmmas; 6. meanwhile the lower-half epilogue.
+      // (Issuing the upper half before the lower one completes would put step 4's reads of the
+      // upper accumulators inside the wgmmas' pipeline stage: ptxas serializes that too, C7515.)
+      wgmma::wgmma_wait<0>();
+      wgmma::fence_regs<kPartAcc>(acc);
+      mma_half(kHi);
+      epilogue_half(kLo, rb);
+      // 7. the upper half complete before the loop's back edge (the accumulators it carries to
+      // the next step 4 are then not in flight; else ptxas serializes, C7515)
+      wgmma::wgmma_wait<0>();
+      wgmma::fence_regs<kPartAcc>(acc + kPartAcc);
+      rb_prev = rb;
+    } else {
+      // 3. the tile's wgmmas, 5. wait, 6. its epilogue (one part: nothing to overlap it with)
+      mma_half(kLo);
+      wgmma::wgmma_wait<0>();
+      wgmma::fence_regs<kPartAcc>(acc);
+      epilogue_half(kLo, rb);
+    }
   }
-  epilogue_half(kHi, rb_prev);
+  if constexpr (kParts == 2) epilogue_half(kHi, rb_prev);
   pdl_launch_dependents();
 #endif
 }

@@ -4,8 +4,8 @@
 /// GEMM, gemm_wgmma.cuh, the indexer prefill scores, indexer_scores_wgmma.cuh, and the sparse
 /// attention's 64-row tiles, attention.cuh): the shared-memory matrix descriptors of K-major and
 /// N-major 128B-swizzled tiles, the fence / commit / wait wrappers, a compiler fence on
-/// accumulator registers, the register-A instructions the indexer scores use (m64n64 / m64n128,
-/// f16 k16 and e4m3 k32; K-major B) and the register-A bf16 instructions of the attention (m64n64k16 K-major
+/// accumulator registers, the register-A instructions the indexer scores use (m64n128 f16 k16 and
+/// e4m3 k32; K-major B) and the register-A bf16 instructions of the attention (m64n64k16 K-major
 /// B; m64n128k16 / m64n192k16 N-major B). Device code (nvcc).
 ///
 /// Layout contract of `make_desc_sw128` (PTX ISA "Shared memory matrix layout", 128-byte swizzle,
@@ -134,23 +134,6 @@ __device__ __forceinline__ void wgmma_m64n128k16_f16_rs(float* d, const std::uin
 #endif
 }
 
-/// d = A·B + (scale_d ? d : 0), m64n64k16: as `wgmma_m64n128k16_f16_rs` with 64 B columns (32 fp32
-/// accumulators per thread; one half of the indexer scores' 128-column tile).
-__device__ __forceinline__ void wgmma_m64n64k16_f16_rs(float* d, const std::uint32_t (&a)[4], std::uint64_t desc_b,
-                                                       int scale_d) {
-#if STEP5_SM90A_DEVICE
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " STEP5_WGMMA_REGS32 ", "
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
-      "}\n"
-      : STEP5_WGMMA_ACC32(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-#endif
-}
-
 /// d = A·B + (scale_d ? d : 0), m64n128k32, e4m3 A from registers (the m16n8k32 A fragment of each
 /// warp's 16 rows), e4m3 B from shared memory K-major (the only layout e4m3 has), fp32
 /// accumulators. Hopper adds the products of one instruction and the accumulator with about 14
@@ -166,23 +149,6 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3_rs(float* d, const std::ui
       "{%64, %65, %66, %67}, %68, p, 1, 1;\n"
       "}\n"
       : STEP5_WGMMA_ACC64(d)
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
-#endif
-}
-
-/// d = A·B + (scale_d ? d : 0), m64n64k32: as `wgmma_m64n128k32_e4m3_rs` with 64 B columns (not
-/// fp32-accurate either).
-__device__ __forceinline__ void wgmma_m64n64k32_e4m3_rs(float* d, const std::uint32_t (&a)[4], std::uint64_t desc_b,
-                                                        int scale_d) {
-#if STEP5_SM90A_DEVICE
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " STEP5_WGMMA_REGS32 ", "
-      "{%32, %33, %34, %35}, %36, p, 1, 1;\n"
-      "}\n"
-      : STEP5_WGMMA_ACC32(d)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d));
 #endif
 }
