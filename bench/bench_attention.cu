@@ -29,13 +29,17 @@
 //                    row and the V row of each id read, L2 flushed, median of 5
 //   x_gather         gathered_GB/s / gather_GB/s: > 1 = reuse across queries beats gathering every
 //                    (query, region) from memory; < 1 = below the no-reuse floor
+// Decode cases report gather_GB/s and x_gather too, the ids drawn as whole regions (8 token rows
+// of one KV head, KVl rows apart: what a decode CTA gathers per selected region) uniformly from
+// the case's cache: the rate of this access pattern without the attention around it.
 // Every selection row is checked against SPEC §4.6 (bench/prefill_selections.hpp) before timing.
 // Synthetic selections are generated on the device: (request, group, query) gets min(topk, p/8)
 // history regions spread evenly over [0, p/8) with an offset that changes every 32 positions (so
 // neighbouring queries of a prefill tile mostly share regions), plus the current region.
 // The KV cache holds exactly the case's blocks (B × max_blocks, block table a permutation); a case
 // whose cache does not fit in the free device memory fails with SkipWithError naming the bytes.
-// The L2 is flushed (128 MiB memset) before every timed launch. UseManualTime with CUDA events.
+// The L2 is flushed (bench_common.hpp L2Flusher: a read of twice the L2 size, or the memset of
+// earlier runs with STEP5_BENCH_L2_FLUSH=write) before every timed launch. UseManualTime with CUDA events.
 // A table is printed last.
 #include <benchmark/benchmark.h>
 #include <cuda_bf16.h>
@@ -66,8 +70,7 @@ constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §
 
 cudaStream_t g_stream;
 double g_copy_gbs = 0;
-void* g_flush = nullptr;
-constexpr std::size_t kFlush = 128u << 20;
+step5::bench::L2Flusher* g_flush = nullptr;  // bench_common.hpp (STEP5_BENCH_L2_FLUSH)
 
 namespace sb = step5::bench;
 namespace ops = step5::ops;
@@ -85,7 +88,7 @@ constexpr double kTheta = 5e6;  // RoPE base of the indexer's tables (any valid 
 
 struct Row {
   double us = 0, gbs = 0, tflops = 0, ratio = 0;
-  double union_density = -1, x_gather = -1;  // prefill only (-1: not measured)
+  double union_density = -1, x_gather = -1;  // union: prefill only (-1: not measured)
 };
 std::map<std::string, Row> g_rows;
 std::vector<std::string> g_order;
@@ -389,12 +392,15 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
     }
     query_tile = plan.query_tile;
     ud = sb::union_density(lg, B, h_cu.data(), positions, query_tile, topk, h_ids.data(), h_counts.data());
-    gather = sb::gather_ceiling(k, v, want * bs * lg, D * 2, 1234u, g_stream);
-    if (gather.seconds <= 0) {
-      state.SkipWithError("gather ceiling: row count or row size out of range");
-      free_all();
-      return;
-    }
+  }
+  // prefill: single token rows (a tile's union or a query's regions, mixed); decode: whole
+  // regions of one KV group, the decode CTA's granule
+  gather = decode ? sb::gather_ceiling(k, v, want * bs * lg, D * 2, 1234u, g_stream, step5::layout::kRegionSize, lg)
+                  : sb::gather_ceiling(k, v, want * bs * lg, D * 2, 1234u, g_stream);
+  if (gather.seconds <= 0) {
+    state.SkipWithError("gather ceiling: row count or row size out of range");
+    free_all();
+    return;
   }
   void* ws = nullptr;
   if (ws_bytes) CK(cudaMalloc(&ws, ws_bytes));
@@ -413,7 +419,7 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   double total = 0;
   int n = 0;
   for (auto _ : state) {
-    CK(cudaMemsetAsync(g_flush, n & 0xff, kFlush, g_stream));
+    g_flush->flush(g_stream);
     CK(cudaEventRecord(e0, g_stream));
     (void)step5::ops::sparse_attention<Tag::kId>(p, ws, ws_bytes, g_stream);
     CK(cudaEventRecord(e1, g_stream));
@@ -435,14 +441,14 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   state.counters["gathered_GB/s"] = r.gbs;
   state.counters["eff_TFLOP/s"] = r.tflops;
   state.counters["of_copy_bw"] = r.ratio;
+  r.x_gather = r.gbs / gather.gbs;
+  state.counters["gather_GB/s"] = gather.gbs;
+  state.counters["x_gather"] = r.x_gather;
   if (!decode) {
     r.union_density = ud.density;
-    r.x_gather = r.gbs / gather.gbs;
     state.counters["query_tile"] = query_tile;
     state.counters["union_density"] = ud.density;
     state.counters["union_regions"] = ud.mean_union;
-    state.counters["gather_GB/s"] = gather.gbs;
-    state.counters["x_gather"] = r.x_gather;
   }
   if (!g_rows.count(name)) g_order.push_back(name);
   g_rows[name] = r;
@@ -488,7 +494,8 @@ void register_layout() {
 int main(int argc, char** argv) {
   if (!step5::bench::sm90_device_present()) return 0;
   CK(cudaStreamCreate(&g_stream));
-  CK(cudaMalloc(&g_flush, kFlush));
+  step5::bench::L2Flusher flusher;
+  g_flush = &flusher;
   benchmark::RegisterBenchmark("copy/d2d", BM_copy)->UseManualTime()->Iterations(10)->Unit(benchmark::kMicrosecond);
   // Benchmarked (list row, tp) pairs: the named Step-5 Preview row at tp 1/8/16 and the other
   // row at tp 1; each tp is checked against the row's list in register_layout.
@@ -498,15 +505,18 @@ int main(int argc, char** argv) {
   register_layout<GeometryId::step5_preview, 16>();
   register_layout<GeometryId::dsa_h64_kv8_d128, 1>();
   benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("l2_flush", step5::bench::l2_flush_mode());  // bench_common.hpp L2Flusher
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  std::printf("\ncopy bandwidth %.0f GB/s\n%-78s %10s %10s %8s %10s %8s %8s\n", g_copy_gbs, "benchmark", "us", "GB/s",
+  std::printf("\ncopy bandwidth %.0f GB/s, L2 flush: %s\n%-78s %10s %10s %8s %10s %8s %8s\n", g_copy_gbs, step5::bench::l2_flush_mode(), "benchmark", "us", "GB/s",
               "of copy", "TFLOP/s", "union", "x_gather");
   for (const auto& name : g_order) {
     const Row& r = g_rows[name];
     std::printf("%-78s %10.1f %10.0f %8.2f %10.1f", name.c_str(), r.us, r.gbs, r.ratio, r.tflops);
-    if (r.x_gather >= 0) std::printf(" %8.3f %8.2f\n", r.union_density, r.x_gather);
-    else std::printf(" %8s %8s\n", "-", "-");
+    if (r.union_density >= 0) std::printf(" %8.3f", r.union_density);
+    else std::printf(" %8s", "-");
+    if (r.x_gather >= 0) std::printf(" %8.2f\n", r.x_gather);
+    else std::printf(" %8s\n", "-");
   }
   return 0;
 }

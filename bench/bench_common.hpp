@@ -14,7 +14,8 @@
 ///  Both are measured on the first call and cached for the process.
 ///  - Random-row gather ceiling (issue 15 §3): `gather_ceiling(a, b, num_rows, row_bytes, ...)` =
 ///    bytes per second of `gather_rows_kernel` reading row r of both `a` and `b` (K and V) for
-///    kGatherRows row ids r drawn uniformly from [0, num_rows) by a seeded host generator, each
+///    kGatherRows row ids r drawn uniformly from [0, num_rows) (or in runs of one region's rows of
+///    one KV head, the decode gather's granule: `run`, `lanes`) by a seeded host generator, each
 ///    warp reading whole rows with 16-byte loads, median of kGatherReps launches each after an L2
 ///    flush. Measured per call: the working set (num_rows) is the caller's.
 ///
@@ -161,7 +162,42 @@ class EventTimer {
   cudaEvent_t e0_ = nullptr, e1_ = nullptr;
 };
 
-/// Evicts the L2: a memset of twice the device's L2 size (at least 64 MiB).
+/// Reads n 16-byte words of p (grid-stride) and folds them into `sink`, one atomicAdd per warp,
+/// so that no load can be dropped: L2Flusher's read mode.
+__global__ void read_words_kernel(const uint4* __restrict__ p, std::size_t n, unsigned* sink) {
+  unsigned acc = 0;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x) {
+    const uint4 x = __ldg(p + i);
+    acc += x.x ^ x.y ^ x.z ^ x.w;
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if ((threadIdx.x & 31u) == 0) atomicAdd(sink, acc);
+}
+
+/// How L2Flusher evicts the L2, from STEP5_BENCH_L2_FLUSH (read on the first call):
+///  * unset or "read": a read of the flush buffer (filled once, at construction). It evicts the
+///    previous launches' lines, writing the dirty ones back during the flush, and leaves clean
+///    lines: the timed launch starts with a cold L2 and writes back nothing it did not write;
+///  * "write": a memset of the buffer, the method of every run in bench/RESULTS.md up to the
+///    twenty-fourth session. It leaves the L2 full of the memset's dirty lines, which the timed
+///    launch then writes back as it evicts them: on an H100 (50 MB L2) 0.3–11 µs more per
+///    bench_attention decode launch (bench/RESULTS.md, twenty-fourth session). Compare runs
+///    across the change only in one mode.
+/// Any other value: prints it and exits (benchmark code).
+inline const char* l2_flush_mode() {
+  static const char* mode = [] {
+    const char* e = std::getenv("STEP5_BENCH_L2_FLUSH");
+    if (e == nullptr || std::string(e) == "read") return "read";
+    if (std::string(e) == "write") return "write";
+    std::fprintf(stderr, "STEP5_BENCH_L2_FLUSH = '%s', expected read (default) or write\n", e);
+    std::exit(2);
+  }();
+  return mode;
+}
+
+/// Evicts the L2 before a timed launch through a buffer of twice the device's L2 size (at least
+/// 64 MiB), as l2_flush_mode() says.
 class L2Flusher {
  public:
   L2Flusher() {
@@ -170,17 +206,33 @@ class L2Flusher {
     STEP5_BENCH_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
     bytes_ = std::max<std::size_t>(2ull * static_cast<std::size_t>(l2), 64ull << 20);
     STEP5_BENCH_CUDA(cudaMalloc(&buf_, bytes_));
+    STEP5_BENCH_CUDA(cudaMemset(buf_, 0x5a, bytes_));
+    STEP5_BENCH_CUDA(cudaMalloc(&sink_, sizeof(unsigned)));
+    STEP5_BENCH_CUDA(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
+    read_ = std::string(l2_flush_mode()) == "read";
   }
-  ~L2Flusher() { cudaFree(buf_); }
+  ~L2Flusher() {
+    cudaFree(buf_);
+    cudaFree(sink_);
+  }
   L2Flusher(const L2Flusher&) = delete;
   L2Flusher& operator=(const L2Flusher&) = delete;
-  void flush(cudaStream_t s) { STEP5_BENCH_CUDA(cudaMemsetAsync(buf_, (++n_) & 0xff, bytes_, s)); }
+  void flush(cudaStream_t s) {
+    if (read_) {
+      read_words_kernel<<<sms_ * 4, 512, 0, s>>>(static_cast<const uint4*>(buf_), bytes_ / sizeof(uint4), sink_);
+      STEP5_BENCH_CUDA(cudaGetLastError());
+    } else {
+      STEP5_BENCH_CUDA(cudaMemsetAsync(buf_, (++n_) & 0xff, bytes_, s));
+    }
+  }
   std::size_t bytes() const { return bytes_; }
 
  private:
   void* buf_ = nullptr;
+  unsigned* sink_ = nullptr;
   std::size_t bytes_ = 0;
-  int n_ = 0;
+  int n_ = 0, sms_ = 1;
+  bool read_ = false;
 };
 
 /// A tuning knob of a benchmark from the environment variable `var` (A/B without a rebuild):
@@ -334,15 +386,25 @@ __global__ void gather_rows_kernel(const uint4* __restrict__ a, const uint4* __r
 
 /// Measures the gather ceiling over `num_rows` rows of `row_bytes` bytes (a multiple of 16) in
 /// each of `a` and `b` (16-byte aligned, num_rows × row_bytes bytes each); row ids from
-/// std::mt19937_64(seed). Returns seconds 0 when the arguments are out of range (nothing run).
+/// std::mt19937_64(seed). With `run` > 1 the ids come in runs of the paged cache's regions: rows
+/// are numbered ((q · run) + j) · lanes + g (q a region, j < run its token, g < lanes its KV head,
+/// SPEC §5's [block, block_size, KVl, D] with run = 8 and lanes = KVl), and each draw of (q, g)
+/// reads the run's `run` rows j = 0 .. run − 1, as a decode CTA gathers a selected region of its KV
+/// group; run = lanes = 1 draws single rows (the same ids as before these parameters). Returns
+/// seconds 0 when the arguments are out of range (nothing run).
 inline GatherCeiling gather_ceiling(const void* a, const void* b, std::size_t num_rows, int row_bytes,
-                                    std::uint64_t seed, cudaStream_t stream) {
+                                    std::uint64_t seed, cudaStream_t stream, int run = 1, int lanes = 1) {
   GatherCeiling r;
-  if (num_rows == 0 || num_rows > 0xffffffffull || row_bytes <= 0 || row_bytes % 16 != 0) return r;
+  if (num_rows == 0 || num_rows > 0xffffffffull || row_bytes <= 0 || row_bytes % 16 != 0 || run < 1 || lanes < 1 ||
+      kGatherRows % run != 0 || num_rows % (static_cast<std::size_t>(run) * lanes) != 0)
+    return r;
   std::vector<std::uint32_t> h_rows(static_cast<std::size_t>(kGatherRows));
   std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<std::uint64_t> pick(0, num_rows - 1);
-  for (auto& x : h_rows) x = static_cast<std::uint32_t>(pick(gen));
+  std::uniform_int_distribution<std::uint64_t> pick(0, num_rows / run - 1);  // (q, g) = (u / lanes, u % lanes)
+  for (std::size_t i = 0; i < h_rows.size(); i += run) {
+    const std::uint64_t u = pick(gen), q = u / lanes, g = u % lanes;
+    for (int j = 0; j < run; ++j) h_rows[i + j] = static_cast<std::uint32_t>((q * run + j) * lanes + g);
+  }
   std::uint32_t* d_rows = nullptr;
   unsigned* sink = nullptr;
   STEP5_BENCH_CUDA(cudaMalloc(&d_rows, h_rows.size() * sizeof(std::uint32_t)));

@@ -811,8 +811,8 @@ void print_floors(const std::vector<std::pair<std::string, Case>>& cases) {
 
 void print_table() {
   if (g_rows.empty()) return;
-  std::printf("\nSPEC §9 floors: copy %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s\n",
-              sb::copy_ceiling(g_stream).gbs, sb::gemm_ceiling(g_stream).tflops);
+  std::printf("\nSPEC §9 floors: copy %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s; L2 flush: %s\n",
+              sb::copy_ceiling(g_stream).gbs, sb::gemm_ceiling(g_stream).tflops, sb::l2_flush_mode());
   std::printf("%-44s %10s %10s %6s %10s %6s |", "layer (us: achieved/floor)", "layer_us", "floor_us", "x", "graph_us",
               "x");
   for (const char* n : kStageNames) std::printf(" %17s", n);
@@ -897,6 +897,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   benchmark::Initialize(&argc, argv);
+  benchmark::AddCustomContext("l2_flush", step5::bench::l2_flush_mode());  // bench_common.hpp L2Flusher
   if (!list_only) {
     if (!step5::bench::sm90_device_present()) return 0;
     STEP5_BENCH_CUDA(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
