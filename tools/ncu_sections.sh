@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Nsight Compute sections (speed of light, compute and memory workload, occupancy, warp states,
-# launch, scheduler) of the first `count` launches of the kernels whose name matches `kernel_regex` in one benchmark case, after
-# `skip` such launches (warm-up); device machine, the build from tools/device_build.sh. Prints the
-# report's text; a one-line digest per launch (duration, DRAM and L2 throughput, SM issue,
-# occupancy, the top warp stall, the busiest pipe) goes to stderr.
+# launch, scheduler) of the first `count` launches of the kernels whose name matches
+# `kernel_regex` in one benchmark case, after `skip` such launches (warm-up); device machine, the
+# build from tools/device_build.sh. Prints the report's text; a one-line digest per launch
+# (duration, DRAM and L2 throughput, SM issue, occupancy, the top warp stall, the busiest pipe)
+# goes to stderr.
 #   bash tools/ncu_sections.sh <bench binary> <benchmark filter> <kernel regex> [skip] [count]
 # e.g. bash tools/ncu_sections.sh bench_gemm 'gemm/step5_preview/tp:8/tokens:64/' 'gemm_wgmma' 3 1
 set -u
