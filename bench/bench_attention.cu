@@ -30,16 +30,17 @@
 //   x_gather         gathered_GB/s / gather_GB/s: > 1 = reuse across queries beats gathering every
 //                    (query, region) from memory; < 1 = below the no-reuse floor
 // Decode cases report gather_GB/s and x_gather too, the ids drawn as whole regions (8 token rows
-// of one KV head, KVl rows apart: what a decode CTA gathers per selected region) uniformly from
-// the case's cache: the rate of this access pattern without the attention around it.
+// of one KV head, KVl rows apart: what a decode CTA gathers per selected region) uniformly and
+// without replacement from the case's cache (each (region, head) at most once, up to 2^19 of
+// them): the rate of this access pattern without the attention around it.
 // Every selection row is checked against SPEC §4.6 (bench/prefill_selections.hpp) before timing.
 // Synthetic selections are generated on the device: (request, group, query) gets min(topk, p/8)
 // history regions spread evenly over [0, p/8) with an offset that changes every 32 positions (so
 // neighbouring queries of a prefill tile mostly share regions), plus the current region.
 // The KV cache holds exactly the case's blocks (B × max_blocks, block table a permutation); a case
 // whose cache does not fit in the free device memory fails with SkipWithError naming the bytes.
-// The L2 is flushed (bench_common.hpp L2Flusher: a read of twice the L2 size, or the memset of
-// earlier runs with STEP5_BENCH_L2_FLUSH=write) before every timed launch. UseManualTime with CUDA events.
+// The L2 is flushed (bench_common.hpp L2Flusher: a read of 128 MiB, or the memset of earlier runs
+// with STEP5_BENCH_L2_FLUSH=write) before every timed launch. UseManualTime with CUDA events.
 // A table is printed last.
 #include <benchmark/benchmark.h>
 #include <cuda_bf16.h>
@@ -494,7 +495,7 @@ void register_layout() {
 int main(int argc, char** argv) {
   if (!step5::bench::sm90_device_present()) return 0;
   CK(cudaStreamCreate(&g_stream));
-  step5::bench::L2Flusher flusher;
+  step5::bench::L2Flusher flusher(128ull << 20);  // the size of this bench's memset before the read mode
   g_flush = &flusher;
   benchmark::RegisterBenchmark("copy/d2d", BM_copy)->UseManualTime()->Iterations(10)->Unit(benchmark::kMicrosecond);
   // Benchmarked (list row, tp) pairs: the named Step-5 Preview row at tp 1/8/16 and the other

@@ -3,7 +3,7 @@
 /// What every benchmark binary shares (SPEC.md §9 "Performance model"): the two device ceilings
 /// that the floors are computed from, measured ONE way in every binary, plus an L2 flush, a
 /// CUDA-event timer, a GPU "sleep" that hides host launch overhead, random fills, an owning
-/// device buffer (`DevBuf`) and the random-row gather ceiling of bench_attention's prefill cases.
+/// device buffer (`DevBuf`) and the random-row gather ceiling of bench_attention's cases.
 ///
 ///  - Copy bandwidth ceiling: `copy_ceiling(stream)` = (bytes read + bytes written) per second of
 ///    one `cudaMemcpyAsync` device-to-device of 1 GiB, median of kCopyReps copies (after one
@@ -14,8 +14,9 @@
 ///  Both are measured on the first call and cached for the process.
 ///  - Random-row gather ceiling (issue 15 §3): `gather_ceiling(a, b, num_rows, row_bytes, ...)` =
 ///    bytes per second of `gather_rows_kernel` reading row r of both `a` and `b` (K and V) for
-///    kGatherRows row ids r drawn uniformly from [0, num_rows) (or in runs of one region's rows of
-///    one KV head, the decode gather's granule: `run`, `lanes`) by a seeded host generator, each
+///    kGatherRows row ids r drawn uniformly from [0, num_rows) (or, without replacement, runs of
+///    one region's rows of one KV head, the decode gather's granule: `run`, `lanes`) by a seeded
+///    host generator, each
 ///    warp reading whole rows with 16-byte loads, median of kGatherReps launches each after an L2
 ///    flush. Measured per call: the working set (num_rows) is the caller's.
 ///
@@ -33,6 +34,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "step5/reference/summaries.hpp"
@@ -197,16 +199,20 @@ inline const char* l2_flush_mode() {
 }
 
 /// Evicts the L2 before a timed launch through a buffer of twice the device's L2 size (at least
-/// 64 MiB), as l2_flush_mode() says.
+/// `min_bytes`: 64 MiB, bench_attention 128 MiB, the sizes of their memsets before the read mode),
+/// as l2_flush_mode() says.
 class L2Flusher {
  public:
-  L2Flusher() {
+  explicit L2Flusher(std::size_t min_bytes = 64ull << 20) {
     int dev = 0, l2 = 0;
     STEP5_BENCH_CUDA(cudaGetDevice(&dev));
     STEP5_BENCH_CUDA(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
-    bytes_ = std::max<std::size_t>(2ull * static_cast<std::size_t>(l2), 64ull << 20);
+    bytes_ = std::max<std::size_t>(2ull * static_cast<std::size_t>(l2), min_bytes);
     STEP5_BENCH_CUDA(cudaMalloc(&buf_, bytes_));
     STEP5_BENCH_CUDA(cudaMemset(buf_, 0x5a, bytes_));
+    // cudaMemset runs on the legacy default stream, which does not order non-blocking streams
+    // (bench_layer's): the fill completes before any flush reads the buffer
+    STEP5_BENCH_CUDA(cudaDeviceSynchronize());
     STEP5_BENCH_CUDA(cudaMalloc(&sink_, sizeof(unsigned)));
     STEP5_BENCH_CUDA(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, dev));
     read_ = std::string(l2_flush_mode()) == "read";
@@ -348,7 +354,7 @@ inline const GemmCeiling& gemm_ceiling(cudaStream_t stream) {
 /// The random-row gather ceiling (see the file comment).
 struct GatherCeiling {
   double seconds = 0;   ///< median seconds of one launch
-  double bytes = 0;     ///< bytes read by one launch: kGatherRows × 2 × row_bytes (row ids not counted)
+  double bytes = 0;     ///< bytes read by one launch: rows × 2 × row_bytes (row ids not counted)
   double gbs = 0;       ///< bytes / seconds / 1e9
 };
 inline constexpr long long kGatherRows = 1ll << 22;  ///< rows gathered per launch (× 2 arrays)
@@ -390,21 +396,43 @@ __global__ void gather_rows_kernel(const uint4* __restrict__ a, const uint4* __r
 /// are numbered ((q · run) + j) · lanes + g (q a region, j < run its token, g < lanes its KV head,
 /// SPEC §5's [block, block_size, KVl, D] with run = 8 and lanes = KVl), and each draw of (q, g)
 /// reads the run's `run` rows j = 0 .. run − 1, as a decode CTA gathers a selected region of its KV
-/// group; run = lanes = 1 draws single rows (the same ids as before these parameters). Returns
-/// seconds 0 when the arguments are out of range (nothing run).
+/// group. Runs are drawn without replacement (min(kGatherRows / run, num_rows / run) distinct (q,
+/// g) in random order): a small cache read with replacement would hit the L2 and pass the copy
+/// rate. run = lanes = 1 draws single rows with replacement (the prefill cases' ids, unchanged).
+/// Returns seconds 0 when the arguments are out of range (nothing run).
 inline GatherCeiling gather_ceiling(const void* a, const void* b, std::size_t num_rows, int row_bytes,
                                     std::uint64_t seed, cudaStream_t stream, int run = 1, int lanes = 1) {
   GatherCeiling r;
   if (num_rows == 0 || num_rows > 0xffffffffull || row_bytes <= 0 || row_bytes % 16 != 0 || run < 1 || lanes < 1 ||
       kGatherRows % run != 0 || num_rows % (static_cast<std::size_t>(run) * lanes) != 0)
     return r;
-  std::vector<std::uint32_t> h_rows(static_cast<std::size_t>(kGatherRows));
+  std::vector<std::uint32_t> h_rows;
   std::mt19937_64 gen(seed);
-  std::uniform_int_distribution<std::uint64_t> pick(0, num_rows / run - 1);  // (q, g) = (u / lanes, u % lanes)
-  for (std::size_t i = 0; i < h_rows.size(); i += run) {
-    const std::uint64_t u = pick(gen), q = u / lanes, g = u % lanes;
-    for (int j = 0; j < run; ++j) h_rows[i + j] = static_cast<std::uint32_t>((q * run + j) * lanes + g);
+  if (run == 1 && lanes == 1) {
+    h_rows.resize(static_cast<std::size_t>(kGatherRows));
+    std::uniform_int_distribution<std::uint64_t> pick(0, num_rows - 1);
+    for (auto& x : h_rows) x = static_cast<std::uint32_t>(pick(gen));
+  } else {
+    // k distinct units u = q · lanes + g of the N = num_rows / run (Floyd's sampling), shuffled
+    const std::uint64_t units = num_rows / run, k = std::min<std::uint64_t>(kGatherRows / run, units);
+    std::vector<std::uint64_t> picked;
+    picked.reserve(k);
+    std::unordered_set<std::uint64_t> seen;
+    seen.reserve(2 * k);
+    for (std::uint64_t j = units - k; j < units; ++j) {
+      const std::uint64_t t = std::uniform_int_distribution<std::uint64_t>(0, j)(gen);
+      const std::uint64_t u = seen.insert(t).second ? t : j;
+      if (u == j) seen.insert(j);
+      picked.push_back(u);
+    }
+    std::shuffle(picked.begin(), picked.end(), gen);
+    h_rows.resize(k * run);
+    for (std::uint64_t i = 0; i < k; ++i) {
+      const std::uint64_t q = picked[i] / lanes, g = picked[i] % lanes;
+      for (int j = 0; j < run; ++j) h_rows[i * run + j] = static_cast<std::uint32_t>((q * run + j) * lanes + g);
+    }
   }
+  const long long n_rows = static_cast<long long>(h_rows.size());
   std::uint32_t* d_rows = nullptr;
   unsigned* sink = nullptr;
   STEP5_BENCH_CUDA(cudaMalloc(&d_rows, h_rows.size() * sizeof(std::uint32_t)));
@@ -417,7 +445,7 @@ inline GatherCeiling gather_ceiling(const void* a, const void* b, std::size_t nu
   const int chunks = row_bytes / 16;
   auto launch = [&] {
     gather_rows_kernel<<<sms * 8, 256, 0, stream>>>(static_cast<const uint4*>(a), static_cast<const uint4*>(b), d_rows,
-                                                    kGatherRows, chunks, sink);
+                                                    n_rows, chunks, sink);
     STEP5_BENCH_CUDA(cudaGetLastError());
   };
   launch();  // warm-up
@@ -435,7 +463,7 @@ inline GatherCeiling gather_ceiling(const void* a, const void* b, std::size_t nu
   STEP5_BENCH_CUDA(cudaFree(d_rows));
   STEP5_BENCH_CUDA(cudaFree(sink));
   r.seconds = median(s);
-  r.bytes = static_cast<double>(kGatherRows) * 2.0 * row_bytes;
+  r.bytes = static_cast<double>(n_rows) * 2.0 * row_bytes;
   r.gbs = r.bytes / r.seconds / 1e9;
   return r;
 }
