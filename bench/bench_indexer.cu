@@ -38,6 +38,9 @@
 //                                              n = position / 8); v = ours (the launcher's choice),
 //                                              <radix|cand>_cta<T> (one CTA of T = 128, 256 or
 //                                              512 threads per row forced); GB/s over R * L * 4 bytes
+//   topk/<v>/rows:R/ld:L/from:F                the same after a history: row r has n = F + r * (L - F)
+//                                              / R regions (16384 / 6144 / 4096: the rows of one index
+//                                              group of scores_prefill/tokens:16384/ctx:32768)
 // STEP5_BENCH_SCORE_TILES_FORWARD=1: the scores_prefill rows run the wgmma grid's tiles first to
 // last (ScorePlan::longest_first off; an A/B of the grid order in one binary).
 // Timing: CUDA events around `iters` back-to-back launches queued behind a GPU spin (no host
@@ -383,10 +386,11 @@ void bm_prefill_path(benchmark::State& st, int tp, int tokens, int hist, step5::
 /// 1 = one CTA per row, kTopkCluster = a cluster per row (kernels::sm90::launch_topk forced);
 /// algo: the selection algorithm (kDefault: STEP5_TOPK or the built-in choice).
 /// threads: CTA size forced on one CTA per row (0: the launcher's choice). ramp: row r has
-/// n = r * regions / rows (prefill shape; the name then reads /ld:regions).
+/// n = from + r * (regions - from) / rows (prefill shape; from > 0: a chunk after a history of
+/// 8 * from tokens; the name then reads /ld:regions[/from:F]).
 void bm_topk(benchmark::State& st, int rows, int regions, int variant,
              step5::kernels::sm90::TopkAlgo algo = step5::kernels::sm90::TopkAlgo::kDefault, int threads = 0,
-             bool ramp = false) {
+             bool ramp = false, int from = 0) {
   const bool cub_baseline = variant < 0;
   const std::size_t n = static_cast<std::size_t>(rows) * regions;
   float* d_s;
@@ -408,7 +412,7 @@ void bm_topk(benchmark::State& st, int rows, int regions, int variant,
   CK(cudaMalloc(&d_hist, rows * 4));
   std::vector<int> hh(rows, regions);
   if (ramp)
-    for (int r = 0; r < rows; ++r) hh[r] = static_cast<int>(static_cast<long long>(r) * regions / rows);
+    for (int r = 0; r < rows; ++r) hh[r] = from + static_cast<int>(static_cast<long long>(r) * (regions - from) / rows);
   CK(cudaMemcpy(d_hist, hh.data(), rows * 4, cudaMemcpyHostToDevice));
   double sec = 0;
   if (!cub_baseline) {
@@ -468,7 +472,8 @@ void bm_topk(benchmark::State& st, int rows, int regions, int variant,
                                        : variant == 0 ? "topk/ours"
                                        : variant == 1 ? "topk/ours" + forced + cta
                                                       : "topk/ours" + forced + "_cluster") +
-                           "/rows:" + std::to_string(rows) + (ramp ? "/ld:" : "/regions:") + std::to_string(regions);
+                           "/rows:" + std::to_string(rows) + (ramp ? "/ld:" : "/regions:") + std::to_string(regions) +
+                           (from > 0 ? "/from:" + std::to_string(from) : "");
   record(st, name, sec, n * 4.0 / sec / 1e9, "GB/s");
   CK(cudaFree(d_s));
   CK(cudaFree(d_ids));
@@ -584,14 +589,21 @@ int main(int argc, char** argv) {
     }
   // prefill-shaped rows (issue 15), the CTA size forced, for the short-row crossover in one run:
   // topk/ours/rows:R/ld:L (the launcher's choice) and topk/<radix|cand>_cta<T>/rows:R/ld:L
-  for (const std::pair<int, int>& shape_rows_ld : {std::pair<int, int>{65536, 2048}, {16384, 4096}, {4096, 8192}}) {
-    const int rows = shape_rows_ld.first, ld = shape_rows_ld.second;
-    const std::string shape = "/rows:" + std::to_string(rows) + "/ld:" + std::to_string(ld);
-    reg("topk/ours" + shape, [=](benchmark::State& st) { bm_topk(st, rows, ld, 0, TopkAlgo::kDefault, 0, true); });
+  // The last shape is the selection of scores_prefill/tokens:16384/ctx:32768 for one index group
+  // (positions 32768 .. 49151: n = 4096 .. 6143 regions), so that the top-k share of
+  // indexer_prefill after a history is measured apart from its scores.
+  struct TopkShape {
+    int rows, ld, from;
+  };
+  for (const TopkShape& sh : {TopkShape{65536, 2048, 0}, {16384, 4096, 0}, {4096, 8192, 0}, {16384, 6144, 4096}}) {
+    const int rows = sh.rows, ld = sh.ld, from = sh.from;
+    const std::string shape = "/rows:" + std::to_string(rows) + "/ld:" + std::to_string(ld) +
+                              (from > 0 ? "/from:" + std::to_string(from) : "");
+    reg("topk/ours" + shape, [=](benchmark::State& st) { bm_topk(st, rows, ld, 0, TopkAlgo::kDefault, 0, true, from); });
     for (TopkAlgo algo : {TopkAlgo::kCandidates, TopkAlgo::kRadix})
       for (int threads : step5::kernels::sm90::kTopkCtaSizes)
         reg(std::string("topk/") + (algo == TopkAlgo::kRadix ? "radix" : "cand") + "_cta" + std::to_string(threads) + shape,
-            [=](benchmark::State& st) { bm_topk(st, rows, ld, 1, algo, threads, true); });
+            [=](benchmark::State& st) { bm_topk(st, rows, ld, 1, algo, threads, true, from); });
   }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
