@@ -143,14 +143,18 @@ struct TopkRow {
 /// the raw-mode cut spilled the 128-thread candidate instance at its 40-register budget (ptxas
 /// 13.0).
 __device__ __forceinline__ TopkRow topk_row(const TopkArgs& a, int r) {
-  if (a.history != nullptr)
-    return {static_cast<int>(min(static_cast<unsigned>(a.history[r]), static_cast<unsigned>(a.ld))), r};
-  const int t = a.t0 + r / a.lg, g = r % a.lg;
-  const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
-  const int cu0 = a.cu_seqlens_q[b], cu1 = a.cu_seqlens_q[b + 1];
-  const unsigned pos = static_cast<unsigned>(a.seq_lens[b] - (cu1 - cu0) + (t - cu0));
-  return {static_cast<int>(min(pos / layout::kRegionSize, static_cast<unsigned>(a.ld))),
-          static_cast<std::int64_t>(g) * a.num_tokens + t};
+  unsigned n = 0;  // the row's regions before the cut to ld (a negative value wraps above it)
+  std::int64_t orow = r;
+  if (a.history != nullptr) {
+    n = static_cast<unsigned>(a.history[r]);
+  } else {
+    const int t = a.t0 + r / a.lg, g = r % a.lg;
+    const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
+    const int cu0 = a.cu_seqlens_q[b], cu1 = a.cu_seqlens_q[b + 1];
+    n = static_cast<unsigned>(a.seq_lens[b] - (cu1 - cu0) + (t - cu0)) / layout::kRegionSize;
+    orow = static_cast<std::int64_t>(g) * a.num_tokens + t;
+  }
+  return {static_cast<int>(min(n, static_cast<unsigned>(a.ld))), orow};
 }
 
 /// Barrier over the CTAs that share a row: the cluster (kC > 1) or the CTA.
