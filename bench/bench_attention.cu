@@ -396,8 +396,7 @@ void run_attention(benchmark::State& state, const std::string& name, int B, int 
   }
   // prefill: single token rows (a tile's union or a query's regions, mixed); decode: whole
   // regions of one KV group, the decode CTA's granule
-  gather = decode ? sb::gather_ceiling(k, v, want * bs * lg, D * 2, 1234u, g_stream, step5::layout::kRegionSize, lg)
-                  : sb::gather_ceiling(k, v, want * bs * lg, D * 2, 1234u, g_stream);
+  gather = sb::gather_ceiling(k, v, want * bs * lg, D * 2, 1234u, g_stream, decode ? kR : 1, decode ? lg : 1);
   if (gather.seconds <= 0) {
     state.SkipWithError("gather ceiling: row count or row size out of range");
     free_all();
@@ -509,8 +508,8 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("l2_flush", step5::bench::l2_flush_mode());  // bench_common.hpp L2Flusher
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  std::printf("\ncopy bandwidth %.0f GB/s, L2 flush: %s\n%-78s %10s %10s %8s %10s %8s %8s\n", g_copy_gbs, step5::bench::l2_flush_mode(), "benchmark", "us", "GB/s",
-              "of copy", "TFLOP/s", "union", "x_gather");
+  std::printf("\ncopy bandwidth %.0f GB/s, L2 flush: %s\n%-78s %10s %10s %8s %10s %8s %8s\n", g_copy_gbs,
+              sb::l2_flush_mode(), "benchmark", "us", "GB/s", "of copy", "TFLOP/s", "union", "x_gather");
   for (const auto& name : g_order) {
     const Row& r = g_rows[name];
     std::printf("%-78s %10.1f %10.0f %8.2f %10.1f", name.c_str(), r.us, r.gbs, r.ratio, r.tflops);

@@ -79,8 +79,9 @@ struct LayerCache {
   static LayerCache create(const layout::RankLayout& rank, int num_blocks, int block_size, int num_slots) {
     require(num_blocks > 0 && ops::block_size_ok(block_size) && num_slots > 0, "LayerCache::create",
             "num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
-                ", num_slots = " + std::to_string(num_slots) + "; expected > 0, block_size a multiple of 8 of at most " +
-                std::to_string(ops::kMaxBlockSize) + " (ops::kMaxBlockSize, as every step)");
+                ", num_slots = " + std::to_string(num_slots) +
+                "; expected > 0, block_size a multiple of 8 of at most " + std::to_string(ops::kMaxBlockSize) +
+                " (ops::kMaxBlockSize, as every step)");
     LayerCache c;
     c.num_blocks = num_blocks;
     c.block_size = block_size;

@@ -92,7 +92,8 @@ struct SparseAttentionParams {
   float* lse = nullptr;              ///< `[T, Hl]` fp32 natural-log LSE (scaled units), or nullptr
 
   float softmax_scale = 0.0f;  ///< 0 = D^-0.5 (SPEC §4.7), else a finite value > 0 (others refused)
-  int query_tile = 0;          ///< queries per CTA tile; 0 = auto (decode, T <= B: 1; else 64 / hpg_q, less when smem is short)
+  /// queries per CTA tile; 0 = auto (decode, T <= B: 1; else 64 / hpg_q, less when smem is short)
+  int query_tile = 0;
   int num_splits = 0;          ///< split-KV factor; 0 = auto (sparse_attention_plan); at most kAttentionMaxSplits
   /// How the splits of a (query tile, KV group) are merged when num_splits > 1: 0 = auto (a thread-
   /// block cluster of the split CTAs merging through distributed shared memory when
@@ -284,7 +285,8 @@ inline constexpr int kAttentionWgmmaStages = 2;
 struct SparseAttentionPlan {
   int hpg_q = 0;
   int query_tile = 0;          ///< queries per tile
-  int max_tiles = 0;           ///< grid x: ceil(T / query_tile) + B tiles (unused ones exit); max(T, 1) when query_tile is 1
+  /// grid x: ceil(T / query_tile) + B tiles (unused ones exit); max(T, 1) when query_tile is 1
+  int max_tiles = 0;
   int num_splits = 1;          ///< grid z
   /// num_splits > 1 merged by a cluster of the split CTAs (distributed shared memory); the launcher
   /// falls back to the last-arriver merge where such clusters cannot be resident. The workspace is
@@ -298,7 +300,8 @@ struct SparseAttentionPlan {
   /// (bench/RESULTS.md, tenth session). From sizes only: MTP batches whose requests have too few
   /// rows for such a tile (e.g. 3 rows at hpg_q 8) also take it, and run its mma.sync paths.
   bool wgmma_tiles = false;
-  int bitmap_words = 0;        ///< 32-bit words of one region bitmap (max_blocks*block_size/8 bits); 0 with query_tile 1 (no bitmaps)
+  /// 32-bit words of one region bitmap (max_blocks*block_size/8 bits); 0 with query_tile 1 (no bitmaps)
+  int bitmap_words = 0;
   std::size_t smem_bytes = 0;  ///< dynamic shared memory per CTA
   std::size_t workspace_bytes = 0;  ///< 0 when num_splits == 1 (sparse_attention_workspace_layout)
 };

@@ -78,7 +78,8 @@ constexpr bool block_size_ok(int block_size) {
 /// Checks `c` and returns Ok or kInvalidArgument with "<op>: <what> = <value>, expected <rule>".
 /// Rules:
 ///  1. num_requests >= 0, num_tokens >= 0; topk in [1, kMaxTopk]; block_size a positive multiple
-///     of 8, at most kMaxBlockSize; max_blocks > 0; num_blocks > 0; max_seq_len > 0; max_position > 0; row widths.
+///     of 8, at most kMaxBlockSize; max_blocks > 0; num_blocks > 0; max_seq_len > 0; max_position > 0;
+///     row widths.
 ///  2. When num_tokens > 0 (and per_request): num_requests > 0; block_table and the host arrays
 ///     are non-null;
 ///     cu_seqlens_q[0] = 0, non-decreasing, cu_seqlens_q[B] = num_tokens; seq_lens[b] >= q_len_b;

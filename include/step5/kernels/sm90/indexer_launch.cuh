@@ -509,7 +509,8 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   const ScorePlan sp = auto_score_plan<Id>(Il, T, B, ld, p.table.block_size, sms);
   if (sp.region_chunks > kMaxGridDimY)  // not reached up to kMaxIndexerSeqLen (static_assert above)
     return invalid_argument("indexer_select: max_seq_len = " + num(p.max_seq_len) + " gives " + num(sp.region_chunks) +
-                            " chunks of " + num(sp.regions_per_cta) + " regions, expected <= " + num(kMaxGridDimY) + " (score grid rows)");
+                            " chunks of " + num(sp.regions_per_cta) + " regions, expected <= " + num(kMaxGridDimY) +
+                            " (score grid rows)");
   if (sp.tiles_upper > kMaxGridDimX)
     return invalid_argument("indexer_select: num_tokens = " + num(T) + " and num_requests = " + num(B) + " give " +
                             num(sp.tiles_upper) + " score tiles, expected < 2^31 (score grid columns)");
