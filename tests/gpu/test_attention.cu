@@ -121,10 +121,10 @@ void check_counters_zero(const std::string& lab, const void* ws, std::size_t ws_
 /// time) streams memory on another stream; outputs poisoned before each launch; every result
 /// must equal the first launch's (`out0`, `lse0`) bit for bit.
 /// Meanwhile a second host thread launches, in a loop on its own stream, buffers and workspace,
-/// another plan of the same kernel instance (the same ring depth, query tile 1 and half the topk,
-/// hence a smaller dynamic shared memory size): no launch of either thread may fail (a
-/// per-plan cudaFuncAttributeMaxDynamicSharedMemorySize let one thread lower the limit between
-/// the other's set and launch).
+/// another plan of the same kernel instance (the same ring depth, query tile and wgmma path, with
+/// a selection row of another width: another dynamic shared memory size): no launch of either
+/// thread may fail (a per-plan cudaFuncAttributeMaxDynamicSharedMemorySize let one thread lower
+/// the limit between the other's set and launch).
 template <class Tag>
 void repeat_launches(const std::string& lab, const step5::ops::SparseAttentionParams& p, void* ws,
                      std::size_t ws_bytes, DevBuf<bf16>& d_out, DevBuf<float>& d_lse,
@@ -136,10 +136,10 @@ void repeat_launches(const std::string& lab, const step5::ops::SparseAttentionPa
   cudaStream_t s_attn, s_noise;
   GPU_CHECK(cudaStreamCreateWithFlags(&s_attn, cudaStreamNonBlocking));
   GPU_CHECK(cudaStreamCreateWithFlags(&s_noise, cudaStreamNonBlocking));
-  // the competing plan: the plan's ring depth, half the topk (the selection rows are read as
-  // narrower rows: invalid ids are ignored by design, and its output is not checked) and query
-  // tile 1, or 2 where the plan's is 1 (decode: then with region bitmaps), so that its tile
-  // metadata and shared-memory size differ
+  // the competing plan: the plan's ring depth, query tile and wgmma path (so the same kernel
+  // instance: plans of query tile 1 have their own, ops::sparse_attention_plan) and a topk whose
+  // region list (2 x 4 x (topk + 1) bytes) sets another shared-memory size; it reads its own
+  // selection rows, all empty (count 0: nothing gathered; its output is not checked)
   int dev = 0, sms = 0;
   GPU_CHECK(cudaGetDevice(&dev));
   GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
@@ -147,13 +147,22 @@ void repeat_launches(const std::string& lab, const step5::ops::SparseAttentionPa
   EXPECT(step5::ops::sparse_attention_plan(p, sms, &plan).ok(), "%s: plan", lab.c_str());
   step5::ops::SparseAttentionParams p2 = p;
   p2.pipeline_stages = plan.stages;
-  p2.query_tile = plan.query_tile == 1 ? 2 : 1;
-  p2.topk = std::max(1, p.topk / 2);
-  const bool compete = step5::ops::sparse_attention_plan(p2, sms, &plan2).ok() && plan2.stages == plan.stages &&
-                       plan2.smem_bytes != plan.smem_bytes;
-  EXPECT(compete || p.topk == 1,
-         "%s: no competing plan of another shared memory size (query tile %d, topk %d, %zu bytes)", lab.c_str(),
-         plan.query_tile, p.topk, plan.smem_bytes);
+  p2.query_tile = plan.query_tile;
+  bool compete = false;
+  for (const int topk2 : {400, 1000, 150}) {
+    p2.topk = topk2;
+    compete = step5::ops::sparse_attention_plan(p2, sms, &plan2).ok() && plan2.stages == plan.stages &&
+              plan2.query_tile == plan.query_tile && plan2.wgmma_tiles == plan.wgmma_tiles &&
+              plan2.smem_bytes != plan.smem_bytes;
+    if (compete) break;
+  }
+  EXPECT(compete, "%s: no competing plan of the same instance and another shared memory size (query tile %d, "
+         "topk %d, %zu bytes)", lab.c_str(), plan.query_tile, p.topk, plan.smem_bytes);
+  const std::size_t rows2 = static_cast<std::size_t>(std::max(p.num_tokens, 1)) * p.num_kv_groups;
+  DevBuf<int> ids2(std::vector<int>(rows2 * (p2.topk + 1), -1));
+  DevBuf<int> counts2(std::vector<int>(rows2, 0));
+  p2.topk_ids = ids2.p;
+  p2.counts = counts2.p;
   DevBuf<bf16> out2(out_poison);
   DevBuf<float> lse2(lse_poison);
   // its own workspace, of its own size (its own tiles and split partials)
@@ -675,6 +684,39 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
       auto pg = p;
       pg.split_merge = 1;
       relaunch_same_bits(pg, "split_merge 1 (the last-arriver merge)");
+    }
+    // A plan of one-query tiles (decode) runs the kernel's one-query instance (ONE_Q,
+    // attention.cuh); the general instance runs every tile of one query on the same device
+    // functions in the same order. Forced to it (query tile 2 over requests of at most one token:
+    // every tile is still one query), at the plan's split factor, on a workspace of its own size
+    // (more tiles): the same bits.
+    bool one_token_requests = T > 0;
+    for (const int ql : sc.q_lens) one_token_requests = one_token_requests && ql <= 1;
+    int dev = 0, sms = 0;
+    GPU_CHECK(cudaGetDevice(&dev));
+    GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    step5::ops::SparseAttentionPlan plan1{}, plan2{};
+    auto pg = p;
+    pg.query_tile = 2;
+    if (one_token_requests && step5::ops::sparse_attention_plan(p, sms, &plan1).ok() && plan1.query_tile == 1) {
+      pg.num_splits = plan1.num_splits;
+      const std::string what = "the general instance (query tile 2, " + std::to_string(plan1.num_splits) + " splits)";
+      std::size_t wsg_bytes = 0;
+      const step5::Status pst = step5::ops::sparse_attention_plan(pg, sms, &plan2);
+      const step5::Status wst = step5::ops::sparse_attention_workspace_size(pg, &wsg_bytes);
+      EXPECT(pst.ok() && wst.ok() && plan2.query_tile == 2, "%s: %s: plan %s, workspace %s, query tile %d",
+             lab.c_str(), what.c_str(), pst.to_string().c_str(), wst.to_string().c_str(), plan2.query_tile);
+      if (pst.ok() && wst.ok()) {
+        DevBuf<unsigned char> wsg(std::max<std::size_t>(wsg_bytes, 1));
+        GPU_CHECK(cudaMemset(wsg.p, 0, wsg.n));
+        d_out.up(out_poison);
+        d_lse.up(lse_poison);
+        const step5::Status gst = step5::ops::sparse_attention<Tag::kId>(pg, wsg.p, wsg_bytes, nullptr);
+        EXPECT(gst.ok(), "%s: launch with %s: %s", lab.c_str(), what.c_str(), gst.to_string().c_str());
+        GPU_CHECK(cudaDeviceSynchronize());
+        EXPECT(step5_test::same_bits(d_out.down(), out) && step5_test::same_bits(d_lse.down(), lse),
+               "%s: %s differs from the one-query instance", lab.c_str(), what.c_str());
+      }
     }
   }
 }

@@ -3,8 +3,9 @@
 /// Device code of the DSA sparse GQA attention + head-wise gate (SPEC.md §4 steps 7–8), sm_90a.
 /// Host API: step5/ops/attention.hpp. Instantiated per geometry row by src/instances/attention.cu.in.
 ///
-/// `sparse_attention_kernel<D, HPG, NS, WGT>`: one CTA (4 warps) per (query tile, local KV group,
-/// split).
+/// `sparse_attention_kernel<D, HPG, NS, WGT, ONE_Q>`: one CTA (4 warps) per (query tile, local KV
+/// group, split). Plans of one-query tiles (decode, plan.query_tile == 1) launch the ONE_Q
+/// instance, which holds only steps 1, 2', 4 (list loop) and 5.
 /// The kernel body is the list of steps, each one `__device__ __forceinline__` function of
 /// attn_detail:
 ///  1. `locate_tile`: tiles are `query_tile` consecutive queries of one request (a warp scan
@@ -1089,14 +1090,20 @@ __device__ __forceinline__ bool uses_per_query_gathers(const SparseAttentionArgs
 
 /// See the file comment (steps 1–5). Grid (max_tiles, lg, num_splits), 128 threads, dynamic smem
 /// from the plan (NS = plan.stages ring stages of K and V, then the bitmaps). WGT
-/// (plan.wgmma_tiles): 64-row tiles on wgmma; the instance without it keeps decode's code small.
-template <int D, int HPG, int NS, bool WGT>
+/// (plan.wgmma_tiles): 64-row tiles on wgmma. ONE_Q (plans of one-query tiles, plan.query_tile ==
+/// 1: decode): the instance holds only the one-query path (steps 1, 2', 4 on the list loop, 5) with
+/// its row layout fixed at compile time (rows = hpg_q <= 16: one row group, the 4 warps split
+/// the stage's tokens), so that the code a decode CTA fetches (cold in a layer step: the weights
+/// streamed in between evict it) is the code it runs; the same device functions in the same order
+/// as the general instance's one-query tiles, so the same bits.
+template <int D, int HPG, int NS, bool WGT, bool ONE_Q = false>
 __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAttentionArgs a) {
 #if STEP5_SM90A_DEVICE
   using namespace attn_detail;
   static_assert(D % 64 == 0 && D <= 256, "head_dim must be a multiple of 64 (the stage layout's 128-byte column "
                 "blocks, swz), at most 256");
   static_assert(HPG == 4 || HPG == 8 || HPG == 16, "hpg_q must be 4, 8 or 16 (SPEC §2 rule 6)");
+  static_assert(!(WGT && ONE_Q), "the one-query instance has no 64-row tiles (no wgmma path)");
   static_assert(NS >= ops::kAttentionMinStages && NS <= ops::kAttentionMaxStages, "ring stages out of range");
   static_assert(NS * 2 * kTileTok * D * 2 >= (kTileTok * kMaxSplits + kTileTok) * 4,
                 "the split merge's weight table must fit in the K/V stages");
@@ -1138,9 +1145,10 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
       (w.pos0 < 0 || static_cast<long long>(w.pos_last) >= static_cast<long long>(a.max_blocks) * a.block_size))
     report_bounds_fault(a.bounds_fault, ops::BoundsFault::kPositionBeyondRow, w.b, w.pos0 < 0 ? w.pos0 : w.pos_last, -1);
 
-  // warp roles: RG row groups of 16 rows, TG token groups per stage
-  const int rows = w.nq * HPG;
-  const int RG = ops::attention_row_groups(rows);
+  // warp roles: RG row groups of 16 rows, TG token groups per stage (one-query instance: one row
+  // group of hpg_q rows, 4 token groups, known at compile time)
+  const int rows = ONE_Q ? HPG : w.nq * HPG;
+  const int RG = ONE_Q ? 1 : ops::attention_row_groups(rows);
   const int TG = kWarps / RG;
   const int rg = warp % RG, tg = warp / RG;
   // 4a. Q fragments and the rows' gate logits: independent of steps 2-3, issued first so that
@@ -1151,11 +1159,11 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   const __nv_bfloat16 glogit =
       gate_row ? a.gate[(w.t0 + tid / HPG) * a.gate_stride + w.g * HPG + tid % HPG] : __float2bfloat16_rn(0.f);
 
-  w.list = w.nq == 1;
+  w.list = ONE_Q || w.nq == 1;  // ONE_Q: the plan's query_tile 1 makes every tile one query
   if (w.list) {
     // 2'. one query: the split's share of its selection row, resolved up front
     build_region_list(a, sp, w, split, tid);
-  } else {
+  } else if constexpr (!ONE_Q) {
     // 2. region bitmaps, their union and its prefix counts
     build_region_bitmaps(a, sp, ss, w, tid);
     build_union_prefix(sp, ss, w, tid, lane, warp);
@@ -1163,11 +1171,13 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
     split_union(sp.prefix[words], a.num_splits, split, w);
   }
   if (tid < rows) sp.gate[tid] = gate_row ? gate_value(glogit) : 1.f;  // read after the epilogue's barriers
-  if (uses_per_query_gathers(a, ss, sp, w)) {
-    // 2''. little reuse in this tile: its queries one after the other on their own rows
-    attend_queries_in_turn<D, HPG, NS>(a, ss, sg, sp, w, tile, tid, lane, warp, qf);
-    pdl_launch_dependents();
-    return;
+  if constexpr (!ONE_Q) {
+    if (uses_per_query_gathers(a, ss, sp, w)) {
+      // 2''. little reuse in this tile: its queries one after the other on their own rows
+      attend_queries_in_turn<D, HPG, NS>(a, ss, sg, sp, w, tile, tid, lane, warp, qf);
+      pdl_launch_dependents();
+      return;
+    }
   }
 
   // 4. the stages: QK mma, online softmax, PV mma
@@ -1179,7 +1189,9 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   // 64-row tiles on wgmma where the head dim has the instructions and the ring is aligned to the
   // 128B swizzle's 1 KiB atoms (`smem_raw` is declared so; the check is a guard: were the base ever
   // misaligned, these tiles would run the mma.sync loop, with the same results, more slowly)
-  if (WGT && kWgmmaTiles<D> && TG == 1 && (smem_u32(smem_raw) % ops::kAttentionSmemAlign) == 0u)
+  // (the one-query instance: its list loop only)
+  if constexpr (ONE_Q) attend_stages<D, 16, NS, false, true>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
+  else if (WGT && kWgmmaTiles<D> && TG == 1 && (smem_u32(smem_raw) % ops::kAttentionSmemAlign) == 0u)
     attend_stages<D, 64, NS, WGT && kWgmmaTiles<D>>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   else if (TG == 1) attend_stages<D, 64, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);
   else if (TG == 2) attend_stages<D, 32, NS>(a, sg, sp, w, tid, lane, tg, i_lo, i_hi, qf, sm, acc);

@@ -24,17 +24,17 @@ namespace step5::kernels::sm90 {
 
 /// Whether clusters of `splits` CTAs of `kernel` (128 threads, `smem` dynamic bytes; sizes above 8
 /// need the non-portable attribute, set here) can be resident on the current device `dev`
-/// (cudaOccupancyMaxActiveClusters > 0). Cached per (instance: stage count and whether it is the
-/// wgmma instance, device, splits) with the smem size it was checked for.
+/// (cudaOccupancyMaxActiveClusters > 0). Cached per (instance: stage count and `kind`, 0 general,
+/// 1 wgmma, 2 one-query; device; splits) with the smem size it was checked for.
 template <int D, int HPG>
-Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns, bool wgmma_tiles, int dev,
+Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns, int kind, int dev,
                                     int splits, std::size_t smem, bool* available) {
   static std::atomic<unsigned long long>
-      cache[2][64][ops::kAttentionMaxClusterSplits + 1][ops::kAttentionMaxStages + 1];
-  const bool cacheable = dev >= 0 && dev < 64 && splits <= ops::kAttentionMaxClusterSplits && ns <= ops::kAttentionMaxStages;
+      cache[3][64][ops::kAttentionMaxClusterSplits + 1][ops::kAttentionMaxStages + 1];
+  const bool cacheable = kind >= 0 && kind < 3 && dev >= 0 && dev < 64 && splits <= ops::kAttentionMaxClusterSplits && ns <= ops::kAttentionMaxStages;
   const unsigned long long key = (static_cast<unsigned long long>(smem) + 1ull) << 2;
   if (cacheable) {
-    const unsigned long long c = cache[wgmma_tiles ? 1 : 0][dev][splits][ns].load(std::memory_order_relaxed);
+    const unsigned long long c = cache[kind][dev][splits][ns].load(std::memory_order_relaxed);
     if ((c & ~3ull) == key) {
       *available = (c & 3ull) == 1ull;
       return Status::Ok();
@@ -60,7 +60,7 @@ Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns,
   }
   *available = clusters > 0;
   if (cacheable)
-    cache[wgmma_tiles ? 1 : 0][dev][splits][ns].store(key | (clusters > 0 ? 1ull : 2ull), std::memory_order_relaxed);
+    cache[kind][dev][splits][ns].store(key | (clusters > 0 ? 1ull : 2ull), std::memory_order_relaxed);
   return Status::Ok();
 }
 
@@ -107,16 +107,23 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
     a.ws_o = reinterpret_cast<float*>(ws + l.partials);
     a.ws_lse = reinterpret_cast<float*>(ws + l.lse);
   }
-  // the instance: ring depth and wgmma path from the plan (the wgmma instance exists for the head
-  // dims and the ring depth of ops::attention_wgmma_head_dim / kAttentionWgmmaStages only)
+  // the instance: ring depth, wgmma path and one-query tiles from the plan (the wgmma instance
+  // exists for the head dims and the ring depth of ops::attention_wgmma_head_dim /
+  // kAttentionWgmmaStages only; the one-query instance for plans of query_tile 1, decode)
   auto kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4, false>
                 : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3, false>
                                    : &sparse_attention_kernel<D, HPG, 2, false>;
-  bool wgmma_instance = false;
+  int kind = 0;
+  if (plan.query_tile == 1) {
+    kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4, false, true>
+             : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3, false, true>
+                                : &sparse_attention_kernel<D, HPG, 2, false, true>;
+    kind = 2;
+  }
   if constexpr (ops::attention_wgmma_head_dim(D)) {
-    if (plan.wgmma_tiles) {
+    if (plan.wgmma_tiles && plan.query_tile != 1) {
       kernel = &sparse_attention_kernel<D, HPG, ops::kAttentionWgmmaStages, true>;
-      wgmma_instance = true;
+      kind = 1;
     }
   }
   // one fixed limit (every plan's smem_bytes <= ops::kAttentionMaxSmem), the same on every call: a
@@ -135,7 +142,7 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
     if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
     bool available = false;
     const Status checked =
-        attention_clusters_available<D, HPG>(kernel, plan.stages, wgmma_instance, dev, plan.num_splits,
+        attention_clusters_available<D, HPG>(kernel, plan.stages, kind, dev, plan.num_splits,
                                              plan.smem_bytes, &available);
     STEP5_RETURN_IF_ERROR(checked);
     if (available) {
