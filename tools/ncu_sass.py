@@ -31,6 +31,20 @@ def main():
     h = rows[hdr]
     ci = {c: i for i, c in enumerate(h)}
     body = [r for r in rows[hdr + 1:] if len(r) == len(h)]
+    # several profiled launches of one kernel (ncu_sass.sh count > 1) list the same code once per
+    # launch: merge the rows of one SASS address (counters summed), so that the footprint and the
+    # top instructions are per instruction, not per launch
+    if "Address" in ci:
+        merged = {}
+        for r in body:
+            m = merged.get(r[ci["Address"]])
+            if m is None:
+                merged[r[ci["Address"]]] = list(r)
+            else:
+                for c, i in ci.items():
+                    if c not in ("Address", "Source"):
+                        m[i] = str(num(m[i]) + num(r[i]))
+        body = list(merged.values())
     samples = ci["Warp Stall Sampling (All Samples)"]
     src = ci.get("Source", 1)
     reasons = [c for c in h if c.startswith("stall_") and "(Not" not in c]

@@ -1033,7 +1033,9 @@ __device__ __forceinline__ void cluster_merge_splits(const SparseAttentionArgs& 
     const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
     store_gated_output<D>(a, t, h, d4, o, s_lse[r], sp_gate[r]);
   }
-  cluster.sync();  // the other CTAs' reads of this CTA's partial are done before it exits
+  // the other CTAs' reads of this CTA's partial are done before it exits (an execution barrier:
+  // no fence waits for the output stores above)
+  ptx::cluster_sync_before_exit();
 }
 
 /// Step 2'' (a multi-query tile with one split whose union is large against its queries' own

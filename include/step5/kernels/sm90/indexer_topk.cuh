@@ -36,6 +36,7 @@
 
 #include "step5/kernels/sm90/arch.cuh"
 #include "step5/kernels/sm90/pdl.cuh"
+#include "step5/kernels/sm90/ptx.cuh"  // cluster_sync_before_exit
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 #include <string>
@@ -643,7 +644,9 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
     for (int j = k + tid; j <= a.topk; j += kThreads) out[j] = j == k ? n : -1;
     if (tid == 0) a.counts[s_row.orow] = k + 1;
   }
-  if constexpr (kC > 1) cooperative_groups::this_cluster().sync();  // s_total stays readable until all ranks are done
+  // s_total stays readable until all ranks are done (an execution barrier: no fence waits for
+  // the id stores above)
+  if constexpr (kC > 1) ptx::cluster_sync_before_exit();
 #endif
 }
 

@@ -2,7 +2,8 @@
 /// \file step5/kernels/sm90/ptx.cuh
 /// PTX wrappers shared by the sm_90 kernels (projection GEMM, sparse attention, indexer prefill
 /// scores): shared-memory addresses, 16-byte cp.async, ldmatrix, bf16 mma.sync, the MUFU exp2,
-/// named barriers, setmaxnreg, mbarriers and the 1-D bulk (TMA) copy; and the unpacking of a packed bf16 pair.
+/// named barriers, setmaxnreg, mbarriers, the 1-D bulk (TMA) copy and the exit cluster barrier; and
+/// the unpacking of a packed bf16 pair.
 /// Device code (nvcc).
 #include <cuda_runtime.h>
 
@@ -118,6 +119,20 @@ __device__ __forceinline__ void bulk_copy_g2s(std::uint32_t dst, const void* src
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
                "l"(src), "r"(bytes), "r"(smem_u32(mbar))
                : "memory");
+#endif
+}
+
+/// The last cluster barrier of a kernel whose CTAs read each other's shared memory (distributed
+/// shared memory): no CTA exits while another may still read its shared memory. An execution
+/// barrier only — `barrier.cluster.arrive.relaxed`, then `barrier.cluster.wait` — because what it
+/// orders are reads whose values every thread has already used before it arrives (complete), not
+/// writes another CTA must see. cooperative_groups' cluster.sync() arrives with release semantics,
+/// which on sm_90 is a GPU-scope fence (MEMBAR.ALL.GPU) that waits for the CTA's outstanding global
+/// stores — at the end of a kernel, its outputs (Nsight Compute, bench/RESULTS.md twenty-fifth
+/// session). Every thread of every CTA of the cluster calls it (warps may diverge: not .aligned).
+__device__ __forceinline__ void cluster_sync_before_exit() {
+#if STEP5_SM90A_DEVICE
+  asm volatile("barrier.cluster.arrive.relaxed;\n\tbarrier.cluster.wait;\n" ::: "memory");
 #endif
 }
 
