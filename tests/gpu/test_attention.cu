@@ -56,6 +56,10 @@ constexpr int kR = step5::layout::kRegionSize;  // R, tokens per region (SPEC §
 
 constexpr std::uint16_t kPoison = 0x7fc1;  // a bf16 NaN
 
+/// Launches compared, bit for bit, between the one-query instance and the general one
+/// (run_scenario); the decode case checks that it compared some.
+int g_instance_checks = 0;
+
 using step5_test::DevBuf;
 
 struct Scenario {
@@ -149,13 +153,18 @@ void repeat_launches(const std::string& lab, const step5::ops::SparseAttentionPa
   p2.pipeline_stages = plan.stages;
   p2.query_tile = plan.query_tile;
   bool compete = false;
-  for (const int topk2 : {400, 1000, 150}) {
-    p2.topk = topk2;
+  const auto try_plan = [&] {
     compete = step5::ops::sparse_attention_plan(p2, sms, &plan2).ok() && plan2.stages == plan.stages &&
-              plan2.query_tile == plan.query_tile && plan2.wgmma_tiles == plan.wgmma_tiles &&
+              (plan2.query_tile == 1) == (plan.query_tile == 1) && plan2.wgmma_tiles == plan.wgmma_tiles &&
               plan2.smem_bytes != plan.smem_bytes;
-    if (compete) break;
-  }
+    return compete;
+  };
+  // a region list longer than the region bitmaps sets the size; else (bitmaps of a wide table in
+  // a multi-query plan) another query tile of the same instance does
+  for (const int topk2 : {400, 1000, 150})
+    if (p2.topk = topk2; try_plan()) break;
+  for (int qt = 2; !compete && plan.query_tile > 1 && qt <= step5::ops::kAttentionTileRows / plan.hpg_q; ++qt)
+    if (qt != plan.query_tile) p2.query_tile = qt, p2.topk = p.topk, try_plan();
   EXPECT(compete, "%s: no competing plan of the same instance and another shared memory size (query tile %d, "
          "topk %d, %zu bytes)", lab.c_str(), plan.query_tile, p.topk, plan.smem_bytes);
   const std::size_t rows2 = static_cast<std::size_t>(std::max(p.num_tokens, 1)) * p.num_kv_groups;
@@ -690,6 +699,9 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     // functions in the same order. Forced to it (query tile 2 over requests of at most one token:
     // every tile is still one query), at the plan's split factor, on a workspace of its own size
     // (more tiles): the same bits.
+    // Only the instance differs: the plan's ring depth, split factor and merge kind are forced.
+    // (Where query tile 2's region bitmaps do not fit — tables wider than about 1.9M positions —
+    // the planner takes query tile 1 again and there is nothing to compare.)
     bool one_token_requests = T > 0;
     for (const int ql : sc.q_lens) one_token_requests = one_token_requests && ql <= 1;
     int dev = 0, sms = 0;
@@ -700,15 +712,20 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     pg.query_tile = 2;
     if (one_token_requests && step5::ops::sparse_attention_plan(p, sms, &plan1).ok() && plan1.query_tile == 1) {
       pg.num_splits = plan1.num_splits;
-      const std::string what = "the general instance (query tile 2, " + std::to_string(plan1.num_splits) + " splits)";
+      pg.pipeline_stages = plan1.stages;
+      if (!plan1.cluster_merge) pg.split_merge = 1;  // the last-arriver merge, as the plan's
+      const std::string what = "the general instance (query tile 2, " + std::to_string(plan1.num_splits) +
+                               " splits, " + std::to_string(plan1.stages) + " stages)";
       std::size_t wsg_bytes = 0;
       const step5::Status pst = step5::ops::sparse_attention_plan(pg, sms, &plan2);
       const step5::Status wst = step5::ops::sparse_attention_workspace_size(pg, &wsg_bytes);
-      EXPECT(pst.ok() && wst.ok() && plan2.query_tile == 2, "%s: %s: plan %s, workspace %s, query tile %d",
-             lab.c_str(), what.c_str(), pst.to_string().c_str(), wst.to_string().c_str(), plan2.query_tile);
-      if (pst.ok() && wst.ok()) {
+      EXPECT(pst.ok() && wst.ok(), "%s: %s: plan %s, workspace %s", lab.c_str(), what.c_str(),
+             pst.to_string().c_str(), wst.to_string().c_str());
+      if (pst.ok() && wst.ok() && plan2.query_tile == 2) {
+        ++g_instance_checks;
         DevBuf<unsigned char> wsg(std::max<std::size_t>(wsg_bytes, 1));
-        GPU_CHECK(cudaMemset(wsg.p, 0, wsg.n));
+        GPU_CHECK(cudaMemset(wsg.p, 0xff, wsg.n));  // partials poisoned, counters zeroed (as above)
+        if (wsg_bytes > 0) GPU_CHECK(cudaMemset(wsg.p, 0, step5::ops::kAttentionCounterBytes));
         d_out.up(out_poison);
         d_lse.up(lse_poison);
         const step5::Status gst = step5::ops::sparse_attention<Tag::kId>(pg, wsg.p, wsg_bytes, nullptr);
@@ -716,6 +733,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
         GPU_CHECK(cudaDeviceSynchronize());
         EXPECT(step5_test::same_bits(d_out.down(), out) && step5_test::same_bits(d_lse.down(), lse),
                "%s: %s differs from the one-query instance", lab.c_str(), what.c_str());
+        check_counters_zero(lab + " (" + what + ")", wsg.p, wsg_bytes);
       }
     }
   }
@@ -740,7 +758,10 @@ std::uint32_t g_seed = 1234;
 GPU_CASE("decode: one row per request, lengths 1..3000, auto split") {
   each_layout([](auto tag) {
     Scenario sc{"decode", {1, 1, 1, 1, 1, 1}, {1, 9, 64, sz(333, 130), sz(1200, 257), sz(3001, 300)}, 16, sz(64, 16)};
+    const int checks = g_instance_checks;
     run_scenario<decltype(tag)>(sc, ++g_seed);
+    EXPECT(g_instance_checks > checks, "%s tp %d decode: the one-query instance was not compared with the general one",
+           std::string(decltype(tag)::kEntry.name).c_str(), decltype(tag)::kParallel.tp_size);
   });
 }
 

@@ -296,9 +296,10 @@ struct SparseAttentionPlan {
   /// The kernel instance whose 64-row tiles (more than 32 rows, one warpgroup) run Q·Kᵀ and P·V on
   /// wgmma: attention_wgmma_head_dim, kAttentionWgmmaStages stages, query_tile x hpg_q > 32 and
   /// some request with more than one query row (a tile can then hold several queries); else the
-  /// instance without that path, so that one-query (decode) launches keep the smaller kernel
-  /// (bench/RESULTS.md, tenth session). From sizes only: MTP batches whose requests have too few
-  /// rows for such a tile (e.g. 3 rows at hpg_q 8) also take it, and run its mma.sync paths.
+  /// instance without that path, the smaller kernel (bench/RESULTS.md, tenth session; plans of
+  /// query_tile 1 launch the one-query instance, twenty-fifth session). From sizes only: MTP
+  /// batches whose requests have too few rows for such a tile (e.g. 3 rows at hpg_q 8) also take
+  /// it, and run its mma.sync paths.
   bool wgmma_tiles = false;
   /// 32-bit words of one region bitmap (max_blocks*block_size/8 bits); 0 with query_tile 1 (no bitmaps)
   int bitmap_words = 0;

@@ -24,14 +24,18 @@ namespace step5::kernels::sm90 {
 
 /// Whether clusters of `splits` CTAs of `kernel` (128 threads, `smem` dynamic bytes; sizes above 8
 /// need the non-portable attribute, set here) can be resident on the current device `dev`
-/// (cudaOccupancyMaxActiveClusters > 0). Cached per (instance: stage count and `kind`, 0 general,
-/// 1 wgmma, 2 one-query; device; splits) with the smem size it was checked for.
+/// (cudaOccupancyMaxActiveClusters > 0). Cached per (instance: stage count and kind; device;
+/// splits) with the smem size it was checked for.
+enum class AttentionInstance : int { kGeneral = 0, kWgmma = 1, kOneQuery = 2, kCount = 3 };
 template <int D, int HPG>
-Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns, int kind, int dev,
-                                    int splits, std::size_t smem, bool* available) {
+Status attention_clusters_available(void (*kernel)(SparseAttentionArgs), int ns, AttentionInstance instance,
+                                    int dev, int splits, std::size_t smem, bool* available) {
   static std::atomic<unsigned long long>
-      cache[3][64][ops::kAttentionMaxClusterSplits + 1][ops::kAttentionMaxStages + 1];
-  const bool cacheable = kind >= 0 && kind < 3 && dev >= 0 && dev < 64 && splits <= ops::kAttentionMaxClusterSplits && ns <= ops::kAttentionMaxStages;
+      cache[static_cast<int>(AttentionInstance::kCount)][64][ops::kAttentionMaxClusterSplits + 1]
+           [ops::kAttentionMaxStages + 1];
+  const int kind = static_cast<int>(instance);
+  const bool cacheable = kind >= 0 && kind < static_cast<int>(AttentionInstance::kCount) && dev >= 0 && dev < 64 &&
+                         splits <= ops::kAttentionMaxClusterSplits && ns <= ops::kAttentionMaxStages;
   const unsigned long long key = (static_cast<unsigned long long>(smem) + 1ull) << 2;
   if (cacheable) {
     const unsigned long long c = cache[kind][dev][splits][ns].load(std::memory_order_relaxed);
@@ -113,17 +117,17 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
   auto kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4, false>
                 : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3, false>
                                    : &sparse_attention_kernel<D, HPG, 2, false>;
-  int kind = 0;
-  if (plan.query_tile == 1) {
+  AttentionInstance instance = AttentionInstance::kGeneral;
+  if (plan.query_tile == 1) {  // (never wgmma_tiles: those need query_tile x hpg_q > 32)
     kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4, false, true>
              : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3, false, true>
                                 : &sparse_attention_kernel<D, HPG, 2, false, true>;
-    kind = 2;
+    instance = AttentionInstance::kOneQuery;
   }
   if constexpr (ops::attention_wgmma_head_dim(D)) {
-    if (plan.wgmma_tiles && plan.query_tile != 1) {
+    if (plan.wgmma_tiles) {
       kernel = &sparse_attention_kernel<D, HPG, ops::kAttentionWgmmaStages, true>;
-      kind = 1;
+      instance = AttentionInstance::kWgmma;
     }
   }
   // one fixed limit (every plan's smem_bytes <= ops::kAttentionMaxSmem), the same on every call: a
@@ -142,7 +146,7 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
     if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
     bool available = false;
     const Status checked =
-        attention_clusters_available<D, HPG>(kernel, plan.stages, kind, dev, plan.num_splits,
+        attention_clusters_available<D, HPG>(kernel, plan.stages, instance, dev, plan.num_splits,
                                              plan.smem_bytes, &available);
     STEP5_RETURN_IF_ERROR(checked);
     if (available) {

@@ -589,9 +589,12 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
     Scan(scan_tmp).ExclusiveSum((static_cast<unsigned long long>(eq) << 32) | gt, before, total);
     if (tid == 0) s_total = total;
     row_sync<kC>();
+    // a rank with an empty slice (len 0: n < kC ranks' worth of keys) has nothing to place and
+    // would never use these values, so it does not load them: every DSMEM read of the kernel's
+    // last phase is used before the exit barrier, which orders no memory (cluster_sync_before_exit)
     unsigned long long lower[kC];
 #pragma unroll
-    for (int q = 0; q < kC; ++q) lower[q] = q < crank ? *rank_smem<kC>(&s_total, q) : 0ull;
+    for (int q = 0; q < kC; ++q) lower[q] = q < crank && len > 0 ? *rank_smem<kC>(&s_total, q) : 0ull;
 #pragma unroll
     for (int q = 0; q < kC; ++q) carry += lower[q];
   }
