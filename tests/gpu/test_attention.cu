@@ -655,17 +655,19 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
       graph_replays<Tag>(lab, p, ws.p, ws_bytes, d_out, d_lse, out_poison, lse_poison, out, lse);
     }
     if (sc.gather_ab && T > 0) gather_ab_check(lab, p, ws.p, ws_bytes, out, lse);
-    // a variant of the launch on the same workspace, over poisoned outputs: it must succeed, give
-    // the first launch's bits and leave the split counters zero
-    const auto relaunch_same_bits = [&](const step5::ops::SparseAttentionParams& pv, const std::string& what) {
+    // a variant of the launch on the same workspace (or on `wsv` of `wsv_bytes`), over poisoned
+    // outputs: it must succeed, give the first launch's bits and leave the split counters zero
+    const auto relaunch_same_bits = [&](const step5::ops::SparseAttentionParams& pv, const std::string& what,
+                                        void* wsv = nullptr, std::size_t wsv_bytes = 0) {
+      if (wsv == nullptr) wsv = ws.p, wsv_bytes = ws_bytes;
       d_out.up(out_poison);
       d_lse.up(lse_poison);
-      const step5::Status vst = step5::ops::sparse_attention<Tag::kId>(pv, ws.p, ws_bytes, nullptr);
+      const step5::Status vst = step5::ops::sparse_attention<Tag::kId>(pv, wsv, wsv_bytes, nullptr);
       EXPECT(vst.ok(), "%s: launch with %s: %s", lab.c_str(), what.c_str(), vst.to_string().c_str());
       GPU_CHECK(cudaDeviceSynchronize());
       EXPECT(step5_test::same_bits(d_out.down(), out) && step5_test::same_bits(d_lse.down(), lse),
              "%s: %s differs from the default launch", lab.c_str(), what.c_str());
-      check_counters_zero(lab + " (" + what + ")", ws.p, ws_bytes);
+      check_counters_zero(lab + " (" + what + ")", wsv, wsv_bytes);
     };
     if (sc.bad_block && T > 0) {
       // checked mode (p.bounds_fault): the same output bits, and the first block-table fault
@@ -726,14 +728,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
         DevBuf<unsigned char> wsg(std::max<std::size_t>(wsg_bytes, 1));
         GPU_CHECK(cudaMemset(wsg.p, 0xff, wsg.n));  // partials poisoned, counters zeroed (as above)
         if (wsg_bytes > 0) GPU_CHECK(cudaMemset(wsg.p, 0, step5::ops::kAttentionCounterBytes));
-        d_out.up(out_poison);
-        d_lse.up(lse_poison);
-        const step5::Status gst = step5::ops::sparse_attention<Tag::kId>(pg, wsg.p, wsg_bytes, nullptr);
-        EXPECT(gst.ok(), "%s: launch with %s: %s", lab.c_str(), what.c_str(), gst.to_string().c_str());
-        GPU_CHECK(cudaDeviceSynchronize());
-        EXPECT(step5_test::same_bits(d_out.down(), out) && step5_test::same_bits(d_lse.down(), lse),
-               "%s: %s differs from the one-query instance", lab.c_str(), what.c_str());
-        check_counters_zero(lab + " (" + what + ")", wsg.p, wsg_bytes);
+        relaunch_same_bits(pg, what, wsg.p, wsg_bytes);
       }
     }
   }
