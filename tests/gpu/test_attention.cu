@@ -60,6 +60,14 @@ constexpr std::uint16_t kPoison = 0x7fc1;  // a bf16 NaN
 /// (run_scenario); the decode case checks that it compared some.
 int g_instance_checks = 0;
 
+/// The current device's SM count (the planner's num_sms), through the library's one cached query.
+int current_sm_count() {
+  int dev = 0, sms = 0;
+  GPU_CHECK(cudaGetDevice(&dev));
+  EXPECT(step5::device_sm_count(dev, &sms).ok(), "device_sm_count(%d)", dev);
+  return sms;
+}
+
 using step5_test::DevBuf;
 
 struct Scenario {
@@ -144,9 +152,9 @@ void repeat_launches(const std::string& lab, const step5::ops::SparseAttentionPa
   // instance: plans of query tile 1 have their own, ops::sparse_attention_plan) and a topk whose
   // region list (2 x 4 x (topk + 1) bytes) sets another shared-memory size; it reads its own
   // selection rows, all empty (count 0: nothing gathered; its output is not checked)
-  int dev = 0, sms = 0;
+  int dev = 0;  // the competitor's thread launches on this device
   GPU_CHECK(cudaGetDevice(&dev));
-  GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int sms = current_sm_count();
   step5::ops::SparseAttentionPlan plan{}, plan2{};
   EXPECT(step5::ops::sparse_attention_plan(p, sms, &plan).ok(), "%s: plan", lab.c_str());
   step5::ops::SparseAttentionParams p2 = p;
@@ -506,9 +514,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
   // current region, below the bitmap) in the first clamp(count, 0, topk + 1) entries.
   const auto gather_ab_check = [&](const std::string& lab, step5::ops::SparseAttentionParams pg, void* ws,
                                    std::size_t ws_bytes, const std::vector<bf16>& out0, const std::vector<float>& lse0) {
-    int dev = 0, sms = 0;
-    GPU_CHECK(cudaGetDevice(&dev));
-    GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int sms = current_sm_count();
     step5::ops::SparseAttentionPlan plan;
     const step5::Status pst = step5::ops::sparse_attention_plan(pg, sms, &plan);
     EXPECT(pst.ok(), "%s: plan: %s", lab.c_str(), pst.to_string().c_str());
@@ -610,6 +616,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
   p.query_tile = sc.query_tile;
   p.pipeline_stages = sc.pipeline_stages;
   const std::vector<int> split_list = sc.split_list.empty() ? std::vector<int>{sc.num_splits} : sc.split_list;
+  const int sms = current_sm_count();  // the planner's num_sms, for the plan checks below
   for (const int splits : split_list) {
     p.num_splits = splits;
     const std::string lab = sc.split_list.empty() ? label : label + " splits " + std::to_string(splits);
@@ -637,9 +644,6 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     if (sc.table_positions > 0) {
       // the decode plan ignores the table's width: tiles of one query, no region bitmaps, and
       // (D 192 / 128 at their rings) two CTAs per SM
-      int dev = 0, sms = 0;
-      GPU_CHECK(cudaGetDevice(&dev));
-      GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
       step5::ops::SparseAttentionPlan plan;
       const step5::Status pst = step5::ops::sparse_attention_plan(p, sms, &plan);
       EXPECT(pst.ok() && plan.query_tile == 1 && plan.bitmap_words == 0 && plan.max_tiles == std::max(T, 1) &&
@@ -706,9 +710,6 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     // the planner takes query tile 1 again and there is nothing to compare.)
     bool one_token_requests = T > 0;
     for (const int ql : sc.q_lens) one_token_requests = one_token_requests && ql <= 1;
-    int dev = 0, sms = 0;
-    GPU_CHECK(cudaGetDevice(&dev));
-    GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     step5::ops::SparseAttentionPlan plan1{}, plan2{};
     auto pg = p;
     pg.query_tile = 2;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "step5/core/cuda_check.hpp"
 #include "step5/kernels/sm90/attention.cuh"
@@ -114,16 +115,16 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
   // the instance: ring depth, wgmma path and one-query tiles from the plan (the wgmma instance
   // exists for the head dims and the ring depth of ops::attention_wgmma_head_dim /
   // kAttentionWgmmaStages only; the one-query instance for plans of query_tile 1, decode)
-  auto kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4, false>
-                : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3, false>
-                                   : &sparse_attention_kernel<D, HPG, 2, false>;
-  AttentionInstance instance = AttentionInstance::kGeneral;
-  if (plan.query_tile == 1) {  // (never wgmma_tiles: those need query_tile x hpg_q > 32)
-    kernel = plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4, false, true>
-             : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3, false, true>
-                                : &sparse_attention_kernel<D, HPG, 2, false, true>;
-    instance = AttentionInstance::kOneQuery;
-  }
+  const auto by_stages = [&](auto one_q) {
+    constexpr bool kOneQ = decltype(one_q)::value;
+    return plan.stages == 4   ? &sparse_attention_kernel<D, HPG, 4, false, kOneQ>
+           : plan.stages == 3 ? &sparse_attention_kernel<D, HPG, 3, false, kOneQ>
+                              : &sparse_attention_kernel<D, HPG, 2, false, kOneQ>;
+  };
+  // (plans of query tile 1 never have wgmma_tiles: those need query_tile x hpg_q > 32)
+  const bool one_query = plan.query_tile == 1;
+  auto kernel = one_query ? by_stages(std::true_type{}) : by_stages(std::false_type{});
+  AttentionInstance instance = one_query ? AttentionInstance::kOneQuery : AttentionInstance::kGeneral;
   if constexpr (ops::attention_wgmma_head_dim(D)) {
     if (plan.wgmma_tiles) {
       kernel = &sparse_attention_kernel<D, HPG, ops::kAttentionWgmmaStages, true>;
