@@ -14,9 +14,10 @@
 /// (CTAs of 256 or 512 threads, clusters included: warp ballots, `compact_by_ballots`; 128-thread
 /// CTAs: cub::BlockScan over tiles of kTopkItems keys per thread) then writes ids with key > K*,
 /// and the first `need` ids with key == K*, ascending.
-/// In a cluster, CTA rank c owns an id-contiguous slice of the row: every rank sums the ranks'
-/// histograms in rank order through distributed shared memory (identical results everywhere), and
-/// the compaction offsets of a slice are the (gt, eq) totals of the lower ranks.
+/// In a cluster, CTA rank c owns an id-contiguous slice of the row: every rank pushes its histogram
+/// of a pass into every rank's shared memory (st.async, TopkExchange) and sums the ranks' in rank
+/// order (identical results everywhere), and the compaction offsets of a slice are the (gt, eq)
+/// totals of the lower ranks, pushed the same way.
 /// Rows whose history fits (k == n) skip the radix passes. Keys are staged in dynamic shared memory
 /// when a CTA's slice fits (kSmem; loaded with several independent loads in flight per thread), else
 /// re-read from global memory each pass.
@@ -125,6 +126,14 @@ inline constexpr int kTopkCandKeys = 8192;
 __host__ __device__ __forceinline__ constexpr bool topk_cand_in_hist(int kc, int threads, int cap) {
   return kc == 1 && threads < kTopkThreads && cap <= kTopkFirstBins;
 }
+/// Upper bound of the selection kernel's static shared memory (checked in the kernel): launches of
+/// more than 48 KiB − kTopkStaticSmemMax bytes of dynamic shared memory opt in to the larger limit
+/// (static and dynamic shared memory together may not pass 48 KiB without it). The largest
+/// instance, candidates on a cluster, holds about 28 KiB (the first-digit histogram 8 KiB, the
+/// pushes' receive buffers 16 KiB).
+inline constexpr int kTopkStaticSmemMax = 32 * 1024;
+static_assert(kTopkSmemKeys * 4 + kTopkStaticSmemMax <= 227 * 1024,
+              "topk_allow_smem's dynamic limit and the static bound fit an sm_90 CTA's 227 KiB");
 /// CTAs per row of the cluster variant (a thread-block cluster; histograms and compaction offsets
 /// are exchanged through distributed shared memory).
 inline constexpr int kTopkCluster = 8;
@@ -196,6 +205,74 @@ struct TopkPickSlot {
   }
 };
 
+/// How the CTAs of a cluster row (kC > 1) exchange their histograms and compaction totals: by
+/// pushes, not by reading each other's shared memory after a cluster barrier. Each rank st.async's
+/// its 256 bin counts of a radix pass into slot [crank] of every rank's `recv[pass & 1]` (itself
+/// included), completing bytes on that rank's `bar[pass & 1]`; each rank waits for its own mbarrier
+/// (kC · 1 KiB: every rank's histogram) and sums the slots in rank order. So a pass costs one
+/// one-way push and no fence: the cluster barrier it replaces arrives with release semantics, a
+/// GPU-scope MEMBAR on sm_90 (Nsight Compute: 10.6 % of the batch-1 top-k's stall samples on
+/// "membar" in the radix passes, bench/RESULTS.md twenty-fifth session), and the remote loads after
+/// it are a second round trip. The compaction's (eq, gt) totals travel the same way (`totals`,
+/// `bar_total`).
+/// Two buffers suffice: rank q pushes pass p + 2 into slot buffer p & 1 only after its wait for
+/// pass p + 1 saw this rank's push of p + 1, which each thread of this rank issues after it read
+/// its bin of pass p (program order, then the push's cluster-scope release and q's acquire).
+/// The mbarriers are armed (arrive + expect_tx) once at the kernel start for their first phase,
+/// and by thread 0 for the next one as soon as it has waited for a phase; a phase that never comes
+/// (fewer passes) stays pending at exit, which is harmless. The other ranks may push only after
+/// they know the mbarriers are initialised: a cluster barrier, split around the staging sweep.
+template <int kC>
+struct TopkExchange {
+  static constexpr int kRanks = kC > 1 ? kC : 1;
+  static constexpr unsigned kPassBytes = kRanks * 256 * 4;  ///< tx bytes of one pass: every rank's histogram
+  static constexpr unsigned kTotalBytes = kRanks * 8;       ///< tx bytes of the totals
+  std::uint64_t bar[2];
+  std::uint64_t bar_total;
+  unsigned long long totals[kRanks];  ///< (eq << 32) | gt of each rank's slice
+  unsigned recv[2][kRanks][kC > 1 ? 256 : 1];
+
+  /// Thread 0, at the kernel start: initialises and arms the mbarriers, and makes them visible to
+  /// the cluster (the caller's cluster barrier follows).
+  __device__ __forceinline__ void init() {
+    ptx::mbar_init(&bar[0], 1);
+    ptx::mbar_init(&bar[1], 1);
+    ptx::mbar_init(&bar_total, 1);
+    ptx::mbar_arrive_expect_tx(&bar[0], kPassBytes);
+    ptx::mbar_arrive_expect_tx(&bar[1], kPassBytes);
+    ptx::mbar_arrive_expect_tx(&bar_total, kTotalBytes);
+    ptx::fence_mbarrier_init_cluster();
+  }
+  /// Thread `bin` (< 256) of rank `crank`: pushes count `v` of its bin for radix pass `pass` to every
+  /// rank, waits until every rank's count of the pass has arrived here, and returns their sum in
+  /// rank order (the same on every rank). Thread 0 re-arms the pass's mbarrier for pass + 2.
+  __device__ __forceinline__ unsigned exchange_bin(int pass, int crank, int bin, unsigned v) {
+    const int b = pass & 1;
+    const std::uint32_t dst = ptx::smem_u32(&recv[b][crank][bin]), mb = ptx::smem_u32(&bar[b]);
+#pragma unroll
+    for (int q = 0; q < kRanks; ++q) ptx::st_async_b32(ptx::cluster_addr(dst, q), v, ptx::cluster_addr(mb, q));
+    ptx::mbar_wait_cluster(&bar[b], static_cast<unsigned>(pass >> 1) & 1u);
+    unsigned sum = 0;
+#pragma unroll
+    for (int q = 0; q < kRanks; ++q) sum += recv[b][q][bin];
+    if (bin == 0) ptx::mbar_arrive_expect_tx(&bar[b], kPassBytes);
+    return sum;
+  }
+  /// Every thread of rank `crank`: pushes this rank's slice totals (threads 0 .. kC − 1 one rank
+  /// each), waits for every rank's, and returns the sum of the lower ranks' (rank order).
+  __device__ __forceinline__ unsigned long long lower_totals(int crank, unsigned long long total) {
+    const int tid = threadIdx.x;
+    if (tid < kRanks)
+      ptx::st_async_b64(ptx::cluster_addr(ptx::smem_u32(&totals[crank]), tid), total,
+                        ptx::cluster_addr(ptx::smem_u32(&bar_total), tid));
+    ptx::mbar_wait_cluster(&bar_total, 0);
+    unsigned long long carry = 0;
+#pragma unroll
+    for (int q = 0; q < kRanks; ++q) carry += q < crank ? totals[q] : 0ull;
+    return carry;
+  }
+};
+
 /// Adds one key per thread of a warp to histogram `h` (bin `digit`, only where `match`): a warp
 /// whose 32 keys share one bin adds once (plateaus of equal scores do not serialise), otherwise
 /// one shared-memory atomic per key. Every lane of the warp must call it.
@@ -217,39 +294,36 @@ __device__ __forceinline__ void warp_hist_add(unsigned* h, unsigned digit, bool 
 /// hist: both buffers zero on entry (left zero or dirty; the caller does not reuse them).
 /// A clamped last digit overlaps bits already in the mask: those bits equal the prefix's for
 /// every counted key, so the digit is still exact.
+/// kC > 1: the ranks' histograms are exchanged by pushes (TopkExchange `*xch`, this CTA's cluster
+/// rank `crank`; kC = 1: unused, may be null); the function may run once per kernel on a cluster
+/// (its passes number the exchange's phases from 0).
 template <int kC, int kThreads, class KeyAt>
 __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, std::uint32_t& prefix,
                                                  std::uint32_t& mask, unsigned krem, unsigned (&hist)[2][256],
-                                                 unsigned* hsum, TopkPickSlot& pick) {
+                                                 unsigned* hsum, TopkPickSlot& pick, TopkExchange<kC>* xch,
+                                                 int crank) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   static_assert(kTopkThreadsValid<kThreads> && (kC == 1 || kThreads == kTopkThreads),
-                "clusters run 512-thread CTAs (the cross-rank sum below uses threads 0-511)");
+                "clusters run 512-thread CTAs (the cross-rank sum below uses threads 0-255)");
   const int len_up = (len + kThreads - 1) / kThreads * kThreads;
   int buf = 0;
 #pragma unroll 1
-  for (int shift = hi > 8 ? hi - 8 : 0;; shift = shift > 8 ? shift - 8 : 0, buf ^= 1) {
-    unsigned* h = hist[buf];
+  for (int shift = hi > 8 ? hi - 8 : 0, pass = 0;; shift = shift > 8 ? shift - 8 : 0, buf ^= 1, ++pass) {
+    unsigned* h = hist[kC > 1 ? 0 : buf];  // a cluster's histogram is read locally only: one buffer
     for (int i = tid; i < len_up; i += kThreads) {
       const std::uint32_t key = i < len ? key_at(i) : 0u;
       const bool match = i < len && (key & mask) == prefix;
       warp_hist_add(h, (key >> shift) & 0xffu, match, lane);
     }
-    row_sync<kC>();  // every rank's histogram of this pass is complete
+    __syncthreads();  // this CTA's histogram of the pass is complete
     const unsigned* hs = h;
     if constexpr (kC > 1) {
-      // 256 threads each sum one bin over the ranks (kC independent DSMEM loads in flight), in rank
-      // order: every rank gets identical sums; the other 256 clear the other buffer, last read
-      // (remotely too) in the previous pass, before this barrier
+      // 256 threads each push one bin to every rank and sum it over the ranks, in rank order: every
+      // rank gets identical sums; the bin is cleared for the next pass once pushed
       if (tid < 256) {
-        unsigned v[kC];
-#pragma unroll
-        for (int q = 0; q < kC; ++q) v[q] = rank_smem<kC>(h, q)[tid];
-        unsigned sum = 0;
-#pragma unroll
-        for (int q = 0; q < kC; ++q) sum += v[q];
-        hsum[tid] = sum;
-      } else if (tid < 512) {
-        hist[buf ^ 1][tid - 256] = 0;
+        const unsigned v = h[tid];
+        h[tid] = 0;
+        hsum[tid] = xch->exchange_bin(pass, crank, tid, v);
       }
       __syncthreads();
       hs = hsum;
@@ -397,19 +471,30 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
                 "CTA size: 128, 256 or 512 threads; clusters run 512");
   using Scan = cub::BlockScan<unsigned long long, kThreads>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ unsigned hist[2][256];  // double-buffered: remote ranks may still read the previous pass
+  __shared__ unsigned hist[2][256];  // one CTA per row: double-buffered (cleared a pass ahead)
   __shared__ unsigned hsum[kC > 1 ? 256 : 1];  // cluster: the row's histogram (sum over ranks)
   __shared__ __align__(16) unsigned hfirst[kCand ? kTopkFirstBins : 1];  // kCand: first-digit histogram of the slice
   __shared__ TopkPickSlot pick;
   __shared__ unsigned s_cand_off, s_cand_pos;  // kCand: this rank's candidates' offset, and count so far
-  __shared__ unsigned long long s_total;  // (eq << 32) | gt of this CTA's slice
+  __shared__ TopkExchange<kC> xch;  // kC > 1: the pushes' receive buffers and mbarriers
   extern __shared__ __align__(16) std::uint32_t skeys[];  // 16: the float4 staging of kCand
 
   const int r = static_cast<int>(blockIdx.x) / kC;
   const int crank = static_cast<int>(blockIdx.x) % kC;
   const int tid = threadIdx.x, lane = tid & 31;
+  if constexpr (kC > 1) {
+    // the exchange's mbarriers, then the arrival half of the cluster barrier that lets the other
+    // ranks push to them; its wait comes after the staging sweep (below), or at once for a row
+    // that fits
+    if (tid == 0) xch.init();
+    ptx::cluster_arrive_relaxed();
+  }
   pdl_wait();  // the scores belong to the previous kernel
   __shared__ TopkRow s_row;  // the row's n and output row, read where used (topk_row)
+  static_assert(sizeof scan_tmp + sizeof hist + sizeof hsum + sizeof hfirst + sizeof pick + 2 * sizeof s_cand_off +
+                        sizeof xch + sizeof s_row + 32 * sizeof(unsigned) /* compact_by_ballots */ + 256 /* alignment */ <=
+                    kTopkStaticSmemMax,
+                "the launcher opts in to more dynamic shared memory from 48 KiB - kTopkStaticSmemMax on");
   if (tid == 0) s_row = topk_row(a, r);
   __syncthreads();
   // one volatile load: with a plain one, ptxas 13.0 gave the 256-thread staged radix instance 48
@@ -429,6 +514,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
   unsigned need = 0;  // keys equal to the final prefix that are taken (lowest ids first)
   if (k == n) {  // everything fits: select all (mask 0: every key "equals" the prefix)
     need = static_cast<unsigned>(n);
+    if constexpr (kC > 1) ptx::cluster_wait();  // every rank's mbarriers are initialised
   } else {
     const unsigned krem = static_cast<unsigned>(k);
     for (int i = tid; i < 512; i += kThreads) hist[i >> 8][i & 255] = 0;  // both buffers
@@ -490,8 +576,9 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
       }
     }
     __syncthreads();
+    if constexpr (kC > 1) ptx::cluster_wait();  // every rank's mbarriers are initialised
     if constexpr (!kCand) {
-      need = radix_refine<kC, kThreads>(key_at, len, 32, prefix, mask, krem, hist, hsum, pick);
+      need = radix_refine<kC, kThreads>(key_at, len, 32, prefix, mask, krem, hist, hsum, pick, &xch, crank);
     } else {
       row_sync<kC>();  // every rank's first-digit histogram is complete
       // threshold bin: thread t holds kPer bins, counted from the top (summed over the ranks in rank order)
@@ -567,9 +654,9 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
         }
         row_sync<kC>();  // every rank's candidate buffer holds the row's cnt candidates
         need = radix_refine<1, kThreads>([&](int i) { return cand[i]; }, static_cast<int>(cnt), kFirstShift, prefix, mask,
-                               krest, hist, hsum, pick);
+                               krest, hist, hsum, pick, static_cast<TopkExchange<1>*>(nullptr), 0);
       } else {
-        need = radix_refine<kC, kThreads>(key_at, len, kFirstShift, prefix, mask, krest, hist, hsum, pick);
+        need = radix_refine<kC, kThreads>(key_at, len, kFirstShift, prefix, mask, krest, hist, hsum, pick, &xch, crank);
       }
     }
   }
@@ -587,16 +674,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
     }
     unsigned long long before, total;
     Scan(scan_tmp).ExclusiveSum((static_cast<unsigned long long>(eq) << 32) | gt, before, total);
-    if (tid == 0) s_total = total;
-    row_sync<kC>();
-    // a rank with an empty slice (len 0: n < kC ranks' worth of keys) has nothing to place and
-    // would never use these values, so it does not load them: every DSMEM read of the kernel's
-    // last phase is used before the exit barrier, which orders no memory (cluster_sync_before_exit)
-    unsigned long long lower[kC];
-#pragma unroll
-    for (int q = 0; q < kC; ++q) lower[q] = q < crank && len > 0 ? *rank_smem<kC>(&s_total, q) : 0ull;
-#pragma unroll
-    for (int q = 0; q < kC; ++q) carry += lower[q];
+    carry = xch.lower_totals(crank, total);  // pushed to every rank; the lower ranks' summed
   }
   // CTAs of 256 or 512 threads: the ballot compaction, in a cluster from the lower ranks' totals
   // (measured on the H200, bench_indexer: one CTA per row, seventh session, 64 / 512 decode rows of
@@ -647,8 +725,9 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
     for (int j = k + tid; j <= a.topk; j += kThreads) out[j] = j == k ? n : -1;
     if (tid == 0) a.counts[s_row.orow] = k + 1;
   }
-  // s_total stays readable until all ranks are done (an execution barrier: no fence waits for
-  // the id stores above)
+  // no CTA exits while another may still read its shared memory (the candidates' first-digit
+  // histograms) or a push it issued may be in flight (an execution barrier: no fence waits for the
+  // id stores above)
   if constexpr (kC > 1) ptx::cluster_sync_before_exit();
 #endif
 }
@@ -823,7 +902,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
   const int cand_keys = topk_cand_in_hist(cluster_size, threads, args.cand_cap) ? 0 : args.cand_cap;
   const int smem = ((smem_keys ? static_cast<int>(slice) : 0) + cand_keys) * 4;
   auto launch = [&](auto kernel, int kc) -> ::step5::Status {
-    if (smem > 32 * 1024) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));  // static smem counts towards 48 KB
+    if (smem > 48 * 1024 - kTopkStaticSmemMax) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));  // static counts too
     LaunchShape shape = topk_launch_shape(rows, kc, smem, threads);
     shape.pdl = ::step5::ops::topk_launch_uses_pdl(kc, threads, rows, sms);  // few 512-thread rows: no PDL
     return launch_kernel("topk_select_kernel launch", kernel, shape, stream, args);

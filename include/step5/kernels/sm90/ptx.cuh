@@ -2,7 +2,8 @@
 /// \file step5/kernels/sm90/ptx.cuh
 /// PTX wrappers shared by the sm_90 kernels (projection GEMM, sparse attention, indexer prefill
 /// scores): shared-memory addresses, 16-byte cp.async, ldmatrix, bf16 mma.sync, the MUFU exp2,
-/// named barriers, setmaxnreg, mbarriers, the 1-D bulk (TMA) copy and the exit cluster barrier; and
+/// named barriers, setmaxnreg, mbarriers, pushes into other CTAs' shared memory (st.async), the 1-D
+/// bulk (TMA) copy, the split and the exit cluster barriers; and
 /// the unpacking of a packed bf16 pair.
 /// Device code (nvcc).
 #include <cuda_runtime.h>
@@ -108,6 +109,71 @@ __device__ __forceinline__ void mbar_wait(std::uint64_t* bar, unsigned parity) {
       "}\n" ::"r"(addr),
       "r"(parity)
       : "memory");
+}
+
+/// mbar_wait with cluster-scope acquire: for an mbarrier whose transactions are other CTAs' pushes
+/// (st_async_b32 / st_async_b64, whose complete_tx releases at cluster scope), so that the pushed
+/// words are visible to the waiting thread.
+__device__ __forceinline__ void mbar_wait_cluster(std::uint64_t* bar, unsigned parity) {
+#if STEP5_SM90A_DEVICE
+  const std::uint32_t addr = smem_u32(bar);
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra WAIT_%=;\n"
+      "}\n" ::"r"(addr),
+      "r"(parity)
+      : "memory");
+#endif
+}
+/// Makes this thread's mbarrier initialisations visible to the other CTAs of the cluster (before
+/// the cluster barrier that lets them push to those mbarriers).
+__device__ __forceinline__ void fence_mbarrier_init_cluster() {
+#if STEP5_SM90A_DEVICE
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+/// The shared::cluster address of the word at shared-memory address `addr` (smem_u32) of this
+/// CTA in the CTA of cluster rank `rank`.
+__device__ __forceinline__ std::uint32_t cluster_addr(std::uint32_t addr, unsigned rank) {
+  std::uint32_t r = addr;
+#if STEP5_SM90A_DEVICE
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+#endif
+  return r;
+}
+/// A push into another CTA's shared memory: st.async of one 32-bit (64-bit) word to the
+/// shared::cluster address `addr`, completing 4 (8) bytes of transaction count on the mbarrier at
+/// the shared::cluster address `bar` (in the same CTA as `addr`), with release semantics at cluster
+/// scope; the receiver waits with mbar_wait_cluster. No fence, no barrier on the sender's side.
+__device__ __forceinline__ void st_async_b32(std::uint32_t addr, std::uint32_t v, std::uint32_t bar) {
+#if STEP5_SM90A_DEVICE
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];\n" ::"r"(addr), "r"(v),
+               "r"(bar)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void st_async_b64(std::uint32_t addr, std::uint64_t v, std::uint32_t bar) {
+#if STEP5_SM90A_DEVICE
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(addr), "l"(v),
+               "r"(bar)
+               : "memory");
+#endif
+}
+/// The split cluster barrier: every thread of every CTA of the cluster arrives (relaxed: it orders
+/// no memory; a fence before it does, e.g. fence_mbarrier_init_cluster), does other work, then
+/// waits (acquire) for all arrivals.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+#if STEP5_SM90A_DEVICE
+  asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_wait() {
+#if STEP5_SM90A_DEVICE
+  asm volatile("barrier.cluster.wait;\n" ::: "memory");
+#endif
 }
 
 /// 1-D bulk copy (TMA engine, async proxy) of `bytes` (a multiple of 16; both addresses 16-byte
