@@ -197,7 +197,11 @@ constexpr std::size_t attention_meta_bytes(int query_tile, long long bitmap_word
 /// stride head_dim + 4): the warps' stash [64 rows]; a normalised partial of up to 32 rows after
 /// it (`partial`; in place over the stash, offset 0, when one warp holds a row); its 64 log2-LSE
 /// values (`lse`); the merge's weight table [64][kAttentionMaxSplits] (`weights`) and 64 merged
-/// LSE values (`merged_lse`); `total` floats. The kernel takes its pointers from here.
+/// LSE values (`merged_lse`); `total` floats. The kernel takes its pointers from here. The
+/// one-query instance's merge by pushes (cluster_merge_pushed) receives at `partial` the splits'
+/// values of its share (S · ceil(n / S) float4 slots, n = hpg_q · head_dim / 4, split s's at slot
+/// s · ceil(n / S)) and writes the splits' LSEs straight into `weights` (row r, split s at
+/// r · kAttentionMaxSplits + s); `lse` is unused there.
 struct AttentionClusterMergeLayout {
   long long partial, lse, weights, merged_lse, total;
 };

@@ -56,7 +56,10 @@
 ///     With plan.cluster_merge (num_splits <= ops::kAttentionMaxClusterSplits) the split CTAs of a
 ///     (tile, KV group) are one thread-block cluster: the partials stay in shared memory and
 ///     `cluster_merge_splits` has every CTA merge a 1/S share through distributed shared memory
-///     (same weights, same split order: the same bits as the last-arriver merge).
+///     (same weights, same split order: the same bits as the last-arriver merge). The one-query
+///     instance (every decode tile) pushes each element of its partial and each row's LSE into the
+///     shared memory of the CTA that merges it (st.async, one mbarrier: `cluster_merge_pushed`)
+///     instead of a cluster barrier and remote loads; the same sums.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -102,7 +105,8 @@ struct SparseAttentionArgs {
   float scale_log2;  ///< softmax scale * log2(e)
   int query_tile;
   int num_splits;
-  int cluster_merge;       ///< num_splits > 1: the split CTAs form a cluster (1, 1, num_splits) and merge through DSMEM
+  int cluster_merge;       ///< num_splits > 1: the split CTAs form a cluster (1, 1, num_splits) and merge in shared
+                           ///< memory (DSMEM loads; the one-query instance: st.async pushes)
   int tile_gather;         ///< multi-query tiles, one split: 0 auto (attention_per_query_pays), 1 union, 2 per query
   int bitmap_words;
   float* ws_o;             ///< [max_tiles, lg, splits, 64, D] normalised partial outputs
@@ -858,14 +862,21 @@ __device__ __forceinline__ void stash_warp_partials(SmemStatic& ss, float* buf, 
 /// the weight 2^(m_t - max) / L of each warp t (in place of ss.m) and the row's log2-LSE (in place
 /// of ss.l[row group]); then every element is the weighted sum of the warps' stashed values.
 /// Every thread of the CTA calls it (a barrier between the two).
+/// `push` (the one-query instance's to_cluster, cluster_merge_pushed; TG >= 2; mbarrier
+/// `push_bar`): the partial and log2-LSE go straight into the merging CTAs' shared memory — each element to the split whose share holds it, at
+/// `cpart` (its receive buffer) there, each row's LSE to every split's LSE table `s_w` — after the
+/// cluster barrier whose arrival the caller made when its ring was done (the pushes land in the
+/// ring's region of the other CTAs).
 template <int D, int HPG>
 __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs& a, SmemStatic& ss,
                                                       const float* buf, const float* sp_gate, const TileWork& w,
                                                       int rows, int RG, int TG, int tile, int split, int tid,
-                                                      bool to_cluster, float* cpart, float* clse) {
+                                                      bool to_cluster, float* cpart, float* clse, bool push = false,
+                                                      float* s_w = nullptr, std::uint64_t* push_bar = nullptr) {
   constexpr int kBufStride = D + 4;
   const int S = a.num_splits;
   const long long part_base = ((static_cast<long long>(tile) * gridDim.y + w.g) * S + split) * 64;
+  const int n = rows * (D / 4), cap = (n + S - 1) / S;  // push: elements, and the receive stride per split
   for (int r = tid; r < rows; r += kThreads) {
     const int rgr = r >> 4, rr = r & 15;
     float mt = -INFINITY;
@@ -878,6 +889,7 @@ __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs&
     ss.l[rgr][rr] = L > 0.f ? mu + log2f(L) : -INFINITY;
   }
   __syncthreads();
+  if (push) ptx::cluster_wait();  // every split's ring is done: its receive buffers may be written
   for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
     const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
     const int rgr = r >> 4, rr = r & 15;
@@ -895,6 +907,16 @@ __device__ __forceinline__ void merge_warps_and_store(const SparseAttentionArgs&
     const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
     if (S == 1) {
       store_gated_output<D>(a, t, h, d4, o, lse2, sp_gate[r]);
+    } else if (push) {
+      const int q = ((idx + 1) * S + n - 1) / n - 1;  // the split whose share [q·n/S, (q+1)·n/S) holds idx
+      const std::uint32_t bar = ptx::smem_u32(push_bar);
+      const std::uint32_t dst = ptx::smem_u32(cpart + 4 * (split * cap + idx - q * n / S));
+      ptx::st_async_v4_b32(ptx::cluster_addr(dst, q), o, ptx::cluster_addr(bar, q));
+      if (d4 == 0) {
+        const std::uint32_t lse_dst = ptx::smem_u32(s_w + r * kMaxSplits + split);
+        for (int s = 0; s < S; ++s)
+          ptx::st_async_b32(ptx::cluster_addr(lse_dst, s), __float_as_uint(lse2), ptx::cluster_addr(bar, s));
+      }
     } else if (to_cluster) {
       *reinterpret_cast<float4*>(cpart + r * kBufStride + d4) = o;  // TG == 1: the element this thread read
       if (d4 == 0) clse[r] = lse2;
@@ -1038,6 +1060,51 @@ __device__ __forceinline__ void cluster_merge_splits(const SparseAttentionArgs& 
   ptx::cluster_sync_before_exit();
 }
 
+/// Step 5c'' (the cluster merge of the one-query instance: every decode tile, TG = 4): the same
+/// merge as cluster_merge_splits — the same weights, each split's share summed in split order —
+/// but the partials and LSEs were pushed here by merge_warps_and_store (st.async, completing
+/// bytes on `bar`) instead of read from the other CTAs after a cluster barrier: no
+/// release fence (cooperative_groups' cluster.sync arrives with a GPU-scope MEMBAR on sm_90) and
+/// one one-way trip instead of two round trips (the LSEs, then the partials). `recv`: split s's
+/// values of this CTA's share at recv[4 · (s · cap + e)], cap = ceil(n / S) (merge_warps_and_store's
+/// layout; S · cap · 16 bytes <= 32 rows of stride D + 4, the region cluster_merge_splits' partial
+/// takes); `s_w`: the LSE table, filled by the pushes, then the weights. The mbarrier `bar` was
+/// initialised at the kernel start (one arrival: thread 0's expect_tx here) and made visible
+/// before the cluster barrier that lets the other CTAs push.
+template <int D, int HPG>
+__device__ __forceinline__ void cluster_merge_pushed(const SparseAttentionArgs& a, std::uint64_t* bar, const float* recv,
+                                                     float* s_w, const float* sp_gate, const TileWork& w, int rows,
+                                                     int split, int tid) {
+  const int S = a.num_splits;
+  const int n = rows * (D / 4), cap = (n + S - 1) / S;
+  const int e0 = static_cast<int>(static_cast<long long>(split) * n / S);
+  const int e1 = static_cast<int>(static_cast<long long>(split + 1) * n / S);
+  if (tid == 0) ptx::mbar_arrive_expect_tx(bar, static_cast<unsigned>(S * rows * 4 + S * (e1 - e0) * 16));
+  ptx::mbar_wait_cluster(bar, 0);  // every split's share of this CTA and every LSE are here
+  float* s_lse = s_w + kTileTok * kMaxSplits;
+  split_weights_from_lse(rows, S, tid, s_w, s_lse);
+  __syncthreads();
+  for (int idx = e0 + tid; idx < e1; idx += kThreads) {
+    const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
+    const float* wr = s_w + r * kMaxSplits;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 8
+    for (int s = 0; s < S; ++s) {  // the same sum as merge_splits and cluster_merge_splits
+      const float ws = wr[s];
+      const float4 v = *reinterpret_cast<const float4*>(recv + 4 * (s * cap + idx - e0));
+      o.x += v.x * ws;
+      o.y += v.y * ws;
+      o.z += v.z * ws;
+      o.w += v.w * ws;
+    }
+    const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
+    store_gated_output<D>(a, t, h, d4, o, s_lse[r], sp_gate[r]);
+  }
+  // no CTA exits while a push it issued may be in flight (an execution barrier: no fence waits for
+  // the output stores above)
+  ptx::cluster_sync_before_exit();
+}
+
 /// Step 2'' (a multi-query tile with one split whose union is large against its queries' own
 /// selections: `uses_per_query_gathers`): the tile's queries one after the other, each as a tile
 /// of one query — its own selection row (`build_region_list`), Q fragments, the ring over its
@@ -1110,10 +1177,14 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   static_assert(NS * 2 * kTileTok * D * 2 >= (kTileTok * kMaxSplits + kTileTok) * 4,
                 "the split merge's weight table must fit in the K/V stages");
   static_assert(NS * 2 * kTileTok * D * 2 >= kWarps * 16 * (D + 4) * 4, "the warp stash must fit in the K/V stages");
-  static_assert(sizeof(SmemStatic) + sizeof(StageMeta<NS>) <= ops::attention_static_smem(NS),
-                "static shared memory above the planner's bound (ops::attention_static_smem)");
   extern __shared__ __align__(ops::kAttentionSmemAlign) unsigned char smem_raw[];
   __shared__ SmemStatic ss;
+  // the one-query instance's cluster merge by pushes (cluster_merge_pushed): the partials' arrival
+  // (outside SmemStatic, whose 4-byte alignment the general instances' code depends on: with an
+  // 8-byte member ptxas spilled several of them; unused there)
+  __shared__ std::uint64_t merge_bar;
+  static_assert(sizeof(SmemStatic) + sizeof(StageMeta<NS>) + sizeof merge_bar <= ops::attention_static_smem(NS),
+                "static shared memory above the planner's bound (ops::attention_static_smem)");
   __shared__ StageMeta<NS> sg;
   SmemPtrs sp;
   sp.sK = reinterpret_cast<__nv_bfloat16*>(smem_raw);
@@ -1130,6 +1201,14 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
                                      ops::attention_meta_bytes(a.query_tile, words, a.topk) - 4 * kTileTok);
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int tile = blockIdx.x, g = blockIdx.y, split = blockIdx.z;
+  // the one-query instance's split merge by pushes (cluster_merge_pushed): one condition for the
+  // mbarrier's initialisation here, the cluster barrier after the ring and the merge (constant false
+  // in the general instance)
+  const bool push = ONE_Q && ops::attention_cluster_merge_fits(D, NS) && a.num_splits > 1 && a.cluster_merge != 0;
+  if (push && tid == 0) {  // visible to the cluster before the barrier that lets the others push
+    ptx::mbar_init(&merge_bar, 1);
+    ptx::fence_mbarrier_init_cluster();
+  }
   pdl_wait();  // q, the selections and the caches belong to the previous kernels of the step
 
   // 1. locate the tile
@@ -1203,6 +1282,15 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   cp_async_wait<0>();
   __syncthreads();
   pdl_launch_dependents();
+  // the one-query instance (decode; hpg_q <= 16 rows, TG = 4) merges its splits by pushes
+  // (cluster_merge_pushed) into the region past the warp stash: this CTA's ring is done with it,
+  // so the other splits may write it once all have arrived here (relaxed: every read of the ring
+  // has completed, its values used — a property of this instance's ring, which has no asynchronous
+  // reader such as wgmma or TMA: were one added, this arrival would need release semantics; the
+  // mbarrier's initialisation was released by its fence). The general instance keeps
+  // cluster_merge_splits (its register budget: ptxas spilled several of its instances with the push
+  // code in them)
+  if (push) ptx::cluster_arrive_relaxed();
 
   // 5. epilogue: merge the warps of each row, store (gate, LSE) or write the split partials
   float* buf = reinterpret_cast<float*>(smem_raw);
@@ -1217,9 +1305,18 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   float* cpart = buf + (TG == 1 ? 0 : kCm.partial);
   float* clse = buf + kCm.lse;
   const bool to_cluster = ops::attention_cluster_merge_fits(D, NS) && a.num_splits > 1 && a.cluster_merge != 0;
-  merge_warps_and_store<D, HPG>(a, ss, buf, sp.gate, w, rows, RG, TG, tile, split, tid, to_cluster, cpart, clse);
-  if (to_cluster) cluster_merge_splits<D, HPG>(a, cpart, clse, buf + kCm.weights, sp.gate, w, rows, split, tid);
-  else if (a.num_splits > 1) merge_if_last_split<D, HPG>(a, ss, buf, sp.gate, w, rows, tile, tid);
+  static_assert(16 * (D / 4) * 16 + (ops::kAttentionMaxClusterSplits - 1) * 16 <= 32 * (D + 4) * 4,
+                "cluster_merge_pushed's receive buffer (S * ceil(n / S) float4, n = 16 rows x D / 4) within the "
+                "32 rows of stride D + 4 of cluster_merge_splits' partial");
+  merge_warps_and_store<D, HPG>(a, ss, buf, sp.gate, w, rows, RG, TG, tile, split, tid, to_cluster, cpart, clse, push,
+                                buf + kCm.weights, ONE_Q ? &merge_bar : nullptr);
+  if (push) {
+    if constexpr (ONE_Q) cluster_merge_pushed<D, HPG>(a, &merge_bar, cpart, buf + kCm.weights, sp.gate, w, rows, split, tid);
+  } else if (to_cluster) {
+    cluster_merge_splits<D, HPG>(a, cpart, clse, buf + kCm.weights, sp.gate, w, rows, split, tid);
+  } else if (a.num_splits > 1) {
+    merge_if_last_split<D, HPG>(a, ss, buf, sp.gate, w, rows, tile, tid);
+  }
 #endif
 }
 

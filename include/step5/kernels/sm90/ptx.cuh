@@ -140,12 +140,13 @@ __device__ __forceinline__ void fence_mbarrier_init_cluster() {
 __device__ __forceinline__ std::uint32_t cluster_addr(std::uint32_t addr, unsigned rank) {
   std::uint32_t r = addr;
 #if STEP5_SM90A_DEVICE
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(addr), "r"(rank));  // pure: may be hoisted
 #endif
   return r;
 }
-/// A push into another CTA's shared memory: st.async of one 32-bit (64-bit) word to the
-/// shared::cluster address `addr`, completing 4 (8) bytes of transaction count on the mbarrier at
+/// A push into another CTA's shared memory: st.async of one 32-bit (64-bit; four 32-bit) word(s) to
+/// the shared::cluster address `addr` (aligned to its size), completing 4 (8; 16) bytes of
+/// transaction count on the mbarrier at
 /// the shared::cluster address `bar` (in the same CTA as `addr`), with release semantics at cluster
 /// scope; the receiver waits with mbar_wait_cluster. No fence, no barrier on the sender's side.
 __device__ __forceinline__ void st_async_b32(std::uint32_t addr, std::uint32_t v, std::uint32_t bar) {
@@ -158,6 +159,14 @@ __device__ __forceinline__ void st_async_b32(std::uint32_t addr, std::uint32_t v
 __device__ __forceinline__ void st_async_b64(std::uint32_t addr, std::uint64_t v, std::uint32_t bar) {
 #if STEP5_SM90A_DEVICE
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\n" ::"r"(addr), "l"(v),
+               "r"(bar)
+               : "memory");
+#endif
+}
+__device__ __forceinline__ void st_async_v4_b32(std::uint32_t addr, float4 v, std::uint32_t bar) {
+#if STEP5_SM90A_DEVICE
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(addr),
+               "r"(__float_as_uint(v.x)), "r"(__float_as_uint(v.y)), "r"(__float_as_uint(v.z)), "r"(__float_as_uint(v.w)),
                "r"(bar)
                : "memory");
 #endif
