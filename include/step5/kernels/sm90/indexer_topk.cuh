@@ -126,16 +126,19 @@ inline constexpr int kTopkCandKeys = 8192;
 __host__ __device__ __forceinline__ constexpr bool topk_cand_in_hist(int kc, int threads, int cap) {
   return kc == 1 && threads < kTopkThreads && cap <= kTopkFirstBins;
 }
-/// Upper bound of the selection kernel's static shared memory (checked in the kernel): launches of
-/// more than 48 KiB − kTopkStaticSmemMax bytes of dynamic shared memory opt in to the larger limit
-/// (static and dynamic shared memory together may not pass 48 KiB without it). The largest
-/// instance, candidates on a cluster, holds about 28 KiB (the first-digit histogram 8 KiB, the
-/// pushes' receive buffers 16 KiB).
-inline constexpr int kTopkStaticSmemMax = 32 * 1024;
-static_assert(kTopkSmemKeys * 4 + kTopkStaticSmemMax <= 227 * 1024,
+/// Upper bound of the static shared memory of the selection kernel of `cluster_size` CTAs per row
+/// (checked in the kernel): launches of more than 48 KiB − this bound of dynamic shared memory opt
+/// in to the larger limit (static and dynamic shared memory together may not pass 48 KiB without
+/// it). The largest instances: candidates on one CTA about 15 KiB (the block scan's 4.3 KiB, the
+/// first-digit histogram 8 KiB), candidates on a cluster about 31 KiB (with the pushes' receive
+/// buffers, 16 KiB).
+__host__ __device__ constexpr int topk_static_smem_max(int cluster_size) {
+  return cluster_size > 1 ? 32 * 1024 : 16 * 1024;
+}
+static_assert(kTopkSmemKeys * 4 + topk_static_smem_max(2) <= 227 * 1024,
               "topk_allow_smem's dynamic limit and the static bound fit an sm_90 CTA's 227 KiB");
 /// CTAs per row of the cluster variant (a thread-block cluster; histograms and compaction offsets
-/// are exchanged through distributed shared memory).
+/// are pushed into each other's shared memory, TopkExchange).
 inline constexpr int kTopkCluster = 8;
 
 /// Regions `n` and output row of selection row `r` (see TopkArgs).
@@ -295,8 +298,9 @@ __device__ __forceinline__ void warp_hist_add(unsigned* h, unsigned digit, bool 
 /// A clamped last digit overlaps bits already in the mask: those bits equal the prefix's for
 /// every counted key, so the digit is still exact.
 /// kC > 1: the ranks' histograms are exchanged by pushes (TopkExchange `*xch`, this CTA's cluster
-/// rank `crank`; kC = 1: unused, may be null); the function may run once per kernel on a cluster
-/// (its passes number the exchange's phases from 0).
+/// rank `crank`; kC = 1: unused, may be null). On a cluster it may run only once per kernel: its
+/// passes number the exchange's mbarrier phases from 0 (topk_select_kernel's two calls of
+/// radix_refine<kC> are on exclusive paths).
 template <int kC, int kThreads, class KeyAt>
 __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, std::uint32_t& prefix,
                                                  std::uint32_t& mask, unsigned krem, unsigned (&hist)[2][256],
@@ -304,7 +308,7 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
                                                  int crank) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   static_assert(kTopkThreadsValid<kThreads> && (kC == 1 || kThreads == kTopkThreads),
-                "clusters run 512-thread CTAs (the cross-rank sum below uses threads 0-255)");
+                "clusters run 512-thread CTAs (the launch shape and TopkExchange's 256 bin threads assume it)");
   const int len_up = (len + kThreads - 1) / kThreads * kThreads;
   int buf = 0;
 #pragma unroll 1
@@ -493,8 +497,8 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
   __shared__ TopkRow s_row;  // the row's n and output row, read where used (topk_row)
   static_assert(sizeof scan_tmp + sizeof hist + sizeof hsum + sizeof hfirst + sizeof pick + 2 * sizeof s_cand_off +
                         sizeof xch + sizeof s_row + 32 * sizeof(unsigned) /* compact_by_ballots */ + 256 /* alignment */ <=
-                    kTopkStaticSmemMax,
-                "the launcher opts in to more dynamic shared memory from 48 KiB - kTopkStaticSmemMax on");
+                    topk_static_smem_max(kC),
+                "the launcher opts in to more dynamic shared memory from 48 KiB - topk_static_smem_max on");
   if (tid == 0) s_row = topk_row(a, r);
   __syncthreads();
   // one volatile load: with a plain one, ptxas 13.0 gave the 256-thread staged radix instance 48
@@ -902,7 +906,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
   const int cand_keys = topk_cand_in_hist(cluster_size, threads, args.cand_cap) ? 0 : args.cand_cap;
   const int smem = ((smem_keys ? static_cast<int>(slice) : 0) + cand_keys) * 4;
   auto launch = [&](auto kernel, int kc) -> ::step5::Status {
-    if (smem > 48 * 1024 - kTopkStaticSmemMax) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));  // static counts too
+    if (smem > 48 * 1024 - topk_static_smem_max(kc)) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));  // static counts too
     LaunchShape shape = topk_launch_shape(rows, kc, smem, threads);
     shape.pdl = ::step5::ops::topk_launch_uses_pdl(kc, threads, rows, sms);  // few 512-thread rows: no PDL
     return launch_kernel("topk_select_kernel launch", kernel, shape, stream, args);
