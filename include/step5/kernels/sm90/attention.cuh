@@ -960,22 +960,33 @@ __device__ __forceinline__ void split_weights(const SparseAttentionArgs& a, long
   split_weights_from_lse(rows, S, tid, s_w, s_lse);
 }
 
-/// Split-KV merge, phase 2: the weighted sum, in split order, of the splits' partial outputs of
-/// element (row r, columns d4 .. d4 + 3); `w` = the row's split weights.
-template <int D>
-__device__ __forceinline__ float4 merge_splits(const SparseAttentionArgs& a, long long base, int S, int r, int d4,
-                                               const float* w) {
+/// The split merge's sum of one element (four columns): Σ_s w[s] · part(s), in split order
+/// s = 0 .. S-1, each product added as it comes — the one order of every split merge (the
+/// last-arriver's, the cluster's, the pushed one), so all give the same bits. `part(s)`: split
+/// s's float4 of the element, from wherever that merge holds it.
+template <class Part>
+__device__ __forceinline__ float4 weighted_split_sum(const float* w, int S, Part part) {
   float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 8
   for (int s = 0; s < S; ++s) {
     const float ws = w[s];
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(a.ws_o + (base + s * 64 + r) * D + d4));
+    const float4 v = part(s);
     o.x += v.x * ws;
     o.y += v.y * ws;
     o.z += v.z * ws;
     o.w += v.w * ws;
   }
   return o;
+}
+
+/// Split-KV merge, phase 2: the weighted sum, in split order, of the splits' partial outputs of
+/// element (row r, columns d4 .. d4 + 3); `w` = the row's split weights.
+template <int D>
+__device__ __forceinline__ float4 merge_splits(const SparseAttentionArgs& a, long long base, int S, int r, int d4,
+                                               const float* w) {
+  return weighted_split_sum(w, S, [&](int s) {
+    return __ldcg(reinterpret_cast<const float4*>(a.ws_o + (base + s * 64 + r) * D + d4));
+  });
 }
 
 /// Step 5c (num_splits > 1, after `merge_warps_and_store` wrote this split's partial): arrival on
@@ -1042,16 +1053,8 @@ __device__ __forceinline__ void cluster_merge_splits(const SparseAttentionArgs& 
     const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
     const float* wr = s_w + r * kMaxSplits;
     const float* src = cpart + r * kBufStride + d4;
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int s = 0; s < S; ++s) {  // the same sum as merge_splits
-      const float ws = wr[s];
-      const float4 v = *reinterpret_cast<const float4*>(cluster.map_shared_rank(src, s));
-      o.x += v.x * ws;
-      o.y += v.y * ws;
-      o.z += v.z * ws;
-      o.w += v.w * ws;
-    }
+    const float4 o = weighted_split_sum(
+        wr, S, [&](int s) { return *reinterpret_cast<const float4*>(cluster.map_shared_rank(src, s)); });
     const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
     store_gated_output<D>(a, t, h, d4, o, s_lse[r], sp_gate[r]);
   }
@@ -1087,16 +1090,8 @@ __device__ __forceinline__ void cluster_merge_pushed(const SparseAttentionArgs& 
   for (int idx = e0 + tid; idx < e1; idx += kThreads) {
     const int r = idx / (D / 4), d4 = (idx - r * (D / 4)) * 4;
     const float* wr = s_w + r * kMaxSplits;
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int s = 0; s < S; ++s) {  // the same sum as merge_splits and cluster_merge_splits
-      const float ws = wr[s];
-      const float4 v = *reinterpret_cast<const float4*>(recv + 4 * (s * cap + idx - e0));
-      o.x += v.x * ws;
-      o.y += v.y * ws;
-      o.z += v.z * ws;
-      o.w += v.w * ws;
-    }
+    const float4 o =
+        weighted_split_sum(wr, S, [&](int s) { return *reinterpret_cast<const float4*>(recv + 4 * (s * cap + idx - e0)); });
     const int i = r / HPG, h = w.g * HPG + r % HPG, t = w.t0 + i;
     store_gated_output<D>(a, t, h, d4, o, s_lse[r], sp_gate[r]);
   }
