@@ -151,7 +151,8 @@ inline constexpr std::size_t kAttentionSmemAlign = 1024;
 /// stages: 2048, 3072, 3072 bytes). The rounding is what the kernel occupies: its dynamic shared
 /// memory is declared kAttentionSmemAlign-aligned (the wgmma operands' 128B-swizzle atoms), so
 /// ptxas pads the static part to the next KiB (it reports 2048, 3072, 3072 bytes for
-/// step5_preview). The kernel static_asserts its layout against it.
+/// step5_preview). The kernel static_asserts its layout against it (with the one-query
+/// instance's 8-byte merge mbarrier, within the 768 bytes' slack).
 constexpr std::size_t attention_static_smem(int stages) {
   return (768u + static_cast<std::size_t>(attention_meta_slots(stages)) * (kAttentionTileTokens * 4u + 16u * 8u) +
           kAttentionSmemAlign - 1u) / kAttentionSmemAlign * kAttentionSmemAlign;

@@ -6,7 +6,7 @@
 #   1. builds (working tree; build-abold) in parallel; 2. test_topk and test_attention quick (the
 #   review's follow-ups: per-instance opt-in threshold, mapa not volatile); 3. bench_attention decode
 #   A/B; 4. memcheck of the forced-split decode case if time is left. (Cut to fit the session's
-#   last 399 s of device time after two failed starts: no bench_layer A/B, no racecheck.)
+#   last 399 s of device time after a failed start: no bench_layer A/B, no racecheck.)
 set -u
 R=$PWD; O=${OUT:-/tmp/o}; mkdir -p $O/l; T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s]"; }

@@ -59,7 +59,7 @@
 ///     (same weights, same split order: the same bits as the last-arriver merge). The one-query
 ///     instance (every decode tile) pushes each element of its partial and each row's LSE into the
 ///     shared memory of the CTA that merges it (st.async, one mbarrier: `cluster_merge_pushed`)
-///     instead of a cluster barrier and remote loads; the same sums.
+///     instead of a release cluster barrier and remote loads; the same sums.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -862,7 +862,7 @@ __device__ __forceinline__ void stash_warp_partials(SmemStatic& ss, float* buf, 
 /// the weight 2^(m_t - max) / L of each warp t (in place of ss.m) and the row's log2-LSE (in place
 /// of ss.l[row group]); then every element is the weighted sum of the warps' stashed values.
 /// Every thread of the CTA calls it (a barrier between the two).
-/// `push` (the one-query instance's to_cluster, cluster_merge_pushed; TG >= 2; mbarrier
+/// `push` (the one-query instance's to_cluster, cluster_merge_pushed; TG = 4; mbarrier
 /// `push_bar`): the partial and log2-LSE go straight into the merging CTAs' shared memory — each element to the split whose share holds it, at
 /// `cpart` (its receive buffer) there, each row's LSE to every split's LSE table `s_w` — after the
 /// cluster barrier whose arrival the caller made when its ring was done (the pushes land in the

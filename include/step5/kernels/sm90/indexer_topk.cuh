@@ -17,7 +17,9 @@
 /// In a cluster, CTA rank c owns an id-contiguous slice of the row: every rank pushes its histogram
 /// of a pass into every rank's shared memory (st.async, TopkExchange) and sums the ranks' in rank
 /// order (identical results everywhere), and the compaction offsets of a slice are the (gt, eq)
-/// totals of the lower ranks, pushed the same way.
+/// totals of the lower ranks, pushed the same way. (Candidate compaction on a cluster, not the
+/// default there, still reads the ranks' first-digit histograms and stores its candidates through
+/// distributed shared memory between cluster barriers.)
 /// Rows whose history fits (k == n) skip the radix passes. Keys are staged in dynamic shared memory
 /// when a CTA's slice fits (kSmem; loaded with several independent loads in flight per thread), else
 /// re-read from global memory each pass.
@@ -37,7 +39,7 @@
 
 #include "step5/kernels/sm90/arch.cuh"
 #include "step5/kernels/sm90/pdl.cuh"
-#include "step5/kernels/sm90/ptx.cuh"  // cluster_sync_before_exit
+#include "step5/kernels/sm90/ptx.cuh"  // mbarriers, st.async pushes, the split and exit cluster barriers
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 #include <string>
@@ -294,7 +296,8 @@ __device__ __forceinline__ void warp_hist_add(unsigned* h, unsigned digit, bool 
 /// restricted to the keys with (key & mask) == prefix; `krem` (≥ 1) of those are still to be
 /// taken. Refines prefix/mask until the keys with the prefix are exactly the remaining ones, or
 /// every bit is fixed; returns `need`, the number of keys equal to the final prefix that are taken.
-/// hist: both buffers zero on entry (left zero or dirty; the caller does not reuse them).
+/// hist: both buffers zero on entry (left zero or dirty; the caller does not reuse them); a
+/// cluster (kC > 1) counts in hist[0] only, cleared by each pass once pushed.
 /// A clamped last digit overlaps bits already in the mask: those bits equal the prefix's for
 /// every counted key, so the digit is still exact.
 /// kC > 1: the ranks' histograms are exchanged by pushes (TopkExchange `*xch`, this CTA's cluster
@@ -498,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
   static_assert(sizeof scan_tmp + sizeof hist + sizeof hsum + sizeof hfirst + sizeof pick + 2 * sizeof s_cand_off +
                         sizeof xch + sizeof s_row + 32 * sizeof(unsigned) /* compact_by_ballots */ + 256 /* alignment */ <=
                     topk_static_smem_max(kC),
-                "the launcher opts in to more dynamic shared memory from 48 KiB - topk_static_smem_max on");
+                "the launcher opts in to more dynamic shared memory above 48 KiB - topk_static_smem_max");
   if (tid == 0) s_row = topk_row(a, r);
   __syncthreads();
   // one volatile load: with a plain one, ptxas 13.0 gave the 256-thread staged radix instance 48

@@ -198,7 +198,9 @@ __device__ __forceinline__ void bulk_copy_g2s(std::uint32_t dst, const void* src
 }
 
 /// The last cluster barrier of a kernel whose CTAs read each other's shared memory (distributed
-/// shared memory): no CTA exits while another may still read its shared memory. An execution
+/// shared memory) or push into it (st_async_*): no CTA exits while another may still read its
+/// shared memory or a push it issued may be in flight (every push has completed before its
+/// receiver's mbarrier wait returns, so no memory needs ordering here either). An execution
 /// barrier only — `barrier.cluster.arrive.relaxed`, then `barrier.cluster.wait` — because what it
 /// orders are reads whose values every thread has already used before it arrives (complete), not
 /// writes another CTA must see. cooperative_groups' cluster.sync() arrives with release semantics,
