@@ -70,6 +70,13 @@ int current_sm_count() {
 
 using step5_test::DevBuf;
 
+/// A sparse-attention workspace as a launch expects it: the split partials poisoned (NaN bytes: a
+/// merge of an unwritten partial shows), the split-KV arrival counters zeroed.
+void poison_workspace(void* ws, std::size_t bytes) {
+  GPU_CHECK(cudaMemset(ws, 0xff, bytes));
+  if (bytes > 0) GPU_CHECK(cudaMemset(ws, 0, step5::ops::kAttentionCounterBytes));
+}
+
 struct Scenario {
   std::string name;
   std::vector<int> q_lens;   // per request (0 allowed)
@@ -624,14 +631,11 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
     step5::Status st = step5::ops::sparse_attention_workspace_size(p, &ws_bytes);
     EXPECT(st.ok(), "%s: workspace_size: %s", lab.c_str(), st.to_string().c_str());
     if (!st.ok()) continue;
-    // partials poisoned (NaN bytes: a merge of an unwritten partial shows), counters zeroed once
+    // partials poisoned, counters zeroed once
     DevBuf<unsigned char> ws(ws_bytes);
-    GPU_CHECK(cudaMemset(ws.p, 0xff, ws_bytes));
-    if (ws_bytes > 0) {
-      EXPECT(ws_bytes > step5::ops::kAttentionCounterBytes, "%s: workspace %zu bytes without room past the counters",
-             lab.c_str(), ws_bytes);
-      GPU_CHECK(cudaMemset(ws.p, 0, step5::ops::kAttentionCounterBytes));
-    }
+    EXPECT(ws_bytes == 0 || ws_bytes > step5::ops::kAttentionCounterBytes,
+           "%s: workspace %zu bytes without room past the counters", lab.c_str(), ws_bytes);
+    poison_workspace(ws.p, ws_bytes);
     d_out.up(out_poison);
     d_lse.up(lse_poison);
     const step5::Status launched = step5::ops::sparse_attention<Tag::kId>(p, ws.p, ws_bytes, nullptr);
@@ -727,8 +731,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
       if (pst.ok() && wst.ok() && plan2.query_tile == 2) {
         ++g_instance_checks;
         DevBuf<unsigned char> wsg(std::max<std::size_t>(wsg_bytes, 1));
-        GPU_CHECK(cudaMemset(wsg.p, 0xff, wsg.n));  // partials poisoned, counters zeroed (as above)
-        if (wsg_bytes > 0) GPU_CHECK(cudaMemset(wsg.p, 0, step5::ops::kAttentionCounterBytes));
+        poison_workspace(wsg.p, wsg_bytes);
         relaunch_same_bits(pg, what, wsg.p, wsg_bytes);
       }
     }

@@ -863,8 +863,9 @@ __device__ __forceinline__ void stash_warp_partials(SmemStatic& ss, float* buf, 
 /// of ss.l[row group]); then every element is the weighted sum of the warps' stashed values.
 /// Every thread of the CTA calls it (a barrier between the two).
 /// `push` (the one-query instance's to_cluster, cluster_merge_pushed; TG = 4; mbarrier
-/// `push_bar`): the partial and log2-LSE go straight into the merging CTAs' shared memory — each element to the split whose share holds it, at
-/// `cpart` (its receive buffer) there, each row's LSE to every split's LSE table `s_w` — after the
+/// `push_bar`): the partial and log2-LSE go straight into the merging CTAs' shared memory — each
+/// element to the split whose share holds it, at `cpart` (its receive buffer) there, each row's
+/// LSE to every split's LSE table `s_w` — after the
 /// cluster barrier whose arrival the caller made when its ring was done (the pushes land in the
 /// ring's region of the other CTAs).
 template <int D, int HPG>
@@ -1063,6 +1064,14 @@ __device__ __forceinline__ void cluster_merge_splits(const SparseAttentionArgs& 
   ptx::cluster_sync_before_exit();
 }
 
+/// Whether the launch's split CTAs merge as a thread-block cluster (plan.cluster_merge, where the
+/// merge buffers fit this instance's ring): the one condition of the epilogue and, in the one-query
+/// instance, of the pushed merge's mbarrier and cluster barrier.
+template <int D, int NS>
+__device__ __forceinline__ bool merges_by_cluster(const SparseAttentionArgs& a) {
+  return ops::attention_cluster_merge_fits(D, NS) && a.num_splits > 1 && a.cluster_merge != 0;
+}
+
 /// Step 5c'' (the cluster merge of the one-query instance: every decode tile, TG = 4): the same
 /// merge as cluster_merge_splits — the same weights, each split's share summed in split order —
 /// but the partials and LSEs were pushed here by merge_warps_and_store (st.async, completing
@@ -1199,7 +1208,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   // the one-query instance's split merge by pushes (cluster_merge_pushed): one condition for the
   // mbarrier's initialisation here, the cluster barrier after the ring and the merge (constant false
   // in the general instance)
-  const bool push = ONE_Q && ops::attention_cluster_merge_fits(D, NS) && a.num_splits > 1 && a.cluster_merge != 0;
+  const bool push = ONE_Q && merges_by_cluster<D, NS>(a);
   if (push && tid == 0) {  // visible to the cluster before the barrier that lets the others push
     ptx::mbar_init(&merge_bar, 1);
     ptx::fence_mbarrier_init_cluster();
@@ -1299,7 +1308,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
                 "cluster_merge_splits takes the weight table at lse + 64 and the merged LSEs after it");
   float* cpart = buf + (TG == 1 ? 0 : kCm.partial);
   float* clse = buf + kCm.lse;
-  const bool to_cluster = ops::attention_cluster_merge_fits(D, NS) && a.num_splits > 1 && a.cluster_merge != 0;
+  const bool to_cluster = merges_by_cluster<D, NS>(a);
   static_assert(16 * (D / 4) * 16 + (ops::kAttentionMaxClusterSplits - 1) * 16 <= 32 * (D + 4) * 4,
                 "cluster_merge_pushed's receive buffer (S * ceil(n / S) float4, n = 16 rows x D / 4) within the "
                 "32 rows of stride D + 4 of cluster_merge_splits' partial");

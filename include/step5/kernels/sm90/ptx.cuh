@@ -208,9 +208,8 @@ __device__ __forceinline__ void bulk_copy_g2s(std::uint32_t dst, const void* src
 /// stores — at the end of a kernel, its outputs (Nsight Compute, bench/RESULTS.md twenty-fifth
 /// session). Every thread of every CTA of the cluster calls it (warps may diverge: not .aligned).
 __device__ __forceinline__ void cluster_sync_before_exit() {
-#if STEP5_SM90A_DEVICE
-  asm volatile("barrier.cluster.arrive.relaxed;\n\tbarrier.cluster.wait;\n" ::: "memory");
-#endif
+  cluster_arrive_relaxed();
+  cluster_wait();
 }
 
 }  // namespace step5::kernels::sm90::ptx
