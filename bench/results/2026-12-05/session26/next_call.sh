@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The twenty-sixth session's "Next on a GPU" in one device call (written then, not run; about 550 s
 # with the builds). Device carry [".deps"]; ask for nvidia-h200 (the issue tables are H200's).
-#   1. test_attention quick on e034ff7 (one weighted_split_sum for the three split merges: PTX
+#   1. test_topk and test_attention quick on e034ff7 and fe2e3e0 (one weighted_split_sum, merges_by_cluster: PTX
 #      identical up to register names, not yet run);
 #   2. bench_layer decode + prefill and bench_indexer decode on the H200 with the pushes (9cfa40b,
 #      f9dc686): the issue 14 / 15 tables;
@@ -15,8 +15,10 @@ left() { echo $(( 560 - ($(date +%s) - T0) )); }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $O/l/gpu.txt
 . tools/device_build.sh test_topk test_attention bench_layer bench_indexer > $O/l/build.log 2>&1
 echo "$(el) build: $(tail -n 1 $O/l/build.log)"; grep -i spill $O/l/build.log | head -3
-STEP5_GPU_TEST_QUICK=1 timeout 60 build-device/tests/test_attention > $O/l/test_attention.txt 2>&1
-rc=$?; echo "$(el) test_attention quick rc=$rc $(grep -E 'passed, .* failed' $O/l/test_attention.txt | tail -n 1)"; grep -E '^\[FAIL\]' $O/l/test_attention.txt | head -5; pack
+for t in test_topk test_attention; do
+  STEP5_GPU_TEST_QUICK=1 timeout 60 build-device/tests/$t > $O/l/$t.txt 2>&1
+  rc=$?; echo "$(el) $t quick rc=$rc $(grep -E 'passed, .* failed' $O/l/$t.txt | tail -n 1)"; grep -E '^\[FAIL\]' $O/l/$t.txt | head -5; pack
+done
 timeout 200 build-device/bench/bench_layer --benchmark_out=$O/l/bench_layer.json --benchmark_out_format=json > $O/l/bench_layer.txt 2>&1
 echo "$(el) bench_layer rc=$?"; tail -n 30 $O/l/bench_layer.txt | cut -c1-170; pack
 [ "$(left)" -gt 150 ] && { timeout 60 build-device/bench/bench_indexer --benchmark_filter='^(copy|indexer_decode/|topk/(0|8|radix_cluster)/rows:(1|16|64)/)' --benchmark_out=$O/l/bench_indexer.json --benchmark_out_format=json > $O/l/bench_indexer.txt 2>&1; echo "$(el) bench_indexer rc=$?"; grep -E "^(indexer_decode|topk)/" $O/l/bench_indexer.txt | cut -c1-150; pack; }
