@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The twenty-seventh session's second GPU call (written then, not run): the measurements of branch
 # session27-exp against main, after next_call.sh passed. Here first: git checkout session27-exp &&
-# bash tools/device_ab.sh prepare main; device carry [".deps", "build-abold"]; about 560 s; any
+# bash tools/device_ab.sh prepare 67441ab (main before the early loads); device carry [".deps", "build-abold"]; about 560 s; any
 # H100/H200 (every ratio is within one binary or one A/B call).
 #   1. builds: bench_gemm, bench_attention, bench_layer (working tree) and main's bench_attention,
 #      bench_layer (build-abold), in parallel;
