@@ -11,9 +11,12 @@
 //                                      gemm_wgmma_tile_name: 128, 256, 152, m64n256, m64n128, ...);
 //   gemm_wgmma_sk<S>/...               the wgmma path with S K splits forced (T = 64..256), to
 //                                      re-fit the launcher's split cost model
-//   gemm_gemv/...                      the forced kGemv path (T <= kGemmGemvMaxTokens), which kAuto
-//                                      takes only at T = 1 on wide weights (gemm_auto_takes_gemv);
-//                                      the config / split_k knobs skip it
+//   gemm_gemv/...                      the forced kGemv path where it runs (gemm_gemv_eligible: T <=
+//                                      kGemmGemvMaxTokens; T = 1 the CUDA-core kernel, T >= 2 the
+//                                      tensor-core one), which kAuto takes only at T = 1 on wide
+//                                      weights (gemm_auto_takes_gemv); the config / split_k knobs skip it
+//   gemm_gemv_mma/... (T = 1)          the kGemv path's tensor-core kernel forced at T = 1 (config
+//                                      kGemmGemvTensorCores), against gemm_gemv/'s CUDA-core kernel
 // The label and the table's path column: "wgmma <kind>[, split-K <S>]" or "stream[, split-K <S>]".
 // Env knobs (A/B without a rebuild; names unchanged, the label shows the plan): STEP5_BENCH_GEMM_CONFIG,
 // STEP5_BENCH_GEMM_SPLIT_K override a `gemm*` case's config / split_k where the case leaves it 0.
@@ -295,13 +298,15 @@ const char* path_name(step5::ops::GemmPath p) {
   return p == step5::ops::GemmPath::kSplitK ? "stream" : step5::ops::gemm_path_name(p);
 }
 
-/// "wgmma 128, split-K 4", "stream, split-K 7", "wgmma 256", "wgmma m64n256, split-K 8": the
-/// path, the wgmma tile kind (gemm_wgmma_tile_name) and the K splits of either split path.
+/// "wgmma 128, split-K 4", "stream, split-K 7", "wgmma 256", "wgmma m64n256, split-K 8", "gemv",
+/// "gemv mma": the path, the wgmma tile kind (gemm_wgmma_tile_name), the kGemv kernel (" mma": the
+/// tensor-core one) and the K splits of either split path.
 std::string plan_label(const step5::ops::GemmPlan& plan) {
   std::string l = path_name(plan.path);
   if (plan.path == step5::ops::GemmPath::kWgmma && plan.config >= 1 &&
       plan.config <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)))
     l += " " + step5::ops::gemm_wgmma_tile_name(step5::ops::kGemmWgmmaTiles[plan.config - 1]);
+  if (plan.path == step5::ops::GemmPath::kGemv && plan.config == step5::ops::kGemmGemvTensorCores) l += " mma";
   if (plan.split_k > 1) l += ", split-K " + std::to_string(plan.split_k);
   return l;
 }
@@ -411,7 +416,7 @@ int main(int argc, char** argv) {
   add.template operator()<GeometryId::step5_preview, 8>();
   add.template operator()<GeometryId::dsa_h64_kv8_d128, 1>();  // the other wide shape of kAuto's kGemv rule
   add.template operator()<GeometryId::dsa_h64_kv8_d128, 8>();
-  const int tokens[] = {1, 4, 8, 32, 64, 128, 256, 1024, 4096, 16384};
+  const int tokens[] = {1, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};  // 16: MTP decode, the last kGemv T
   const double kMin = 0.02;  // keeps the whole run near one minute
   benchmark::RegisterBenchmark("copy/d2d", bm_copy)->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
   for (const Shape& s : shapes)
@@ -426,9 +431,14 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(("gemm_auto/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, true)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       // the other path / tile choices around the launcher's crossovers
-      if (T <= step5::ops::kGemmGemvMaxTokens)
+      if (step5::ops::gemm_gemv_eligible(T, s.K))
         benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0,
                                      false)
+            ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      // at T = 1 also the tensor-core kGemv kernel (gemv/ runs the CUDA-core one there)
+      if (T == 1 && step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCores))
+        benchmark::RegisterBenchmark(("gemm_gemv_mma/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
+                                     step5::ops::kGemmGemvTensorCores, 0, false)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       if (T >= 32 && T <= 128)
         benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kSplitK, 0, 0, false)
