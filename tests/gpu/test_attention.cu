@@ -733,6 +733,44 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
         DevBuf<unsigned char> wsg(std::max<std::size_t>(wsg_bytes, 1));
         poison_workspace(wsg.p, wsg_bytes);
         relaunch_same_bits(pg, what, wsg.p, wsg_bytes);
+        if (B >= 2) {
+          // The one-query instance loads token `tile`'s selection row, Q and gate before step 1
+          // has located the tile, and loads them again when the tile turns out to be another
+          // token. On a device cu_seqlens_q shifted by one (cu'[b] = min(b + 1, T): a broken
+          // device copy behind a valid host mirror, as after a graph's metadata was rewritten)
+          // tile j is token j + 1 of request j (the last request has none): both instances must
+          // compute the same tokens, bit for bit, and leave token 0's output poisoned.
+          std::vector<std::int32_t> cu_shift(B + 1);
+          for (int b = 0; b <= B; ++b) cu_shift[b] = std::min(b + 1, T);
+          DevBuf<std::int32_t> d_cu_shift(cu_shift);
+          auto run_shifted = [&](step5::ops::SparseAttentionParams pv, void* wsv, std::size_t wsv_bytes,
+                                 std::vector<bf16>* o, std::vector<float>* l) {
+            pv.cu_seqlens_q = d_cu_shift.p;
+            d_out.up(out_poison);
+            d_lse.up(lse_poison);
+            const step5::Status vst = step5::ops::sparse_attention<Tag::kId>(pv, wsv, wsv_bytes, nullptr);
+            EXPECT(vst.ok(), "%s: shifted device cu_seqlens_q: %s", lab.c_str(), vst.to_string().c_str());
+            GPU_CHECK(cudaDeviceSynchronize());
+            *o = d_out.down();
+            *l = d_lse.down();
+          };
+          std::vector<bf16> o1, o2;
+          std::vector<float> l1, l2;
+          run_shifted(p, ws.p, ws_bytes, &o1, &l1);
+          poison_workspace(wsg.p, wsg_bytes);
+          run_shifted(pg, wsg.p, wsg_bytes, &o2, &l2);
+          EXPECT(step5_test::same_bits(o1, o2) && step5_test::same_bits(l1, l2),
+                 "%s: shifted device cu_seqlens_q: the one-query instance differs from %s", lab.c_str(), what.c_str());
+          bool token0_poisoned = true, token1_written = false;  // tokens 0 and 1: out rows 0 and 1 (ldo apart)
+          for (long long i = 0; i < static_cast<long long>(Hl) * D; ++i) {
+            token0_poisoned = token0_poisoned && o1[i].bits == kPoison;
+            token1_written = token1_written || o1[ldo + i].bits != kPoison;
+          }
+          EXPECT(token0_poisoned && token1_written,
+                 "%s: shifted device cu_seqlens_q: token 0 %s, token 1 %s (expected token 0 untouched, token 1 written)",
+                 lab.c_str(), token0_poisoned ? "untouched" : "written", token1_written ? "written" : "untouched");
+          check_counters_zero(lab + " (shifted device cu_seqlens_q)", ws.p, ws_bytes);
+        }
       }
     }
   }

@@ -19,7 +19,9 @@
 ///     entries) and resolves every entry's region id and cache row up front in one parallel pass
 ///     (invalid ids / blocks are masked, as on the bitmap path); `prepare_stage` then reads only
 ///     shared memory. The Q fragments and the rows' gate logits are loaded before step 2 so that
-///     their loads overlap it.
+///     their loads overlap it; the one-query instance issues them and the selection row's loads
+///     (`load_region_list_row`) for token `tile` even before step 1 (a one-query tile is that token
+///     when cu_seqlens_q starts at 0; step 1 confirms it, else they are loaded again).
 ///  2''. A tile of several queries with one split whose union is large against its queries' own
 ///     selections (`uses_per_query_gathers`: ops::attention_per_query_pays on the union's stages
 ///     and the queries' region counts from step 2a, or forced by tile_gather) runs its queries
@@ -384,16 +386,31 @@ __device__ __forceinline__ int region_cache_row(const SparseAttentionArgs& a, in
 /// stage. The selection rows list distinct ids (SPEC §4 step 6) in ascending order, so the gathered
 /// regions and their order are those of the union path (a repeated id would count twice here, once
 /// there; the reference counts it twice). The id this thread loads in the common case cnt = topk + 1
-/// is issued before counts arrives (speculation, checked). Ends with a barrier.
+/// and the row's count come from `load_region_list_row` (issued by the caller: the one-query
+/// instance issues them before the tile is located), the id speculatively (checked here). Ends with
+/// a barrier.
+struct RegionListLoads {
+  int spec;   ///< entry u0 + tid of the split's share of a full row (cnt = topk + 1), or -1
+  int count;  ///< the row's count (unclamped)
+};
+/// The loads of step 2' that need only the selection row of token t0, KV group g (not the tile's
+/// request): this thread's speculative id and the row's count.
+__device__ __forceinline__ RegionListLoads load_region_list_row(const SparseAttentionArgs& a, int t0, int g, int split,
+                                                               int tid) {
+  const int W = a.topk + 1;
+  const long long row = static_cast<long long>(g) * a.num_tokens + t0;
+  TileWork full;
+  split_union(W, a.num_splits, split, full);
+  return {tid < full.u1 - full.u0 ? a.topk_ids[row * W + full.u0 + tid] : -1, a.counts[row]};
+}
+/// `pre`: load_region_list_row of w's token and group.
 __device__ __forceinline__ void build_region_list(const SparseAttentionArgs& a, const SmemPtrs& sp, TileWork& w,
-                                                  int split, int tid) {
+                                                  int split, int tid, const RegionListLoads& pre) {
   const int W = a.topk + 1;
   const long long row = static_cast<long long>(w.g) * a.num_tokens + w.t0;
   const int* ids = a.topk_ids + row * W;
-  TileWork full = w;
-  split_union(W, a.num_splits, split, full);
-  const int spec = tid < full.u1 - full.u0 ? ids[full.u0 + tid] : -1;
-  const int cnt = min(max(a.counts[row], 0), W);
+  const int spec = pre.spec;
+  const int cnt = min(max(pre.count, 0), W);
   split_union(cnt, a.num_splits, split, w);
   const bool spec_ok = cnt == W;
   const int cur = w.pos0 >> kRegionLog2;
@@ -1129,7 +1146,7 @@ __device__ __forceinline__ void attend_queries_in_turn(const SparseAttentionArgs
     q.pos_last = q.pos0;
     q.list = true;
     __syncthreads();
-    build_region_list(a, sp, q, 0, tid);
+    build_region_list(a, sp, q, 0, tid, load_region_list_row(a, q.t0, q.g, 0, tid));
     load_q_fragments<D, HPG>(a, q, 0, lane, qf);
     float acc[D / 8][4];
 #pragma unroll
@@ -1215,6 +1232,28 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   }
   pdl_wait();  // q, the selections and the caches belong to the previous kernels of the step
 
+  // The one-query instance's tile is one token, and a tile of one query is token `tile` whenever
+  // cu_seqlens_q starts at 0 (the tiles count the tokens in request order): the loads that need
+  // only the token — its selection row's ids and count (step 2'), Q fragments and gate logits
+  // (step 4a) — are issued before step 1 finds the tile's request, so that the two round trips
+  // overlap instead of following each other; step 1 confirms the token, and any other tile (a
+  // broken cu_seqlens_q) loads them again for its own token below.
+  std::uint32_t qf[D / 16][4];
+  // thread tid < rows reads the gate logit of tile row tid (query tid / HPG, head tid % HPG)
+  const auto gate_logit = [&](int t0, int rows_) {
+    return tid < rows_ && a.gate != nullptr ? a.gate[(t0 + tid / HPG) * a.gate_stride + g * HPG + tid % HPG]
+                                            : __float2bfloat16_rn(0.f);
+  };
+  __nv_bfloat16 glogit = __float2bfloat16_rn(0.f);
+  RegionListLoads row_loads{-1, 0};
+  if constexpr (ONE_Q) {
+    TileWork guess;
+    guess.t0 = tile, guess.nq = 1, guess.g = g;
+    row_loads = load_region_list_row(a, tile, g, split, tid);
+    load_q_fragments<D, HPG>(a, guess, 0, lane, qf);
+    glogit = gate_logit(tile, HPG);
+  }
+
   // 1. locate the tile
   if (warp == 0) locate_tile(a, ss, tile, lane);
   __syncthreads();
@@ -1237,17 +1276,18 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
   const int TG = kWarps / RG;
   const int rg = warp % RG, tg = warp / RG;
   // 4a. Q fragments and the rows' gate logits: independent of steps 2-3, issued first so that
-  // their loads overlap them
-  std::uint32_t qf[D / 16][4];
-  load_q_fragments<D, HPG>(a, w, rg, lane, qf);
-  const bool gate_row = tid < rows && a.gate != nullptr;  // thread tid reads the logit of tile row tid
-  const __nv_bfloat16 glogit =
-      gate_row ? a.gate[(w.t0 + tid / HPG) * a.gate_stride + w.g * HPG + tid % HPG] : __float2bfloat16_rn(0.f);
+  // their loads overlap them (the one-query instance's, for token `tile`, before step 1)
+  const bool preloaded = ONE_Q && w.t0 == tile;  // uniform
+  if (!preloaded) {
+    load_q_fragments<D, HPG>(a, w, rg, lane, qf);
+    glogit = gate_logit(w.t0, rows);
+  }
 
   w.list = ONE_Q || w.nq == 1;  // ONE_Q: the plan's query_tile 1 makes every tile one query
   if (w.list) {
     // 2'. one query: the split's share of its selection row, resolved up front
-    build_region_list(a, sp, w, split, tid);
+    if (!preloaded) row_loads = load_region_list_row(a, w.t0, w.g, split, tid);
+    build_region_list(a, sp, w, split, tid, row_loads);
   } else if constexpr (!ONE_Q) {
     // 2. region bitmaps, their union and its prefix counts
     build_region_bitmaps(a, sp, ss, w, tid);
@@ -1255,7 +1295,7 @@ __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAt
     // 3. this split's share of the union
     split_union(sp.prefix[words], a.num_splits, split, w);
   }
-  if (tid < rows) sp.gate[tid] = gate_row ? gate_value(glogit) : 1.f;  // read after the epilogue's barriers
+  if (tid < rows) sp.gate[tid] = a.gate != nullptr ? gate_value(glogit) : 1.f;  // read after the epilogue's barriers
   if constexpr (!ONE_Q) {
     if (uses_per_query_gathers(a, ss, sp, w)) {
       // 2''. little reuse in this tile: its queries one after the other on their own rows

@@ -10,7 +10,8 @@
 ///  - weights: float(w) · hpg_i^-0.5
 /// Rotation: a' = bf16(a·cos − b·sin), b' = bf16(fma(a, sin, b·cos)) on bf16 values (fp32 math).
 /// Latency: each warp issues the loads of its next work item before computing the current one (its
-/// first item's before the token's position is known); the RoPE factors are loaded once per token;
+/// first item's before the token's position is known, and the token's request row with the
+/// request search: `request_guess`); the RoPE factors are loaded once per token;
 /// the rotation partner comes by lane shuffle where the layout allows (RopeLane::kShuffle). Three
 /// instances: `indexer_prepare_wide_kernel` (register-bound for 6 CTAs per SM) for many tokens,
 /// `indexer_prepare_kernel` for decode and MTP (prepare_min_ctas_per_sm), and the same with step 4
@@ -75,6 +76,25 @@ __device__ __forceinline__ int request_of_token(const std::int32_t* cu, int num_
     if (__ldg(cu + mid) <= t) lo = mid; else hi = mid - 1;
   }
   return lo;
+}
+
+/// A request's cu_seqlens_q pair and seq_lens entry.
+struct RequestRow {
+  int cu0, cu1, seq_len;
+};
+__device__ __forceinline__ RequestRow load_request_row(const std::int32_t* cu, const std::int32_t* seq_lens, int b) {
+  return {__ldg(cu + b), __ldg(cu + b + 1), __ldg(seq_lens + b)};
+}
+/// The decode guess of the request of token (or score tile) t: in a decode step every request has
+/// one token, so token t is request t. Its RequestRow is loaded before the search that finds the
+/// request (`guessed_request_row`, then `confirmed_request_row` once the search is done), so that
+/// the two round trips overlap instead of following each other; a miss (MTP, prefill, empty
+/// requests) loads the found request's row after the search, as without the guess.
+/// num_requests >= 1.
+__device__ __forceinline__ int request_guess(int t, int num_requests) { return max(0, min(t, num_requests - 1)); }
+__device__ __forceinline__ RequestRow confirmed_request_row(const RequestRow& guessed, int guess, const std::int32_t* cu,
+                                                            const std::int32_t* seq_lens, int b) {
+  return b == guess ? guessed : load_request_row(cu, seq_lens, b);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -414,9 +434,11 @@ __device__ __forceinline__ void prepare_token(const PrepareArgs& a) {
   int it = static_cast<int>(blockIdx.y) * kWarps + warp;
   unsigned cur[kCap] = {};
   prepare_load_item<D, P>(a, row, it, items, cur, lane);
+  const int guess = request_guess(t, a.num_requests);
+  const RequestRow guessed = load_request_row(a.cu_seqlens_q, a.seq_lens, guess);
   const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
-  const int cu0 = __ldg(a.cu_seqlens_q + b), cu1 = __ldg(a.cu_seqlens_q + b + 1);
-  const int pos = __ldg(a.seq_lens + b) - (cu1 - cu0) + (t - cu0);
+  const RequestRow req = confirmed_request_row(guessed, guess, a.cu_seqlens_q, a.seq_lens, b);
+  const int pos = req.seq_len - (req.cu1 - req.cu0) + (t - req.cu0);
   // Device-resident values (graph replay, block ids): a position outside the RoPE tables skips
   // the token; one outside the block-table row or a block id outside [0, num_blocks) skips its
   // KV-cache write (reported in checked mode).
@@ -478,7 +500,7 @@ __device__ __forceinline__ void prepare_token(const PrepareArgs& a) {
     } else {  // indexer k: LayerNorm
       Fold fold;
       fold.rows = fold_rows;
-      fold.load(a, row, b, cu1 - cu0, pos, lane);  // in flight during the LayerNorm below
+      fold.load(a, row, b, req.cu1 - req.cu0, pos, lane);  // in flight during the LayerNorm below
       float x[P / 32];
       detail::unpack_pairs<P>(cur, x);
       // Signed zero (SPEC §4 "Signed zero"): Σx starts from its first term (peeled), so a row of

@@ -183,8 +183,12 @@ __device__ __forceinline__ int score_row_regions(const ScoreArgs& a, int positio
 struct ScoreTile {
   int b, cu0, past, tb, te, r_begin, r_end;
 };
+/// (A decode step's tiles are its tokens and requests: tile t's request row is loaded before the
+/// search, `request_guess`.)
 __device__ __forceinline__ bool score_tile(const ScoreArgs& a, int tile, int chunk, ScoreTile& s) {
   const int B = a.num_requests;
+  const int guess = request_guess(tile, B);
+  const RequestRow guessed = load_request_row(a.cu_seqlens_q, a.seq_lens, guess);
   if (tile >= __ldg(a.tile_start + B)) return false;
   int lo = 0, hi = B - 1;  // last b with tile_start[b] <= tile
   while (lo < hi) {
@@ -192,9 +196,10 @@ __device__ __forceinline__ bool score_tile(const ScoreArgs& a, int tile, int chu
     if (__ldg(a.tile_start + mid) <= tile) lo = mid; else hi = mid - 1;
   }
   s.b = lo;
-  s.cu0 = __ldg(a.cu_seqlens_q + s.b);
-  const int cu1 = __ldg(a.cu_seqlens_q + s.b + 1);
-  s.past = __ldg(a.seq_lens + s.b) - (cu1 - s.cu0);
+  const RequestRow req = confirmed_request_row(guessed, guess, a.cu_seqlens_q, a.seq_lens, s.b);
+  s.cu0 = req.cu0;
+  const int cu1 = req.cu1;
+  s.past = req.seq_len - (cu1 - s.cu0);
   const int tb = s.cu0 + (tile - __ldg(a.tile_start + s.b)) * a.tok_tile;
   s.tb = max(tb, a.t0);
   s.te = min(min(tb + a.tok_tile, cu1), a.t1);
