@@ -733,7 +733,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
         DevBuf<unsigned char> wsg(std::max<std::size_t>(wsg_bytes, 1));
         poison_workspace(wsg.p, wsg_bytes);
         relaunch_same_bits(pg, what, wsg.p, wsg_bytes);
-        if (B >= 2) {
+        if (B >= 2 && T >= 2) {
           // The one-query instance loads token `tile`'s selection row, Q and gate before step 1
           // has located the tile, and loads them again when the tile turns out to be another
           // token. On a device cu_seqlens_q shifted by one (cu'[b] = min(b + 1, T): a broken
@@ -770,6 +770,7 @@ void run_scenario(const Scenario& sc, std::uint32_t seed) {
                  "%s: shifted device cu_seqlens_q: token 0 %s, token 1 %s (expected token 0 untouched, token 1 written)",
                  lab.c_str(), token0_poisoned ? "untouched" : "written", token1_written ? "written" : "untouched");
           check_counters_zero(lab + " (shifted device cu_seqlens_q)", ws.p, ws_bytes);
+          check_counters_zero(lab + " (shifted device cu_seqlens_q, " + what + ")", wsg.p, wsg_bytes);
         }
       }
     }

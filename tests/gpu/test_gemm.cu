@@ -410,9 +410,10 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
       {2, 4096, 12288, 12288, 12288, 4096},  // o_proj at tp 1 decode (64 * 192): gemv, 6 batches per segment
       {4, 517, 200, 208, 200, 520},          // gemv (tensor cores): 7 chunks of 64 bytes, one segment, 8 row groups
       {9, 517, 200, 208, 200, 520},          // gemv (tensor cores): two n8 tiles, the second one token
-      {16, 1000, 4104, 4112, 4120, 1002},    // gemv (tensor cores): T = 16, 3 batches per segment, last chunk half past K
-      {8, 100, 12288, 12288, 12288, 100},    // gemv (tensor cores): X at the shared-memory limit (197120 bytes)
-      {12, 100, 12288, 12288, 12288, 100},   // gemv refused: X would need 394240 bytes
+      {16, 1000, 4104, 4112, 4120, 1002},    // gemv (tensor cores): T = 16, 3 batches per segment, 8 of the last chunk's 32 values in K
+      {8, 100, 12288, 12288, 12288, 100},    // gemv (tensor cores): X 197120 bytes
+      {12, 100, 12288, 12288, 12288, 100},   // gemv refused: X would need 295680 bytes
+      {2, 70, 51136, 51136, 51136, 72},      // gemv (tensor cores): X at the shared-memory limit (204672 bytes), 25 batches per segment
       {1, 100, 25600, 25600, 25600, 100},    // gemv (T = 1): 7 warps per row
       {1, 333, 40960, 40960, 40960, 334},    // gemv (T = 1): 8 warps per row, two batches each
       {1, 129, 102400, 102400, 102400, 130}, // gemv (T = 1): four batches per warp, X at the limit

@@ -78,7 +78,7 @@ inline constexpr std::int64_t kGemmGemvMaxTokens = 16;
 inline constexpr std::int64_t kGemmGemvMaxSmem = 200 * 1024;
 /// Most weight rows (N) the kGemv path runs (its row indices are int32).
 inline constexpr std::int64_t kGemmGemvMaxRows = (std::int64_t{1} << 30);
-/// Tokens per n8 tile of the tensor-core kGemv kernel (T >= 2): X is staged as whole tiles.
+/// Tokens per n8 tile of the tensor-core kGemv kernel (T >= 2).
 inline constexpr std::int64_t kGemmGemvTokenTile = 8;
 /// Bytes of one staged X row of the tensor-core kGemv kernel (T >= 2) for reduction length K: K
 /// rounded up to a 64-byte chunk (32 values; zero-filled past K), then to 128 bytes, plus 64 bytes,
@@ -94,16 +94,15 @@ inline constexpr int kGemmGemvCudaCores = 1;
 inline constexpr int kGemmGemvTensorCores = 2;
 /// The kGemv kernel that runs T tokens with `config` (0: by T, the CUDA cores at T = 1, else the
 /// tensor cores; 1 or 2: that kernel).
-constexpr int gemm_gemv_kernel(std::int64_t tokens, int config = 0) {
+constexpr int gemm_gemv_pick(std::int64_t tokens, int config = 0) {
   return config != 0 ? config : tokens == 1 ? kGemmGemvCudaCores : kGemmGemvTensorCores;
 }
 /// Dynamic shared memory of the kGemv kernel for T tokens of reduction length K (`config` as in
-/// gemm_gemv_kernel): the CUDA-core kernel, X's row (K · 2 bytes); the tensor-core kernel,
-/// ceil(T / 8) n8 tiles of 8 rows of gemm_gemv_x_row_bytes(K).
+/// gemm_gemv_pick): the CUDA-core kernel, X's rows (T · K · 2 bytes); the tensor-core kernel, T
+/// rows of gemm_gemv_x_row_bytes(K) (the n8 tile's rows past T are not staged: their fragments
+/// read as zero).
 constexpr std::int64_t gemm_gemv_smem_bytes(std::int64_t tokens, std::int64_t k, int config = 0) {
-  return gemm_gemv_kernel(tokens, config) == kGemmGemvCudaCores
-             ? tokens * k * 2
-             : (tokens + kGemmGemvTokenTile - 1) / kGemmGemvTokenTile * kGemmGemvTokenTile * gemm_gemv_x_row_bytes(k);
+  return gemm_gemv_pick(tokens, config) == kGemmGemvCudaCores ? tokens * k * 2 : tokens * gemm_gemv_x_row_bytes(k);
 }
 /// Whether the kGemv path can run T tokens of reduction length K with `config` (alignment aside):
 /// 1 <= T <= kGemmGemvMaxTokens, config 0, 1 (T = 1 only) or 2, K >= 0 and X fits in
@@ -218,7 +217,7 @@ struct GemmParams {
   /// Tuning overrides for tests/benchmarks (0 = the launcher's choice, use 0 in production).
   /// config: split-K path 1..size(kGemmSplitKTiles) = row config-1 of kGemmSplitKTiles;
   /// wgmma path 1..size(kGemmWgmmaTiles) = tile kind kGemmWgmmaTiles[config-1]; kGemv: its kernel,
-  /// kGemmGemvCudaCores (T = 1 only) or kGemmGemvTensorCores (gemm_gemv_kernel; and split_k 0 or 1).
+  /// kGemmGemvCudaCores (T = 1 only) or kGemmGemvTensorCores (gemm_gemv_pick; and split_k 0 or 1).
   /// split_k: the K splits of either path (1 = no split; capped at the number of k-tiles — 64
   /// wide, or 64 · k_boxes wide for a wgmma kind — and 1 when the tiles' arrival counters would not fit in kGemmCounterBytes).
   int config = 0;

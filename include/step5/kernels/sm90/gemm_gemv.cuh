@@ -26,9 +26,9 @@
 /// warp), and uses them as the A fragments of two k16 steps; X's B fragments are read from shared
 /// memory at the same byte offsets of token rows g (+ 8j). The K order inside a chunk is thereby
 /// permuted identically for A and B (logical k 2c + e and 2c + 8 + e of step s are elements 8c +
-/// 4s + e and 8c + 4s + 2 + e), which is exact for a dot product. X is staged once per CTA as
-/// whole n8 tiles (rows past T and values past K zero), rows `ops::gemm_gemv_x_row_bytes(K)` apart
-/// (64 mod 128 bytes: conflict-free fragment loads). The S segments' fp32 tiles are summed in
+/// 4s + e and 8c + 4s + 2 + e), which is exact for a dot product. X's T rows are staged once per
+/// CTA (values past K zero), `ops::gemm_gemv_x_row_bytes(K)` apart (64 mod 128 bytes:
+/// conflict-free fragment loads); the fragments of tokens past T read as zero. The S segments' fp32 tiles are summed in
 /// segment order through shared memory and stored as bf16. The mma's accumulation order is fixed,
 /// so the bits do not depend on timing either.
 ///
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemm_gemv_mma_ke
 #if STEP5_SM90A_DEVICE
   using namespace gemv_detail;
   static_assert(NT == 1 || NT == 2, "one or two n8 token tiles");
-  extern __shared__ __align__(16) unsigned char gemv_smem[];  // X: [8 · NT][x_row bytes]
+  extern __shared__ __align__(16) unsigned char gemv_smem[];  // X: [T][x_row bytes]
   // per warp, its accumulator tile (element j·4 + r of lane l), double-buffered by row-group set
   __shared__ float part[2][kGemvWarps][NT * 4][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -239,18 +239,21 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemm_gemv_mma_ke
   load_batch(set, c_begin);  // weights: before the wait on the previous kernel
   pdl_wait();                // X is the previous kernel's output
   {
-    // X as 8 · NT rows of x_row bytes: rows past T and 16-byte pieces past K zero (so the mma of
-    // a chunk that ends past K adds exact zeros: W is zero there too)
+    // X as T rows of x_row bytes, the 16-byte pieces past K zero (so the mma of a chunk that ends
+    // past K adds exact zeros: W is zero there too)
     const int pieces = x_row / 16, kp = a.K / 8;
-    for (int i = threadIdx.x; i < 8 * NT * pieces; i += kGemvThreads) {
+    for (int i = threadIdx.x; i < a.T * pieces; i += kGemvThreads) {
       const int t = i / pieces, p = i - t * pieces;
       uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (t < a.T && p < kp) v = *reinterpret_cast<const uint4*>(a.x + static_cast<long long>(t) * a.ldx + 8 * p);
+      if (p < kp) v = *reinterpret_cast<const uint4*>(a.x + static_cast<long long>(t) * a.ldx + 8 * p);
       *reinterpret_cast<uint4*>(gemv_smem + t * x_row + 16 * p) = v;
     }
   }
   __syncthreads();
   const unsigned char* xq = gemv_smem + g * x_row + 16 * c;  // this lane's B fragments: token g (+ 8j)
+  bool x_in[NT];  // token g + 8j is one of the T staged rows (else its fragments are zero)
+#pragma unroll
+  for (int j = 0; j < NT; ++j) x_in[j] = g + 8 * j < a.T;
 
   for (int it = 0; set < sets; set += gridDim.x, ++it) {
     float acc[NT][4];
@@ -270,7 +273,8 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemm_gemv_mma_ke
           const std::uint32_t s1[4] = {wv[i][0].z, wv[i][1].z, wv[i][0].w, wv[i][1].w};
 #pragma unroll
           for (int j = 0; j < NT; ++j) {
-            const uint4 xv = *reinterpret_cast<const uint4*>(xq + 8 * j * x_row + 64 * ci);
+            const uint4 xv =
+                x_in[j] ? *reinterpret_cast<const uint4*>(xq + 8 * j * x_row + 64 * ci) : make_uint4(0u, 0u, 0u, 0u);
             ptx::mma_bf16_16816(acc[j], s0, xv.x, xv.y);
             ptx::mma_bf16_16816(acc[j], s1, xv.z, xv.w);
           }

@@ -529,7 +529,7 @@ inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStrea
   });
 }
 
-/// The kGemv launch (gemm_gemv.cuh), the kernel ops::gemm_gemv_kernel picks (config 0: T = 1 on the
+/// The kGemv launch (gemm_gemv.cuh), the kernel ops::gemm_gemv_pick picks (config 0: T = 1 on the
 /// CUDA cores, T >= 2 on the tensor cores): the CUDA-core kernel (kGemvWarps / S rows per CTA at a
 /// time, S = gemv_segments(K) warps per row) or the tensor-core kernel of ceil(T / 8) n8 tiles (R = kGemvWarps / gemv_mma_segments(K) groups of 16 rows per CTA
 /// at a time); ops::gemm_gemv_smem_bytes(T, K, config) of dynamic shared memory; one wave of the CTAs an SM
@@ -567,7 +567,7 @@ inline Status launch_gemv_mma(const GemmParams& p, int device, int sms, cudaStre
 }
 inline Status launch_gemv(const GemmParams& p, int device, int sms, cudaStream_t stream) {
   static_assert(kGemmGemvMaxTokens == 2 * kGemmGemvTokenTile, "instances for T = 1 and one or two n8 tiles");
-  if (gemm_gemv_kernel(p.tokens, p.config) == kGemmGemvCudaCores) {  // T = 1 (make_plan)
+  if (gemm_gemv_pick(p.tokens, p.config) == kGemmGemvCudaCores) {  // T = 1 (make_plan)
     static std::atomic<std::uint64_t> prepared{0};
     return launch_gemv_kernel(p, device, sms, stream, &k90::gemm_gemv_kernel<1>, prepared,
                               k90::kGemvWarps / k90::gemv_segments(p.k), "gemm_gemv_kernel launch");
@@ -747,7 +747,7 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
     fp->plan.config = fp->stream.kind + 1;
     fp->plan.workspace_bytes = fp->stream.workspace;
   }
-  if (path == GemmPath::kGemv) fp->plan.config = gemm_gemv_kernel(p.tokens, p.config);
+  if (path == GemmPath::kGemv) fp->plan.config = gemm_gemv_pick(p.tokens, p.config);
   fp->plan.path = path;
   return Status::Ok();
 }

@@ -87,7 +87,7 @@ __device__ __forceinline__ RequestRow load_request_row(const std::int32_t* cu, c
 }
 /// The decode guess of the request of token (or score tile) t: in a decode step every request has
 /// one token, so token t is request t. Its RequestRow is loaded before the search that finds the
-/// request (`guessed_request_row`, then `confirmed_request_row` once the search is done), so that
+/// request (`load_request_row` of the guess, then `confirmed_request_row` once the search is done), so that
 /// the two round trips overlap instead of following each other; a miss (MTP, prefill, empty
 /// requests) loads the found request's row after the search, as without the guess.
 /// num_requests >= 1.
