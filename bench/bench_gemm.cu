@@ -17,6 +17,9 @@
 //                                      weights (gemm_auto_takes_gemv); the config / split_k knobs skip it
 //   gemm_gemv_mma/... (T = 1)          the kGemv path's tensor-core kernel forced at T = 1 (config
 //                                      kGemmGemvTensorCores), against gemm_gemv/'s CUDA-core kernel
+//   <family>/o_proj/<geometry>/tp:N/tokens:T  the rank's o_proj (N = hidden, K = local heads x
+//                                      head_dim) at decode T = 1, 4, 8, 16: cublaslt/, gemm/,
+//                                      gemm_auto/, gemm_gemv/, gemm_gemv_mma/ only
 // The label and the table's path column: "wgmma <kind>[, split-K <S>]" or "stream[, split-K <S>]".
 // Env knobs (A/B without a rebuild; names unchanged, the label shows the plan): STEP5_BENCH_GEMM_CONFIG,
 // STEP5_BENCH_GEMM_SPLIT_K override a `gemm*` case's config / split_k where the case leaves it 0.
@@ -185,6 +188,7 @@ struct Shape {
   int tp;
   step5::layout::RankLayout rl;
   int K;
+  int N = 0;  ///< weight rows; 0: the fused projection's (rl.padded_rows)
 };
 
 /// Device buffers of one shape: `copies` rotating copies of the fused W, X and C for max T.
@@ -212,7 +216,7 @@ ShapeBuffers& buffers(const Shape& s, int max_t) {
   auto it = g_buf.find(key);
   if (it != g_buf.end()) return it->second;
   ShapeBuffers b;
-  b.N = s.rl.padded_rows;
+  b.N = s.N > 0 ? s.N : s.rl.padded_rows;
   b.K = s.K;
   const std::size_t wbytes = static_cast<std::size_t>(b.N) * b.K * 2;
   int l2 = 0;
@@ -404,13 +408,17 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&g_lt_ws, kLtWs));
   // Benchmarked (list row, tp) pairs: rows named by their geometries.def id; each tp is checked
   // at compile time against the row's tp list.
-  std::vector<Shape> shapes;
+  std::vector<Shape> shapes, oproj;
   using step5::layout::GeometryId;
   auto add = [&]<GeometryId Id, int Tp>() {
     static_assert(step5::layout::lists_tp(step5::layout::entry_of(Id), Tp),
                   "bench_gemm: this tp is not listed for the geometry in geometries.def");
     using Tag = step5::layout::LayoutTag<Id, Tp>;
     shapes.push_back({std::string(Tag::kEntry.name), Tp, Tag::Layout::kRank0, Tag::kEntry.hidden});
+    // the rank's o_proj at decode T (N = hidden, K = local heads x head_dim): cuBLASLt, kAuto and
+    // the kGemv kernels only (rows o_proj/<geometry>/...)
+    oproj.push_back({"o_proj/" + std::string(Tag::kEntry.name), Tp, Tag::Layout::kRank0,
+                     Tag::Layout::kRank0.local_heads * Tag::kGeometry.head_dim, Tag::kEntry.hidden});
   };
   add.template operator()<GeometryId::step5_preview, 1>();
   add.template operator()<GeometryId::step5_preview, 8>();
@@ -460,6 +468,24 @@ int main(int argc, char** argv) {
               ("gemm_wgmma" + step5::ops::gemm_wgmma_tile_name(step5::ops::kGemmWgmmaTiles[c - 1]) + "/" + k).c_str(),
               bm_ours, s, T, step5::ops::GemmPath::kWgmma, c, 0, false)
               ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+    }
+  for (const Shape& s : oproj)
+    for (int T : {1, 4, 8, 16}) {
+      const std::string k = row_key(s, T);
+      benchmark::RegisterBenchmark(("cublaslt/" + k).c_str(), bm_lt, s, T)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("gemm/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, false)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark(("gemm_auto/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, true)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      if (step5::ops::gemm_gemv_eligible(T, s.K))
+        benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0,
+                                     false)
+            ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      if (T == 1 && step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCores))
+        benchmark::RegisterBenchmark(("gemm_gemv_mma/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
+                                     step5::ops::kGemmGemvTensorCores, 0, false)
+            ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
     }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -5,7 +5,8 @@
 # H100/H200 (every ratio is within one binary or one A/B call).
 #   1. builds: bench_gemm, bench_attention, bench_layer (working tree) and main's bench_attention,
 #      bench_layer (build-abold), in parallel;
-#   2. bench_gemm: the kGemv rows (T = 1 both kernels, T = 4, 8, 16) against cuBLASLt and copy;
+#   2. bench_gemm at T = 1, 4, 8, 16: the kGemv rows (T = 1 both kernels) against cuBLASLt, kAuto
+#      and copy, for the fused projections and the o_proj shapes (o_proj/<geometry>/... rows);
 #   3. bench_attention decode A/B (the one-query instance's early loads);
 #   4. bench_layer decode A/B, batch 1 and 16 at 32K / 128K, tp 1 / 8 (every early load of the
 #      decode chain together: attention, scores, top-k, prepare).
@@ -21,9 +22,9 @@ OLD=$!
 . tools/device_build.sh bench_gemm bench_attention bench_layer > $O/l/build.log 2>&1
 wait $OLD
 echo "$(el) builds: new $(tail -n 1 $O/l/build.log); old $(tail -n 1 $O/l/old_build.log)"
-timeout 80 build-device/bench/bench_gemm --benchmark_filter='^(copy|cublaslt|gemm_gemv|gemm_gemv_mma|gemm_auto)/.*(tokens:(1|4|8|16)/|d2d)' --benchmark_out=$O/l/bench_gemm.json --benchmark_out_format=json > $O/l/bench_gemm.txt 2>&1
-echo "$(el) bench_gemm rc=$?"; grep -E "^(copy|cublaslt|gemm_gemv|gemm_auto)" $O/l/bench_gemm.txt | awk '{print $1, $4, $NF}' | cut -c1-150; pack
-OUT=$O/l/ab timeout 100 bash tools/device_ab.sh run bench_attention '^(copy|attention/decode/(step5_preview/tp:(1|8)|dsa_h64_kv8_d128/tp:1)/batch:(1|8|32)/ctx:131072)' 2 > $O/l/ab_attention.txt 2>&1
+timeout 120 build-device/bench/bench_gemm --benchmark_filter='^(copy|cublaslt|gemm|gemm_gemv|gemm_gemv_mma|gemm_auto)/.*(tokens:(1|4|8|16)/|d2d)' --benchmark_out=$O/l/bench_gemm.json --benchmark_out_format=json > $O/l/bench_gemm.txt 2>&1
+echo "$(el) bench_gemm rc=$?"; grep -E "^(copy|cublaslt|gemm)" $O/l/bench_gemm.txt | awk '{print $1, $4, $NF}' | cut -c1-150; pack
+OUT=$O/l/ab timeout 90 bash tools/device_ab.sh run bench_attention '^(copy|attention/decode/(step5_preview/tp:(1|8)|dsa_h64_kv8_d128/tp:1)/batch:(1|8|32)/ctx:131072)' 2 > $O/l/ab_attention.txt 2>&1
 rc=$?; echo "$(el) bench_attention A/B rc=$rc"; grep -E "attention/|copy" $O/l/ab_attention.txt; pack
 OUT=$O/l/ab2 timeout $(( $(left) - 15 < 200 ? $(left) - 15 : 200 )) bash tools/device_ab.sh run bench_layer '^(copy|layer/.*/tokens:(1|16)/)' 2 > $O/l/ab_layer.txt 2>&1
 rc=$?; echo "$(el) bench_layer A/B rc=$rc"; grep -E "layer/|copy" $O/l/ab_layer.txt; pack
