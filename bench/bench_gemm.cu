@@ -12,10 +12,10 @@
 //   gemm_wgmma_sk<S>/...               the wgmma path with S K splits forced (T = 64..256), to
 //                                      re-fit the launcher's split cost model
 //   gemm_gemv/...                      the forced kGemv path where it runs (gemm_gemv_eligible: T <=
-//                                      kGemmGemvMaxTokens; T = 1 the CUDA-core kernel, T >= 2 the
+//                                      kGemmGemvMaxTokens; T <= 4 the CUDA-core kernel, T >= 5 the
 //                                      tensor-core one), which kAuto takes only at T = 1 on wide
 //                                      weights (gemm_auto_takes_gemv); the config / split_k knobs skip it
-//   gemm_gemv_mma/... (T = 1)          the kGemv path's tensor-core kernel forced at T = 1 (config
+//   gemm_gemv_mma/... (T <= 4)         the kGemv path's tensor-core kernel forced at T <= 4 (config
 //                                      kGemmGemvTensorCores), against gemm_gemv/'s CUDA-core kernel
 //   <family>/o_proj/<geometry>/tp:N/tokens:T  the rank's o_proj (N = hidden, K = local heads x
 //                                      head_dim) at decode T = 1, 4, 8, 16: cublaslt/, gemm/,
@@ -443,8 +443,9 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0,
                                      false)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      // at T = 1 also the tensor-core kGemv kernel (gemv/ runs the CUDA-core one there)
-      if (T == 1 && step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCores))
+      // at T <= 4 also the tensor-core kGemv kernel (gemv/ runs the CUDA-core one there)
+      if (T <= step5::ops::kGemmGemvCudaCoreMaxTokens &&
+          step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCores))
         benchmark::RegisterBenchmark(("gemm_gemv_mma/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
                                      step5::ops::kGemmGemvTensorCores, 0, false)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
@@ -482,7 +483,8 @@ int main(int argc, char** argv) {
         benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0,
                                      false)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      if (T == 1 && step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCores))
+      if (T <= step5::ops::kGemmGemvCudaCoreMaxTokens &&
+          step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCores))
         benchmark::RegisterBenchmark(("gemm_gemv_mma/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
                                      step5::ops::kGemmGemvTensorCores, 0, false)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);

@@ -5,7 +5,10 @@
 /// per weight byte: the time is the weight stream, which wants as many bytes in flight as the
 /// memory system holds and little else per byte. Two kernels:
 ///
-/// **T = 1, on the CUDA cores (`gemm_gemv_kernel`).** One warp per W row (rows dealt out
+/// Which one runs: ops::gemm_gemv_pick (config 0: T <= 4 the CUDA cores, T = 5..16 the tensor
+/// cores; config 1 / 2 forces one).
+///
+/// **T <= 4, on the CUDA cores (`gemm_gemv_kernel<T>`).** One warp per W row (rows dealt out
 /// grid-stride, `kGemvWarps` warps per CTA), or up to kGemvWarps warps per row when
 /// K is long (`gemv_segments`: a warp's share of a row is one batch up to K = 8 · 4096, several
 /// batches beyond): lane l reads its 16-byte chunks
@@ -15,10 +18,10 @@
 /// by a butterfly of shuffles, a row's segments in segment order, and one thread stores bf16. Each
 /// lane sums its chunks in order, so the bits do not depend on timing.
 ///
-/// **2 <= T <= 16, on the tensor cores (`gemm_gemv_mma_kernel<NT>`, NT = ceil(T / 8) n8 tiles).**
-/// The CUDA-core form costs T FMAs and T shared-memory reads of X per weight element, which at T =
-/// 4 no longer hid behind the stream (0.71–0.79× cuBLASLt, bench/RESULTS.md fourteenth session).
-/// Here a warp owns 16 W rows (the mma M side: swap-AB, tokens on N) and a K segment
+/// **T <= 16, on the tensor cores (`gemm_gemv_mma_kernel<NT>`, NT = ceil(T / 8) n8 tiles).** The
+/// CUDA-core form costs T FMAs and T shared-memory reads of X per weight element: at T = 4 it read
+/// 0.71–0.79× cuBLASLt on the H200 (bench/RESULTS.md, thirteenth session), 1.04× at step5_preview
+/// tp 1 but 0.78× at tp 8 on an H100 (twenty-sixth session). Here a warp owns 16 W rows (the mma M side: swap-AB, tokens on N) and a K segment
 /// (`gemv_mma_segments`, a power of two <= kGemvWarps, so the CTA's warps cover R = kGemvWarps / S
 /// row groups); mma.sync m16n8k16 bf16 with fp32 accumulation. W's fragments come straight from
 /// global memory: quad lane c of group g loads bytes [64i + 16c, +16) of rows g and g + 8 for
@@ -28,8 +31,8 @@
 /// permuted identically for A and B (logical k 2c + e and 2c + 8 + e of step s are elements 8c +
 /// 4s + e and 8c + 4s + 2 + e), which is exact for a dot product. X's T rows are staged once per
 /// CTA (values past K zero), `ops::gemm_gemv_x_row_bytes(K)` apart (64 mod 128 bytes:
-/// conflict-free fragment loads); the fragments of tokens past T read as zero. The S segments' fp32 tiles are summed in
-/// segment order through shared memory and stored as bf16. The mma's accumulation order is fixed,
+/// conflict-free fragment loads); the fragments of tokens past T read as zero. The S segments'
+/// fp32 tiles are summed in segment order through shared memory and stored as bf16. The mma's accumulation order is fixed,
 /// so the bits do not depend on timing either.
 ///
 /// Both load the first batch of W before `pdl_wait` (weights are not written by the step's kernels).
@@ -198,7 +201,7 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemm_gemv_kernel
 #endif
 }
 
-/// See the file comment (2 <= T <= 8 · NT). Warp w of a CTA takes K segment w % S of row slot
+/// See the file comment (1 <= T <= 8 · NT). Warp w of a CTA takes K segment w % S of row slot
 /// w / S (S = gemv_mma_segments(K), R = kGemvWarps / S slots): the 16 W rows 16 · (set · R + slot)
 /// + [0, 16) for the CTA's row-group sets set = blockIdx.x, + gridDim.x, .... A segment is
 /// ceil(chunks / S) consecutive 64-byte chunks of the rows, loaded kGemvMmaBatch chunks at a time.

@@ -529,10 +529,11 @@ inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStrea
   });
 }
 
-/// The kGemv launch (gemm_gemv.cuh), the kernel ops::gemm_gemv_pick picks (config 0: T = 1 on the
-/// CUDA cores, T >= 2 on the tensor cores): the CUDA-core kernel (kGemvWarps / S rows per CTA at a
-/// time, S = gemv_segments(K) warps per row) or the tensor-core kernel of ceil(T / 8) n8 tiles (R = kGemvWarps / gemv_mma_segments(K) groups of 16 rows per CTA
-/// at a time); ops::gemm_gemv_smem_bytes(T, K, config) of dynamic shared memory; one wave of the CTAs an SM
+/// The kGemv launch (gemm_gemv.cuh), the kernel ops::gemm_gemv_pick picks (config 0: T <= 4 on the
+/// CUDA cores, T = 5..16 on the tensor cores): the CUDA-core kernel (kGemvWarps / S rows per CTA
+/// at a time, S = gemv_segments(K) warps per row) or the tensor-core kernel of ceil(T / 8) n8
+/// tiles (R = kGemvWarps / gemv_mma_segments(K) groups of 16 rows per CTA at a time);
+/// ops::gemm_gemv_smem_bytes(T, K, config) of dynamic shared memory; one wave of the CTAs an SM
 /// holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor, at most k90::kGemvCtasPerSm), the rows
 /// dealt out grid-stride.
 template <class Kernel>
@@ -567,10 +568,21 @@ inline Status launch_gemv_mma(const GemmParams& p, int device, int sms, cudaStre
 }
 inline Status launch_gemv(const GemmParams& p, int device, int sms, cudaStream_t stream) {
   static_assert(kGemmGemvMaxTokens == 2 * kGemmGemvTokenTile, "instances for T = 1 and one or two n8 tiles");
-  if (gemm_gemv_pick(p.tokens, p.config) == kGemmGemvCudaCores) {  // T = 1 (make_plan)
-    static std::atomic<std::uint64_t> prepared{0};
-    return launch_gemv_kernel(p, device, sms, stream, &k90::gemm_gemv_kernel<1>, prepared,
-                              k90::kGemvWarps / k90::gemv_segments(p.k), "gemm_gemv_kernel launch");
+  if (gemm_gemv_pick(p.tokens, p.config) == kGemmGemvCudaCores) {  // T <= kGemmGemvCudaCoreMaxTokens (make_plan)
+    static_assert(kGemmGemvCudaCoreMaxTokens == 4, "one CUDA-core instance per T up to kGemmGemvCudaCoreMaxTokens");
+    const std::int64_t rows_per_cta = k90::kGemvWarps / k90::gemv_segments(p.k);
+    const auto run = [&](auto kernel, std::atomic<std::uint64_t>& prepared) {
+      return launch_gemv_kernel(p, device, sms, stream, kernel, prepared, rows_per_cta, "gemm_gemv_kernel launch");
+    };
+    static std::atomic<std::uint64_t> prepared1{0}, prepared2{0}, prepared3{0}, prepared4{0};
+    switch (p.tokens) {
+      case 1: return run(&k90::gemm_gemv_kernel<1>, prepared1);
+      case 2: return run(&k90::gemm_gemv_kernel<2>, prepared2);
+      case 3: return run(&k90::gemm_gemv_kernel<3>, prepared3);
+      case 4: return run(&k90::gemm_gemv_kernel<4>, prepared4);
+      default: break;
+    }
+    return Status(StatusCode::kInternal, "gemm_bf16: the CUDA-core gemv kernel with tokens = " + s(p.tokens));
   }
   if (p.tokens >= 1 && p.tokens <= kGemmGemvTokenTile) return launch_gemv_mma<1>(p, device, sms, stream);
   if (p.tokens > kGemmGemvTokenTile && p.tokens <= kGemmGemvMaxTokens) return launch_gemv_mma<2>(p, device, sms, stream);
@@ -682,8 +694,8 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
                               " (the tensor-core kernel) and split_k 0 or 1");
     if (!gemm_gemv_eligible(p.tokens, p.k, p.config))
       return invalid_argument("gemm_bf16: the gemv path runs 1.." + s(kGemmGemvMaxTokens) +
-                              " tokens (its CUDA-core kernel, config " + s(kGemmGemvCudaCores) +
-                              ", 1 token) with X staged in at most " + s(kGemmGemvMaxSmem) +
+                              " tokens (its CUDA-core kernel, config " + s(kGemmGemvCudaCores) + ", 1.." +
+                              s(kGemmGemvCudaCoreMaxTokens) + ") with X staged in at most " + s(kGemmGemvMaxSmem) +
                               " bytes of shared memory (gemm_gemv_smem_bytes); got tokens = " + s(p.tokens) +
                               ", k = " + s(p.k) + ", config = " + s(p.config));
     if (p.n > kGemmGemvMaxRows)
