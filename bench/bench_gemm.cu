@@ -427,28 +427,36 @@ int main(int argc, char** argv) {
   const int tokens[] = {1, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};  // 16: MTP decode, the last kGemv T
   const double kMin = 0.02;  // keeps the whole run near one minute
   benchmark::RegisterBenchmark("copy/d2d", bm_copy)->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+  // every shape's rows at T: cuBLASLt first (the others' x_cublasLt reads its time), then this
+  // library's kAuto without and with cuBLASLt and the kGemv kernels where they run (at T <= 4 the
+  // tensor-core one too: gemm_gemv/ runs the CUDA-core one there)
+  const auto reg_lt = [&](const Shape& s, int T) {
+    benchmark::RegisterBenchmark(("cublaslt/" + row_key(s, T)).c_str(), bm_lt, s, T)
+        ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+  };
+  const auto reg_ours = [&](const Shape& s, int T) {
+    const std::string k = row_key(s, T);
+    benchmark::RegisterBenchmark(("gemm/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, false)
+        ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("gemm_auto/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, true)
+        ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+    if (step5::ops::gemm_gemv_eligible(T, s.K))
+      benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0, false)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+    if (T <= step5::ops::kGemmGemvCudaCoreMaxTokens &&
+        step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCores))
+      benchmark::RegisterBenchmark(("gemm_gemv_mma/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
+                                   step5::ops::kGemmGemvTensorCores, 0, false)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+  };
   for (const Shape& s : shapes)
     for (int T : tokens) {
       const std::string k = row_key(s, T);
-      benchmark::RegisterBenchmark(("cublaslt/" + k).c_str(), bm_lt, s, T)
-          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      reg_lt(s, T);
       benchmark::RegisterBenchmark(("unfused/" + k).c_str(), bm_unfused, s, T)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("gemm/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, false)
-          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("gemm_auto/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, true)
-          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      reg_ours(s, T);
       // the other path / tile choices around the launcher's crossovers
-      if (step5::ops::gemm_gemv_eligible(T, s.K))
-        benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0,
-                                     false)
-            ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      // at T <= 4 also the tensor-core kGemv kernel (gemv/ runs the CUDA-core one there)
-      if (T <= step5::ops::kGemmGemvCudaCoreMaxTokens &&
-          step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCores))
-        benchmark::RegisterBenchmark(("gemm_gemv_mma/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
-                                     step5::ops::kGemmGemvTensorCores, 0, false)
-            ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       if (T >= 32 && T <= 128)
         benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kSplitK, 0, 0, false)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
@@ -472,22 +480,8 @@ int main(int argc, char** argv) {
     }
   for (const Shape& s : oproj)
     for (int T : {1, 4, 8, 16}) {
-      const std::string k = row_key(s, T);
-      benchmark::RegisterBenchmark(("cublaslt/" + k).c_str(), bm_lt, s, T)
-          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("gemm/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, false)
-          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("gemm_auto/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, true)
-          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      if (step5::ops::gemm_gemv_eligible(T, s.K))
-        benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0,
-                                     false)
-            ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      if (T <= step5::ops::kGemmGemvCudaCoreMaxTokens &&
-          step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCores))
-        benchmark::RegisterBenchmark(("gemm_gemv_mma/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
-                                     step5::ops::kGemmGemvTensorCores, 0, false)
-            ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      reg_lt(s, T);
+      reg_ours(s, T);
     }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
