@@ -11,9 +11,15 @@
 //                                      gemm_wgmma_tile_name: 128, 256, 152, m64n256, m64n128, ...);
 //   gemm_wgmma_sk<S>/...               the wgmma path with S K splits forced (T = 64..256), to
 //                                      re-fit the launcher's split cost model
-//   gemm_gemv/...                      the forced kGemv path (T <= kGemmGemvMaxTokens), which kAuto
-//                                      takes only at T = 1 on wide weights (gemm_auto_takes_gemv);
-//                                      the config / split_k knobs skip it
+//   gemm_gemv/...                      the forced kGemv path where it runs (gemm_gemv_eligible: T <=
+//                                      kGemmGemvMaxTokens; T <= 4 the CUDA-core kernel, T >= 5 the
+//                                      tensor-core one), which kAuto takes only at T = 1 on wide
+//                                      weights (gemm_auto_takes_gemv); the config / split_k knobs skip it
+//   gemm_gemv_mma/... (T <= 4)         the kGemv path's tensor-core kernel forced at T <= 4 (config
+//                                      kGemmGemvTensorCores), against gemm_gemv/'s CUDA-core kernel
+//   <family>/o_proj/<geometry>/tp:N/tokens:T  the rank's o_proj (N = hidden, K = local heads x
+//                                      head_dim) at decode T = 1, 4, 8, 16: cublaslt/, gemm/,
+//                                      gemm_auto/, gemm_gemv/, gemm_gemv_mma/ only
 // The label and the table's path column: "wgmma <kind>[, split-K <S>]" or "stream[, split-K <S>]".
 // Env knobs (A/B without a rebuild; names unchanged, the label shows the plan): STEP5_BENCH_GEMM_CONFIG,
 // STEP5_BENCH_GEMM_SPLIT_K override a `gemm*` case's config / split_k where the case leaves it 0.
@@ -182,6 +188,7 @@ struct Shape {
   int tp;
   step5::layout::RankLayout rl;
   int K;
+  int N = 0;  ///< weight rows; 0: the fused projection's (rl.padded_rows)
 };
 
 /// Device buffers of one shape: `copies` rotating copies of the fused W, X and C for max T.
@@ -209,7 +216,7 @@ ShapeBuffers& buffers(const Shape& s, int max_t) {
   auto it = g_buf.find(key);
   if (it != g_buf.end()) return it->second;
   ShapeBuffers b;
-  b.N = s.rl.padded_rows;
+  b.N = s.N > 0 ? s.N : s.rl.padded_rows;
   b.K = s.K;
   const std::size_t wbytes = static_cast<std::size_t>(b.N) * b.K * 2;
   int l2 = 0;
@@ -295,13 +302,15 @@ const char* path_name(step5::ops::GemmPath p) {
   return p == step5::ops::GemmPath::kSplitK ? "stream" : step5::ops::gemm_path_name(p);
 }
 
-/// "wgmma 128, split-K 4", "stream, split-K 7", "wgmma 256", "wgmma m64n256, split-K 8": the
-/// path, the wgmma tile kind (gemm_wgmma_tile_name) and the K splits of either split path.
+/// "wgmma 128, split-K 4", "stream, split-K 7", "wgmma 256", "wgmma m64n256, split-K 8", "gemv",
+/// "gemv mma": the path, the wgmma tile kind (gemm_wgmma_tile_name), the kGemv kernel (" mma": the
+/// tensor-core one) and the K splits of either split path.
 std::string plan_label(const step5::ops::GemmPlan& plan) {
   std::string l = path_name(plan.path);
   if (plan.path == step5::ops::GemmPath::kWgmma && plan.config >= 1 &&
       plan.config <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)))
     l += " " + step5::ops::gemm_wgmma_tile_name(step5::ops::kGemmWgmmaTiles[plan.config - 1]);
+  if (plan.path == step5::ops::GemmPath::kGemv && plan.config == step5::ops::kGemmGemvTensorCores) l += " mma";
   if (plan.split_k > 1) l += ", split-K " + std::to_string(plan.split_k);
   return l;
 }
@@ -399,37 +408,55 @@ int main(int argc, char** argv) {
   CK(cudaMalloc(&g_lt_ws, kLtWs));
   // Benchmarked (list row, tp) pairs: rows named by their geometries.def id; each tp is checked
   // at compile time against the row's tp list.
-  std::vector<Shape> shapes;
+  std::vector<Shape> shapes, oproj;
   using step5::layout::GeometryId;
   auto add = [&]<GeometryId Id, int Tp>() {
     static_assert(step5::layout::lists_tp(step5::layout::entry_of(Id), Tp),
                   "bench_gemm: this tp is not listed for the geometry in geometries.def");
     using Tag = step5::layout::LayoutTag<Id, Tp>;
     shapes.push_back({std::string(Tag::kEntry.name), Tp, Tag::Layout::kRank0, Tag::kEntry.hidden});
+    // the rank's o_proj at decode T (N = hidden, K = local heads x head_dim): cuBLASLt, kAuto and
+    // the kGemv kernels only (rows o_proj/<geometry>/...)
+    oproj.push_back({"o_proj/" + std::string(Tag::kEntry.name), Tp, Tag::Layout::kRank0,
+                     Tag::Layout::kRank0.local_heads * Tag::kGeometry.head_dim, Tag::kEntry.hidden});
   };
   add.template operator()<GeometryId::step5_preview, 1>();
   add.template operator()<GeometryId::step5_preview, 8>();
   add.template operator()<GeometryId::dsa_h64_kv8_d128, 1>();  // the other wide shape of kAuto's kGemv rule
   add.template operator()<GeometryId::dsa_h64_kv8_d128, 8>();
-  const int tokens[] = {1, 4, 8, 32, 64, 128, 256, 1024, 4096, 16384};
+  const int tokens[] = {1, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};  // 16: MTP decode, the last kGemv T
   const double kMin = 0.02;  // keeps the whole run near one minute
   benchmark::RegisterBenchmark("copy/d2d", bm_copy)->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+  // every shape's rows at T: cuBLASLt first (the others' x_cublasLt reads its time), then this
+  // library's kAuto without and with cuBLASLt and the kGemv kernels where they run (at T <= 4 the
+  // tensor-core one too: gemm_gemv/ runs the CUDA-core one there)
+  const auto reg_lt = [&](const Shape& s, int T) {
+    benchmark::RegisterBenchmark(("cublaslt/" + row_key(s, T)).c_str(), bm_lt, s, T)
+        ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+  };
+  const auto reg_ours = [&](const Shape& s, int T) {
+    const std::string k = row_key(s, T);
+    benchmark::RegisterBenchmark(("gemm/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, false)
+        ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark(("gemm_auto/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, true)
+        ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+    if (step5::ops::gemm_gemv_eligible(T, s.K))
+      benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0, false)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+    if (T <= step5::ops::kGemmGemvCudaCoreMaxTokens &&
+        step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCores))
+      benchmark::RegisterBenchmark(("gemm_gemv_mma/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
+                                   step5::ops::kGemmGemvTensorCores, 0, false)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+  };
   for (const Shape& s : shapes)
     for (int T : tokens) {
       const std::string k = row_key(s, T);
-      benchmark::RegisterBenchmark(("cublaslt/" + k).c_str(), bm_lt, s, T)
-          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      reg_lt(s, T);
       benchmark::RegisterBenchmark(("unfused/" + k).c_str(), bm_unfused, s, T)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("gemm/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, false)
-          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-      benchmark::RegisterBenchmark(("gemm_auto/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kAuto, 0, 0, true)
-          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+      reg_ours(s, T);
       // the other path / tile choices around the launcher's crossovers
-      if (T <= step5::ops::kGemmGemvMaxTokens)
-        benchmark::RegisterBenchmark(("gemm_gemv/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv, 0, 0,
-                                     false)
-            ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
       if (T >= 32 && T <= 128)
         benchmark::RegisterBenchmark(("gemm_stream/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kSplitK, 0, 0, false)
             ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
@@ -450,6 +477,11 @@ int main(int argc, char** argv) {
               ("gemm_wgmma" + step5::ops::gemm_wgmma_tile_name(step5::ops::kGemmWgmmaTiles[c - 1]) + "/" + k).c_str(),
               bm_ours, s, T, step5::ops::GemmPath::kWgmma, c, 0, false)
               ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+    }
+  for (const Shape& s : oproj)
+    for (int T : {1, 4, 8, 16}) {
+      reg_lt(s, T);
+      reg_ours(s, T);
     }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -278,9 +278,10 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
                            (v.config ? "/c" + std::to_string(v.config) : "") +
                            (v.split_k ? "/s" + std::to_string(v.split_k) : "");
     // the gemv path refuses what it cannot run (T above kGemmGemvMaxTokens, X too large for shared
-    // memory, the fast-path alignment) with kInvalidArgument, naming the value
+    // memory, its CUDA-core kernel forced at T != 1, the fast-path alignment) with kInvalidArgument,
+    // naming the value
     const bool fast = K % 8 == 0 && ldx % 8 == 0 && ldw % 8 == 0 && ldc % 2 == 0;
-    if (path == GemmPath::kGemv && !(fast && step5::ops::gemm_gemv_eligible(T, K))) {
+    if (path == GemmPath::kGemv && !(fast && step5::ops::gemm_gemv_eligible(T, K, v.config))) {
       EXPECT(ps.code() == step5::StatusCode::kInvalidArgument,
              "%s path gemv (T %d, K %d): expected kInvalidArgument, got %s", name.c_str(), T, K,
              ps.to_string().c_str());
@@ -295,6 +296,12 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
     EXPECT(ps.ok(), "%s path %s: gemm_plan: %s", name.c_str(), pn.c_str(), ps.to_string().c_str());
     EXPECT(path != GemmPath::kGemv || plan.path == GemmPath::kGemv, "%s: forced gemv planned %s", name.c_str(),
            path_name(plan.path));
+    // a gemv plan names its kernel: the one forced, else the CUDA cores up to T = 4 and the tensor cores above
+    EXPECT(plan.path != GemmPath::kGemv ||
+               plan.config == (v.config != 0 ? v.config
+                                             : T <= step5::ops::kGemmGemvCudaCoreMaxTokens ? step5::ops::kGemmGemvCudaCores
+                                                                                           : step5::ops::kGemmGemvTensorCores),
+           "%s path %s: gemv plan config %d", name.c_str(), pn.c_str(), plan.config);
     // besides a forced kGemv, only kAuto without overrides plans gemv, exactly where gemm_auto_takes_gemv
     const bool auto_gemv = path == GemmPath::kAuto && v.config == 0 && v.split_k == 0 && fast &&
                            step5::ops::gemm_auto_takes_gemv(T, N, K);
@@ -335,6 +342,9 @@ std::vector<Variant> all_variants() {
   for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmSplitKTiles)); ++c) v.push_back({GemmPath::kSplitK, c, 0});
   v.push_back({GemmPath::kSplitK, 0, 1});
   v.push_back({GemmPath::kSplitK, 0, 3});
+  // both kGemv kernels forced (the CUDA-core one is refused above T = 1)
+  v.push_back({GemmPath::kGemv, step5::ops::kGemmGemvCudaCores, 0});
+  v.push_back({GemmPath::kGemv, step5::ops::kGemmGemvTensorCores, 0});
   v.push_back({GemmPath::kSplitK, 2, 16});
   // every wgmma tile kind (config = entry + 1), unsplit, planned and split 3
   for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)); ++c) {
@@ -358,9 +368,11 @@ GPU_CASE("gemm: every geometry x tp, T list, every path, vs CPU reference") {
     // (K, T list): full size K = hidden; quick mode K = 256 and, at tp 8, one decode row at K = hidden
     std::vector<std::pair<int, std::vector<int>>> runs;
     if (!quick) {
-      runs.push_back({hidden, {1, 2, 3, 4, 5, 17, 64, 127, 128, 129, 256, 1000, 4096}});
+      runs.push_back({hidden, {1, 2, 3, 4, 5, 8, 9, 16, 17, 64, 127, 128, 129, 256, 1000, 4096}});
     } else {
-      runs.push_back({256, {1, 17, 129}});
+      // T = 4: the CUDA-core kGemv kernel's last T; 6 and 9: the tensor-core one with one and two
+      // n8 tiles; 17: the refusal
+      runs.push_back({256, {1, 4, 6, 9, 17, 129}});
       if (tp == 8) runs.push_back({hidden, {1}});
     }
     for (const auto& [K, Ts] : runs) {
@@ -395,12 +407,18 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
       {300, 517, 200, 208, 200, 520},        // odd N, small K
       {5, 37, 1003, 1005, 1003, 41},         // K, ld not multiples of 8 -> generic only
       {130, 301, 77, 77, 79, 301},           // odd everything -> generic only
-      {3, 1000, 4104, 4112, 4120, 1002},     // decode rows (gemv): odd N, K not a multiple of 256
-      {2, 4096, 12288, 12288, 12288, 4096},  // o_proj at tp 1 decode (64 * 192): three gemv warps per row
-      {4, 517, 200, 208, 200, 520},          // gemv with fewer 16-byte chunks than lanes
+      {3, 1000, 4104, 4112, 4120, 1002},     // decode rows (gemv; both kernels): odd N, K not a multiple of 256
+      {1, 1000, 4104, 4112, 4120, 1002},     // gemv at T = 1: the CUDA-core kernel, and the tensor-core one forced
+      {2, 4096, 12288, 12288, 12288, 4096},  // o_proj at tp 1 decode (64 * 192): three gemv warps per row; tensor cores 6 batches per segment
+      {4, 517, 200, 208, 200, 520},          // gemv with fewer 16-byte chunks than lanes; tensor cores: 7 chunks, one segment
+      {9, 517, 200, 208, 200, 520},          // gemv (tensor cores): two n8 tiles, the second one token
+      {16, 1000, 4104, 4112, 4120, 1002},    // gemv (tensor cores): T = 16, 3 batches per segment, 8 of the last chunk's 32 values in K
+      {8, 100, 12288, 12288, 12288, 100},    // gemv (tensor cores): X 197120 bytes
+      {12, 100, 12288, 12288, 12288, 100},   // gemv refused: X would need 295680 bytes
+      {2, 70, 51136, 51136, 51136, 72},      // gemv near the limit; tensor cores at it (204672 bytes), 25 batches per segment
       {4, 100, 25600, 25600, 25600, 100},    // gemv: 7 warps per row, X at the shared-memory limit
-      {1, 333, 40960, 40960, 40960, 334},    // gemv: 8 warps per row, two batches each
-      {1, 129, 102400, 102400, 102400, 130}, // gemv: four batches per warp, X at the limit
+      {1, 333, 40960, 40960, 40960, 334},    // gemv (T = 1): 8 warps per row, two batches each
+      {1, 129, 102400, 102400, 102400, 130}, // gemv (T = 1): four batches per warp, X at the limit
   };
   for (Shape s : shapes) {
     if (step5_test::quick()) s.T = std::min(s.T, 129);
@@ -688,20 +706,27 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
 
 GPU_CASE("gemm: gemv bit-identical over 20 launches (quick: 5) with other kernels running, fp64 spot checks") {
   // The forced kGemv path: each lane sums its chunks in order, the warp's butterfly and the row's
-  // segment sum are fixed, so C must not change with what else runs; the step5_preview fused
-  // projection (tp 8, tp 1) and o_proj (tp 1: three warps per row) shapes at T = 1 and 4
+  // segment sum are fixed (the tensor-core kernel's mma and segment order too), so C must not
+  // change with what else runs; the step5_preview fused projection (tp 8, tp 1) and o_proj (tp 1:
+  // three warps per row on the CUDA cores) shapes at T = 1, 4, 9 and 16
   const int reps = step5_test::quick() ? 5 : 20;
-  for (const auto& [T, N, K] : {std::tuple{1, 3472, 4096}, std::tuple{4, 3472, 4096}, std::tuple{1, 18512, 4096},
-                                std::tuple{4, 4096, 12288}}) {
+  // (config: the kernel forced, 0 = by T; the tensor-core one also at T = 1 on o_proj's long rows)
+  for (const auto& [T, N, K, config] :
+       {std::tuple{1, 3472, 4096, 0}, std::tuple{4, 3472, 4096, 0}, std::tuple{1, 18512, 4096, 0},
+        std::tuple{4, 3472, 4096, step5::ops::kGemmGemvTensorCores},
+        std::tuple{16, 18512, 4096, 0}, std::tuple{9, 3472, 4096, 0}, std::tuple{1, 4096, 12288, 0},
+        std::tuple{1, 4096, 12288, step5::ops::kGemmGemvTensorCores}, std::tuple{4, 4096, 12288, 0}}) {
     const DenseOperands op(T, N, K);
     GemmParams p = op.params();
     p.path = GemmPath::kGemv;
+    p.config = config;
     step5::ops::GemmPlan plan;
     const step5::Status st = step5::ops::gemm_plan(p, &plan);
     EXPECT(st.ok() && plan.path == GemmPath::kGemv && plan.workspace_bytes == 0, "T=%d N=%d K=%d: %s path %s", T, N, K,
            st.to_string().c_str(), path_name(plan.path));
     std::vector<std::uint16_t> first, last;
-    const std::string what = "gemv T=" + std::to_string(T) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+    const std::string what = "gemv T=" + std::to_string(T) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+                             (config != 0 ? " config=" + std::to_string(config) : std::string());
     const int changed = repeat_with_noise(p, reps, what, &first, &last, nullptr);
     EXPECT(changed == 0, "%s: %d of %d launches differ from the first", what.c_str(), changed, reps - 1);
     const int bad = fp64_spot_check_failures(op.hx, op.hw, first, T, N, K, 1);
@@ -922,14 +947,16 @@ GPU_CASE("gemm: preconditions return Status naming the values") {
     expect_err(p, step5::StatusCode::kInvalidArgument, "k = 60", "k % 8 forced stream");
   }
   {  // the gemv path: decode-sized T only, no tile or split override, the fast-path alignment
-    GemmParams p = good; p.path = GemmPath::kGemv; p.tokens = 5;
-    expect_err(p, step5::StatusCode::kInvalidArgument, "tokens = 5", "gemv T > kGemmGemvMaxTokens");
+    GemmParams p = good; p.path = GemmPath::kGemv; p.tokens = 17;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "tokens = 17", "gemv T > kGemmGemvMaxTokens");
     p.tokens = 1; p.k = 120000; p.ldx = 120000; p.ldw = 120000;
     expect_err(p, step5::StatusCode::kInvalidArgument, "k = 120000", "gemv X beyond shared memory");
     p = good; p.path = GemmPath::kGemv; p.split_k = 2;
     expect_err(p, step5::StatusCode::kInvalidArgument, "split_k = 2", "gemv split_k");
-    p = good; p.path = GemmPath::kGemv; p.config = 1;
-    expect_err(p, step5::StatusCode::kInvalidArgument, "config = 1", "gemv config");
+    p = good; p.path = GemmPath::kGemv; p.config = 3;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "config = 3", "gemv config out of range");
+    p = good; p.path = GemmPath::kGemv; p.config = step5::ops::kGemmGemvCudaCores; p.tokens = 5;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "tokens = 5", "gemv CUDA-core kernel at T = 5");
     p = good; p.path = GemmPath::kGemv; p.w = good.w + 1;
     expect_err(p, step5::StatusCode::kInvalidArgument, "w is not 16-byte aligned", "gemv misaligned w");
   }

@@ -11,11 +11,14 @@
 /// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: kGemv at T = 1 on wide weights
 /// (`gemm_auto_takes_gemv`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
 /// unaligned shapes -> kGeneric, T <= 32 -> kSplitK, T > 32 -> kWgmma):
-///  * `kGemv`   — weight-streaming kernel on the CUDA cores for decode-sized T (1 ..
-///                kGemmGemvMaxTokens): a warp per W row (a few for long K), X in shared memory, no
-///                workspace (gemm_gemv.cuh); needs the fast-path alignment and T · K · 2 bytes of
-///                shared memory (`gemm_gemv_eligible`). bench_gemm's `gemm_gemv/` rows measure it
-///                against cuBLASLt; kAuto takes it only where it measured faster: `gemm_auto_takes_gemv`;
+///  * `kGemv`   — weight-streaming kernels for decode-sized T (1 .. kGemmGemvMaxTokens), X in
+///                shared memory, no workspace (gemm_gemv.cuh): T <= 4 on the CUDA cores (a warp per
+///                W row, a few for long K), T = 5..16 on the tensor cores (mma.sync, a warp per 16 W
+///                rows and a K segment, W fragments loaded straight from global memory; config
+///                forces either kernel where it runs: gemm_gemv_pick). Needs the
+///                fast-path alignment and `gemm_gemv_smem_bytes` of shared memory
+///                (`gemm_gemv_eligible`). bench_gemm's `gemm_gemv/` rows measure it against
+///                cuBLASLt; kAuto takes it only where it measured faster: `gemm_auto_takes_gemv`;
 ///  * `kCublasLt` — cuBLASLt (the peer bench_gemm measures this library's kernels against), kAuto's
 ///                choice whenever it has an algorithm: it measured faster at nearly every
 ///                fused-projection shape (two near-ties the other way, ≤ 1.05×; the evidence is in
@@ -65,21 +68,58 @@ enum class GemmPath : int {
   kWgmma = 3,    ///< TMA + wgmma (needs the fast-path alignment)
   kCublasLt = 4, ///< cuBLASLt (any shape and alignment it has an algorithm for, else kUnsupported; k == 0 runs
                  ///< kGeneric: C = 0; kUnsupported when built without it)
-  kGemv = 5,     ///< weight-streaming CUDA-core kernel, 1 <= T <= kGemmGemvMaxTokens (needs the fast-path
-                 ///< alignment; kAuto takes it only where `gemm_auto_takes_gemv`)
+  kGemv = 5,     ///< weight-streaming kernels, 1 <= T <= kGemmGemvMaxTokens (needs the fast-path alignment;
+                 ///< kAuto takes it only where `gemm_auto_takes_gemv`)
 };
 
-/// Most tokens the kGemv path runs.
-inline constexpr std::int64_t kGemmGemvMaxTokens = 4;
-/// Dynamic shared memory the kGemv path may use for X (T · K · 2 bytes): 200 KiB of the 227 KiB a
-/// CTA may have on sm_90, the rest left to the kernel's static part.
+/// Most tokens the kGemv path runs: two n8 tiles of the tensor-core kernel.
+inline constexpr std::int64_t kGemmGemvMaxTokens = 16;
+/// Dynamic shared memory the kGemv path may use for X (`gemm_gemv_smem_bytes`): 200 KiB of the 227
+/// KiB a CTA may have on sm_90, the rest left to the kernel's static part.
 inline constexpr std::int64_t kGemmGemvMaxSmem = 200 * 1024;
 /// Most weight rows (N) the kGemv path runs (its row indices are int32).
 inline constexpr std::int64_t kGemmGemvMaxRows = (std::int64_t{1} << 30);
-/// Whether the kGemv path can run T tokens of reduction length K (alignment aside): 1 <= T <=
-/// kGemmGemvMaxTokens, K >= 0 and X's T rows fit in kGemmGemvMaxSmem.
-constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k) {
-  return tokens >= 1 && tokens <= kGemmGemvMaxTokens && k >= 0 && tokens * k * 2 <= kGemmGemvMaxSmem;
+/// Tokens per n8 tile of the tensor-core kGemv kernel.
+inline constexpr std::int64_t kGemmGemvTokenTile = 8;
+/// Bytes of one staged X row of the tensor-core kGemv kernel for reduction length K: K
+/// rounded up to a 64-byte chunk (32 values; zero-filled past K), then to 128 bytes, plus 64 bytes,
+/// so that rows sit 64 bytes apart modulo 128 and a quarter warp's 16-byte fragment loads (two
+/// rows, four 16-byte pieces each) hit eight different bank groups.
+constexpr std::int64_t gemm_gemv_x_row_bytes(std::int64_t k) {
+  const std::int64_t chunk_bytes = (k + 31) / 32 * 64;
+  return (chunk_bytes + 127) / 128 * 128 + 64;
+}
+/// The kGemv path's two kernels, as `GemmParams::config` forces them and `GemmPlan::config` reports
+/// them: the CUDA-core kernel (T <= kGemmGemvCudaCoreMaxTokens) and the tensor-core kernel (any T
+/// the path runs).
+inline constexpr int kGemmGemvCudaCores = 1;
+inline constexpr int kGemmGemvTensorCores = 2;
+/// Most tokens the CUDA-core kGemv kernel runs (one instance per T). With config 0 it runs T <= 4,
+/// as before the tensor-core kernel existed: measured on an H100 (bench/RESULTS.md, twenty-sixth
+/// session, call 3) at T = 4 it read 58.7 µs against cuBLASLt's 61.2 µs at step5_preview tp 1
+/// (0.86 of copy) but 18.4 against 14.3 µs at tp 8; the tensor-core kernel takes T = 5..16 and
+/// is measured against both (bench_gemm `gemm_gemv_mma/`).
+inline constexpr std::int64_t kGemmGemvCudaCoreMaxTokens = 4;
+/// The kGemv kernel that runs T tokens with `config` (0: by T, the CUDA cores up to
+/// kGemmGemvCudaCoreMaxTokens, else the tensor cores; 1 or 2: that kernel).
+constexpr int gemm_gemv_pick(std::int64_t tokens, int config = 0) {
+  return config != 0 ? config : tokens <= kGemmGemvCudaCoreMaxTokens ? kGemmGemvCudaCores : kGemmGemvTensorCores;
+}
+/// Dynamic shared memory of the kGemv kernel for T tokens of reduction length K (`config` as in
+/// gemm_gemv_pick): the CUDA-core kernel, X's rows (T · K · 2 bytes); the tensor-core kernel, T
+/// rows of gemm_gemv_x_row_bytes(K) (the n8 tile's rows past T are not staged: their fragments
+/// read as zero).
+constexpr std::int64_t gemm_gemv_smem_bytes(std::int64_t tokens, std::int64_t k, int config = 0) {
+  return gemm_gemv_pick(tokens, config) == kGemmGemvCudaCores ? tokens * k * 2 : tokens * gemm_gemv_x_row_bytes(k);
+}
+/// Whether the kGemv path can run T tokens of reduction length K with `config` (alignment aside):
+/// 1 <= T <= kGemmGemvMaxTokens, config 0, 1 (T <= kGemmGemvCudaCoreMaxTokens) or 2, K >= 0 and X fits in
+/// kGemmGemvMaxSmem (gemm_gemv_smem_bytes).
+constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int config = 0) {
+  return tokens >= 1 && tokens <= kGemmGemvMaxTokens && config >= 0 && config <= kGemmGemvTensorCores &&
+         (gemm_gemv_pick(tokens, config) != kGemmGemvCudaCores || tokens <= kGemmGemvCudaCoreMaxTokens) && k >= 0 &&
+         k <= kGemmGemvMaxSmem &&
+         gemm_gemv_smem_bytes(tokens, k, config) <= kGemmGemvMaxSmem;
 }
 
 /// kAuto's kGemv shapes: one token (T = 1), a weight of at least kGemmGemvAutoMinBytes (n · k · 2)
@@ -90,8 +130,10 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k) {
 /// µs against cuBLASLt's 41.2 µs (1.05×, the weight at 0.92 of copy), and inside the layer
 /// (decode batch 1) the fused GEMM 51.4 → 47.9 µs. Not taken: narrower weights (tp 8: 0.98×,
 /// 1.03×, within the spread; tp 2 and 4, 39–76 MiB, not measured), longer rows (o_proj at tp 1,
-/// K 12288, three warps per row: 34.4–35.3 against 31.8–31.9 µs in the layer), and T >= 2
-/// (0.71–0.79× at T = 4: the product runs on the CUDA cores).
+/// K 12288, three warps per row: 34.4–35.3 against 31.8–31.9 µs in the layer), and T >= 2 (the
+/// CUDA-core kernel at T = 4: 0.71–0.79× on the H200, thirteenth session; 1.04× at step5_preview
+/// tp 1 but 0.78× at tp 8 on an H100, twenty-sixth session; the tensor-core kernel is not yet
+/// measured against cuBLASLt).
 inline constexpr std::int64_t kGemmGemvAutoMinBytes = std::int64_t{128} << 20;
 inline constexpr std::int64_t kGemmGemvAutoMaxK = 4096;
 constexpr bool gemm_auto_takes_gemv(std::int64_t tokens, std::int64_t n, std::int64_t k) {
@@ -184,8 +226,9 @@ struct GemmParams {
   bool allow_cublaslt = true;
   /// Tuning overrides for tests/benchmarks (0 = the launcher's choice, use 0 in production).
   /// config: split-K path 1..size(kGemmSplitKTiles) = row config-1 of kGemmSplitKTiles;
-  /// wgmma path 1..size(kGemmWgmmaTiles) = tile kind kGemmWgmmaTiles[config-1]; kGemv: 0 only
-  /// (and split_k 0 or 1).
+  /// wgmma path 1..size(kGemmWgmmaTiles) = tile kind kGemmWgmmaTiles[config-1]; kGemv: its kernel,
+  /// kGemmGemvCudaCores (T <= kGemmGemvCudaCoreMaxTokens) or kGemmGemvTensorCores (gemm_gemv_pick;
+  /// and split_k 0 or 1).
   /// split_k: the K splits of either path (1 = no split; capped at the number of k-tiles — 64
   /// wide, or 64 · k_boxes wide for a wgmma kind — and 1 when the tiles' arrival counters would not fit in kGemmCounterBytes).
   int config = 0;
@@ -202,7 +245,8 @@ struct GemmPlan {
   int split_k = 1;                 ///< K splits (either path); >1: partials reduced through the workspace
   std::size_t workspace_bytes = 0; ///< bytes of workspace this launch needs
   /// The tile configuration chosen (the `GemmParams::config` value that forces the same choice):
-  /// split-K path 1..size(kGemmSplitKTiles), wgmma path 1..size(kGemmWgmmaTiles), 0 for generic and gemv.
+  /// split-K path 1..size(kGemmSplitKTiles), wgmma path 1..size(kGemmWgmmaTiles), gemv its kernel
+  /// (kGemmGemvCudaCores or kGemmGemvTensorCores), 0 for generic and cuBLASLt.
   int config = 0;
 };
 Status gemm_plan(const GemmParams& p, GemmPlan* plan);
@@ -219,8 +263,9 @@ std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::i
 /// kInvalidArgument for null pointers (when tokens > 0), negative sizes, ld < row length,
 /// a forced fast path whose alignment rules fail, a config out of range, a too small workspace
 /// (the message names the bytes needed and given), a forced kGemv outside `gemm_gemv_eligible`
-/// (T above kGemmGemvMaxTokens, X beyond kGemmGemvMaxSmem), with more than kGemmGemvMaxRows rows or
-/// with a config / split_k override; kUnsupported for a
+/// (T above kGemmGemvMaxTokens, X's gemm_gemv_smem_bytes beyond kGemmGemvMaxSmem, config out of
+/// 0..2 or the CUDA-core kernel at T != 1), with more than kGemmGemvMaxRows rows or with split_k >
+/// 1; kUnsupported for a
 /// device that is not sm_90, or a forced kCublasLt when built without cuBLASLt or when it has no
 /// algorithm for the shape; kCudaError for a failed launch, driver or cuBLASLt call (the message
 /// names it). tokens == 0 (or n == 0) returns Ok without launching. When k == 0, C = 0.

@@ -124,6 +124,14 @@ inline Status lt_build(cublasLtHandle_t handle, const GemmParams& p, std::size_t
                                                          sizeof(ac)));
     STEP5_LT_RETURN(cublasLtMatmulPreferenceSetAttribute(pg.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
                                                          sizeof(ac)));
+    // SPEC §3's fp32 accumulation also across K splits: split-K algorithms that reduce their
+    // partials in the output type (bf16: OUTPUT_TYPE, or INPLACE in the output buffer) are masked
+    // out, only fp32 (COMPUTE_TYPE) reductions remain. With them, the heuristic's choice for narrow
+    // long-K shapes (N 70-100, K 12288-51136, T 2-12; test_gemm "odd shapes", H100, twenty-seventh
+    // session) put 2-57 outputs per launch 5-8 % off the fp32 product.
+    const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    STEP5_LT_RETURN(cublasLtMatmulPreferenceSetAttribute(pg.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                         &reductions, sizeof(reductions)));
     cublasLtMatmulHeuristicResult_t res{};
     int n = 0;
     const cublasStatus_t h =

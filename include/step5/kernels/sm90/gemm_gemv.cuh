@@ -1,23 +1,45 @@
 #pragma once
 /// \file step5/kernels/sm90/gemm_gemv.cuh
 /// Weight-streaming projection for decode-sized T (T <= ops::kGemmGemvMaxTokens; SPEC §3/§4.1):
-/// `C[T, N] = bf16(X[T, K] @ W[N, K]^T)`, fp32 accumulation, on the CUDA cores.
+/// `C[T, N] = bf16(X[T, K] @ W[N, K]^T)`, fp32 accumulation. At small T the product is a few FLOP
+/// per weight byte: the time is the weight stream, which wants as many bytes in flight as the
+/// memory system holds and little else per byte. Two kernels:
 ///
-/// At T <= 4 the product is 2·T FLOP per weight byte pair: the time is the weight stream, which
-/// wants as many bytes in flight as the memory system holds and nothing else. One warp per W row
-/// (rows dealt out grid-stride, `kGemvWarps` warps per CTA), or up to kGemvWarps warps per row when
+/// Which one runs: ops::gemm_gemv_pick (config 0: T <= 4 the CUDA cores, T = 5..16 the tensor
+/// cores; config 1 / 2 forces one).
+///
+/// **T <= 4, on the CUDA cores (`gemm_gemv_kernel<T>`).** One warp per W row (rows dealt out
+/// grid-stride, `kGemvWarps` warps per CTA), or up to kGemvWarps warps per row when
 /// K is long (`gemv_segments`: a warp's share of a row is one batch up to K = 8 · 4096, several
 /// batches beyond): lane l reads its 16-byte chunks
 /// l, l + 32, ... as `kGemvBatch` independent non-caching loads in flight at once (a K = 4096 row is
 /// one batch: 8 KiB of one row per warp), multiplies them with the T rows of X held in shared
 /// memory (staged once per CTA), and keeps one fp32 sum per token; the warp's lanes are then summed
 /// by a butterfly of shuffles, a row's segments in segment order, and one thread stores bf16. Each
-/// lane sums its chunks in order, so the bits do not depend on timing. The first batch of W is loaded
-/// before `pdl_wait` (weights are not written by the step's kernels).
+/// lane sums its chunks in order, so the bits do not depend on timing.
+///
+/// **T <= 16, on the tensor cores (`gemm_gemv_mma_kernel<NT>`, NT = ceil(T / 8) n8 tiles).** The
+/// CUDA-core form costs T FMAs and T shared-memory reads of X per weight element: at T = 4 it read
+/// 0.71–0.79× cuBLASLt on the H200 (bench/RESULTS.md, thirteenth session), 1.04× at step5_preview
+/// tp 1 but 0.78× at tp 8 on an H100 (twenty-sixth session). Here a warp owns 16 W rows (the mma M side: swap-AB, tokens on N) and a K segment
+/// (`gemv_mma_segments`, a power of two <= kGemvWarps, so the CTA's warps cover R = kGemvWarps / S
+/// row groups); mma.sync m16n8k16 bf16 with fp32 accumulation. W's fragments come straight from
+/// global memory: quad lane c of group g loads bytes [64i + 16c, +16) of rows g and g + 8 for
+/// each 64-byte chunk i (`kGemvMmaBatch` chunks in flight: 16 loads of 16 bytes per lane, 8 KiB per
+/// warp), and uses them as the A fragments of two k16 steps; X's B fragments are read from shared
+/// memory at the same byte offsets of token rows g (+ 8j). The K order inside a chunk is thereby
+/// permuted identically for A and B (logical k 2c + e and 2c + 8 + e of step s are elements 8c +
+/// 4s + e and 8c + 4s + 2 + e), which is exact for a dot product. X's T rows are staged once per
+/// CTA (values past K zero), `ops::gemm_gemv_x_row_bytes(K)` apart (64 mod 128 bytes:
+/// conflict-free fragment loads); the fragments of tokens past T read as zero. The S segments'
+/// fp32 tiles are summed in segment order through shared memory and stored as bf16. The mma's accumulation order is fixed,
+/// so the bits do not depend on timing either.
+///
+/// Both load the first batch of W before `pdl_wait` (weights are not written by the step's kernels).
 ///
 /// Preconditions (the launcher, gemm_launch.cuh, checks them): the fast-path alignment (X, W 16-byte
-/// aligned, K, ldx, ldw multiples of 8, ldc even), 1 <= T <= kGemmGemvMaxTokens, T · K · 2 bytes of
-/// shared memory available (`gemv_smem_bytes`).
+/// aligned, K, ldx, ldw multiples of 8, ldc even), 1 <= T <= kGemmGemvMaxTokens,
+/// `ops::gemm_gemv_smem_bytes(T, K)` of shared memory available (`ops::gemm_gemv_eligible`).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -25,7 +47,8 @@
 
 #include "step5/kernels/sm90/arch.cuh"
 #include "step5/kernels/sm90/pdl.cuh"
-#include "step5/kernels/sm90/ptx.cuh"  // bf16_lo / bf16_hi
+#include "step5/kernels/sm90/ptx.cuh"  // bf16_lo / bf16_hi, mma.sync
+#include "step5/ops/gemm.hpp"            // kGemmGemvTokenTile, gemm_gemv_x_row_bytes, gemm_gemv_smem_bytes
 
 namespace step5::kernels::sm90 {
 
@@ -35,6 +58,7 @@ struct GemvArgs {
   __nv_bfloat16* c;
   int N, K;
   long long ldx, ldw, ldc;
+  int T;  ///< tokens (the tensor-core kernel; the CUDA-core kernel's T is its template argument)
 };
 
 inline constexpr int kGemvWarps = 8;                  ///< warps (W rows at a time) per CTA
@@ -44,10 +68,6 @@ inline constexpr int kGemvBatch = 16;                 ///< 16-byte W loads in fl
 /// CTAs of 8 warps hold 2 · 8 · 8 KiB of W in flight per SM, more than the memory system needs.
 inline constexpr int kGemvCtasPerSm = 2;
 
-/// Dynamic shared memory of the T-token instance: X's T rows of K bf16 values.
-__host__ __device__ constexpr long long gemv_smem_bytes(int T, long long K) {
-  return static_cast<long long>(T) * K * 2;
-}
 /// Warps (segments) per W row of reduction length K: one batch of kGemvBatch 16-byte loads per lane
 /// each, at most kGemvWarps (longer segments loop over batches).
 __host__ __device__ constexpr int gemv_segments(long long K) {
@@ -55,6 +75,24 @@ __host__ __device__ constexpr int gemv_segments(long long K) {
   const long long s = (K + per_warp - 1) / per_warp;
   return s < 1 ? 1 : (s > kGemvWarps ? kGemvWarps : static_cast<int>(s));
 }
+
+/// 64-byte chunks of its 16 W rows a warp of the tensor-core kernel loads at once (two 16-byte
+/// loads per chunk and lane: 16 loads in flight per lane, 8 KiB per warp, as the CUDA-core kernel).
+inline constexpr int kGemvMmaBatch = 8;
+/// K segments (warps) per 16-row group of the tensor-core kernel for reduction length K: enough
+/// for one batch each (ceil(K / 32) chunks of 64 bytes, kGemvMmaBatch per batch), rounded up to a
+/// power of two (so that S divides kGemvWarps and no warp idles) and at most kGemvWarps (longer
+/// segments loop over batches).
+__host__ __device__ constexpr int gemv_mma_segments(long long K) {
+  const long long batches = ((K + 31) / 32 + kGemvMmaBatch - 1) / kGemvMmaBatch;
+  int s = 1;
+  while (s < kGemvWarps && s < batches) s *= 2;
+  return s;
+}
+static_assert((kGemvWarps & (kGemvWarps - 1)) == 0, "gemv_mma_segments: S must divide kGemvWarps");
+static_assert(::step5::ops::kGemmGemvTokenTile == 8, "the tensor-core kGemv kernel's token tile is the mma's n8");
+static_assert(::step5::ops::kGemmGemvMaxTokens <= 2 * ::step5::ops::kGemmGemvTokenTile,
+              "the launcher instantiates the tensor-core kGemv kernel for one and two n8 tiles");
 
 namespace gemv_detail {
 
@@ -157,6 +195,112 @@ __global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemm_gemv_kernel
       float sum = pp[warp][lane];
       for (int q = 1; q < S; ++q) sum += pp[warp + q][lane];
       a.c[static_cast<long long>(lane) * a.ldc + n] = __float2bfloat16_rn(sum);
+    }
+  }
+  pdl_launch_dependents();
+#endif
+}
+
+/// See the file comment (1 <= T <= 8 · NT). Warp w of a CTA takes K segment w % S of row slot
+/// w / S (S = gemv_mma_segments(K), R = kGemvWarps / S slots): the 16 W rows 16 · (set · R + slot)
+/// + [0, 16) for the CTA's row-group sets set = blockIdx.x, + gridDim.x, .... A segment is
+/// ceil(chunks / S) consecutive 64-byte chunks of the rows, loaded kGemvMmaBatch chunks at a time.
+template <int NT>
+__global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemm_gemv_mma_kernel(const GemvArgs a) {
+#if STEP5_SM90A_DEVICE
+  using namespace gemv_detail;
+  static_assert(NT == 1 || NT == 2, "one or two n8 token tiles");
+  extern __shared__ __align__(16) unsigned char gemv_smem[];  // X: [T][x_row bytes]
+  // per warp, its accumulator tile (element j·4 + r of lane l), double-buffered by row-group set
+  __shared__ float part[2][kGemvWarps][NT * 4][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, c = lane & 3;  // mma groupID, thread in group
+  const int kc = (a.K + 31) / 32;          // 64-byte chunks per row (the last one may end past K)
+  const int S = gemv_mma_segments(a.K), R = kGemvWarps / S;
+  const int seg_len = (kc + S - 1) / S;
+  const int slot = warp / S, seg = warp - slot * S;
+  const int c_begin = min(kc, seg * seg_len), c_end = min(kc, c_begin + seg_len);
+  const int sets = ((a.N + 15) / 16 + R - 1) / R;  // N <= kGemmGemvMaxRows: no row index overflows
+  const int x_row = static_cast<int>(::step5::ops::gemm_gemv_x_row_bytes(a.K));
+  int set = blockIdx.x;
+
+  // the A fragments of kGemvMmaBatch chunks: w[i][h] = 16 bytes of row g + 8h at chunk c0 + i
+  uint4 wv[kGemvMmaBatch][2];
+  auto load_batch = [&](int set_, int c0) {
+    const int n0 = (set_ * R + slot) * 16 + g;
+#pragma unroll
+    for (int i = 0; i < kGemvMmaBatch; ++i) {
+      const int ci = c0 + i, e = 32 * ci + 8 * c;  // this lane's first element of chunk ci
+      const bool in = ci < c_end && e < a.K;      // K % 8 == 0: the 16 bytes are all in or all out
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int n = n0 + 8 * h;
+        wv[i][h] = in && n < a.N ? load_w(a.w + static_cast<long long>(n) * a.ldw + e) : make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  };
+  load_batch(set, c_begin);  // weights: before the wait on the previous kernel
+  pdl_wait();                // X is the previous kernel's output
+  {
+    // X as T rows of x_row bytes, the 16-byte pieces past K zero (so the mma of a chunk that ends
+    // past K adds exact zeros: W is zero there too)
+    const int pieces = x_row / 16, kp = a.K / 8;
+    for (int i = threadIdx.x; i < a.T * pieces; i += kGemvThreads) {
+      const int t = i / pieces, p = i - t * pieces;
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (p < kp) v = *reinterpret_cast<const uint4*>(a.x + static_cast<long long>(t) * a.ldx + 8 * p);
+      *reinterpret_cast<uint4*>(gemv_smem + t * x_row + 16 * p) = v;
+    }
+  }
+  __syncthreads();
+  const unsigned char* xq = gemv_smem + g * x_row + 16 * c;  // this lane's B fragments: token g (+ 8j)
+  bool x_in[NT];  // token g + 8j is one of the T staged rows (else its fragments are zero)
+#pragma unroll
+  for (int j = 0; j < NT; ++j) x_in[j] = g + 8 * j < a.T;
+
+  for (int it = 0; set < sets; set += gridDim.x, ++it) {
+    float acc[NT][4];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[j][r] = 0.f;
+    for (int c0 = c_begin; c0 < c_end; c0 += kGemvMmaBatch) {
+      if (c0 > c_begin) load_batch(set, c0);  // a segment longer than one batch
+#pragma unroll
+      for (int i = 0; i < kGemvMmaBatch; ++i) {
+        const int ci = c0 + i;
+        if (ci < c_end) {  // uniform over the warp
+          // k16 step 0: elements 8c + {0,1} (a0 / a1: rows g / g + 8) and 8c + {2,3} (a2 / a3);
+          // step 1: 8c + {4,5} and 8c + {6,7}; B: the same elements of token g's row
+          const std::uint32_t s0[4] = {wv[i][0].x, wv[i][1].x, wv[i][0].y, wv[i][1].y};
+          const std::uint32_t s1[4] = {wv[i][0].z, wv[i][1].z, wv[i][0].w, wv[i][1].w};
+#pragma unroll
+          for (int j = 0; j < NT; ++j) {
+            const uint4 xv =
+                x_in[j] ? *reinterpret_cast<const uint4*>(xq + 8 * j * x_row + 64 * ci) : make_uint4(0u, 0u, 0u, 0u);
+            ptx::mma_bf16_16816(acc[j], s0, xv.x, xv.y);
+            ptx::mma_bf16_16816(acc[j], s1, xv.z, xv.w);
+          }
+        }
+      }
+    }
+    // the next set's first batch, in flight while this one's tiles are summed and stored
+    if (set + static_cast<int>(gridDim.x) < sets) load_batch(set + static_cast<int>(gridDim.x), c_begin);
+    float (*pp)[NT * 4][32] = part[it & 1];
+#pragma unroll
+    for (int j = 0; j < NT; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pp[warp][j * 4 + r][lane] = acc[j][r];
+    __syncthreads();  // (the other buffer's reads, one set earlier, precede this barrier too)
+    // element (slot, j·4 + r, lane l): W row 16 · (set · R + slot) + l / 4 + 8 · (r / 2), token
+    // 8j + 2 · (l % 4) + r % 2 (the m16n8 accumulator layout); the slot's S segments in order
+    for (int e = threadIdx.x; e < R * NT * 128; e += kGemvThreads) {
+      const int sl = e / (NT * 128), jr = (e / 32) % (NT * 4), l = e % 32;
+      float sum = pp[sl * S][jr][l];
+      for (int q = 1; q < S; ++q) sum += pp[sl * S + q][jr][l];
+      const int n = (set * R + sl) * 16 + l / 4 + 8 * ((jr & 3) >> 1);
+      const int t = 8 * (jr >> 2) + 2 * (l % 4) + (jr & 1);
+      if (n < a.N && t < a.T) a.c[static_cast<long long>(t) * a.ldc + n] = __float2bfloat16_rn(sum);
     }
   }
   pdl_launch_dependents();

@@ -529,14 +529,16 @@ inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStrea
   });
 }
 
-/// The kGemv launch: the T-token instance (1 <= T <= kGemmGemvMaxTokens), kGemvWarps / S rows per
-/// CTA at a time (S = gemv_segments(K) warps per row), T · K · 2 bytes of shared memory, one wave of
-/// the CTAs an SM holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor, at most
-/// k90::kGemvCtasPerSm; row groups grid-stride).
-template <int T>
-inline Status launch_gemv_t(const GemmParams& p, int device, int sms, cudaStream_t stream) {
-  static std::atomic<std::uint64_t> prepared{0};
-  const auto kernel = &k90::gemm_gemv_kernel<T>;
+/// The kGemv launch (gemm_gemv.cuh), the kernel ops::gemm_gemv_pick picks (config 0: T <= 4 on the
+/// CUDA cores, T = 5..16 on the tensor cores): the CUDA-core kernel (kGemvWarps / S rows per CTA
+/// at a time, S = gemv_segments(K) warps per row) or the tensor-core kernel of ceil(T / 8) n8
+/// tiles (R = kGemvWarps / gemv_mma_segments(K) groups of 16 rows per CTA at a time);
+/// ops::gemm_gemv_smem_bytes(T, K, config) of dynamic shared memory; one wave of the CTAs an SM
+/// holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor, at most k90::kGemvCtasPerSm), the rows
+/// dealt out grid-stride.
+template <class Kernel>
+inline Status launch_gemv_kernel(const GemmParams& p, int device, int sms, cudaStream_t stream, Kernel kernel,
+                                 std::atomic<std::uint64_t>& prepared, std::int64_t rows_per_cta, const char* what) {
   STEP5_RETURN_IF_ERROR(prepare_once(prepared, device, [&]() -> Status {
     STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kGemmGemvMaxSmem)));
@@ -544,9 +546,8 @@ inline Status launch_gemv_t(const GemmParams& p, int device, int sms, cudaStream
   }));
   k90::GemvArgs a{reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<const __nv_bfloat16*>(p.w),
                   reinterpret_cast<__nv_bfloat16*>(p.c), static_cast<int>(p.n), static_cast<int>(p.k), p.ldx, p.ldw,
-                  p.ldc};
-  const std::int64_t rows_per_cta = k90::kGemvWarps / k90::gemv_segments(p.k);
-  const std::int64_t smem = k90::gemv_smem_bytes(T, p.k);
+                  p.ldc, static_cast<int>(p.tokens)};
+  const std::int64_t smem = gemm_gemv_smem_bytes(p.tokens, p.k, p.config);
   int resident = 0;
   STEP5_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, k90::kGemvThreads,
                                                                   static_cast<std::size_t>(smem)));
@@ -557,17 +558,34 @@ inline Status launch_gemv_t(const GemmParams& p, int device, int sms, cudaStream
   shape.grid = dim3(static_cast<unsigned>(ctas));
   shape.block = dim3(k90::kGemvThreads);
   shape.smem = static_cast<std::size_t>(smem);
-  return k90::launch_kernel("gemm_gemv_kernel launch", kernel, shape, stream, a);
+  return k90::launch_kernel(what, kernel, shape, stream, a);
+}
+template <int NT>
+inline Status launch_gemv_mma(const GemmParams& p, int device, int sms, cudaStream_t stream) {
+  static std::atomic<std::uint64_t> prepared{0};
+  return launch_gemv_kernel(p, device, sms, stream, &k90::gemm_gemv_mma_kernel<NT>, prepared,
+                            16LL * (k90::kGemvWarps / k90::gemv_mma_segments(p.k)), "gemm_gemv_mma_kernel launch");
 }
 inline Status launch_gemv(const GemmParams& p, int device, int sms, cudaStream_t stream) {
-  static_assert(kGemmGemvMaxTokens == 4, "one instance per T up to kGemmGemvMaxTokens");
-  switch (p.tokens) {
-    case 1: return launch_gemv_t<1>(p, device, sms, stream);
-    case 2: return launch_gemv_t<2>(p, device, sms, stream);
-    case 3: return launch_gemv_t<3>(p, device, sms, stream);
-    case 4: return launch_gemv_t<4>(p, device, sms, stream);
-    default: break;
+  static_assert(kGemmGemvMaxTokens == 2 * kGemmGemvTokenTile, "instances for T = 1 and one or two n8 tiles");
+  if (gemm_gemv_pick(p.tokens, p.config) == kGemmGemvCudaCores) {  // T <= kGemmGemvCudaCoreMaxTokens (make_plan)
+    static_assert(kGemmGemvCudaCoreMaxTokens == 4, "one CUDA-core instance per T up to kGemmGemvCudaCoreMaxTokens");
+    const std::int64_t rows_per_cta = k90::kGemvWarps / k90::gemv_segments(p.k);
+    const auto run = [&](auto kernel, std::atomic<std::uint64_t>& prepared) {
+      return launch_gemv_kernel(p, device, sms, stream, kernel, prepared, rows_per_cta, "gemm_gemv_kernel launch");
+    };
+    static std::atomic<std::uint64_t> prepared1{0}, prepared2{0}, prepared3{0}, prepared4{0};
+    switch (p.tokens) {
+      case 1: return run(&k90::gemm_gemv_kernel<1>, prepared1);
+      case 2: return run(&k90::gemm_gemv_kernel<2>, prepared2);
+      case 3: return run(&k90::gemm_gemv_kernel<3>, prepared3);
+      case 4: return run(&k90::gemm_gemv_kernel<4>, prepared4);
+      default: break;
+    }
+    return Status(StatusCode::kInternal, "gemm_bf16: the CUDA-core gemv kernel with tokens = " + s(p.tokens));
   }
+  if (p.tokens >= 1 && p.tokens <= kGemmGemvTokenTile) return launch_gemv_mma<1>(p, device, sms, stream);
+  if (p.tokens > kGemmGemvTokenTile && p.tokens <= kGemmGemvMaxTokens) return launch_gemv_mma<2>(p, device, sms, stream);
   return Status(StatusCode::kInternal, "gemm_bf16: gemv path with tokens = " + s(p.tokens));
 }
 
@@ -669,16 +687,20 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
                             (path == GemmPath::kSplitK ? "split-K" : path == GemmPath::kWgmma ? "wgmma" : "gemv") +
                             " path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
   if (path == GemmPath::kGemv) {
-    if (!gemm_gemv_eligible(p.tokens, p.k))
+    if (p.config < 0 || p.config > kGemmGemvTensorCores || p.split_k > 1)
+      return invalid_argument("gemm_bf16: config = " + s(p.config) + ", split_k = " + s(p.split_k) +
+                              " with path kGemv; expected config 0 (by T), " + s(kGemmGemvCudaCores) +
+                              " (the CUDA-core kernel) or " + s(kGemmGemvTensorCores) +
+                              " (the tensor-core kernel) and split_k 0 or 1");
+    if (!gemm_gemv_eligible(p.tokens, p.k, p.config))
       return invalid_argument("gemm_bf16: the gemv path runs 1.." + s(kGemmGemvMaxTokens) +
-                              " tokens with tokens * k * 2 <= " + s(kGemmGemvMaxSmem) + " bytes; got tokens = " +
-                              s(p.tokens) + ", k = " + s(p.k));
+                              " tokens (its CUDA-core kernel, config " + s(kGemmGemvCudaCores) + ", 1.." +
+                              s(kGemmGemvCudaCoreMaxTokens) + ") with X staged in at most " + s(kGemmGemvMaxSmem) +
+                              " bytes of shared memory (gemm_gemv_smem_bytes); got tokens = " + s(p.tokens) +
+                              ", k = " + s(p.k) + ", config = " + s(p.config));
     if (p.n > kGemmGemvMaxRows)
       return invalid_argument("gemm_bf16: the gemv path runs at most " + s(kGemmGemvMaxRows) +
                               " rows; got n = " + s(p.n));
-    if (p.config != 0 || p.split_k > 1)
-      return invalid_argument("gemm_bf16: config = " + s(p.config) + ", split_k = " + s(p.split_k) +
-                              " with path kGemv; expected config 0 and split_k 0 or 1");
   }
   if (path == GemmPath::kCublasLt) {
     if (!kHaveCublasLt)
@@ -737,6 +759,7 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
     fp->plan.config = fp->stream.kind + 1;
     fp->plan.workspace_bytes = fp->stream.workspace;
   }
+  if (path == GemmPath::kGemv) fp->plan.config = gemm_gemv_pick(p.tokens, p.config);
   fp->plan.path = path;
   return Status::Ok();
 }
