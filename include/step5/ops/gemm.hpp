@@ -97,8 +97,11 @@ inline constexpr int kGemmGemvTensorCores = 2;
 /// Most tokens the CUDA-core kGemv kernel runs (one instance per T). With config 0 it runs T <= 4,
 /// as before the tensor-core kernel existed: measured on an H100 (bench/RESULTS.md, twenty-sixth
 /// session, call 3) at T = 4 it read 58.7 µs against cuBLASLt's 61.2 µs at step5_preview tp 1
-/// (0.86 of copy) but 18.4 against 14.3 µs at tp 8; the tensor-core kernel takes T = 5..16 and
-/// is measured against both (bench_gemm `gemm_gemv_mma/`).
+/// (0.86 of copy) but 18.4 against 14.3 µs at tp 8. Against the tensor-core kernel (H100,
+/// twenty-eighth session, call 1, µs CUDA cores / tensor cores): T = 1 tp 1 fused 53.8 / 57.5,
+/// o_proj 38.3 / 41.5; tp 8 fused 14.3 / 14.0, o_proj 7.57 / 7.05; T = 4 tp 1 fused 58.9 / 59.0,
+/// o_proj 48.2 / 56.4; tp 8 fused 18.3 / 14.6, o_proj 9.75 / 7.85. Neither wins at every shape;
+/// the rule stays by T (a forced path: kAuto runs kGemv at T = 1 only, `gemm_auto_takes_gemv`).
 inline constexpr std::int64_t kGemmGemvCudaCoreMaxTokens = 4;
 /// The kGemv kernel that runs T tokens with `config` (0: by T, the CUDA cores up to
 /// kGemmGemvCudaCoreMaxTokens, else the tensor cores; 1 or 2: that kernel).
@@ -132,8 +135,11 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 /// 1.03×, within the spread; tp 2 and 4, 39–76 MiB, not measured), longer rows (o_proj at tp 1,
 /// K 12288, three warps per row: 34.4–35.3 against 31.8–31.9 µs in the layer), and T >= 2 (the
 /// CUDA-core kernel at T = 4: 0.71–0.79× on the H200, thirteenth session; 1.04× at step5_preview
-/// tp 1 but 0.78× at tp 8 on an H100, twenty-sixth session; the tensor-core kernel is not yet
-/// measured against cuBLASLt).
+/// tp 1 but 0.78× at tp 8 on an H100, twenty-sixth session). The tensor-core kernel (H100,
+/// twenty-eighth session, bench_gemm call 1) beats cuBLASLt by at most 2.4 % (T = 1, tp 8 fused
+/// weights, as the CUDA-core kernel) and loses from T = 4: step5_preview fused T = 4 0.99× (tp 1)
+/// / 0.97× (tp 8), T = 8 0.97× / 0.92×, T = 16 0.95× / 0.68×; o_proj at tp 8, T = 1 0.95× /
+/// 0.88× (step5_preview / dsa_h64_kv8_d128). So no T >= 2 shape is taken.
 inline constexpr std::int64_t kGemmGemvAutoMinBytes = std::int64_t{128} << 20;
 inline constexpr std::int64_t kGemmGemvAutoMaxK = 4096;
 constexpr bool gemm_auto_takes_gemv(std::int64_t tokens, std::int64_t n, std::int64_t k) {
