@@ -24,7 +24,9 @@
 // Env knobs (A/B without a rebuild; names unchanged, the label shows the plan): STEP5_BENCH_GEMM_CONFIG,
 // STEP5_BENCH_GEMM_SPLIT_K override a `gemm*` case's config / split_k where the case leaves it 0.
 // Each cublaslt/ case prints once per shape a line "cublaslt_algo <shape>: algo_id ... tile_id ..."
-// (the heuristic's algorithm configuration) to stdout.
+// (the heuristic's algorithm configuration) to stdout; each gemm_auto/ case that runs cuBLASLt
+// prints the library's plan the same way, "cublaslt_algo_auto <shape>: ..." (its preferences:
+// alignments, workspace limit, reduction schemes).
 // Timing: CUDA events around a CUDA graph of `batch` launches that rotate over several copies
 // of W (together > 4× L2), so the weights come from HBM; UseManualTime. A table is printed last.
 #include <benchmark/benchmark.h>
@@ -47,6 +49,7 @@
 #include "step5/core/numeric.hpp"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/gemm.hpp"
+#include "step5/kernels/sm90/gemm_cublaslt.cuh"  // gemm_detail::lt_entry: the cuBLASLt plan kAuto runs
 
 namespace {
 
@@ -114,6 +117,35 @@ struct GraphTimer {
   }
 };
 
+/// One stdout line "<tag> <what>: ..." with an algorithm's configuration
+/// (cublasLtMatmulAlgoConfigGetAttribute): algo id, tile / stages / cluster shape ids
+/// (cublasLtMatmulTile_t, cublasLtMatmulStages_t, cublasLtClusterShape_t values: e.g. `grep -E
+/// 'TILE_[0-9x]+ = 19,' cublasLt.h` gives 64x256), split-K factor, reduction scheme
+/// (cublasLtReductionScheme_t), CTA swizzling, plus the heuristic's workspace bytes and wave count
+/// (waves -1: not known).
+void print_lt_algo(const char* tag, const std::string& what, const cublasLtMatmulAlgo_t& algo, std::size_t ws,
+                   float waves) {
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto zero) {
+    decltype(zero) v = zero;
+    std::size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS)
+      return static_cast<long long>(-1);
+    return static_cast<long long>(v);
+  };
+  std::printf("%s %s: algo_id %lld tile_id %lld stages_id %lld splitk_num %lld reduction_scheme %lld "
+              "cta_swizzling %lld cluster_shape_id %lld inner_shape_id %lld custom_option %lld workspace %zu "
+              "waves %.3f\n",
+              tag, what.c_str(), get(CUBLASLT_ALGO_CONFIG_ID, std::int32_t{0}),
+              get(CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0}), get(CUBLASLT_ALGO_CONFIG_STAGES_ID, std::uint32_t{0}),
+              get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, std::int32_t{0}),
+              get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, std::uint32_t{0}),
+              get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, std::uint32_t{0}),
+              get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, std::uint16_t{0}),
+              get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, std::uint16_t{0}),
+              get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, std::uint32_t{0}), ws, waves);
+  std::fflush(stdout);
+}
+
 /// One cuBLASLt GEMM C[T, N] = X[T, K] @ W[N, K]^T (column-major: C^T = W^T(op T) * X^T).
 struct LtGemm {
   cublasLtMatmulDesc_t desc;
@@ -149,31 +181,9 @@ struct LtGemm {
     cublasLtMatrixLayoutDestroy(lc);
     cublasLtMatmulDescDestroy(desc);
   }
-  /// One stdout line with the heuristic's algorithm configuration (cublasLtMatmulAlgoConfigGetAttribute):
-  /// algo id, tile / stages / cluster shape ids (cublasLtMatmulTile_t, cublasLtMatmulStages_t,
-  /// cublasLtClusterShape_t values: e.g. `grep -E 'TILE_[0-9x]+ = 19,' cublasLt.h` gives 64x256),
-  /// split-K factor, reduction scheme (cublasLtReductionScheme_t), CTA swizzling, plus the
-  /// heuristic's workspace bytes and wave count.
+  /// The heuristic's choice as one stdout line (print_lt_algo, tag "cublaslt_algo").
   void print_config(const std::string& what) const {
-    auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr, auto zero) {
-      decltype(zero) v = zero;
-      std::size_t written = 0;
-      if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS)
-        return static_cast<long long>(-1);
-      return static_cast<long long>(v);
-    };
-    std::printf("cublaslt_algo %s: algo_id %lld tile_id %lld stages_id %lld splitk_num %lld reduction_scheme %lld "
-                "cta_swizzling %lld cluster_shape_id %lld inner_shape_id %lld custom_option %lld workspace %zu "
-                "waves %.3f\n",
-                what.c_str(), get(CUBLASLT_ALGO_CONFIG_ID, std::int32_t{0}),
-                get(CUBLASLT_ALGO_CONFIG_TILE_ID, std::uint32_t{0}), get(CUBLASLT_ALGO_CONFIG_STAGES_ID, std::uint32_t{0}),
-                get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM, std::int32_t{0}),
-                get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, std::uint32_t{0}),
-                get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, std::uint32_t{0}),
-                get(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, std::uint16_t{0}),
-                get(CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, std::uint16_t{0}),
-                get(CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, std::uint32_t{0}), heuristic_ws, heuristic_waves);
-    std::fflush(stdout);
+    print_lt_algo("cublaslt_algo", what, algo, heuristic_ws, heuristic_waves);
   }
   std::size_t heuristic_ws = 0;
   float heuristic_waves = 0;
@@ -383,6 +393,17 @@ void bm_ours(benchmark::State& st, Shape s, int T, step5::ops::GemmPath path, in
   }
   const double us = gt.measure(st);
   const std::string key = row_key(s, T);
+#ifndef STEP5_NO_CUBLASLT
+  if (plan.path == step5::ops::GemmPath::kCublasLt) {  // the library's cached plan (lt_entry), once per shape
+    static std::set<std::string> printed;
+    int dev = 0;
+    CK(cudaGetDevice(&dev));
+    const step5::ops::gemm_detail::LtEntry* e = nullptr;
+    cublasLtHandle_t h = nullptr;
+    const step5::Status es = step5::ops::gemm_detail::lt_entry(p, dev, &e, &h);
+    if (es.ok() && e->found && printed.insert(key).second) print_lt_algo("cublaslt_algo_auto", key, e->algo, e->workspace, -1.f);
+  }
+#endif
   Row& r = g_rows[key];
   if (auto_case) {
     r.ours_us = us;
