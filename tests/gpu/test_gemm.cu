@@ -278,7 +278,7 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
                            (v.config ? "/c" + std::to_string(v.config) : "") +
                            (v.split_k ? "/s" + std::to_string(v.split_k) : "");
     // the gemv path refuses what it cannot run (T above kGemmGemvMaxTokens, X too large for shared
-    // memory, its CUDA-core kernel forced at T != 1, the fast-path alignment) with kInvalidArgument,
+    // memory, its CUDA-core kernel forced at T > kGemmGemvCudaCoreMaxTokens, the fast-path alignment) with kInvalidArgument,
     // naming the value
     const bool fast = K % 8 == 0 && ldx % 8 == 0 && ldw % 8 == 0 && ldc % 2 == 0;
     if (path == GemmPath::kGemv && !(fast && step5::ops::gemm_gemv_eligible(T, K, v.config))) {
@@ -342,7 +342,7 @@ std::vector<Variant> all_variants() {
   for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmSplitKTiles)); ++c) v.push_back({GemmPath::kSplitK, c, 0});
   v.push_back({GemmPath::kSplitK, 0, 1});
   v.push_back({GemmPath::kSplitK, 0, 3});
-  // both kGemv kernels forced (the CUDA-core one is refused above T = 1)
+  // both kGemv kernels forced (the CUDA-core one is refused above T = kGemmGemvCudaCoreMaxTokens)
   v.push_back({GemmPath::kGemv, step5::ops::kGemmGemvCudaCores, 0});
   v.push_back({GemmPath::kGemv, step5::ops::kGemmGemvTensorCores, 0});
   v.push_back({GemmPath::kSplitK, 2, 16});

@@ -136,9 +136,9 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 /// K 12288, three warps per row: 34.4–35.3 against 31.8–31.9 µs in the layer), and T >= 2 (the
 /// CUDA-core kernel at T = 4: 0.71–0.79× on the H200, thirteenth session; 1.04× at step5_preview
 /// tp 1 but 0.78× at tp 8 on an H100, twenty-sixth session). The tensor-core kernel (H100,
-/// twenty-eighth session, bench_gemm call 1) beats cuBLASLt by at most 2.4 % (T = 1, tp 8 fused
+/// twenty-eighth session, bench_gemm call 1) beats cuBLASLt by at most 2.3 % (T = 1, tp 8 fused
 /// weights, as the CUDA-core kernel) and loses from T = 4: step5_preview fused T = 4 0.99× (tp 1)
-/// / 0.97× (tp 8), T = 8 0.97× / 0.92×, T = 16 0.95× / 0.68×; o_proj at tp 8, T = 1 0.95× /
+/// / 0.97× (tp 8), T = 8 0.97× / 0.93×, T = 16 0.95× / 0.68×; o_proj at tp 8, T = 1 0.95× /
 /// 0.88× (step5_preview / dsa_h64_kv8_d128). So no T >= 2 shape is taken.
 inline constexpr std::int64_t kGemmGemvAutoMinBytes = std::int64_t{128} << 20;
 inline constexpr std::int64_t kGemmGemvAutoMaxK = 4096;
@@ -270,7 +270,7 @@ std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::i
 /// a forced fast path whose alignment rules fail, a config out of range, a too small workspace
 /// (the message names the bytes needed and given), a forced kGemv outside `gemm_gemv_eligible`
 /// (T above kGemmGemvMaxTokens, X's gemm_gemv_smem_bytes beyond kGemmGemvMaxSmem, config out of
-/// 0..2 or the CUDA-core kernel at T != 1), with more than kGemmGemvMaxRows rows or with split_k >
+/// 0..2 or the CUDA-core kernel at T > kGemmGemvCudaCoreMaxTokens), with more than kGemmGemvMaxRows rows or with split_k >
 /// 1; kUnsupported for a
 /// device that is not sm_90, or a forced kCublasLt when built without cuBLASLt or when it has no
 /// algorithm for the shape; kCudaError for a failed launch, driver or cuBLASLt call (the message
