@@ -78,9 +78,12 @@ __device__ __forceinline__ int request_of_token(const std::int32_t* cu, int num_
   return lo;
 }
 
-/// A request's cu_seqlens_q pair and seq_lens entry.
+/// A request's cu_seqlens_q pair and seq_lens entry. Token t of the request (cu0 <= t < cu1) sits
+/// at position past() + (t - cu0) (SPEC §5: seq_len - q_len + i).
 struct RequestRow {
   int cu0, cu1, seq_len;
+  __device__ __forceinline__ int past() const { return seq_len - (cu1 - cu0); }
+  __device__ __forceinline__ int position(int t) const { return past() + (t - cu0); }
 };
 __device__ __forceinline__ RequestRow load_request_row(const std::int32_t* cu, const std::int32_t* seq_lens, int b) {
   return {__ldg(cu + b), __ldg(cu + b + 1), __ldg(seq_lens + b)};
@@ -95,6 +98,19 @@ __device__ __forceinline__ int request_guess(int t, int num_requests) { return m
 __device__ __forceinline__ RequestRow confirmed_request_row(const RequestRow& guessed, int guess, const std::int32_t* cu,
                                                             const std::int32_t* seq_lens, int b) {
   return b == guess ? guessed : load_request_row(cu, seq_lens, b);
+}
+/// Request b of packed token t (request_of_token) and its RequestRow, the row of the decode guess
+/// loaded together with the search.
+struct TokenRequest {
+  int b;
+  RequestRow row;
+};
+__device__ __forceinline__ TokenRequest token_request(const std::int32_t* cu, const std::int32_t* seq_lens,
+                                                      int num_requests, int t) {
+  const int guess = request_guess(t, num_requests);
+  const RequestRow guessed = load_request_row(cu, seq_lens, guess);
+  const int b = request_of_token(cu, num_requests, t);
+  return {b, confirmed_request_row(guessed, guess, cu, seq_lens, b)};
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -434,11 +450,10 @@ __device__ __forceinline__ void prepare_token(const PrepareArgs& a) {
   int it = static_cast<int>(blockIdx.y) * kWarps + warp;
   unsigned cur[kCap] = {};
   prepare_load_item<D, P>(a, row, it, items, cur, lane);
-  const int guess = request_guess(t, a.num_requests);
-  const RequestRow guessed = load_request_row(a.cu_seqlens_q, a.seq_lens, guess);
-  const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
-  const RequestRow req = confirmed_request_row(guessed, guess, a.cu_seqlens_q, a.seq_lens, b);
-  const int pos = req.seq_len - (req.cu1 - req.cu0) + (t - req.cu0);
+  const TokenRequest tr = token_request(a.cu_seqlens_q, a.seq_lens, a.num_requests, t);
+  const int b = tr.b;
+  const RequestRow& req = tr.row;
+  const int pos = req.position(t);
   // Device-resident values (graph replay, block ids): a position outside the RoPE tables skips
   // the token; one outside the block-table row or a block id outside [0, num_blocks) skips its
   // KV-cache write (reported in checked mode).

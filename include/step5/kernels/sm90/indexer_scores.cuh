@@ -199,7 +199,7 @@ __device__ __forceinline__ bool score_tile(const ScoreArgs& a, int tile, int chu
   const RequestRow req = confirmed_request_row(guessed, guess, a.cu_seqlens_q, a.seq_lens, s.b);
   s.cu0 = req.cu0;
   const int cu1 = req.cu1;
-  s.past = req.seq_len - (cu1 - s.cu0);
+  s.past = req.past();
   const int tb = s.cu0 + (tile - __ldg(a.tile_start + s.b)) * a.tok_tile;
   s.tb = max(tb, a.t0);
   s.te = min(min(tb + a.tok_tile, cu1), a.t1);

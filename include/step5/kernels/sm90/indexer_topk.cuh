@@ -48,7 +48,7 @@
 #include "step5/core/cuda_check.hpp"
 #include "step5/layout/geometry.hpp"  // kRegionSize
 #include "step5/ops/indexer.hpp"     // TopkAlgo, topk_algo_from_env
-#include "step5/kernels/sm90/indexer_prepare.cuh"  // request_of_token, the decode request guess
+#include "step5/kernels/sm90/indexer_prepare.cuh"  // token_request
 
 namespace step5::kernels::sm90 {
 
@@ -164,11 +164,9 @@ __device__ __forceinline__ TopkRow topk_row(const TopkArgs& a, int r) {
     n = static_cast<unsigned>(a.history[r]);
   } else {
     const int t = a.t0 + r / a.lg, g = r % a.lg;
-    const int guess = request_guess(t, a.num_requests);  // decode: loaded with the search (one round trip)
-    const RequestRow guessed = load_request_row(a.cu_seqlens_q, a.seq_lens, guess);
-    const int b = request_of_token(a.cu_seqlens_q, a.num_requests, t);
-    const RequestRow req = confirmed_request_row(guessed, guess, a.cu_seqlens_q, a.seq_lens, b);
-    n = static_cast<unsigned>(req.seq_len - (req.cu1 - req.cu0) + (t - req.cu0)) / layout::kRegionSize;
+    // decode: the request row loaded with the search (one round trip)
+    const RequestRow req = token_request(a.cu_seqlens_q, a.seq_lens, a.num_requests, t).row;
+    n = static_cast<unsigned>(req.position(t)) / layout::kRegionSize;
     orow = static_cast<std::int64_t>(g) * a.num_tokens + t;
   }
   return {static_cast<int>(min(n, static_cast<unsigned>(a.ld))), orow};
