@@ -29,6 +29,7 @@
 
 #include "gpu/gpu_test.hpp"
 #include "step5/core/numeric.hpp"
+#include "step5/kernels/sm90/gemm_cublaslt.cuh"
 #include "step5/kernels/sm90/gemm_stream.cuh"
 #include "step5/kernels/sm90/gemm_wgmma.cuh"
 #include "step5/layout/static_layout.hpp"
@@ -439,6 +440,47 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
     run_case(name, s.T, s.N, s.K, s.ldx, s.ldw, s.ldc, hw, dw.as<bf16>(), dws.p, ws, paths);
   }
 }
+
+#if !defined(STEP5_NO_CUBLASLT)
+GPU_CASE("gemm: every cuBLASLt algorithm the library plans reduces K splits in fp32 (SPEC §3), odd and layout shapes") {
+  // The heuristic's first choice for narrow long-K shapes reduces its split-K partials in bf16
+  // (twenty-seventh session: 2-57 outputs 5-8 % off); lt_build must then re-query with only fp32
+  // reductions and refuse any answer that still reduces in the output type.
+  std::vector<std::tuple<int, int, int>> shapes = {{8, 100, 12288}, {12, 100, 12288}, {2, 70, 51136},
+                                                   {4, 100, 25600}, {1, 129, 102400}, {16, 1000, 4104}};
+  step5::layout::for_each_layout([&](auto tag) {
+    using Tag = decltype(tag);
+    const step5::layout::RankLayout rl = Tag::Layout::kRank0;
+    const int hidden = Tag::kEntry.hidden, k_o = rl.local_heads * Tag::kEntry.geometry.head_dim;
+    for (int T : {1, 2, 4, 8, 16, 64, 1000}) {
+      shapes.emplace_back(T, rl.padded_rows, hidden);
+      shapes.emplace_back(T, hidden, k_o);
+    }
+  });
+  int device = 0;
+  GPU_CHECK(cudaGetDevice(&device));
+  int found = 0;
+  for (const auto& [T, N, K] : shapes) {
+    const std::size_t ws = step5::ops::gemm_workspace_bytes(T, N, K);
+    DevBuf dx(static_cast<std::size_t>(T) * K * 2), dw(static_cast<std::size_t>(N) * K * 2),
+        dc(static_cast<std::size_t>(T) * N * 2), dws(ws);
+    GemmParams p;
+    p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
+    p.tokens = T, p.n = N, p.k = K, p.ldx = K, p.ldw = K, p.ldc = N;
+    p.workspace = dws.p, p.workspace_bytes = ws;
+    const step5::ops::gemm_detail::LtEntry* e = nullptr;
+    cublasLtHandle_t handle = nullptr;
+    const step5::Status st = step5::ops::gemm_detail::lt_entry(p, device, &e, &handle);
+    EXPECT(st.ok(), "T=%d N=%d K=%d: lt_entry: %s", T, N, K, st.to_string().c_str());
+    if (!st.ok() || !e->found) continue;
+    ++found;
+    EXPECT(!step5::ops::gemm_detail::lt_reduces_in_output_type(e->algo),
+           "T=%d N=%d K=%d: the planned cuBLASLt algorithm reduces K splits in bf16", T, N, K);
+  }
+  EXPECT(found >= static_cast<int>(shapes.size()) - 6, "cuBLASLt had an algorithm for only %d of %zu shapes", found,
+         shapes.size());
+}
+#endif
 
 GPU_CASE("gemm: split-K output bit-identical over 50 launches (quick: 5) with other kernels running") {
   // The last split to arrive sums every split's partial in split order, so the arrival order

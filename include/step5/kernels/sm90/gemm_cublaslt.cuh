@@ -91,6 +91,36 @@ inline void lt_release(LtEntry& e) {
   e = LtEntry{};
 }
 
+/// Whether `algo` reduces K-split partials in the output type (bf16) instead of fp32: reduction
+/// scheme INPLACE or OUTPUT_TYPE, or a split (SPLITK_NUM > 1) whose scheme is not COMPUTE_TYPE.
+/// An attribute that cannot be read counts as reducing in the output type (the caller then
+/// refuses the algorithm).
+inline bool lt_reduces_in_output_type(const cublasLtMatmulAlgo_t& algo) {
+  std::int32_t splits = 1;
+  std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+  std::size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits),
+                                           &written) != CUBLAS_STATUS_SUCCESS ||
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof(scheme),
+                                           &written) != CUBLAS_STATUS_SUCCESS)
+    return true;
+  if (scheme == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) return false;
+  return splits > 1 || scheme != CUBLASLT_REDUCTION_SCHEME_NONE;
+}
+
+/// The heuristic's first algorithm for the descriptors of `e` under `pref` into `*res`; `*n` = 0
+/// when cuBLASLt has none ("no algorithm" is an answer, not an error).
+inline Status lt_first_algo(cublasLtHandle_t handle, const LtEntry& e, cublasLtMatmulPreference_t pref,
+                            cublasLtMatmulHeuristicResult_t* res, int* n) {
+  *n = 0;
+  const cublasStatus_t h = cublasLtMatmulAlgoGetHeuristic(handle, e.desc, e.la, e.lb, e.lc, e.lc, pref, 1, res, n);
+  if (h == CUBLAS_STATUS_NOT_SUPPORTED) {
+    *n = 0;
+    return Status::Ok();
+  }
+  return lt_status(h, "cublasLtMatmulAlgoGetHeuristic");
+}
+
 /// Descriptors of `p` and the heuristic's first algorithm under workspace limit `ws_limit` and the
 /// pointer alignments `ax`, `aw`, `ac` (bytes) into `e`; e.found = false when cuBLASLt has none.
 /// On error everything created is freed; the Status names the failing call.
@@ -124,22 +154,26 @@ inline Status lt_build(cublasLtHandle_t handle, const GemmParams& p, std::size_t
                                                          sizeof(ac)));
     STEP5_LT_RETURN(cublasLtMatmulPreferenceSetAttribute(pg.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ac,
                                                          sizeof(ac)));
-    // SPEC §3's fp32 accumulation also across K splits: split-K algorithms that reduce their
-    // partials in the output type (bf16: OUTPUT_TYPE, or INPLACE in the output buffer) are masked
-    // out, only fp32 (COMPUTE_TYPE) reductions remain. With them, the heuristic's choice for narrow
-    // long-K shapes (N 70-100, K 12288-51136, T 2-12; test_gemm "odd shapes", H100, twenty-seventh
-    // session) put 2-57 outputs per launch 5-8 % off the fp32 product.
-    const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-    STEP5_LT_RETURN(cublasLtMatmulPreferenceSetAttribute(pg.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                         &reductions, sizeof(reductions)));
+    // SPEC §3's fp32 accumulation also across K splits. The heuristic's first choice is kept
+    // unless it reduces its partials in the output type (lt_reduces_in_output_type: bf16 split-K
+    // reductions put 2-57 outputs per launch 5-8 % off the fp32 product for narrow long-K shapes,
+    // N 70-100, K 12288-51136, T 2-12; test_gemm "odd shapes", H100, twenty-seventh session).
+    // Then the query is repeated with only fp32 (COMPUTE_TYPE) reductions admitted
+    // (CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK), and that answer must pass the same test, else
+    // the entry has no algorithm (kAuto keeps this library's kernels). The mask is not set on every
+    // query: on o_proj tp 8 (K 1024-1536) it moved the heuristic off its unsplit first choice and
+    // made kAuto 5-6 % slower than the unmasked peer (H100, twenty-eighth session).
     cublasLtMatmulHeuristicResult_t res{};
     int n = 0;
-    const cublasStatus_t h =
-        cublasLtMatmulAlgoGetHeuristic(handle, e->desc, e->la, e->lb, e->lc, e->lc, pg.pref, 1, &res, &n);
-    // "no algorithm" is an answer (cached: kAuto then keeps this library's kernels), not an error
-    if (h != CUBLAS_STATUS_SUCCESS && h != CUBLAS_STATUS_NOT_SUPPORTED)
-      return lt_status(h, "cublasLtMatmulAlgoGetHeuristic");
-    e->found = h == CUBLAS_STATUS_SUCCESS && n > 0;
+    STEP5_RETURN_IF_ERROR(lt_first_algo(handle, *e, pg.pref, &res, &n));
+    if (n > 0 && lt_reduces_in_output_type(res.algo)) {
+      const std::uint32_t reductions = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+      STEP5_LT_RETURN(cublasLtMatmulPreferenceSetAttribute(pg.pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                           &reductions, sizeof(reductions)));
+      STEP5_RETURN_IF_ERROR(lt_first_algo(handle, *e, pg.pref, &res, &n));
+      if (n > 0 && lt_reduces_in_output_type(res.algo)) n = 0;
+    }
+    e->found = n > 0;
     if (e->found) {
       e->algo = res.algo;
       e->workspace = res.workspaceSize;
