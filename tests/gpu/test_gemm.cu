@@ -443,11 +443,13 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
 
 #if !defined(STEP5_NO_CUBLASLT)
 GPU_CASE("gemm: every cuBLASLt algorithm the library plans reduces K splits in fp32 (SPEC §3), odd and layout shapes") {
-  // The heuristic's first choice for narrow long-K shapes reduces its split-K partials in bf16
-  // (twenty-seventh session: 2-57 outputs 5-8 % off); lt_build must then re-query with only fp32
-  // reductions and refuse any answer that still reduces in the output type.
-  std::vector<std::tuple<int, int, int>> shapes = {{8, 100, 12288}, {12, 100, 12288}, {2, 70, 51136},
-                                                   {4, 100, 25600}, {1, 129, 102400}, {16, 1000, 4104}};
+  // Without the fp32-only mask the cuBLASLt rows of the narrow long-K odd shapes put 2-57 outputs
+  // 5-8 % off (twenty-seventh session, H100); lt_build must re-query with only fp32 reductions where
+  // the first answer reduces in the output type and refuse any answer that still does. The odd
+  // shapes may find no algorithm; every layout shape must find one.
+  const std::vector<std::tuple<int, int, int>> odd = {{8, 100, 12288}, {12, 100, 12288}, {2, 70, 51136},
+                                                      {4, 100, 25600}, {1, 129, 102400}, {16, 1000, 4104}};
+  std::vector<std::tuple<int, int, int>> shapes = odd;
   step5::layout::for_each_layout([&](auto tag) {
     using Tag = decltype(tag);
     const step5::layout::RankLayout rl = Tag::Layout::kRank0;
@@ -460,7 +462,8 @@ GPU_CASE("gemm: every cuBLASLt algorithm the library plans reduces K splits in f
   int device = 0;
   GPU_CHECK(cudaGetDevice(&device));
   int found = 0;
-  for (const auto& [T, N, K] : shapes) {
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const auto [T, N, K] = shapes[i];
     const std::size_t ws = step5::ops::gemm_workspace_bytes(T, N, K);
     DevBuf dx(static_cast<std::size_t>(T) * K * 2), dw(static_cast<std::size_t>(N) * K * 2),
         dc(static_cast<std::size_t>(T) * N * 2), dws(ws);
@@ -472,13 +475,15 @@ GPU_CASE("gemm: every cuBLASLt algorithm the library plans reduces K splits in f
     cublasLtHandle_t handle = nullptr;
     const step5::Status st = step5::ops::gemm_detail::lt_entry(p, device, &e, &handle);
     EXPECT(st.ok(), "T=%d N=%d K=%d: lt_entry: %s", T, N, K, st.to_string().c_str());
+    EXPECT(!st.ok() || i < odd.size() || e->found, "T=%d N=%d K=%d (a layout shape): cuBLASLt has no algorithm", T, N,
+           K);
     if (!st.ok() || !e->found) continue;
     ++found;
     EXPECT(!step5::ops::gemm_detail::lt_reduces_in_output_type(e->algo),
            "T=%d N=%d K=%d: the planned cuBLASLt algorithm reduces K splits in bf16", T, N, K);
   }
-  EXPECT(found >= static_cast<int>(shapes.size()) - 6, "cuBLASLt had an algorithm for only %d of %zu shapes", found,
-         shapes.size());
+  std::printf("  cuBLASLt algorithms checked for %d of %zu shapes (%zu odd)\n", found, shapes.size(),
+              odd.size());
 }
 #endif
 

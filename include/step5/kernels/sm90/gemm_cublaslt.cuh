@@ -9,7 +9,8 @@
 ///
 /// Column-major view (cuBLASLt's): C^T [N, T] (ld ldc) = op_T(W^T [K, N], ld ldw) · X^T [K, T]
 /// (ld ldx): A = W with TRANSA, B = X, no transpose. Each distinct (device, shape, strides, pointer
-/// alignments, workspace limit) gets its descriptors and its heuristic's first algorithm once
+/// alignments, workspace limit) gets its descriptors and its algorithm once (lt_build: the heuristic's
+/// first answer, re-queried with fp32-only reductions where that one reduces in bf16)
 /// (`lt_entry`, a process-wide cache behind a mutex; also the "no algorithm" answers), so a
 /// launch does no host-side search and is capturable in a CUDA graph. The algorithm is fixed per
 /// entry, so C is bit-reproducible for the same inputs, workspace size and device.
@@ -93,8 +94,8 @@ inline void lt_release(LtEntry& e) {
 
 /// Whether `algo` reduces K-split partials in the output type (bf16) instead of fp32: reduction
 /// scheme INPLACE or OUTPUT_TYPE, or a split (SPLITK_NUM > 1) whose scheme is not COMPUTE_TYPE.
-/// An attribute that cannot be read counts as reducing in the output type (the caller then
-/// refuses the algorithm).
+/// An attribute that cannot be read counts as reducing in the output type (lt_build then asks
+/// again with the fp32-only mask, and refuses an answer that still fails this test).
 inline bool lt_reduces_in_output_type(const cublasLtMatmulAlgo_t& algo) {
   std::int32_t splits = 1;
   std::uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
@@ -121,8 +122,9 @@ inline Status lt_first_algo(cublasLtHandle_t handle, const LtEntry& e, cublasLtM
   return lt_status(h, "cublasLtMatmulAlgoGetHeuristic");
 }
 
-/// Descriptors of `p` and the heuristic's first algorithm under workspace limit `ws_limit` and the
-/// pointer alignments `ax`, `aw`, `ac` (bytes) into `e`; e.found = false when cuBLASLt has none.
+/// Descriptors of `p` and its algorithm (the heuristic's first answer under workspace limit
+/// `ws_limit` and the pointer alignments `ax`, `aw`, `ac` (bytes), re-queried as the comment below
+/// says where it reduces in bf16) into `e`; e.found = false when cuBLASLt has none that fits.
 /// On error everything created is freed; the Status names the failing call.
 inline Status lt_build(cublasLtHandle_t handle, const GemmParams& p, std::size_t ws_limit, std::uint32_t ax,
                        std::uint32_t aw, std::uint32_t ac, LtEntry* e) {
@@ -160,9 +162,10 @@ inline Status lt_build(cublasLtHandle_t handle, const GemmParams& p, std::size_t
     // N 70-100, K 12288-51136, T 2-12; test_gemm "odd shapes", H100, twenty-seventh session).
     // Then the query is repeated with only fp32 (COMPUTE_TYPE) reductions admitted
     // (CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK), and that answer must pass the same test, else
-    // the entry has no algorithm (kAuto keeps this library's kernels). The mask is not set on every
-    // query: on o_proj tp 8 (K 1024-1536) it moved the heuristic off its unsplit first choice and
-    // made kAuto 5-6 % slower than the unmasked peer (H100, twenty-eighth session).
+    // the entry has no algorithm (kAuto keeps this library's kernels). The mask is set only then,
+    // so that every other shape keeps the heuristic's unmasked first choice, the one bench_gemm's
+    // cuBLASLt peer runs (with the mask on every query, kAuto ran the same algorithms on the o_proj
+    // and fused bench shapes: no speed difference was measured either way, H100).
     cublasLtMatmulHeuristicResult_t res{};
     int n = 0;
     STEP5_RETURN_IF_ERROR(lt_first_algo(handle, *e, pg.pref, &res, &n));
