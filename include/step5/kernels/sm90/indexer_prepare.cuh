@@ -68,7 +68,8 @@ struct PrepareArgs {
   SummaryArgs fold;
 };
 
-/// Request of packed token t: the last b with cu[b] <= t (skips empty requests).
+/// Request of packed token t: the last b with cu[b] <= t (skips empty requests). The score kernel
+/// finds the request of score tile t the same way, over its tile_start array (score_tile).
 __device__ __forceinline__ int request_of_token(const std::int32_t* cu, int num_requests, int t) {
   int lo = 0, hi = num_requests - 1;
   while (lo < hi) {

@@ -190,12 +190,7 @@ __device__ __forceinline__ bool score_tile(const ScoreArgs& a, int tile, int chu
   const int guess = request_guess(tile, B);
   const RequestRow guessed = load_request_row(a.cu_seqlens_q, a.seq_lens, guess);
   if (tile >= __ldg(a.tile_start + B)) return false;
-  int lo = 0, hi = B - 1;  // last b with tile_start[b] <= tile
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) >> 1;
-    if (__ldg(a.tile_start + mid) <= tile) lo = mid; else hi = mid - 1;
-  }
-  s.b = lo;
+  s.b = request_of_token(a.tile_start, B, tile);  // the last b with tile_start[b] <= tile (the same search)
   const RequestRow req = confirmed_request_row(guessed, guess, a.cu_seqlens_q, a.seq_lens, s.b);
   s.cu0 = req.cu0;
   const int cu1 = req.cu1;
