@@ -64,6 +64,21 @@ struct Variant {
 
 const char* path_name(GemmPath p) { return step5::ops::gemm_path_name(p); }
 
+/// The layer's two GEMM shapes on rank 0 of every geometries.def row x listed tp:
+/// f(label "<geometry>/tp<N>", tp, what "fused" / "o_proj", N, K) for the fused projection
+/// (N rank.padded_rows, K hidden) and o_proj (N hidden, K local heads x head_dim).
+template <class F>
+void for_each_layer_gemm(F&& f) {
+  step5::layout::for_each_layout([&](auto tag) {
+    using Tag = decltype(tag);
+    const step5::layout::RankLayout rl = Tag::Layout::kRank0;
+    const int hidden = Tag::kEntry.hidden, tp = Tag::kParallel.tp_size;
+    const std::string g = std::string(Tag::kEntry.name) + "/tp" + std::to_string(tp);
+    f(g, tp, "fused", rl.padded_rows, hidden);
+    f(g, tp, "o_proj", hidden, rl.local_heads * Tag::kEntry.geometry.head_dim);
+  });
+}
+
 struct DevBuf {
   void* p = nullptr;
   explicit DevBuf(std::size_t bytes) { GPU_CHECK(cudaMalloc(&p, std::max<std::size_t>(bytes, 256))); }
@@ -450,14 +465,8 @@ GPU_CASE("gemm: every cuBLASLt algorithm the library plans reduces K splits in f
   const std::vector<std::tuple<int, int, int>> odd = {{8, 100, 12288}, {12, 100, 12288}, {2, 70, 51136},
                                                       {4, 100, 25600}, {1, 129, 102400}, {16, 1000, 4104}};
   std::vector<std::tuple<int, int, int>> shapes = odd;
-  step5::layout::for_each_layout([&](auto tag) {
-    using Tag = decltype(tag);
-    const step5::layout::RankLayout rl = Tag::Layout::kRank0;
-    const int hidden = Tag::kEntry.hidden, k_o = rl.local_heads * Tag::kEntry.geometry.head_dim;
-    for (int T : {1, 2, 4, 8, 16, 64, 1000}) {
-      shapes.emplace_back(T, rl.padded_rows, hidden);
-      shapes.emplace_back(T, hidden, k_o);
-    }
+  for_each_layer_gemm([&](const std::string&, int, const char*, int N, int K) {
+    for (int T : {1, 2, 4, 8, 16, 64, 1000}) shapes.emplace_back(T, N, K);
   });
   int device = 0;
   GPU_CHECK(cudaGetDevice(&device));
@@ -689,25 +698,20 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
 #else
   constexpr bool kLt = true;
 #endif
-  step5::layout::for_each_layout([&](auto tag) {
-    using Tag = decltype(tag);
-    const step5::layout::RankLayout rl = Tag::Layout::kRank0;
-    const int hidden = Tag::kEntry.hidden, k_o = rl.local_heads * Tag::kEntry.geometry.head_dim;
-    const std::string g = std::string(Tag::kEntry.name) + "/tp" + std::to_string(Tag::kParallel.tp_size);
-    for (int T : {1, 4, 64, 1000, 16384})
-      for (const auto& [N, K, what] : {std::tuple{rl.padded_rows, hidden, "fused"}, std::tuple{hidden, k_o, "o_proj"}}) {
-        const step5::ops::GemmPlan a = plan_of(T, N, K, true), own = plan_of(T, N, K, false);
-        // kGemv at T = 1 on wide weights (the tp 1 fused projection), whatever allow_cublaslt says
-        const bool gemv = step5::ops::gemm_auto_takes_gemv(T, N, K);
-        const GemmPath mine = gemv ? GemmPath::kGemv : T > 32 ? GemmPath::kWgmma : GemmPath::kSplitK;
-        const GemmPath want = kLt && !gemv ? GemmPath::kCublasLt : mine;
-        EXPECT(!(T == 1 && Tag::kParallel.tp_size == 1 && std::string(what) == "fused") || gemv,
-               "%s fused T=1: the tp 1 fused projection (N %d, K %d) is not kAuto's gemv shape", g.c_str(), N, K);
-        EXPECT(a.path == want, "%s %s T=%d: kAuto planned %s, expected %s", g.c_str(), what, T, path_name(a.path),
-               path_name(want));
-        EXPECT(own.path == mine, "%s %s T=%d: allow_cublaslt = false planned %s",
-               g.c_str(), what, T, path_name(own.path));
-      }
+  for_each_layer_gemm([&](const std::string& g, int tp, const char* what, int N, int K) {
+    for (int T : {1, 4, 64, 1000, 16384}) {
+      const step5::ops::GemmPlan a = plan_of(T, N, K, true), own = plan_of(T, N, K, false);
+      // kGemv at T = 1 on wide weights (the tp 1 fused projection), whatever allow_cublaslt says
+      const bool gemv = step5::ops::gemm_auto_takes_gemv(T, N, K);
+      const GemmPath mine = gemv ? GemmPath::kGemv : T > 32 ? GemmPath::kWgmma : GemmPath::kSplitK;
+      const GemmPath want = kLt && !gemv ? GemmPath::kCublasLt : mine;
+      EXPECT(!(T == 1 && tp == 1 && std::string(what) == "fused") || gemv,
+             "%s fused T=1: the tp 1 fused projection (N %d, K %d) is not kAuto's gemv shape", g.c_str(), N, K);
+      EXPECT(a.path == want, "%s %s T=%d: kAuto planned %s, expected %s", g.c_str(), what, T, path_name(a.path),
+             path_name(want));
+      EXPECT(own.path == mine, "%s %s T=%d: allow_cublaslt = false planned %s",
+             g.c_str(), what, T, path_name(own.path));
+    }
   });
 #if !defined(STEP5_NO_CUBLASLT)
   // a config or split_k override means this library's kernels even with allow_cublaslt
