@@ -1096,6 +1096,8 @@ GPU_CASE("launcher preconditions return Status with the value") {
   p.block_table = h_table;  // never read: every case below is refused before a launch
   p.cu_seqlens_q_host = h_cu;
   p.seq_lens_host = h_seq;
+  p.cu_seqlens_q = h_cu;  // stand-ins for the device arrays (never read either)
+  p.seq_lens = h_seq;
   p.num_splits = 1;  // no split-KV workspace, so the pointer checks below are reached
   auto expect_err = [&](step5::ops::SparseAttentionParams q, const char* needle, const char* what) {
     const step5::Status s = step5::ops::sparse_attention<Tag::kId>(q, nullptr, 0, nullptr);
@@ -1137,6 +1139,12 @@ GPU_CASE("launcher preconditions return Status with the value") {
   q = p;
   q.seq_lens_host = nullptr;
   expect_err(q, "seq_lens_host is null", "no host mirror of seq_lens");
+  q = p;
+  q.cu_seqlens_q = nullptr;
+  expect_err(q, "cu_seqlens_q is null, expected the device copy", "no device cu_seqlens_q");
+  q = p;
+  q.seq_lens = nullptr;
+  expect_err(q, "seq_lens is null, expected the device copy", "no device seq_lens");
   q = p;
   q.num_blocks = 1 << 28;  // 2^28 blocks x 16 x 4 groups: cache rows past int32
   expect_err(q, "num_blocks * block_size (cache tokens) = 4294967296", "cache rows past int32");

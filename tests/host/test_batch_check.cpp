@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "reference_test_util.hpp"
+#include "step5/ops/attention.hpp"  // attention_step_check
 #include "step5/ops/batch_check.hpp"
+#include "step5/ops/indexer.hpp"  // step_check (the indexer launchers and dsa_layer_run)
 
 using namespace reftest;
 namespace ref = step5::reference;
@@ -169,6 +171,50 @@ TEST_CASE("validate_step: topk, workspace, table sizes, row widths, null arrays"
   expect_refused(c, {"block_table is null"});
   c.per_request = false;  // planning: sizes only
   CHECK(validate_step(c).ok());
+
+  // the device arrays the kernels read (launchers: device_arrays); the CPU reference has none
+  const std::int32_t device_stand_in[1] = {0};
+  c = e.check();
+  CHECK(validate_step(c).ok());  // device_arrays unset: not checked
+  c.device_arrays = true;
+  c.cu_seqlens_q_device = device_stand_in;
+  c.seq_lens_device = nullptr;
+  c.seq_lens_device_name = "batch.seq_lens";
+  expect_refused(c, {"batch.seq_lens is null", "device copy of seq_lens"});
+  c.seq_lens_device = device_stand_in;
+  c.cu_seqlens_q_device = nullptr;
+  expect_refused(c, {"cu_seqlens_q is null", "device copy of cu_seqlens_q"});
+  c.cu_seqlens_q_device = device_stand_in;
+  CHECK(validate_step(c).ok());
+  c.cu_seqlens_q_device = c.seq_lens_device = nullptr;
+  c.num_tokens = 0;  // nothing launched: not needed
+  CHECK(validate_step(c).ok());
+  c.num_tokens = 2;
+  c.per_request = false;  // planning: sizes only
+  CHECK(validate_step(c).ok());
+}
+
+TEST_CASE("launchers' step checks require the device batch arrays (indexer ops, dsa_layer_run, sparse_attention)") {
+  // ops::step_check (every indexer launcher and dsa_layer_run) and attention_step_check set the
+  // device pointers: a null one is refused before anything is launched, naming the field
+  std::vector<std::int32_t> cu = {0, 1}, seq = {100}, table = {0, 1};
+  const std::int32_t device_stand_in[1] = {0};
+  step5::ops::IndexerBatch b{device_stand_in, device_stand_in, 1, 1, cu.data(), seq.data()};
+  step5::ops::PagedTable t;
+  t.block_table = table.data(), t.block_size = 64, t.max_blocks = 2, t.num_blocks = 2;
+  CHECK(validate_step(step5::ops::step_check("indexer_select", b, t)).ok());
+  b.cu_seqlens_q = nullptr;
+  expect_refused(step5::ops::step_check("indexer_select", b, t), {"indexer_select: batch.cu_seqlens_q is null"});
+  b.cu_seqlens_q = device_stand_in, b.seq_lens = nullptr;
+  expect_refused(step5::ops::step_check("indexer_prepare", b, t), {"indexer_prepare: batch.seq_lens is null"});
+  step5::ops::SparseAttentionParams a;
+  a.num_requests = 1, a.num_tokens = 1, a.cu_seqlens_q_host = cu.data(), a.seq_lens_host = seq.data();
+  a.cu_seqlens_q = device_stand_in, a.seq_lens = device_stand_in;
+  a.block_table = table.data(), a.block_size = 64, a.max_blocks = 2, a.num_blocks = 2, a.topk = 8;
+  CHECK(validate_step(step5::ops::attention_step_check(a, true)).ok());
+  a.seq_lens = nullptr;
+  expect_refused(step5::ops::attention_step_check(a, true), {"sparse_attention: seq_lens is null"});
+  CHECK(validate_step(step5::ops::attention_step_check(a, false)).ok());  // planning: sizes only
 }
 
 TEST_CASE("validate_step: a block written by the step belongs to one request (rule 4, host copy of the table)") {

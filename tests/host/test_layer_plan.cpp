@@ -726,3 +726,101 @@ TEST_CASE("attention plan: auto split factor for decode (>= 2 stages per split, 
   }
 }
 #endif  // __has_include(<cuda_runtime_api.h>)
+
+TEST_CASE("run's checks: the device batch arrays, the workspace's alignment and a step of no tokens are checked before any launch") {
+  // host stand-ins for every pointer: each refusal comes before the first launch (and before any
+  // device query), so it is checked here without a GPU
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  const ops::DsaLayerCapacity cap = engine_capacity();
+  ops::DsaLayerPlan plan;
+  REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
+  alignas(64) static unsigned char buf[256];
+  auto* b = reinterpret_cast<step5::bf16*>(buf);
+  ops::DsaLayerWeights w;
+  w.max_position = 32768, w.fused = b, w.o_proj = b;
+  ops::DsaLayerCaches caches;
+  caches.k_cache = caches.v_cache = caches.tail = b, caches.summary_cache = buf, caches.num_slots = 8;
+  {  // the device cu_seqlens_q / seq_lens the kernels read
+    Step st(8, 1000, 64, cap);
+    st.s.batch.cu_seqlens_q = nullptr;
+    step5::Status s = ops::dsa_layer_run(plan, w, caches, st.s, b, b, buf, plan.map.total, nullptr);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("dsa_layer_run: batch.cu_seqlens_q is null, expected the device copy") != std::string::npos);
+    Step st2(8, 1000, 64, cap);
+    st2.s.batch.seq_lens = nullptr;
+    s = ops::dsa_layer_check_step(plan, st2.s, 32768);
+    CHECK(s.message().find("dsa_layer_run: batch.seq_lens is null") != std::string::npos);
+  }
+  {  // a workspace the buffers' 16-byte vectors cannot use: refused before the fused GEMM
+    Step st(8, 1000, 64, cap);
+    for (int off : {1, 4, 8}) {
+      CAPTURE(off);
+      const step5::Status s = ops::dsa_layer_run(plan, w, caches, st.s, b, b, buf + off, plan.map.total, nullptr);
+      CHECK(s.code() == StatusCode::kInvalidArgument);
+      CHECK(s.message().find("dsa_layer_run: workspace is at an address = " + std::to_string(off) + " mod 16") !=
+            std::string::npos);
+    }
+  }
+  {  // a step of no tokens: its sizes as every launcher checks them (validate_step rule 1), then Ok
+    Step st(8, 1000, 64, cap);
+    st.s.batch.num_tokens = 0, st.s.batch.num_requests = 0;
+    CHECK(ops::dsa_layer_check_step(plan, st.s, 32768).ok());
+    CHECK(ops::dsa_layer_run(plan, w, caches, st.s, nullptr, nullptr, nullptr, 0, nullptr).ok());
+    st.s.topk = -3;
+    step5::Status s = ops::dsa_layer_check_step(plan, st.s, 32768);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("dsa_layer_run: topk = -3") != std::string::npos);
+    st.s.topk = 64, st.s.table.block_size = 3;
+    s = ops::dsa_layer_run(plan, w, caches, st.s, nullptr, nullptr, nullptr, 0, nullptr);
+    CHECK(s.message().find("dsa_layer_run: block_size = 3") != std::string::npos);
+    st.s.table.block_size = cap.block_size, st.s.batch.num_requests = -7;
+    s = ops::dsa_layer_check_step(plan, st.s, 32768);
+    CHECK(s.message().find("num_requests = -7") != std::string::npos);
+  }
+}
+
+TEST_CASE("indexer_select: a workspace not 16-byte aligned is refused naming it, before any launch") {
+  // the plan's int32 tile starts and the fp32 score rows the selection reads in 16-byte vectors;
+  // the geometry's launcher (the run-time indexer_select checks the current device first)
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  std::vector<std::int32_t> cu = {0, 1}, lens = {1000}, table(16, 0);
+  static const std::int32_t kDevice[1] = {0};  // stands for device pointers (never read)
+  alignas(64) static unsigned char buf[256];
+  ops::IndexerSelectParams p;
+  p.rank = r;
+  p.batch = {kDevice, kDevice, 1, 1, cu.data(), lens.data()};
+  p.table.block_table = table.data(), p.table.block_size = 64, p.table.max_blocks = 16, p.table.num_blocks = 16;
+  p.index_q = buf, p.weights = reinterpret_cast<const float*>(buf), p.summary_cache = buf;
+  p.topk = 64, p.max_seq_len = 1000;
+  auto* ids = reinterpret_cast<std::int32_t*>(buf);
+  p.topk_ids = ids, p.counts = ids;
+  static std::vector<unsigned char> ws(ops::indexer_select_workspace_bytes(r, 1, 1000, 1) + 64);
+  p.workspace_bytes = ws.size() - 64;
+  for (int off : {2, 4, 12}) {
+    CAPTURE(off);
+    p.workspace = ws.data() + (64 - reinterpret_cast<std::uintptr_t>(ws.data()) % 64) % 64 + off;
+    const step5::Status s = ops::detail::indexer_select_for<layout::GeometryId::step5_preview>(p, nullptr);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("indexer_select: workspace is at an address = " + std::to_string(off) + " mod 16") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("attention plan: head_dim outside the kernels' range is refused naming it") {
+  ops::SparseAttentionParams a;
+  a.num_requests = 1, a.num_tokens = 1, a.num_kv_groups = 1, a.num_local_heads = 8, a.topk = 64;
+  a.block_size = 64, a.max_blocks = 16, a.num_blocks = 16;
+  ops::SparseAttentionPlan ap;
+  for (int d : {128, 192}) {
+    a.head_dim = d;
+    CHECK(ops::sparse_attention_plan(a, 132, &ap).ok());
+  }
+  for (int d : {-1, 0, 96, 320, 1 << 30}) {
+    CAPTURE(d);
+    a.head_dim = d;
+    const step5::Status s = ops::sparse_attention_plan(a, 132, &ap);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("head_dim = " + std::to_string(d) + ", expected a positive multiple of 64, at most 256") !=
+          std::string::npos);
+  }
+}

@@ -280,6 +280,10 @@ inline SparseAttentionWorkspaceLayout sparse_attention_workspace_layout(long lon
 /// kernel's 4 warps split each stage's tokens over 4 / groups of them. A tile of 4 groups (more
 /// than 32 rows) is one warpgroup on all 64 tokens: the tile the wgmma path takes.
 constexpr int attention_row_groups(int rows) { return rows <= 16 ? 1 : (rows <= 32 ? 2 : 4); }
+/// Whether the kernels take head_dim D: a positive multiple of 64 (the K/V stages' 128-byte column
+/// blocks), at most 256 (sparse_attention_kernel's static_assert; sparse_attention_plan's check).
+constexpr bool attention_head_dim_ok(int head_dim) { return head_dim > 0 && head_dim % 64 == 0 && head_dim <= 256; }
+
 /// Whether the kernel has the wgmma path for 64-row tiles at head_dim D (an m64nDk16 instruction
 /// for P·V: D 128 or 192), and the one ring depth it is built for. The kernel, the planner and
 /// the launcher read them from here.
@@ -334,6 +338,8 @@ inline StepCheck attention_step_check(const SparseAttentionParams& p, bool per_r
   c.num_tokens = p.num_tokens;
   c.cu_seqlens_q = p.cu_seqlens_q_host;
   c.seq_lens = p.seq_lens_host;
+  c.device_arrays = true;
+  c.cu_seqlens_q_device = p.cu_seqlens_q, c.seq_lens_device = p.seq_lens;
   c.per_request = per_request;
   c.block_table = p.block_table;
   c.block_size = p.block_size;
@@ -354,6 +360,8 @@ inline Status sparse_attention_plan(const SparseAttentionParams& p, int num_sms,
   if (p.num_local_heads <= 0 || p.num_local_heads % p.num_kv_groups != 0)
     return invalid_argument(attn_msg("num_local_heads", p.num_local_heads,
                                      "a positive multiple of num_kv_groups = " + std::to_string(p.num_kv_groups)));
+  if (!attention_head_dim_ok(p.head_dim))
+    return invalid_argument(attn_msg("head_dim", p.head_dim, "a positive multiple of 64, at most 256"));
   const int hpg = p.num_local_heads / p.num_kv_groups;
   if (!layout::supported_hpg_q(hpg))
     return unsupported(attn_msg("hpg_q (num_local_heads / num_kv_groups)", hpg, "4, 8 or 16 (SPEC §2 rule 6)"));

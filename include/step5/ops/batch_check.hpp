@@ -42,6 +42,14 @@ struct StepCheck {
   const std::int32_t* seq_lens = nullptr;       ///< host [B]
   const char* cu_seqlens_q_name = "cu_seqlens_q_host";  ///< field named when cu_seqlens_q is null
   const char* seq_lens_name = "seq_lens_host";          ///< field named when seq_lens is null
+  /// The DEVICE copies of cu_seqlens_q and seq_lens, which the kernels read: launchers set
+  /// `device_arrays` and the two pointers (rule 2 then requires both non-null); the CPU reference,
+  /// whose arrays are the host ones above, leaves them unset.
+  bool device_arrays = false;
+  const void* cu_seqlens_q_device = nullptr;
+  const void* seq_lens_device = nullptr;
+  const char* cu_seqlens_q_device_name = "cu_seqlens_q";  ///< field named when cu_seqlens_q_device is null
+  const char* seq_lens_device_name = "seq_lens";          ///< field named when seq_lens_device is null
   /// false: sizes only (workspace planning before a batch exists); the per-request rules are skipped.
   bool per_request = true;
   // the paged block table (SPEC §5)
@@ -81,7 +89,7 @@ constexpr bool block_size_ok(int block_size) {
 ///     of 8, at most kMaxBlockSize; max_blocks > 0; num_blocks > 0; max_seq_len > 0; max_position > 0;
 ///     row widths.
 ///  2. When num_tokens > 0 (and per_request): num_requests > 0; block_table and the host arrays
-///     are non-null;
+///     are non-null, and with `device_arrays` the device cu_seqlens_q and seq_lens too;
 ///     cu_seqlens_q[0] = 0, non-decreasing, cu_seqlens_q[B] = num_tokens; seq_lens[b] >= q_len_b;
 ///     for every request with rows (q_len_b > 0) its last position seq_lens[b] - 1 is
 ///     < capacity = max_blocks * block_size, seq_lens[b] <= max_seq_len and < max_position + 1.
@@ -223,6 +231,11 @@ inline Status validate_step(const StepCheck& c) {
     const int B = c.num_requests, T = c.num_tokens;
     if (B == 0) return bad("num_tokens = " + s(T) + " with num_requests = 0, expected num_requests > 0");
     if (c.block_table == nullptr) return bad("block_table is null");
+    if (c.device_arrays && c.cu_seqlens_q_device == nullptr)
+      return bad(std::string(c.cu_seqlens_q_device_name) +
+                 " is null, expected the device copy of cu_seqlens_q [B+1] (the kernels read it)");
+    if (c.device_arrays && c.seq_lens_device == nullptr)
+      return bad(std::string(c.seq_lens_device_name) + " is null, expected the device copy of seq_lens [B] (the kernels read it)");
     if (c.cu_seqlens_q == nullptr)
       return bad(std::string(c.cu_seqlens_q_name) + " is null, expected the host copy of cu_seqlens_q [B+1]");
     if (c.seq_lens == nullptr)

@@ -152,6 +152,9 @@ inline StepCheck step_check(const char* op, const IndexerBatch& b, const PagedTa
   c.seq_lens = b.seq_lens_host;
   c.cu_seqlens_q_name = "batch.cu_seqlens_q_host";
   c.seq_lens_name = "batch.seq_lens_host";
+  c.device_arrays = true;
+  c.cu_seqlens_q_device = b.cu_seqlens_q, c.seq_lens_device = b.seq_lens;
+  c.cu_seqlens_q_device_name = "batch.cu_seqlens_q", c.seq_lens_device_name = "batch.seq_lens";
   c.block_table = t.block_table;
   c.block_table_host = t.block_table_host;
   c.block_size = t.block_size;
@@ -281,7 +284,7 @@ struct IndexerSelectParams {
   int max_seq_len = 0;  ///< upper bound of seq_lens (sizes the score workspace; in [1, kMaxIndexerSeqLen])
   std::int32_t* topk_ids = nullptr;  ///< [lg, T, topk+1] int32: ascending ids, current region, -1 pad
   std::int32_t* counts = nullptr;    ///< [lg, T] int32 = min(topk, p/8) + 1
-  void* workspace = nullptr;         ///< >= indexer_select_workspace_bytes(...) for one token (see there)
+  void* workspace = nullptr;         ///< >= indexer_select_workspace_bytes(...) for one token (see there), 16-byte aligned
   std::size_t workspace_bytes = 0;
 };
 

@@ -317,19 +317,21 @@ inline Status dsa_layer_plan(const layout::RankLayout& rank, int hidden, const D
 }
 
 /// Host-only checks of one step against `plan` (run by `dsa_layer_run` before any launch; no
-/// device read): the rules of `validate_step` (ops/batch_check.hpp) — host mirrors, cu_seqlens_q,
+/// device read): the rules of `validate_step` (ops/batch_check.hpp) — the sizes (rule 1, also for a
+/// step of no tokens, as every launcher), host mirrors and device batch arrays, cu_seqlens_q,
 /// seq_lens >= q_len, positions < max_blocks * block_size and < max_position, seq_lens <=
-/// step.max_seq_len, topk, and with table.block_table_host rule 4 (written blocks) — then the step's sizes against the plan's capacity (the message names
-/// the step's and the capacity's numbers).
+/// step.max_seq_len, topk, and with table.block_table_host rule 4 (written blocks) — then the
+/// step's sizes against the plan's capacity (the message names the step's and the capacity's
+/// numbers).
 inline Status dsa_layer_check_step(const DsaLayerPlan& plan, const DsaLayerStep& step, int max_position) {
   const DsaLayerCapacity& cap = plan.capacity;
   if (plan.entry == nullptr) return invalid_argument("dsa_layer_run: the plan is empty (call dsa_layer_plan first)");
-  if (step.batch.num_tokens == 0) return Status::Ok();
   StepCheck check = step_check("dsa_layer_run", step.batch, step.table);
   check.topk = step.topk;
   check.max_seq_len = step.max_seq_len;
   check.max_position = max_position;
-  STEP5_RETURN_IF_ERROR(validate_step(check));
+  STEP5_RETURN_IF_ERROR(validate_step(check));  // a step of no tokens too: rule 1, as every launcher
+  if (step.batch.num_tokens == 0) return Status::Ok();
   if (step.table.block_size != cap.block_size || step.table.max_blocks > cap.max_blocks ||
       step.table.num_blocks > cap.num_blocks)
     return invalid_argument("dsa_layer_run: step block table (block_size " + std::to_string(step.table.block_size) +
@@ -379,8 +381,9 @@ inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan
 /// Enqueues SPEC §4 steps 1–8 of one rank for `x [T, hidden]` bf16 (row stride hidden) and writes
 /// the rank's bf16 o_proj partial `[T, hidden]` (before the TP all-reduce), with the choices of
 /// `plan` (no allocation, no host synchronisation, no re-planning: capturable in a CUDA graph).
-/// `workspace` holds `plan.workspace_bytes` bytes, zero-filled once before first use; x, partial
-/// and the weights are 16-byte aligned (cudaMalloc). Errors: `dsa_layer_check_step` (step vs
+/// `workspace` holds `plan.workspace_bytes` bytes, zero-filled once before first use, 16-byte
+/// aligned (256 lets the GEMMs' cuBLASLt plans use their share); x, partial and the weights are
+/// 16-byte aligned (cudaMalloc). Errors: `dsa_layer_check_step` (step vs
 /// capacity, validate_step with w.max_position), STEP5_TOPK (`topk_env_status`), a too small
 /// workspace, every stage's pointers (x, partial, w.fused, w.o_proj 16-byte aligned; the caches
 /// as DsaLayerCaches says; step.tail_slot) and, with step.tail_slot_host, validate_step's rule 5
@@ -402,15 +405,17 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   // overwritten tail rows). The rules are the launchers' own (indexer_summaries: summary_cache,
   // tail, tail_slot, num_slots; indexer_select: summary_cache 16-byte aligned; sparse_attention:
   // k_cache, v_cache 16-byte aligned; the GEMMs: x, fused, o_proj, partial, 16-byte aligned as
-  // this function's contract says, which the planned fast GEMM paths need); the launchers check
-  // them again.
+  // this function's contract says, which the planned fast GEMM paths need; the workspace, whose
+  // buffers lie at 256-byte multiples from it and take 16-byte vectors: index_q, the selection's
+  // scores, the attention's split partials); the launchers check them again.
   STEP5_RETURN_IF_ERROR(require_non_null(
       "dsa_layer_run", {{"x", x}, {"partial", partial}, {"w.fused", w.fused}, {"w.o_proj", w.o_proj},
                         {"caches.k_cache", caches.k_cache}, {"caches.v_cache", caches.v_cache},
                         {"caches.summary_cache", caches.summary_cache}, {"caches.tail", caches.tail},
                         {"step.tail_slot", step.tail_slot}}));
   STEP5_RETURN_IF_ERROR(require_aligned("dsa_layer_run", 16,
-                                        {{"x", x}, {"partial", partial}, {"w.fused", w.fused}, {"w.o_proj", w.o_proj},
+                                        {{"workspace", workspace}, {"x", x}, {"partial", partial},
+                                         {"w.fused", w.fused}, {"w.o_proj", w.o_proj},
                                          {"caches.k_cache", caches.k_cache}, {"caches.v_cache", caches.v_cache},
                                          {"caches.summary_cache", caches.summary_cache}, {"caches.tail", caches.tail}}));
   if (caches.num_slots <= 0)

@@ -1190,8 +1190,8 @@ template <int D, int HPG, int NS, bool WGT, bool ONE_Q = false>
 __global__ void __launch_bounds__(128, 1) sparse_attention_kernel(const SparseAttentionArgs a) {
 #if STEP5_SM90A_DEVICE
   using namespace attn_detail;
-  static_assert(D % 64 == 0 && D <= 256, "head_dim must be a multiple of 64 (the stage layout's 128-byte column "
-                "blocks, swz), at most 256");
+  static_assert(ops::attention_head_dim_ok(D), "head_dim must be a multiple of 64 (the stage layout's 128-byte "
+                "column blocks, swz), at most 256");
   static_assert(HPG == 4 || HPG == 8 || HPG == 16, "hpg_q must be 4, 8 or 16 (SPEC §2 rule 6)");
   static_assert(!(WGT && ONE_Q), "the one-query instance has no 64-row tiles (no wgmma path)");
   static_assert(NS >= ops::kAttentionMinStages && NS <= ops::kAttentionMaxStages, "ring stages out of range");

@@ -201,8 +201,6 @@ Status sparse_attention_checked_launch(const ops::SparseAttentionParams& p, cons
   if (p.q == nullptr) return invalid_argument("sparse_attention: q is null");
   if (p.k_cache == nullptr || p.v_cache == nullptr) return invalid_argument("sparse_attention: k_cache or v_cache is null");
   if (p.block_table == nullptr) return invalid_argument("sparse_attention: block_table is null");
-  if (p.cu_seqlens_q == nullptr || p.seq_lens == nullptr)
-    return invalid_argument("sparse_attention: cu_seqlens_q or seq_lens is null");
   if (p.topk_ids == nullptr || p.counts == nullptr) return invalid_argument("sparse_attention: topk_ids or counts is null");
   if (p.out == nullptr) return invalid_argument("sparse_attention: out is null");
   if (p.q_row_stride != 0 && (p.q_row_stride < row || p.q_row_stride % 2 != 0))

@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 
@@ -131,7 +133,7 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   using kernels::sm90::ScoreMma;
   ScorePlan s;
   const int Il = index_local_heads;
-  const int mean_q = B > 0 ? (T + B - 1) / B : 1;
+  const int mean_q = B > 0 ? static_cast<int>((static_cast<std::int64_t>(T) + B - 1) / B) : 1;
   const bool automatic = want == ScorePath::kAuto;
   if (automatic) want = mean_q >= kScoreWgmmaMinMeanQ ? ScorePath::kWgmmaF16N256 : ScorePath::kMma;
   // a wgmma path: its tile width and shared memory, when this geometry and Il have it
@@ -496,8 +498,11 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
                                                             {"counts", p.counts}, {"workspace", p.workspace}}));
   // the score kernels' 16-byte loads of q rows and summary rows (P a multiple of 64) and the
   // wgmma kernel's bulk copies of summary rows
-  STEP5_RETURN_IF_ERROR(
-      require_aligned("indexer_select", 16, {{"index_q", p.index_q}, {"summary_cache", p.summary_cache}}));
+  // and the workspace: the plan's int32 tile starts, then the fp32 score rows that the selection
+  // reads in 16-byte vectors (plan_bytes keeps them 16-byte aligned from an aligned base)
+  STEP5_RETURN_IF_ERROR(require_aligned(
+      "indexer_select", 16,
+      {{"index_q", p.index_q}, {"summary_cache", p.summary_cache}, {"workspace", p.workspace}}));
   STEP5_RETURN_IF_ERROR(require_aligned("indexer_select", 4, {{"weights", p.weights}}));
   if (Il > kernels::sm90::kScoreCols)
     return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
@@ -535,7 +540,11 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
     t.ids = p.topk_ids;
     t.ld_ids = p.topk + 1;
     t.counts = p.counts;
-    STEP5_RETURN_IF_ERROR(kernels::sm90::launch_topk(t, (t1 - t0) * lg, stream));
+    const std::int64_t rows = static_cast<std::int64_t>(t1 - t0) * lg;  // the selection grid's rows
+    if (rows > std::numeric_limits<int>::max())
+      return invalid_argument("indexer_select: a chunk of " + num(t1 - t0) + " tokens x " + num(lg) +
+                              " local KV groups = " + num(rows) + " selection rows, expected < 2^31");
+    STEP5_RETURN_IF_ERROR(kernels::sm90::launch_topk(t, static_cast<int>(rows), stream));
   }
   return Status::Ok();
 }

@@ -283,9 +283,9 @@ __host__ __device__ constexpr int prepare_items(int local_heads, int local_kv_he
 inline int prepare_ctas_per_token(int num_tokens, int items, int num_sms) {
   constexpr int kWarps = kPrepareThreads / 32;
   const int per_items = (items + kWarps - 1) / kWarps;
-  const int per_grid = num_tokens > 0 ? (2 * num_sms + num_tokens - 1) / num_tokens : 1;
-  const int y = per_items < per_grid ? per_items : per_grid;
-  return y < 1 ? 1 : (y > 65535 ? 65535 : y);
+  const long long per_grid = num_tokens > 0 ? (2ll * num_sms + num_tokens - 1) / num_tokens : 1;
+  const long long y = per_items < per_grid ? per_items : per_grid;
+  return y < 1 ? 1 : (y > 65535 ? 65535 : static_cast<int>(y));
 }
 
 /// Work item `it` of a token (of `items`) as an index into the order q heads, k heads, v heads,
