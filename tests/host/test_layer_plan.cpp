@@ -66,6 +66,19 @@ struct Step {
   }
 };
 
+/// Host stand-ins for a layer's weights and caches (16-byte aligned, never read: the checks under
+/// test refuse before any launch); `buf` doubles as x, partial and a workspace.
+struct HostStandIns {
+  alignas(64) static inline unsigned char buf[256];
+  step5::bf16* b = reinterpret_cast<step5::bf16*>(buf);
+  ops::DsaLayerWeights w;
+  ops::DsaLayerCaches caches;
+  explicit HostStandIns(int num_slots) {
+    w.max_position = 32768, w.fused = b, w.o_proj = b;
+    caches.k_cache = caches.v_cache = caches.tail = b, caches.summary_cache = buf, caches.num_slots = num_slots;
+  }
+};
+
 }  // namespace
 
 TEST_CASE("workspace map: every buffer 256-byte aligned, disjoint, at least its size, total = plan size") {
@@ -357,12 +370,11 @@ TEST_CASE("run's checks: every stage's pointers are checked before the first lau
   ops::DsaLayerPlan plan;
   REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
   Step st(8, 1000, 64, cap);
-  alignas(64) static unsigned char buf[256];
-  auto* b = reinterpret_cast<step5::bf16*>(buf);
-  ops::DsaLayerWeights w;
-  w.max_position = 32768, w.fused = b, w.o_proj = b;
-  ops::DsaLayerCaches caches;
-  caches.k_cache = caches.v_cache = caches.tail = b, caches.summary_cache = buf, caches.num_slots = 8;
+  HostStandIns h(8);
+  unsigned char* buf = HostStandIns::buf;
+  step5::bf16* b = h.b;
+  const ops::DsaLayerWeights& w = h.w;
+  const ops::DsaLayerCaches& caches = h.caches;
   struct Case {
     const char* what;
     std::function<void(ops::DsaLayerWeights&, ops::DsaLayerCaches&)> set;
@@ -406,12 +418,11 @@ TEST_CASE("run's checks: with host copies, a write into another request's block 
   CHECK(s.message().find("block_table[0][3] (request 0)") != std::string::npos);
   table[static_cast<std::size_t>(cap.max_blocks) + 15] = cap.max_blocks + 15;
   // tail slots: checked by dsa_layer_run (it knows num_slots), before the fused GEMM
-  alignas(64) static unsigned char buf[256];
-  auto* b = reinterpret_cast<step5::bf16*>(buf);
-  ops::DsaLayerWeights w;
-  w.max_position = 32768, w.fused = b, w.o_proj = b;
-  ops::DsaLayerCaches caches;
-  caches.k_cache = caches.v_cache = caches.tail = b, caches.summary_cache = buf, caches.num_slots = 4;
+  HostStandIns h(4);
+  unsigned char* buf = HostStandIns::buf;
+  step5::bf16* b = h.b;
+  const ops::DsaLayerWeights& w = h.w;
+  const ops::DsaLayerCaches& caches = h.caches;
   const std::vector<std::int32_t> slots = {2, 2};
   st.s.tail_slot_host = slots.data();
   s = ops::dsa_layer_run(plan, w, caches, st.s, b, b, buf, plan.map.total, nullptr);
@@ -734,12 +745,11 @@ TEST_CASE("run's checks: the device batch arrays, the workspace's alignment and 
   const ops::DsaLayerCapacity cap = engine_capacity();
   ops::DsaLayerPlan plan;
   REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
-  alignas(64) static unsigned char buf[256];
-  auto* b = reinterpret_cast<step5::bf16*>(buf);
-  ops::DsaLayerWeights w;
-  w.max_position = 32768, w.fused = b, w.o_proj = b;
-  ops::DsaLayerCaches caches;
-  caches.k_cache = caches.v_cache = caches.tail = b, caches.summary_cache = buf, caches.num_slots = 8;
+  HostStandIns h(8);
+  unsigned char* buf = HostStandIns::buf;
+  step5::bf16* b = h.b;
+  const ops::DsaLayerWeights& w = h.w;
+  const ops::DsaLayerCaches& caches = h.caches;
   {  // the device cu_seqlens_q / seq_lens the kernels read
     Step st(8, 1000, 64, cap);
     st.s.batch.cu_seqlens_q = nullptr;
