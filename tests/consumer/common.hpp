@@ -60,6 +60,8 @@ inline int run() {
   std::int32_t* d_table = nullptr;  // [1, max_blocks] block table (never read: refused before a launch)
   CONSUMER_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_table), 4 * sizeof(std::int32_t)) == cudaSuccess, "cudaMalloc failed");
   step.table.block_table = d_table;
+  step.batch.cu_seqlens_q = d_table;  // stand-ins for the device arrays (never read either)
+  step.batch.seq_lens = d_table;
   step.table.block_size = cap.block_size;
   step.table.max_blocks = cap.max_blocks;
   step.table.num_blocks = cap.num_blocks;

@@ -590,7 +590,7 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
 /// fixed dynamic shared-memory limit per kernel, never a per-plan one (test_attention's competing
 /// launches).
 /// Errors (nothing launched): kInvalidArgument for every rule of `validate_step` (ops/batch_check.hpp:
-/// cu_seqlens_q / seq_lens host mirrors null or inconsistent, a position >= max_blocks *
+/// cu_seqlens_q / seq_lens host mirrors or device arrays null, mirrors inconsistent, a position >= max_blocks *
 /// block_size, topk, a too small workspace), null pointers (when T > 0), bad strides or
 /// alignment; kUnsupported for a layout not listed for `Id`,
 /// a device that is not sm_90, a context too long for the shared-memory bitmaps or caches of more

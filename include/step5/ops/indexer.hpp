@@ -406,9 +406,10 @@ Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
 Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 
 /// Launches SPEC §4.5–4.6 for every (token, local group). Errors: `validate_step` (batch, table,
-/// topk in [1, kMaxTopk], seq_lens <= max_seq_len <= kMaxIndexerSeqLen, workspace_bytes), null pointers, index_q /
-/// summary_cache not 16-byte or weights not 4-byte aligned, STEP5_TOPK (`topk_env_status`)
-/// (kInvalidArgument, nothing launched); kUnsupported; kCudaError (launch).
+/// topk in [1, kMaxTopk], seq_lens <= max_seq_len <= kMaxIndexerSeqLen, workspace_bytes, the device
+/// cu_seqlens_q / seq_lens non-null), null pointers, index_q / summary_cache / workspace not
+/// 16-byte or weights not 4-byte aligned, a selection chunk of 2^31 rows or more, STEP5_TOPK
+/// (`topk_env_status`) (kInvalidArgument, nothing launched); kUnsupported; kCudaError (launch).
 Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream);
 
 /// Launches step 6 alone (see TopkSelectParams).

@@ -384,7 +384,8 @@ inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan
 /// `workspace` holds `plan.workspace_bytes` bytes, zero-filled once before first use, 16-byte
 /// aligned (256 lets the GEMMs' cuBLASLt plans use their share); x, partial and the weights are
 /// 16-byte aligned (cudaMalloc). Errors: `dsa_layer_check_step` (step vs
-/// capacity, validate_step with w.max_position), STEP5_TOPK (`topk_env_status`), a too small
+/// capacity, validate_step with w.max_position; a step of no tokens still needs valid sizes and
+/// topk, as every launcher), STEP5_TOPK (`topk_env_status`), a too small or misaligned
 /// workspace, every stage's pointers (x, partial, w.fused, w.o_proj 16-byte aligned; the caches
 /// as DsaLayerCaches says; step.tail_slot) and, with step.tail_slot_host, validate_step's rule 5
 /// (all before the first launch), and every launcher's own checks (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.

@@ -507,6 +507,11 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   if (Il > kernels::sm90::kScoreCols)
     return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
   const SelectChunks chunks = indexer_select_chunks(p.rank, T, p.max_seq_len, B, p.workspace_bytes);
+  // the selection grid of the longest chunk: its rows are int (every chunk is within one token of it)
+  if (static_cast<std::int64_t>(chunks.max_tokens()) * lg > std::numeric_limits<int>::max())
+    return invalid_argument("indexer_select: a chunk of " + num(chunks.max_tokens()) + " tokens x " + num(lg) +
+                            " local KV groups = " + num(static_cast<std::int64_t>(chunks.max_tokens()) * lg) +
+                            " selection rows, expected < 2^31");
   float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
   int dev = 0, sms = 0;
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
@@ -540,11 +545,7 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
     t.ids = p.topk_ids;
     t.ld_ids = p.topk + 1;
     t.counts = p.counts;
-    const std::int64_t rows = static_cast<std::int64_t>(t1 - t0) * lg;  // the selection grid's rows
-    if (rows > std::numeric_limits<int>::max())
-      return invalid_argument("indexer_select: a chunk of " + num(t1 - t0) + " tokens x " + num(lg) +
-                              " local KV groups = " + num(rows) + " selection rows, expected < 2^31");
-    STEP5_RETURN_IF_ERROR(kernels::sm90::launch_topk(t, static_cast<int>(rows), stream));
+    STEP5_RETURN_IF_ERROR(kernels::sm90::launch_topk(t, (t1 - t0) * lg, stream));  // rows < 2^31 (above)
   }
   return Status::Ok();
 }
