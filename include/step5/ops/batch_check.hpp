@@ -231,15 +231,15 @@ inline Status validate_step(const StepCheck& c) {
     const int B = c.num_requests, T = c.num_tokens;
     if (B == 0) return bad("num_tokens = " + s(T) + " with num_requests = 0, expected num_requests > 0");
     if (c.block_table == nullptr) return bad("block_table is null");
+    const auto null_array = [&](const char* name, const char* expected) {
+      return bad(std::string(name) + " is null, expected the " + expected);
+    };
     if (c.device_arrays && c.cu_seqlens_q_device == nullptr)
-      return bad(std::string(c.cu_seqlens_q_device_name) +
-                 " is null, expected the device copy of cu_seqlens_q [B+1] (the kernels read it)");
+      return null_array(c.cu_seqlens_q_device_name, "device copy of cu_seqlens_q [B+1] (the kernels read it)");
     if (c.device_arrays && c.seq_lens_device == nullptr)
-      return bad(std::string(c.seq_lens_device_name) + " is null, expected the device copy of seq_lens [B] (the kernels read it)");
-    if (c.cu_seqlens_q == nullptr)
-      return bad(std::string(c.cu_seqlens_q_name) + " is null, expected the host copy of cu_seqlens_q [B+1]");
-    if (c.seq_lens == nullptr)
-      return bad(std::string(c.seq_lens_name) + " is null, expected the host copy of seq_lens [B]");
+      return null_array(c.seq_lens_device_name, "device copy of seq_lens [B] (the kernels read it)");
+    if (c.cu_seqlens_q == nullptr) return null_array(c.cu_seqlens_q_name, "host copy of cu_seqlens_q [B+1]");
+    if (c.seq_lens == nullptr) return null_array(c.seq_lens_name, "host copy of seq_lens [B]");
     const std::int32_t* cu = c.cu_seqlens_q;
     if (cu[0] != 0) return bad("cu_seqlens_q[0] = " + s(cu[0]) + ", expected 0");
     const long long capacity = static_cast<long long>(c.max_blocks) * c.block_size;

@@ -200,7 +200,6 @@ Status sparse_attention_checked_launch(const ops::SparseAttentionParams& p, cons
   const long long row = static_cast<long long>(p.num_local_heads) * D;
   if (p.q == nullptr) return invalid_argument("sparse_attention: q is null");
   if (p.k_cache == nullptr || p.v_cache == nullptr) return invalid_argument("sparse_attention: k_cache or v_cache is null");
-  if (p.block_table == nullptr) return invalid_argument("sparse_attention: block_table is null");
   if (p.topk_ids == nullptr || p.counts == nullptr) return invalid_argument("sparse_attention: topk_ids or counts is null");
   if (p.out == nullptr) return invalid_argument("sparse_attention: out is null");
   if (p.q_row_stride != 0 && (p.q_row_stride < row || p.q_row_stride % 2 != 0))
