@@ -501,12 +501,13 @@ GPU_CASE("topk: decode-shaped rows of 16384 regions (128K tokens), 1, 16, 64 and
   }
 }
 
-GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 4096) on every CTA size, every pattern; the short-row rule") {
+GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 8192) on every CTA size, every pattern; the short-row rule") {
   // rows as indexer_select lays out a prefill chunk without history: token t's rows have
-  // n = t / 8 regions, so a quarter of them (n <= topk) select everything; ld 2048 (16K tokens) and
-  // 4096 (the short-row bound kTopkShortMaxLd when it is 4096), every pattern cycling through
+  // n = t / 8 regions, so a quarter of them (n <= topk) select everything; ld 2048 (16K tokens),
+  // 4096 (the short-row bound kTopkShortMaxLd when it is 4096) and 8192 (kTopkMidMaxLd, the
+  // longest rows of the 256-thread CTAs), every pattern cycling through
   std::mt19937 rng(10);
-  for (int ld : {2048, 4096}) {
+  for (int ld : {2048, 4096, 8192}) {
     Rows R;
     R.topk = 512;
     R.ld = ld;
@@ -546,6 +547,19 @@ GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels ru
     EXPECT(identical, "selection (%s) changed between repeated launches", v.name().c_str());
     // and the repeated result is the reference's
     expect_reference(R, g, ("repeat batch [" + v.name() + "]").c_str());
+  }
+  // the short-row CTA sizes' radix select on prefill-shaped rows up to their longest rows: 128
+  // threads up to ld 4096 (kTopkShortMaxLd), 256 threads up to ld 8192 (kTopkMidMaxLd)
+  for (const int threads : {128, 256}) {
+    Rows P;
+    P.topk = 512;
+    P.ld = threads * 32;
+    for (int r = 0; r < 64; ++r) P.add(static_cast<int>(static_cast<long long>(r + 1) * P.ld / 64), kAll[r % kNumPatterns], rng);
+    const Variant v{false, 1, TopkAlgo::kRadix, -1, threads};
+    bool identical = false;
+    const GpuResult g = run_gpu(P, v, step5_test::quick() ? 5 : 100, &identical, true);
+    EXPECT(identical, "selection (%s, ld %d) changed between repeated launches", v.name().c_str(), P.ld);
+    expect_reference(P, g, ("repeat prefill rows [" + v.name() + "]").c_str());
   }
 }
 

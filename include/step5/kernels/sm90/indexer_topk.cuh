@@ -21,8 +21,8 @@
 /// default there, still reads the ranks' first-digit histograms and stores its candidates through
 /// distributed shared memory between cluster barriers.)
 /// Rows whose history fits (k == n) skip the radix passes. Keys are staged in dynamic shared memory
-/// when a CTA's slice fits (kSmem; loaded with several independent loads in flight per thread), else
-/// re-read from global memory each pass.
+/// when a CTA's slice fits (kSmem; loaded with several independent loads in flight per thread, and
+/// the first radix digit counted in the same sweep), else re-read from global memory each pass.
 /// Two ways to find K* and `need` (TopkAlgo; the same K*, `need` and output, bit for bit): the
 /// radix select above over every key each pass (kRadix), or candidate compaction (kCandidates):
 /// one histogram of the top kTopkFirstBits bits of every key, then the keys of the threshold bin
@@ -304,11 +304,14 @@ __device__ __forceinline__ void warp_hist_add(unsigned* h, unsigned digit, bool 
 /// rank `crank`; kC = 1: unused, may be null). On a cluster it may run only once per kernel: its
 /// passes number the exchange's mbarrier phases from 0 (topk_select_kernel's two calls of
 /// radix_refine<kC> are on exclusive paths).
+/// first_counted: the first pass's histogram (prefix 0, mask 0, digit key >> (hi − 8)) is already
+/// in hist[0], counted by the caller's staging sweep (topk_select_kernel's radix select on staged
+/// keys: one sweep over the keys fewer); the pass starts at its pick.
 template <int kC, int kThreads, class KeyAt>
 __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, std::uint32_t& prefix,
                                                  std::uint32_t& mask, unsigned krem, unsigned (&hist)[2][256],
                                                  unsigned* hsum, TopkPickSlot& pick, TopkExchange<kC>* xch,
-                                                 int crank) {
+                                                 int crank, bool first_counted = false) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   static_assert(kTopkThreadsValid<kThreads> && (kC == 1 || kThreads == kTopkThreads),
                 "clusters run 512-thread CTAs (the launch shape and TopkExchange's 256 bin threads assume it)");
@@ -317,10 +320,12 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
 #pragma unroll 1
   for (int shift = hi > 8 ? hi - 8 : 0, pass = 0;; shift = shift > 8 ? shift - 8 : 0, buf ^= 1, ++pass) {
     unsigned* h = hist[kC > 1 ? 0 : buf];  // a cluster's histogram is read locally only: one buffer
-    for (int i = tid; i < len_up; i += kThreads) {
-      const std::uint32_t key = i < len ? key_at(i) : 0u;
-      const bool match = i < len && (key & mask) == prefix;
-      warp_hist_add(h, (key >> shift) & 0xffu, match, lane);
+    if (pass > 0 || !first_counted) {
+      for (int i = tid; i < len_up; i += kThreads) {
+        const std::uint32_t key = i < len ? key_at(i) : 0u;
+        const bool match = i < len && (key & mask) == prefix;
+        warp_hist_add(h, (key >> shift) & 0xffu, match, lane);
+      }
     }
     __syncthreads();  // this CTA's histogram of the pass is complete
     const unsigned* hs = h;
@@ -528,8 +533,10 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
     constexpr int kFirstShift = 32 - kTopkFirstBits;
     if constexpr (kCand) {
       for (int i = tid; i < kTopkFirstBins; i += kThreads) hfirst[i] = 0;
-      __syncthreads();
     }
+    // the staging sweep below counts a first digit (kCand: hfirst; the radix select on staged keys:
+    // its first pass, into hist[0]) into the buffers just cleared
+    if constexpr (kCand || kSmem) __syncthreads();
     // kCand with a 16-byte aligned slice: the sweep below with float4 loads (a 16384-key slice is
     // one round of loads in flight instead of four; the first 4·floor(len/4) keys, the rest scalar)
     bool vec = false;
@@ -561,7 +568,8 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
     }
     if constexpr (kSmem || kCand) {
       // one sweep over [4·len4, len): stage the slice's keys (kSmem) and count their first digits
-      // (kCand); kStage independent loads in flight per thread
+      // (kCand: the top kTopkFirstBits bits; else the radix select's first 8-bit digit, which
+      // radix_refine then does not count again); kStage independent loads in flight per thread
       constexpr int kStage = 8;
       const int rest = len - 4 * len4;
       const float* src_rest = src + 4 * len4;
@@ -579,13 +587,15 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
           const std::uint32_t key = score_key(v[j]);
           if (kSmem && i < rest) skeys_rest[i] = key;
           if constexpr (kCand) warp_hist_add(hfirst, key >> kFirstShift, i < rest, lane);
+          else warp_hist_add(hist[0], key >> 24, i < rest, lane);  // radix_refine's first pass (first_counted)
         }
       }
     }
     __syncthreads();
     if constexpr (kC > 1) ptx::cluster_wait();  // every rank's mbarriers are initialised
     if constexpr (!kCand) {
-      need = radix_refine<kC, kThreads>(key_at, len, 32, prefix, mask, krem, hist, hsum, pick, &xch, crank);
+      need = radix_refine<kC, kThreads>(key_at, len, 32, prefix, mask, krem, hist, hsum, pick, &xch, crank,
+                                        /*first_counted=*/kSmem);
     } else {
       row_sync<kC>();  // every rank's first-digit histogram is complete
       // threshold bin: thread t holds kPer bins, counted from the top (summed over the ranks in rank order)
