@@ -6,15 +6,17 @@
 // global memory; 131072-region rows) and both algorithms (TopkAlgo::kRadix and kCandidates, whose
 // outputs must also be bit-identical to each other; candidate buffers exactly full and one key too
 // small, which falls back to the full radix passes), at engine batch sizes (33, 257 and 1024 decode rows of mixed histories, some empty; 1, 16,
-// 64 and 257 rows of 16384 regions), and bit-identical over 100 launches while a
-// memory-streaming kernel is launched on another stream each time (no assertion depends on
-// whether the two overlap). STEP5_TOPK's parsing and refusal of a bad value are checked too.
+// 64 and 257 rows of 16384 regions; prefill-shaped rows n = position / 8 at ld 2048, 4096 and
+// 8192 on every CTA size), and bit-identical over 100 launches while a memory-streaming kernel is
+// launched on another stream each time (no assertion depends on whether the two overlap; also the
+// 128- / 256-thread radix select on prefill rows up to ld 4096 / 8192). STEP5_TOPK's parsing and
+// refusal of a bad value are checked too.
 // Quick (sanitizer) mode, step5_test::quick(): the edge cases unchanged; the shared-memory case
 // with one 16384-region row plus every pattern at 9999 and 513; the long-row case on 50000-region
 // rows instead of 131072 (above kTopkSmemKeys = 49152 of kernels/sm90/indexer_topk.cuh, so the
 // forced one-CTA run still re-reads keys from global memory, and the launcher's own choice is a
 // cluster); the batch case at 33 and 257 rows (not 1024); the 16384-region decode rows at 1 and 16
-// rows; 5 repeated launches instead of 100.
+// rows; the prefill-shaped case at 160 rows per ld (not 1200); 5 repeated launches instead of 100.
 #include <cstdint>
 #include <algorithm>
 #include <cstdlib>

@@ -291,22 +291,29 @@ __device__ __forceinline__ void warp_hist_add(unsigned* h, unsigned digit, bool 
   }
 }
 
+/// The top bit + 1 of the plain radix select's first digit (its digits are key bits
+/// [kTopkRadixHi − 8, kTopkRadixHi), then the 8 below, ...): the whole key.
+inline constexpr int kTopkRadixHi = 32;
+
 /// Radix passes of 8-bit digits below bit `hi` (shifts hi−8, hi−16, …, the last one clamped at 0)
 /// over the keys key_at(i), i in [0, len), of the CTAs sharing a row (kC: see topk_select_kernel),
 /// restricted to the keys with (key & mask) == prefix; `krem` (≥ 1) of those are still to be
 /// taken. Refines prefix/mask until the keys with the prefix are exactly the remaining ones, or
 /// every bit is fixed; returns `need`, the number of keys equal to the final prefix that are taken.
-/// hist: both buffers zero on entry (left zero or dirty; the caller does not reuse them); a
-/// cluster (kC > 1) counts in hist[0] only, cleared by each pass once pushed.
+/// hist: both buffers zero on entry (left zero or dirty; the caller does not reuse them), except
+/// hist[0] with `first_counted`; a cluster (kC > 1) counts in hist[0] only, cleared by each pass
+/// once pushed.
 /// A clamped last digit overlaps bits already in the mask: those bits equal the prefix's for
 /// every counted key, so the digit is still exact.
 /// kC > 1: the ranks' histograms are exchanged by pushes (TopkExchange `*xch`, this CTA's cluster
 /// rank `crank`; kC = 1: unused, may be null). On a cluster it may run only once per kernel: its
 /// passes number the exchange's mbarrier phases from 0 (topk_select_kernel's two calls of
 /// radix_refine<kC> are on exclusive paths).
-/// first_counted: the first pass's histogram (prefix 0, mask 0, digit key >> (hi − 8)) is already
-/// in hist[0], counted by the caller's staging sweep (topk_select_kernel's radix select on staged
-/// keys: one sweep over the keys fewer); the pass starts at its pick.
+/// first_counted (callers with prefix = mask = 0 and hi = kTopkRadixHi only): the first pass's
+/// histogram of digit key >> (kTopkRadixHi − 8) over the keys [0, len) is already in hist[0],
+/// counted by the caller's staging sweep (topk_select_kernel's radix select on staged keys: one
+/// sweep over the keys fewer); the first pass skips its sweep (and then pushes hist[0] on a
+/// cluster, or picks from it on one CTA).
 template <int kC, int kThreads, class KeyAt>
 __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, std::uint32_t& prefix,
                                                  std::uint32_t& mask, unsigned krem, unsigned (&hist)[2][256],
@@ -587,15 +594,15 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
           const std::uint32_t key = score_key(v[j]);
           if (kSmem && i < rest) skeys_rest[i] = key;
           if constexpr (kCand) warp_hist_add(hfirst, key >> kFirstShift, i < rest, lane);
-          else warp_hist_add(hist[0], key >> 24, i < rest, lane);  // radix_refine's first pass (first_counted)
+          else warp_hist_add(hist[0], key >> (kTopkRadixHi - 8), i < rest, lane);  // radix_refine's first pass (first_counted)
         }
       }
     }
     __syncthreads();
     if constexpr (kC > 1) ptx::cluster_wait();  // every rank's mbarriers are initialised
     if constexpr (!kCand) {
-      need = radix_refine<kC, kThreads>(key_at, len, 32, prefix, mask, krem, hist, hsum, pick, &xch, crank,
-                                        /*first_counted=*/kSmem);
+      need = radix_refine<kC, kThreads>(key_at, len, kTopkRadixHi, prefix, mask, krem, hist, hsum, pick, &xch,
+                                        crank, /*first_counted=*/kSmem);
     } else {
       row_sync<kC>();  // every rank's first-digit histogram is complete
       // threshold bin: thread t holds kPer bins, counted from the top (summed over the ranks in rank order)
