@@ -552,10 +552,12 @@ GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels ru
   }
   // the short-row CTA sizes' radix select on prefill-shaped rows up to their longest rows: 128
   // threads up to ld 4096 (kTopkShortMaxLd), 256 threads up to ld 8192 (kTopkMidMaxLd)
-  for (const int threads : {128, 256}) {
+  namespace k = step5::kernels::sm90;
+  for (const auto& [threads, ld] : {std::pair<int, std::int64_t>{k::kTopkShortThreads, k::kTopkShortMaxLd},
+                                    std::pair<int, std::int64_t>{k::kTopkMidThreads, k::kTopkMidMaxLd}}) {
     Rows P;
     P.topk = 512;
-    P.ld = threads * 32;
+    P.ld = static_cast<int>(ld);
     for (int r = 0; r < 64; ++r) P.add(static_cast<int>(static_cast<long long>(r + 1) * P.ld / 64), kAll[r % kNumPatterns], rng);
     const Variant v{false, 1, TopkAlgo::kRadix, -1, threads};
     bool identical = false;
