@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "step5/ops/gemm.hpp"
 
@@ -19,6 +20,41 @@ TEST_CASE("gemv: T <= 4 (CUDA cores) stages X's rows (T · K · 2 bytes), T = 1 
   CHECK(ops::gemm_gemv_smem_bytes(4, 25600) == 204800);
   CHECK(ops::gemm_gemv_eligible(4, 25600));
   CHECK(ops::gemm_gemv_eligible(2, 51200));  // 204800 bytes
+}
+
+TEST_CASE("gemv: the CUDA-core kernel's weight ring (8 rows a stage, K tiles of 2048 down to 256 values, 2..8 stages beside X)") {
+  // T = 1, K = 4096 (the fused projection): 6 stages of 8 rows x 2048 values = 192 KiB in flight
+  constexpr ops::GemmGemvRing a = ops::gemm_gemv_ring(1, 4096);
+  CHECK(a.tile_k == 2048);
+  CHECK(a.stages == 6);
+  CHECK(a.smem == 128 + 8192 + 6 * 32768);
+  // o_proj at tp 8 (K 1536): one tile per row, the stage cap
+  constexpr ops::GemmGemvRing b = ops::gemm_gemv_ring(1, 1536);
+  CHECK(b.tile_k == 1536);
+  CHECK(b.stages == 8);
+  CHECK(b.smem == 128 + 3072 + 8 * 24576);
+  // X at the limit (204800 bytes): 27520 bytes left, three stages of 512-value tiles
+  for (auto [t, k] : {std::pair<std::int64_t, std::int64_t>{1, 102400}, {4, 25600}, {2, 51200}}) {
+    const ops::GemmGemvRing r = ops::gemm_gemv_ring(t, k);
+    CHECK_MESSAGE(r.tile_k == 512, "T = ", t, ", K = ", k);
+    CHECK_MESSAGE(r.stages == 3, "T = ", t, ", K = ", k);
+    CHECK_MESSAGE(r.smem == 128 + 204800 + 3 * 8192, "T = ", t, ", K = ", k);
+  }
+  // K = 0: one empty 8-value tile (the kernel arms it with 0 bytes)
+  CHECK(ops::gemm_gemv_ring(1, 0).tile_k == 8);
+  // every (T, K) the CUDA-core kernel runs has a ring that fits, with tiles of whole 16-byte chunks
+  // and, where a row has several tiles, tiles of a multiple of 256 values (32 lanes x 8: a lane's
+  // chunks are those of the whole row, in order)
+  for (std::int64_t t = 1; t <= ops::kGemmGemvCudaCoreMaxTokens; ++t)
+    for (std::int64_t k = 0; k <= 110000; k += 8) {
+      if (!ops::gemm_gemv_eligible(t, k, ops::kGemmGemvCudaCores)) continue;
+      const ops::GemmGemvRing r = ops::gemm_gemv_ring(t, k);
+      REQUIRE_MESSAGE(r.stages >= ops::kGemmGemvRingMinStages, "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE(r.stages <= ops::kGemmGemvRingMaxStages, "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE(r.smem <= ops::kGemmGemvCtaSmem, "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE(r.tile_k % 8 == 0, "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE((r.tile_k >= k || r.tile_k % 256 == 0), "T = ", t, ", K = ", k);
+    }
 }
 
 TEST_CASE("gemv: T >= 5 (tensor cores) stages X's T rows 64 bytes apart modulo 128 (conflict-free fragment loads)") {
@@ -74,4 +110,18 @@ TEST_CASE("gemv: config picks the kernel (0 by T, 1 the CUDA cores at T <= 4 onl
   CHECK(ops::gemm_gemv_eligible(1, 102400, 0));
   CHECK_FALSE(ops::gemm_gemv_eligible(1, 4096, 3));
   CHECK_FALSE(ops::gemm_gemv_eligible(1, 4096, -1));
+}
+
+TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 8 MiB and more that the CUDA-core kernel runs") {
+  CHECK(ops::kGemmGemvAutoMinBytes == 8 << 20);
+  CHECK(ops::gemm_auto_takes_gemv(1, 4096, 1024));        // 8 MiB: o_proj of dsa_h64_kv8_d128 at tp 8
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 4096, 1016));  // just below
+  CHECK(ops::gemm_auto_takes_gemv(1, 4096, 12288));       // o_proj at tp 1 (K 12288)
+  CHECK(ops::gemm_auto_takes_gemv(1, 18512, 4096));       // the tp 1 fused projection
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(2, 18512, 4096)); // T = 1 only
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(0, 18512, 4096));
+  CHECK(ops::gemm_auto_takes_gemv(1, 100, 102400));        // the longest K X fits for
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 100, 102408));
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 0, 4096));
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 4096, 0));
 }

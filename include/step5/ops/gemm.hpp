@@ -8,12 +8,12 @@
 /// docs/ARCHITECTURE.md; for o_proj X = attention output `[T, Hl*D]`, W = `o_proj_local
 /// [hidden, Hl*D]`, N = hidden, K = Hl*D.
 ///
-/// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: kGemv at T = 1 on wide weights
-/// (`gemm_auto_takes_gemv`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
+/// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: kGemv at T = 1 on weights of 8 MiB and
+/// more (`gemm_auto_takes_gemv`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
 /// unaligned shapes -> kGeneric, T <= 32 -> kSplitK, T > 32 -> kWgmma):
 ///  * `kGemv`   — weight-streaming kernels for decode-sized T (1 .. kGemmGemvMaxTokens), X in
-///                shared memory, no workspace (gemm_gemv.cuh): T <= 4 on the CUDA cores (a warp per
-///                W row, a few for long K), T = 5..16 on the tensor cores (mma.sync, a warp per 16 W
+///                shared memory, no workspace (gemm_gemv.cuh): T <= 4 on the CUDA cores (one CTA
+///                per SM streams its rows through a bulk-copy weight ring, a warp per row), T = 5..16 on the tensor cores (mma.sync, a warp per 16 W
 ///                rows and a K segment, W fragments loaded straight from global memory; config
 ///                forces either kernel where it runs: gemm_gemv_pick). Needs the
 ///                fast-path alignment and `gemm_gemv_smem_bytes` of shared memory
@@ -115,6 +115,40 @@ constexpr int gemm_gemv_pick(std::int64_t tokens, int config = 0) {
 constexpr std::int64_t gemm_gemv_smem_bytes(std::int64_t tokens, std::int64_t k, int config = 0) {
   return gemm_gemv_pick(tokens, config) == kGemmGemvCudaCores ? tokens * k * 2 : tokens * gemm_gemv_x_row_bytes(k);
 }
+/// The CUDA-core kGemv kernel's weight ring (gemm_gemv.cuh): each stage holds one K tile of
+/// kGemmGemvRingRows consecutive W rows of the CTA (one row per consumer warp), `tile_k` values
+/// wide; `stages` stages in flight; `smem` the kernel's dynamic shared memory (the ring's
+/// mbarriers, X's T rows, the stages). tile_k is the widest of 2048, 1024, 512, 256 (K where
+/// K is shorter) for which at least kGemmGemvRingMinStages stages fit beside X in
+/// kGemmGemvCtaSmem; at most kGemmGemvRingMaxStages stages (6 of 32 KiB at T = 1, K = 4096:
+/// 192 KiB of weights in flight per SM). {0, 0, 0} where none fits (not gemm_gemv_eligible).
+struct GemmGemvRing {
+  std::int64_t tile_k = 0;
+  std::int64_t stages = 0;
+  std::int64_t smem = 0;
+};
+inline constexpr std::int64_t kGemmGemvRingRows = 8;
+inline constexpr std::int64_t kGemmGemvRingMaxStages = 8;
+inline constexpr std::int64_t kGemmGemvRingMinStages = 2;
+/// Dynamic shared memory a CTA may opt into on sm_90 (227 KiB).
+inline constexpr std::int64_t kGemmGemvCtaSmem = 227 * 1024;
+/// Bytes of the ring's mbarriers ahead of X (a full and an empty barrier per stage), 128-aligned.
+inline constexpr std::int64_t kGemmGemvRingBarrierBytes = 128;
+static_assert(2 * 8 * kGemmGemvRingMaxStages <= kGemmGemvRingBarrierBytes, "the ring's mbarriers fit their area");
+constexpr GemmGemvRing gemm_gemv_ring(std::int64_t tokens, std::int64_t k) {
+  const std::int64_t x = (tokens * k * 2 + 127) / 128 * 128;
+  const std::int64_t room = kGemmGemvCtaSmem - kGemmGemvRingBarrierBytes - x;
+  for (std::int64_t tile = 2048; tile >= 256; tile /= 2) {
+    const std::int64_t tk = k < tile ? (k < 8 ? 8 : k) : tile;
+    const std::int64_t stage = kGemmGemvRingRows * tk * 2;
+    std::int64_t stages = room > 0 ? room / stage : 0;
+    if (stages > kGemmGemvRingMaxStages) stages = kGemmGemvRingMaxStages;
+    if (stages >= kGemmGemvRingMinStages) return {tk, stages, kGemmGemvRingBarrierBytes + x + stages * stage};
+  }
+  return {};
+}
+static_assert(gemm_gemv_ring(1, kGemmGemvMaxSmem / 2).stages >= kGemmGemvRingMinStages,
+              "every X the kGemv path stages (at most kGemmGemvMaxSmem bytes) leaves room for the ring");
 /// Whether the kGemv path can run T tokens of reduction length K with `config` (alignment aside):
 /// 1 <= T <= kGemmGemvMaxTokens, config 0, 1 (T <= kGemmGemvCudaCoreMaxTokens) or 2, K >= 0 and X fits in
 /// kGemmGemvMaxSmem (gemm_gemv_smem_bytes).
@@ -126,24 +160,19 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 }
 
 /// kAuto's kGemv shapes: one token (T = 1), a weight of at least kGemmGemvAutoMinBytes (n · k · 2)
-/// and K <= kGemmGemvAutoMaxK (one warp per row: a row's loads in flight at once), with the
-/// fast-path alignment and no config / split_k override — the decode-time fused projections at
-/// tp 1 (step5_preview N 18512, dsa_h64_kv8_d128 N 19040; K 4096, 145–149 MiB). Measured on the
-/// H200 (bench/RESULTS.md, thirteenth and fourteenth sessions): step5_preview tp 1 bench_gemm 39.3
-/// µs against cuBLASLt's 41.2 µs (1.05×, the weight at 0.92 of copy), and inside the layer
-/// (decode batch 1) the fused GEMM 51.4 → 47.9 µs. Not taken: narrower weights (tp 8: 0.98×,
-/// 1.03×, within the spread; tp 2 and 4, 39–76 MiB, not measured), longer rows (o_proj at tp 1,
-/// K 12288, three warps per row: 34.4–35.3 against 31.8–31.9 µs in the layer), and T >= 2 (the
-/// CUDA-core kernel at T = 4: 0.71–0.79× on the H200, thirteenth session; 1.04× at step5_preview
-/// tp 1 but 0.78× at tp 8 on an H100, twenty-sixth session). The tensor-core kernel (H100,
-/// twenty-eighth session, bench_gemm call 1) beats cuBLASLt by at most 2.3 % (T = 1, tp 8 fused
-/// weights, as the CUDA-core kernel) and loses from T = 4: step5_preview fused T = 4 0.99× (tp 1)
-/// / 0.97× (tp 8), T = 8 0.97× / 0.93×, T = 16 0.95× / 0.68×; o_proj at tp 8, T = 1 0.95× /
-/// 0.88× (step5_preview / dsa_h64_kv8_d128). So no T >= 2 shape is taken.
-inline constexpr std::int64_t kGemmGemvAutoMinBytes = std::int64_t{128} << 20;
-inline constexpr std::int64_t kGemmGemvAutoMaxK = 4096;
+/// that the CUDA-core kernel runs (gemm_gemv_eligible: K <= 102400), with the fast-path alignment
+/// and no config / split_k override — every decode-time fused projection and o_proj at batch 1.
+/// Measured on an H100 (bench/RESULTS.md, thirty-second session, bench_gemm call 1; the weight
+/// ring of gemm_gemv.cuh), µs against cuBLASLt in the same binary: fused step5_preview tp 1 51.2
+/// / 58.2 (1.14×), tp 8 11.2 / 13.8 (1.23×); dsa_h64_kv8_d128 tp 1 53.0 / 59.0 (1.11×), tp 8 9.3 /
+/// 12.8 (1.37×); o_proj step5_preview tp 1 34.5 / 37.0 (1.07×), tp 8 5.9 / 6.6 (1.11×);
+/// dsa_h64_kv8_d128 tp 1 22.6 / 26.0 (1.15×), tp 8 4.9 / 5.3 (1.08×: 8 MiB, the smallest
+/// weight measured, hence the bound). Not taken: T >= 2 (the CUDA-core kernel at T = 4: 1.05–1.07×
+/// on the tp 1 fused weights but 0.80–0.98× at tp 8 and on o_proj; the tensor-core kernel loses
+/// from T = 4 as well, twenty-eighth session).
+inline constexpr std::int64_t kGemmGemvAutoMinBytes = std::int64_t{8} << 20;
 constexpr bool gemm_auto_takes_gemv(std::int64_t tokens, std::int64_t n, std::int64_t k) {
-  return tokens == 1 && k > 0 && k <= kGemmGemvAutoMaxK && n > 0 && n <= kGemmGemvMaxRows &&
+  return tokens == 1 && k > 0 && gemm_gemv_eligible(1, k, kGemmGemvCudaCores) && n > 0 && n <= kGemmGemvMaxRows &&
          n * k * 2 >= kGemmGemvAutoMinBytes;
 }
 

@@ -8,15 +8,16 @@
 /// Which one runs: ops::gemm_gemv_pick (config 0: T <= 4 the CUDA cores, T = 5..16 the tensor
 /// cores; config 1 / 2 forces one).
 ///
-/// **T <= 4, on the CUDA cores (`gemm_gemv_kernel<T>`).** One warp per W row (rows dealt out
-/// grid-stride, `kGemvWarps` warps per CTA), or up to kGemvWarps warps per row when
-/// K is long (`gemv_segments`: a warp's share of a row is one batch up to K = 8 · 4096, several
-/// batches beyond): lane l reads its 16-byte chunks
-/// l, l + 32, ... as `kGemvBatch` independent non-caching loads in flight at once (a K = 4096 row is
-/// one batch: 8 KiB of one row per warp), multiplies them with the T rows of X held in shared
-/// memory (staged once per CTA), and keeps one fp32 sum per token; the warp's lanes are then summed
-/// by a butterfly of shuffles, a row's segments in segment order, and one thread stores bf16. Each
-/// lane sums its chunks in order, so the bits do not depend on timing.
+/// **T <= 4, on the CUDA cores (`gemm_gemv_kernel<T>`).** One CTA per SM streams a contiguous,
+/// balanced share of the W rows (to one row: a tp 8 weight of a few thousand rows fills the SMs
+/// evenly) through a shared-memory ring (`ops::gemm_gemv_ring`: up to 8 stages of 8 rows × 2048
+/// values, 192 KiB in flight per SM at K = 4096) filled by one producer lane with bulk copies (TMA
+/// engine, mbarrier transaction counts) — weights only, so the ring fills before the wait on the
+/// previous kernel. Eight consumer warps each take one row of a stage: lane l multiplies its
+/// 16-byte chunks l, l + 32, ... with the T rows of X (staged in shared memory once per CTA) into
+/// one fp32 sum per token; after a row's last K tile the lanes are summed by a butterfly of
+/// shuffles and lane t stores token t. Each lane sums its chunks in order, so the bits do not
+/// depend on timing or on the partition of the rows over the CTAs.
 ///
 /// **T <= 16, on the tensor cores (`gemm_gemv_mma_kernel<NT>`, NT = ceil(T / 8) n8 tiles).** The
 /// CUDA-core form costs T FMAs and T shared-memory reads of X per weight element: at T = 4 it read
@@ -35,7 +36,7 @@
 /// fp32 tiles are summed in segment order through shared memory and stored as bf16. The mma's accumulation order is fixed,
 /// so the bits do not depend on timing either.
 ///
-/// Both load the first batch of W before `pdl_wait` (weights are not written by the step's kernels).
+/// Both load W before `pdl_wait` (weights are not written by the step's kernels).
 ///
 /// Preconditions (the launcher, gemm_launch.cuh, checks them): the fast-path alignment (X, W 16-byte
 /// aligned, K, ldx, ldw multiples of 8, ldc even), 1 <= T <= kGemmGemvMaxTokens,
@@ -59,22 +60,17 @@ struct GemvArgs {
   int N, K;
   long long ldx, ldw, ldc;
   int T;  ///< tokens (the tensor-core kernel; the CUDA-core kernel's T is its template argument)
+  int tile_k = 0, stages = 0;  ///< the CUDA-core kernel's ring (ops::gemm_gemv_ring)
 };
 
 inline constexpr int kGemvWarps = 8;                  ///< warps (W rows at a time) per CTA
-inline constexpr int kGemvThreads = kGemvWarps * 32;  ///< threads per CTA
-inline constexpr int kGemvBatch = 16;                 ///< 16-byte W loads in flight per lane
-/// CTAs per SM the launch plans for and the register allocation guarantees (__launch_bounds__): two
-/// CTAs of 8 warps hold 2 · 8 · 8 KiB of W in flight per SM, more than the memory system needs.
+inline constexpr int kGemvThreads = kGemvWarps * 32;  ///< threads per CTA (the CUDA-core kernel: consumer threads)
+/// Threads per CTA of the CUDA-core kernel: kGemvWarps consumer warps and one producer warp.
+inline constexpr int kGemvRingThreads = kGemvThreads + 32;
+static_assert(::step5::ops::kGemmGemvRingRows == kGemvWarps, "the CUDA-core kGemv kernel: one ring row per consumer warp");
+/// CTAs per SM the tensor-core kernel's launch plans for and its register allocation guarantees
+/// (__launch_bounds__): two CTAs of 8 warps hold 2 · 8 · 8 KiB of W in flight per SM.
 inline constexpr int kGemvCtasPerSm = 2;
-
-/// Warps (segments) per W row of reduction length K: one batch of kGemvBatch 16-byte loads per lane
-/// each, at most kGemvWarps (longer segments loop over batches).
-__host__ __device__ constexpr int gemv_segments(long long K) {
-  const long long per_warp = 32LL * kGemvBatch * 8;  // elements of one batch of a warp
-  const long long s = (K + per_warp - 1) / per_warp;
-  return s < 1 ? 1 : (s > kGemvWarps ? kGemvWarps : static_cast<int>(s));
-}
 
 /// 64-byte chunks of its 16 W rows a warp of the tensor-core kernel loads at once (two 16-byte
 /// loads per chunk and lane: 16 loads in flight per lane, 8 KiB per warp, as the CUDA-core kernel).
@@ -120,81 +116,115 @@ __device__ __forceinline__ float dot8(float acc, const uint4& w, const uint4& x)
 
 }  // namespace gemv_detail
 
-/// See the file comment. A row's 16-byte chunks are cut into S = `gemv_segments(K)` segments, one
-/// warp each (one batch of 32 · kGemvBatch chunks in flight per warp; a segment is one batch up to
-/// K = kGemvWarps · 4096 and several batches, loaded in turn, beyond):
-/// warp w of a CTA takes segment w % S of row slot w / S (R = kGemvWarps / S slots; warps beyond
-/// R · S idle), rows n = g · R + slot for the CTA's row groups g = blockIdx.x, + gridDim.x, ....
-/// Each warp sums its lanes (butterfly) into shared memory, and the slot's segments are added in
-/// segment order by one thread, which stores bf16: fixed orders throughout.
+/// See the file comment. CTA b of G owns the W rows [N·b/G, N·(b+1)/G) (balanced to one row),
+/// taken kGemmGemvRingRows at a time (a row block; consumer warp w takes the block's row w) and
+/// each block K tile by K tile (`tile_k` values; units u = block · ktiles + kt, in order). The
+/// producer warp (warp kGemvWarps, one lane) bulk-copies unit u's rows into ring stage u % stages
+/// (mbarrier `full`, armed with the unit's bytes) once the consumer threads have released the unit
+/// u − stages held there (mbarrier `empty`, one arrival per consumer thread after its reads) — weights only, so it
+/// starts before the wait on the previous kernel. A consumer lane adds its chunks l, l + 32, ... of
+/// each K tile (tile_k / 8 chunks) to one fp32 sum per token, tiles in order; after the row's last
+/// tile the warp's lanes are summed by a butterfly of shuffles and lane t stores token t's bf16.
+/// With tile_k a multiple of 256 (or one tile per row) a lane's chunks are those of l, l + 32, ...
+/// over the whole row, in order: fixed orders throughout, independent of the row partition.
 template <int T>
-__global__ void __launch_bounds__(kGemvThreads, kGemvCtasPerSm) gemm_gemv_kernel(const GemvArgs a) {
+__global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const GemvArgs a) {
 #if STEP5_SM90A_DEVICE
   using namespace gemv_detail;
-  extern __shared__ __align__(16) unsigned char gemv_smem[];
-  uint4* xs = reinterpret_cast<uint4*>(gemv_smem);  // [T][K / 8] 16-byte chunks of X
-  __shared__ float part[2][kGemvWarps][T];          // per warp and token, double-buffered by row group
+  extern __shared__ __align__(128) unsigned char gemv_smem[];
+  namespace o = ::step5::ops;
+  const int NS = a.stages, TK = a.tile_k;
+  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(gemv_smem);
+  std::uint64_t* empty = full + o::kGemmGemvRingMaxStages;
+  const uint4* xs = reinterpret_cast<const uint4*>(gemv_smem + o::kGemmGemvRingBarrierBytes);  // [T][K / 8]
+  const long long x_bytes = (static_cast<long long>(T) * a.K * 2 + 127) / 128 * 128;
+  unsigned char* ring = gemv_smem + o::kGemmGemvRingBarrierBytes + x_bytes;
+  const int stage_bytes = static_cast<int>(o::kGemmGemvRingRows) * TK * 2;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kc = a.K / 8;  // 16-byte chunks per row
-  const int S = gemv_segments(a.K), R = kGemvWarps / S;
-  const int seg_len = (kc + S - 1) / S;
-  const int slot = warp / S, seg = warp - slot * S;
-  const bool active = slot < R;
-  const int c_begin = min(kc, seg * seg_len), c_end = min(kc, c_begin + seg_len);
-  const int groups = (a.N + R - 1) / R;  // N <= kGemmGemvMaxRows (the launcher): no row index overflows
-  int g = blockIdx.x;
+  const long long r0 = static_cast<long long>(a.N) * blockIdx.x / gridDim.x;
+  const int rows = static_cast<int>(static_cast<long long>(a.N) * (blockIdx.x + 1) / gridDim.x - r0);
+  const int blocks = (rows + static_cast<int>(o::kGemmGemvRingRows) - 1) / static_cast<int>(o::kGemmGemvRingRows);
+  const int ktiles = a.K > 0 ? (a.K + TK - 1) / TK : 1;  // K = 0: one empty tile (the sums are zero)
+  const int units = blocks * ktiles;
 
-  // the first batch of this warp's first row: weights, so before the wait on the previous kernel
-  uint4 wv[kGemvBatch];
-  auto load_batch = [&](int n, int c0) {
-    const __nv_bfloat16* wrow = a.w + static_cast<long long>(n) * a.ldw;
-#pragma unroll
-    for (int i = 0; i < kGemvBatch; ++i) {
-      const int c = c0 + lane + 32 * i;
-      wv[i] = active && n < a.N && c < c_end ? load_w(wrow + 8 * c) : make_uint4(0u, 0u, 0u, 0u);
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < NS; ++st) {
+      ptx::mbar_init(&full[st], 1);
+      ptx::mbar_init(&empty[st], kGemvThreads);  // every consumer thread
     }
-  };
-  load_batch(g * R + slot, c_begin);
-  pdl_wait();  // X is the previous kernel's output
-  for (int i = threadIdx.x; i < T * kc; i += kGemvThreads) {
-    const int t = i / kc, c = i - t * kc;
-    xs[i] = *reinterpret_cast<const uint4*>(a.x + static_cast<long long>(t) * a.ldx + 8 * c);
+    ptx::fence_mbarrier_init_cluster();
   }
   __syncthreads();
 
-  for (int it = 0; g < groups; g += gridDim.x, ++it) {
-    const int n = g * R + slot;
-    float acc[T];
-#pragma unroll
-    for (int t = 0; t < T; ++t) acc[t] = 0.f;
-    for (int c0 = c_begin; c0 < c_end; c0 += 32 * kGemvBatch) {
-      if (c0 > c_begin) load_batch(n, c0);  // a segment longer than one batch (K > kGemvWarps · 4096)
-#pragma unroll
-      for (int i = 0; i < kGemvBatch; ++i) {
-        const int c = c0 + lane + 32 * i;
-        if (c < c_end) {
-#pragma unroll
-          for (int t = 0; t < T; ++t) acc[t] = dot8(acc[t], wv[i], xs[t * kc + c]);
+  if (warp == kGemvWarps) {  // the producer
+    if (lane == 0) {
+      for (int u = 0; u < units; ++u) {
+        const int st = u % NS;
+        if (u >= NS) ptx::mbar_wait(&empty[st], static_cast<unsigned>((u / NS - 1) & 1));
+        const int b = u / ktiles, kt = u - b * ktiles;
+        const int nrows = min(static_cast<int>(o::kGemmGemvRingRows), rows - b * static_cast<int>(o::kGemmGemvRingRows));
+        const int kb = min(TK, a.K - kt * TK);  // values of this tile (0 only for K = 0)
+        ptx::mbar_arrive_expect_tx(&full[st], static_cast<unsigned>(nrows * kb * 2));
+        if (kb > 0) {
+          const std::uint32_t dst = ptx::smem_u32(ring + static_cast<long long>(st) * stage_bytes);
+          const __nv_bfloat16* src =
+              a.w + (r0 + static_cast<long long>(b) * o::kGemmGemvRingRows) * a.ldw + static_cast<long long>(kt) * TK;
+          for (int j = 0; j < nrows; ++j)
+            ptx::bulk_copy_g2s(dst + static_cast<std::uint32_t>(j * TK * 2), src + j * a.ldw,
+                               static_cast<std::uint32_t>(kb * 2), &full[st]);
         }
       }
     }
-    // the next row group's first batch, in flight while this one's sums are reduced and stored
-    if (g + static_cast<int>(gridDim.x) < groups) load_batch((g + static_cast<int>(gridDim.x)) * R + slot, c_begin);
-#pragma unroll
-    for (int t = 0; t < T; ++t) {
-#pragma unroll
-      for (int m = 16; m > 0; m >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], m);
+    __syncwarp();
+    pdl_wait();  // (the rule: every thread waits before it exits)
+    pdl_launch_dependents();
+    return;
+  }
+
+  pdl_wait();  // X is the previous kernel's output
+  {
+    uint4* xw = reinterpret_cast<uint4*>(gemv_smem + o::kGemmGemvRingBarrierBytes);
+    for (int i = threadIdx.x; i < T * kc; i += kGemvThreads) {
+      const int t = i / kc, c = i - t * kc;
+      xw[i] = *reinterpret_cast<const uint4*>(a.x + static_cast<long long>(t) * a.ldx + 8 * c);
     }
-    float (*pp)[T] = part[it & 1];
-    if (lane == 0) {
+  }
+  ptx::named_barrier_sync(1, kGemvThreads);  // the consumer warps: X staged
+
+  float acc[T];
+  for (int u = 0; u < units; ++u) {
+    const int st = u % NS;
+    const int b = u / ktiles, kt = u - b * ktiles;
+    const int row = b * static_cast<int>(o::kGemmGemvRingRows) + warp;  // this warp's row of the block
+    if (kt == 0) {
 #pragma unroll
-      for (int t = 0; t < T; ++t) pp[warp][t] = acc[t];
+      for (int t = 0; t < T; ++t) acc[t] = 0.f;
     }
-    __syncthreads();  // (the other buffer's reads, one group earlier, precede this barrier too)
-    if (active && seg == 0 && lane < T && n < a.N) {
-      float sum = pp[warp][lane];
-      for (int q = 1; q < S; ++q) sum += pp[warp + q][lane];
-      a.c[static_cast<long long>(lane) * a.ldc + n] = __float2bfloat16_rn(sum);
+    ptx::mbar_wait(&full[st], static_cast<unsigned>((u / NS) & 1));
+    if (row < rows) {
+      const int chunks = min(TK, a.K - kt * TK) / 8;
+      const uint4* wr = reinterpret_cast<const uint4*>(ring + static_cast<long long>(st) * stage_bytes +
+                                                       static_cast<long long>(warp) * TK * 2);
+      const uint4* xr = xs + kt * (TK / 8);
+#pragma unroll 4
+      for (int c = lane; c < chunks; c += 32) {
+        const uint4 wv = wr[c];
+#pragma unroll
+        for (int t = 0; t < T; ++t) acc[t] = dot8(acc[t], wv, xr[t * kc + c]);
+      }
+    }
+    ptx::mbar_arrive(&empty[st]);  // each thread after its own reads (one arrival per warp after
+                                   // __syncwarp was reported by racecheck as hazards)
+    if (kt == ktiles - 1 && row < rows) {
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], m);
+      }
+#pragma unroll
+      for (int t = 0; t < T; ++t)
+        if (lane == t) a.c[static_cast<long long>(t) * a.ldc + r0 + row] = __float2bfloat16_rn(acc[t]);
     }
   }
   pdl_launch_dependents();

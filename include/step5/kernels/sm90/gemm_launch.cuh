@@ -530,15 +530,15 @@ inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStrea
 }
 
 /// The kGemv launch (gemm_gemv.cuh), the kernel ops::gemm_gemv_pick picks (config 0: T <= 4 on the
-/// CUDA cores, T = 5..16 on the tensor cores): the CUDA-core kernel (kGemvWarps / S rows per CTA
-/// at a time, S = gemv_segments(K) warps per row) or the tensor-core kernel of ceil(T / 8) n8
-/// tiles (R = kGemvWarps / gemv_mma_segments(K) groups of 16 rows per CTA at a time);
-/// ops::gemm_gemv_smem_bytes(T, K, config) of dynamic shared memory; one wave of the CTAs an SM
-/// holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor, at most k90::kGemvCtasPerSm), the rows
-/// dealt out grid-stride.
-template <class Kernel>
-inline Status launch_gemv_kernel(const GemmParams& p, int device, int sms, cudaStream_t stream, Kernel kernel,
-                                 std::atomic<std::uint64_t>& prepared, std::int64_t rows_per_cta, const char* what) {
+/// CUDA cores, T = 5..16 on the tensor cores).
+/// The tensor-core kernel of ceil(T / 8) n8 tiles: R = kGemvWarps / gemv_mma_segments(K) groups of
+/// 16 rows per CTA at a time, ops::gemm_gemv_smem_bytes(T, K, config) of dynamic shared memory, one
+/// wave of the CTAs an SM holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor, at most
+/// k90::kGemvCtasPerSm), the row groups dealt out grid-stride.
+template <int NT>
+inline Status launch_gemv_mma(const GemmParams& p, int device, int sms, cudaStream_t stream) {
+  static std::atomic<std::uint64_t> prepared{0};
+  const auto kernel = &k90::gemm_gemv_mma_kernel<NT>;
   STEP5_RETURN_IF_ERROR(prepare_once(prepared, device, [&]() -> Status {
     STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kGemmGemvMaxSmem)));
@@ -551,6 +551,7 @@ inline Status launch_gemv_kernel(const GemmParams& p, int device, int sms, cudaS
   int resident = 0;
   STEP5_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, k90::kGemvThreads,
                                                                   static_cast<std::size_t>(smem)));
+  const std::int64_t rows_per_cta = 16LL * (k90::kGemvWarps / k90::gemv_mma_segments(p.k));
   const std::int64_t per_sm = std::max(1, std::min(k90::kGemvCtasPerSm, resident));
   const std::int64_t ctas = std::min<std::int64_t>((p.n + rows_per_cta - 1) / rows_per_cta,
                                                    static_cast<std::int64_t>(sms) * per_sm);
@@ -558,28 +559,41 @@ inline Status launch_gemv_kernel(const GemmParams& p, int device, int sms, cudaS
   shape.grid = dim3(static_cast<unsigned>(ctas));
   shape.block = dim3(k90::kGemvThreads);
   shape.smem = static_cast<std::size_t>(smem);
-  return k90::launch_kernel(what, kernel, shape, stream, a);
+  return k90::launch_kernel("gemm_gemv_mma_kernel launch", kernel, shape, stream, a);
 }
-template <int NT>
-inline Status launch_gemv_mma(const GemmParams& p, int device, int sms, cudaStream_t stream) {
+/// The CUDA-core kernel for T = 1..4: one CTA per SM (min(SMs, N) CTAs, each a balanced share of
+/// the rows), a weight ring of ops::gemm_gemv_ring(T, K) (its smem of dynamic shared memory).
+template <int T>
+inline Status launch_gemv_ring(const GemmParams& p, int device, int sms, cudaStream_t stream) {
   static std::atomic<std::uint64_t> prepared{0};
-  return launch_gemv_kernel(p, device, sms, stream, &k90::gemm_gemv_mma_kernel<NT>, prepared,
-                            16LL * (k90::kGemvWarps / k90::gemv_mma_segments(p.k)), "gemm_gemv_mma_kernel launch");
+  const auto kernel = &k90::gemm_gemv_kernel<T>;
+  STEP5_RETURN_IF_ERROR(prepare_once(prepared, device, [&]() -> Status {
+    STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(kGemmGemvCtaSmem)));
+    return Status::Ok();
+  }));
+  const GemmGemvRing ring = gemm_gemv_ring(p.tokens, p.k);
+  if (ring.stages < kGemmGemvRingMinStages)  // gemm_gemv_eligible excludes this (make_plan)
+    return Status(StatusCode::kInternal, "gemm_bf16: no gemv weight ring fits beside X for tokens = " + s(p.tokens) +
+                                             ", k = " + s(p.k));
+  k90::GemvArgs a{reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<const __nv_bfloat16*>(p.w),
+                  reinterpret_cast<__nv_bfloat16*>(p.c), static_cast<int>(p.n), static_cast<int>(p.k), p.ldx, p.ldw,
+                  p.ldc, static_cast<int>(p.tokens), static_cast<int>(ring.tile_k), static_cast<int>(ring.stages)};
+  k90::LaunchShape shape;
+  shape.grid = dim3(static_cast<unsigned>(std::min<std::int64_t>(sms, p.n)));
+  shape.block = dim3(k90::kGemvRingThreads);
+  shape.smem = static_cast<std::size_t>(ring.smem);
+  return k90::launch_kernel("gemm_gemv_kernel launch", kernel, shape, stream, a);
 }
 inline Status launch_gemv(const GemmParams& p, int device, int sms, cudaStream_t stream) {
   static_assert(kGemmGemvMaxTokens == 2 * kGemmGemvTokenTile, "instances for T = 1 and one or two n8 tiles");
   if (gemm_gemv_pick(p.tokens, p.config) == kGemmGemvCudaCores) {  // T <= kGemmGemvCudaCoreMaxTokens (make_plan)
     static_assert(kGemmGemvCudaCoreMaxTokens == 4, "one CUDA-core instance per T up to kGemmGemvCudaCoreMaxTokens");
-    const std::int64_t rows_per_cta = k90::kGemvWarps / k90::gemv_segments(p.k);
-    const auto run = [&](auto kernel, std::atomic<std::uint64_t>& prepared) {
-      return launch_gemv_kernel(p, device, sms, stream, kernel, prepared, rows_per_cta, "gemm_gemv_kernel launch");
-    };
-    static std::atomic<std::uint64_t> prepared1{0}, prepared2{0}, prepared3{0}, prepared4{0};
     switch (p.tokens) {
-      case 1: return run(&k90::gemm_gemv_kernel<1>, prepared1);
-      case 2: return run(&k90::gemm_gemv_kernel<2>, prepared2);
-      case 3: return run(&k90::gemm_gemv_kernel<3>, prepared3);
-      case 4: return run(&k90::gemm_gemv_kernel<4>, prepared4);
+      case 1: return launch_gemv_ring<1>(p, device, sms, stream);
+      case 2: return launch_gemv_ring<2>(p, device, sms, stream);
+      case 3: return launch_gemv_ring<3>(p, device, sms, stream);
+      case 4: return launch_gemv_ring<4>(p, device, sms, stream);
       default: break;
     }
     return Status(StatusCode::kInternal, "gemm_bf16: the CUDA-core gemv kernel with tokens = " + s(p.tokens));
@@ -660,9 +674,8 @@ struct FullPlan {
 /// batch 64. This library's kernels stay the path for kAuto without cuBLASLt (not built, no
 /// algorithm, allow_cublaslt = false, or an override), and every forced path. A cuBLASLt error
 /// (handle, descriptor, heuristic) is returned, not hidden by a fallback.
-/// kAuto takes kGemv before cuBLASLt where `gemm_auto_takes_gemv` (ops/gemm.hpp: T = 1 on wide
-/// weights with K <= 4096; the measurements are there).
-static_assert(k90::gemv_segments(kGemmGemvAutoMaxK) == 1, "kAuto's kGemv rule assumes one warp per weight row");
+/// kAuto takes kGemv before cuBLASLt where `gemm_auto_takes_gemv` (ops/gemm.hpp: T = 1 on weights
+/// of 8 MiB and more; the measurements are there).
 inline bool auto_takes_cublaslt(const GemmParams& p) {
   return kHaveCublasLt && p.allow_cublaslt && p.config == 0 && p.split_k == 0 && p.k > 0;
 }
