@@ -131,14 +131,14 @@ template <int T>
 __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const GemvArgs a) {
 #if STEP5_SM90A_DEVICE
   using namespace gemv_detail;
-  extern __shared__ __align__(128) unsigned char gemv_smem[];
+  extern __shared__ __align__(128) unsigned char gemv_ring_smem[];
   namespace o = ::step5::ops;
   const int NS = a.stages, TK = a.tile_k;
-  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(gemv_smem);
+  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(gemv_ring_smem);
   std::uint64_t* empty = full + o::kGemmGemvRingMaxStages;
-  const uint4* xs = reinterpret_cast<const uint4*>(gemv_smem + o::kGemmGemvRingBarrierBytes);  // [T][K / 8]
+  const uint4* xs = reinterpret_cast<const uint4*>(gemv_ring_smem + o::kGemmGemvRingBarrierBytes);  // [T][K / 8]
   const long long x_bytes = (static_cast<long long>(T) * a.K * 2 + 127) / 128 * 128;
-  unsigned char* ring = gemv_smem + o::kGemmGemvRingBarrierBytes + x_bytes;
+  unsigned char* ring = gemv_ring_smem + o::kGemmGemvRingBarrierBytes + x_bytes;
   const int stage_bytes = static_cast<int>(o::kGemmGemvRingRows) * TK * 2;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kc = a.K / 8;  // 16-byte chunks per row
@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
 
   pdl_wait();  // X is the previous kernel's output
   {
-    uint4* xw = reinterpret_cast<uint4*>(gemv_smem + o::kGemmGemvRingBarrierBytes);
+    uint4* xw = reinterpret_cast<uint4*>(gemv_ring_smem + o::kGemmGemvRingBarrierBytes);
     for (int i = threadIdx.x; i < T * kc; i += kGemvThreads) {
       const int t = i / kc, c = i - t * kc;
       xw[i] = *reinterpret_cast<const uint4*>(a.x + static_cast<long long>(t) * a.ldx + 8 * c);
