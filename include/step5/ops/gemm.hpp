@@ -95,13 +95,13 @@ constexpr std::int64_t gemm_gemv_x_row_bytes(std::int64_t k) {
 inline constexpr int kGemmGemvCudaCores = 1;
 inline constexpr int kGemmGemvTensorCores = 2;
 /// Most tokens the CUDA-core kGemv kernel runs (one instance per T). With config 0 it runs T <= 4,
-/// as before the tensor-core kernel existed: measured on an H100 (bench/RESULTS.md, twenty-sixth
-/// session, call 3) at T = 4 it read 58.7 µs against cuBLASLt's 61.2 µs at step5_preview tp 1
-/// (0.86 of copy) but 18.4 against 14.3 µs at tp 8. Against the tensor-core kernel (H100,
-/// twenty-eighth session, call 1, µs CUDA cores / tensor cores): T = 1 tp 1 fused 53.8 / 57.5,
-/// o_proj 38.3 / 41.5; tp 8 fused 14.3 / 14.0, o_proj 7.57 / 7.05; T = 4 tp 1 fused 58.9 / 59.0,
-/// o_proj 48.2 / 56.4; tp 8 fused 18.3 / 14.6, o_proj 9.75 / 7.85. Neither wins at every shape;
-/// the rule stays by T (a forced path: kAuto runs kGemv at T = 1 only, `gemm_auto_takes_gemv`).
+/// as before the tensor-core kernel existed. Against the tensor-core kernel, the weight-ring form
+/// (H100, thirty-second session, bench_gemm call 1, µs CUDA cores / tensor cores, step5_preview):
+/// T = 1 tp 1 fused 51.2 / 55.4, o_proj 34.5 / 40.5; tp 8 fused 11.2 / 13.5, o_proj 5.9 / 6.9;
+/// T = 4 tp 1 fused 55.0 / 56.7, o_proj 39.1 / 56.5; tp 8 fused 15.6 / 14.1, o_proj 8.1 / 7.7
+/// (the earlier warp-per-row form: twenty-sixth and twenty-eighth sessions). Neither wins at every
+/// T = 4 shape; the rule stays by T (a forced path: kAuto runs kGemv at T = 1 only,
+/// `gemm_auto_takes_gemv`).
 inline constexpr std::int64_t kGemmGemvCudaCoreMaxTokens = 4;
 /// The kGemv kernel that runs T tokens with `config` (0: by T, the CUDA cores up to
 /// kGemmGemvCudaCoreMaxTokens, else the tensor cores; 1 or 2: that kernel).
