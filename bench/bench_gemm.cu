@@ -14,8 +14,8 @@
 //   gemm_gemv/...                      the forced kGemv path where it runs (gemm_gemv_eligible: T <=
 //                                      kGemmGemvMaxTokens; T <= 4 the CUDA-core kernel, T >= 5 the
 //                                      tensor-core one), which kAuto takes only at T = 1 on weights
-//                                      of 8 MiB and more (gemm_auto_takes_gemv); the config / split_k
-//                                      knobs skip it
+//                                      of 8 MiB and more, K 1024 ... 12288 (gemm_auto_takes_gemv);
+//                                      the config / split_k knobs skip it
 //   gemm_gemv_mma/... (T <= 4)         the kGemv path's tensor-core kernel forced at T <= 4 (config
 //                                      kGemmGemvTensorCores), against gemm_gemv/'s CUDA-core kernel
 //   <family>/o_proj/<geometry>/tp:N/tokens:T  the rank's o_proj (N = hidden, K = local heads x
@@ -444,7 +444,7 @@ int main(int argc, char** argv) {
   };
   add.template operator()<GeometryId::step5_preview, 1>();
   add.template operator()<GeometryId::step5_preview, 8>();
-  add.template operator()<GeometryId::dsa_h64_kv8_d128, 1>();  // the other wide shape of kAuto's kGemv rule
+  add.template operator()<GeometryId::dsa_h64_kv8_d128, 1>();  // the second geometry of kAuto's kGemv measurements
   add.template operator()<GeometryId::dsa_h64_kv8_d128, 8>();
   const int tokens[] = {1, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};  // 16: MTP decode, the last kGemv T
   const double kMin = 0.02;  // keeps the whole run near one minute

@@ -425,16 +425,21 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
       {130, 301, 77, 77, 79, 301},           // odd everything -> generic only
       {3, 1000, 4104, 4112, 4120, 1002},     // decode rows (gemv; both kernels): odd N, K not a multiple of 256
       {1, 1000, 4104, 4112, 4120, 1002},     // gemv at T = 1: the CUDA-core kernel, and the tensor-core one forced
-      {2, 4096, 12288, 12288, 12288, 4096},  // o_proj at tp 1 decode (64 * 192): three gemv warps per row; tensor cores 6 batches per segment
+      {2, 4096, 12288, 12288, 12288, 4096},  // o_proj at tp 1 decode (64 * 192): 6 K tiles per row on the CUDA cores; tensor cores 6 batches per segment
       {4, 517, 200, 208, 200, 520},          // gemv with fewer 16-byte chunks than lanes; tensor cores: 7 chunks, one segment
       {9, 517, 200, 208, 200, 520},          // gemv (tensor cores): two n8 tiles, the second one token
       {16, 1000, 4104, 4112, 4120, 1002},    // gemv (tensor cores): T = 16, 3 batches per segment, 8 of the last chunk's 32 values in K
       {8, 100, 12288, 12288, 12288, 100},    // gemv (tensor cores): X 197120 bytes
       {12, 100, 12288, 12288, 12288, 100},   // gemv refused: X would need 295680 bytes
       {2, 70, 51136, 51136, 51136, 72},      // gemv near the limit; tensor cores at it (204672 bytes), 25 batches per segment
-      {4, 100, 25600, 25600, 25600, 100},    // gemv: 7 warps per row, X at the shared-memory limit
-      {1, 333, 40960, 40960, 40960, 334},    // gemv (T = 1): 8 warps per row, two batches each
-      {1, 129, 102400, 102400, 102400, 130}, // gemv (T = 1): four batches per warp, X at the limit
+      {4, 100, 25600, 25600, 25600, 100},    // gemv: X at the shared-memory limit, a ring of 3 stages of 512-value tiles
+      {1, 333, 40960, 40960, 40960, 334},    // gemv (T = 1): 20 K tiles per row, fewer rows than SMs x 8
+      {1, 129, 102400, 102400, 102400, 130}, // gemv (T = 1): X at the limit, 200 K tiles of 512 values, one row per CTA
+      // the CUDA-core kernel's ring: two row blocks per CTA, 4 K tiles (the last one 8 values), more
+      // units than stages (wraparound), ldw > K, at T = 4 (5 stages) and T = 2 (6 stages)
+      {4, 2000, 6152, 6160, 6168, 2002},
+      {2, 2000, 6152, 6160, 6168, 2002},
+      {1, 300, 90112, 90112, 90120, 302},    // gemv (T = 1): 1024-value tiles (3 stages beside X)
   };
   for (Shape s : shapes) {
     if (step5_test::quick()) s.T = std::min(s.T, 129);
@@ -757,10 +762,10 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
 }
 
 GPU_CASE("gemm: gemv bit-identical over 20 launches (quick: 5) with other kernels running, fp64 spot checks") {
-  // The forced kGemv path: each lane sums its chunks in order, the warp's butterfly and the row's
-  // segment sum are fixed (the tensor-core kernel's mma and segment order too), so C must not
-  // change with what else runs; the step5_preview fused projection (tp 8, tp 1) and o_proj (tp 1:
-  // three warps per row on the CUDA cores) shapes at T = 1, 4, 9 and 16
+  // The forced kGemv path: each lane sums its chunks in order and the warp's butterfly is fixed
+  // (the tensor-core kernel's mma and segment order too), so C must not change with what else
+  // runs; the step5_preview fused projection (tp 8, tp 1) and o_proj (tp 1: 6 K tiles per row on
+  // the CUDA cores) shapes at T = 1, 4, 9 and 16
   const int reps = step5_test::quick() ? 5 : 20;
   // (config: the kernel forced, 0 = by T; the tensor-core one also at T = 1 on o_proj's long rows)
   for (const auto& [T, N, K, config] :
@@ -784,6 +789,100 @@ GPU_CASE("gemm: gemv bit-identical over 20 launches (quick: 5) with other kernel
     const int bad = fp64_spot_check_failures(op.hx, op.hw, first, T, N, K, 1);
     EXPECT(bad == 0, "%s: %d spot-checked outputs off the fp64 product", what.c_str(), bad);
     std::printf("  %-32s %d launches bit-identical: %s\n", what.c_str(), reps, changed == 0 ? "ok" : "FAIL");
+  }
+}
+
+GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; the CUDA-core gemv kernel at N = 1 and 7, and a row's bits independent of how the rows are shared out") {
+  // K = 0 is not a fast-path shape (the kGemv kernels never see it): the forced path is refused
+  // with kInvalidArgument naming "k == 0", and kAuto writes C = 0 (poisoned first), T = 1..4
+  for (int T = 1; T <= 4; ++T) {
+    DevBuf dx(64), dw(64), dc(static_cast<std::size_t>(T) * 302 * 2);
+    GemmParams p;
+    p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
+    p.tokens = T, p.n = 300, p.k = 0, p.ldx = 8, p.ldw = 8, p.ldc = 302;
+    p.path = GemmPath::kGemv;
+    p.config = step5::ops::kGemmGemvCudaCores;
+    const step5::Status refused = step5::ops::gemm_bf16(p, nullptr);
+    EXPECT(refused.code() == step5::StatusCode::kInvalidArgument && refused.message().find("k == 0") != std::string::npos,
+           "gemv K = 0 T=%d: expected kInvalidArgument naming k == 0, got %s", T, refused.to_string().c_str());
+    p.path = GemmPath::kAuto;
+    p.config = 0;
+    GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * 302 * 2));
+    const step5::Status st = step5::ops::gemm_bf16(p, nullptr);
+    EXPECT(st.ok(), "kAuto K = 0 T=%d: %s", T, st.to_string().c_str());
+    GPU_CHECK(cudaDeviceSynchronize());
+    std::vector<std::uint16_t> hc(static_cast<std::size_t>(T) * 302);
+    GPU_CHECK(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int t = 0; t < T; ++t)
+      for (int n = 0; n < 302; ++n) bad += hc[static_cast<std::size_t>(t) * 302 + n] != (n < 300 ? 0x0000 : 0xFFFF);
+    EXPECT(bad == 0, "kAuto K = 0 T=%d: %d outputs not 0 (or padding not left poisoned)", T, bad);
+  }
+  // the CUDA-core kGemv kernel forced on x / w (rows ld apart) into c (poisoned first, rows ldc
+  // apart), synchronised
+  const auto gemv_cuda_cores = [](const DevBuf& dx, const DevBuf& dw, DevBuf& dc, int T, int N, int K, int ld, int ldc) {
+    GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * ldc * 2));
+    GemmParams p;
+    p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
+    p.tokens = T, p.n = N, p.k = K, p.ldx = ld, p.ldw = ld, p.ldc = ldc;
+    p.path = GemmPath::kGemv;
+    p.config = step5::ops::kGemmGemvCudaCores;
+    const step5::Status st = step5::ops::gemm_bf16(p, nullptr);
+    GPU_CHECK(cudaDeviceSynchronize());
+    return st;
+  };
+  // Fewer rows than a ring stage holds: N = 7 (one CTA per row, 7 of 8 consumer warps idle) and
+  // N = 1 (one CTA; a 2048-value tile and an 8-value one), against the CPU reference
+  for (const auto& [T, N, K] : {std::tuple{3, 7, 4096}, std::tuple{1, 1, 2056}, std::tuple{4, 1, 2056}}) {
+    const int ldc = N + 1 + (N + 1) % 2;  // even, with a padding column left poisoned
+    std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
+    fill_random(hw, 0.125f);
+    fill_random(hx, 1.0f);
+    DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * ldc * 2);
+    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    const step5::Status st = gemv_cuda_cores(dx, dw, dc, T, N, K, K, ldc);
+    EXPECT(st.ok(), "gemv T=%d N=%d K=%d: %s", T, N, K, st.to_string().c_str());
+    std::vector<bf16> hc(static_cast<std::size_t>(T) * ldc);
+    GPU_CHECK(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> ref(static_cast<std::size_t>(T) * N);
+    step5::reference::gemm_bf16_f32out(T, N, K, hx.data(), K, hw.data(), K, ref.data(), N);
+    std::vector<int> rows;
+    for (int t = 0; t < T; ++t) rows.push_back(t);
+    const Judgement j = judge_output(ref, rows, N, ldc, hc);
+    EXPECT(j.bad == 0, "gemv T=%d N=%d K=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g", T, N, K,
+           j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
+  }
+  // The same W rows 0..130 as the whole weight (N = 131: one row per CTA) and as the first rows of
+  // a taller one (N = 1061: 8-9 rows per CTA, the rows in other CTAs, ring stages and row slots):
+  // bit for bit the same outputs (each row is one warp's fixed-order sum)
+  for (int T : {1, 3}) {
+    const int K = 4104, ld = 4112, Nbig = 1061, Nsmall = 131;
+    std::vector<bf16> hw(static_cast<std::size_t>(Nbig) * ld), hx(static_cast<std::size_t>(T) * ld);
+    fill_random(hw, 0.125f);
+    fill_random(hx, 1.0f);
+    DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc1(static_cast<std::size_t>(T) * Nbig * 2),
+        dc2(static_cast<std::size_t>(T) * Nsmall * 2);
+    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    std::vector<std::uint16_t> big(static_cast<std::size_t>(T) * Nbig), small(static_cast<std::size_t>(T) * Nsmall);
+    for (int which = 0; which < 2; ++which) {
+      const int N = which == 0 ? Nbig : Nsmall;
+      DevBuf& dc = which == 0 ? dc1 : dc2;
+      const step5::Status st = gemv_cuda_cores(dx, dw, dc, T, N, K, ld, N);
+      EXPECT(st.ok(), "gemv partition T=%d N=%d: %s", T, N, st.to_string().c_str());
+      std::vector<std::uint16_t>& out = which == 0 ? big : small;
+      GPU_CHECK(cudaMemcpy(out.data(), dc.p, out.size() * 2, cudaMemcpyDeviceToHost));
+    }
+    int differ = 0, poison = 0;
+    for (int t = 0; t < T; ++t)
+      for (int n = 0; n < Nsmall; ++n) {
+        const std::uint16_t a = big[static_cast<std::size_t>(t) * Nbig + n], b = small[static_cast<std::size_t>(t) * Nsmall + n];
+        differ += a != b;
+        poison += b == 0xFFFF;
+      }
+    EXPECT(differ == 0 && poison == 0, "gemv T=%d: rows 0..%d differ in %d outputs between N = %d and N = %d (%d unwritten)",
+           T, Nsmall - 1, differ, Nbig, Nsmall, poison);
   }
 }
 

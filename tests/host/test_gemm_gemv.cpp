@@ -22,7 +22,7 @@ TEST_CASE("gemv: T <= 4 (CUDA cores) stages X's rows (T · K · 2 bytes), T = 1 
   CHECK(ops::gemm_gemv_eligible(2, 51200));  // 204800 bytes
 }
 
-TEST_CASE("gemv: the CUDA-core kernel's weight ring (8 rows a stage, K tiles of 2048 down to 256 values, 2..8 stages beside X)") {
+TEST_CASE("gemv: the CUDA-core kernel's weight ring (8 rows a stage, K tiles of 2048, 1024 or 512 values or K, 2..8 stages beside X)") {
   // T = 1, K = 4096 (the fused projection): 6 stages of 8 rows x 2048 values = 192 KiB in flight
   constexpr ops::GemmGemvRing a = ops::gemm_gemv_ring(1, 4096);
   CHECK(a.tile_k == 2048);
@@ -112,7 +112,7 @@ TEST_CASE("gemv: config picks the kernel (0 by T, 1 the CUDA cores at T <= 4 onl
   CHECK_FALSE(ops::gemm_gemv_eligible(1, 4096, -1));
 }
 
-TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 8 MiB and more that the CUDA-core kernel runs") {
+TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 8 MiB and more with K 1024 ... 12288 (the measured range)") {
   CHECK(ops::kGemmGemvAutoMinBytes == 8 << 20);
   CHECK(ops::gemm_auto_takes_gemv(1, 4096, 1024));        // 8 MiB: o_proj of dsa_h64_kv8_d128 at tp 8
   CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 4096, 1016));  // just below
@@ -120,8 +120,10 @@ TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 8 MiB and more that the C
   CHECK(ops::gemm_auto_takes_gemv(1, 18512, 4096));       // the tp 1 fused projection
   CHECK_FALSE(ops::gemm_auto_takes_gemv(2, 18512, 4096)); // T = 1 only
   CHECK_FALSE(ops::gemm_auto_takes_gemv(0, 18512, 4096));
-  CHECK(ops::gemm_auto_takes_gemv(1, 100, 102400));        // the longest K X fits for
-  CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 100, 102408));
+  CHECK(ops::gemm_auto_takes_gemv(1, 8192, 1024));         // the shortest K measured
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 65536, 64));    // short rows: most lanes idle, not measured
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 1000, 12296));  // past the longest K measured
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 100, 102400));  // X's limit: a small ring beside it
   CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 0, 4096));
   CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 4096, 0));
 }

@@ -9,15 +9,15 @@
 /// [hidden, Hl*D]`, N = hidden, K = Hl*D.
 ///
 /// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: kGemv at T = 1 on weights of 8 MiB and
-/// more (`gemm_auto_takes_gemv`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
+/// more with K 1024 ... 12288 (`gemm_auto_takes_gemv`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
 /// unaligned shapes -> kGeneric, T <= 32 -> kSplitK, T > 32 -> kWgmma):
 ///  * `kGemv`   — weight-streaming kernels for decode-sized T (1 .. kGemmGemvMaxTokens), X in
-///                shared memory, no workspace (gemm_gemv.cuh): T <= 4 on the CUDA cores (one CTA
-///                per SM streams its rows through a bulk-copy weight ring, a warp per row), T = 5..16 on the tensor cores (mma.sync, a warp per 16 W
-///                rows and a K segment, W fragments loaded straight from global memory; config
-///                forces either kernel where it runs: gemm_gemv_pick). Needs the
-///                fast-path alignment and `gemm_gemv_smem_bytes` of shared memory
-///                (`gemm_gemv_eligible`). bench_gemm's `gemm_gemv/` rows measure it against
+///                shared memory, no workspace (gemm_gemv.cuh): T <= 4 on the CUDA cores (one
+///                CTA per SM streams its rows through a bulk-copy weight ring, a warp per row),
+///                T = 5..16 on the tensor cores (mma.sync, a warp per 16 W rows and a K segment,
+///                W fragments loaded straight from global memory; config forces either kernel
+///                where it runs: gemm_gemv_pick). Needs the fast-path alignment and X's rows
+///                within kGemmGemvMaxSmem (`gemm_gemv_smem_bytes`, `gemm_gemv_eligible`). bench_gemm's `gemm_gemv/` rows measure it against
 ///                cuBLASLt; kAuto takes it only where it measured faster: `gemm_auto_takes_gemv`;
 ///  * `kCublasLt` — cuBLASLt (the peer bench_gemm measures this library's kernels against), kAuto's
 ///                choice whenever it has an algorithm: it measured faster at nearly every
@@ -74,8 +74,9 @@ enum class GemmPath : int {
 
 /// Most tokens the kGemv path runs: two n8 tiles of the tensor-core kernel.
 inline constexpr std::int64_t kGemmGemvMaxTokens = 16;
-/// Dynamic shared memory the kGemv path may use for X (`gemm_gemv_smem_bytes`): 200 KiB of the 227
-/// KiB a CTA may have on sm_90, the rest left to the kernel's static part.
+/// Shared memory the kGemv path may use for X (`gemm_gemv_smem_bytes`): 200 KiB of the 227 KiB a
+/// CTA may have on sm_90, the rest left to the CUDA-core kernel's weight ring (at least
+/// kGemmGemvRingMinStages stages, `gemm_gemv_ring`) and the tensor-core kernel's static part.
 inline constexpr std::int64_t kGemmGemvMaxSmem = 200 * 1024;
 /// Most weight rows (N) the kGemv path runs (its row indices are int32).
 inline constexpr std::int64_t kGemmGemvMaxRows = (std::int64_t{1} << 30);
@@ -108,19 +109,20 @@ inline constexpr std::int64_t kGemmGemvCudaCoreMaxTokens = 4;
 constexpr int gemm_gemv_pick(std::int64_t tokens, int config = 0) {
   return config != 0 ? config : tokens <= kGemmGemvCudaCoreMaxTokens ? kGemmGemvCudaCores : kGemmGemvTensorCores;
 }
-/// Dynamic shared memory of the kGemv kernel for T tokens of reduction length K (`config` as in
-/// gemm_gemv_pick): the CUDA-core kernel, X's rows (T · K · 2 bytes); the tensor-core kernel, T
-/// rows of gemm_gemv_x_row_bytes(K) (the n8 tile's rows past T are not staged: their fragments
-/// read as zero).
+/// Shared memory X takes in the kGemv kernel for T tokens of reduction length K (`config` as in
+/// gemm_gemv_pick; the rule of gemm_gemv_eligible): the CUDA-core kernel, X's rows (T · K · 2
+/// bytes; its whole dynamic shared memory, ring included, is gemm_gemv_ring(T, K).smem); the
+/// tensor-core kernel, T rows of gemm_gemv_x_row_bytes(K), its whole dynamic shared memory (the n8
+/// tile's rows past T are not staged: their fragments read as zero).
 constexpr std::int64_t gemm_gemv_smem_bytes(std::int64_t tokens, std::int64_t k, int config = 0) {
   return gemm_gemv_pick(tokens, config) == kGemmGemvCudaCores ? tokens * k * 2 : tokens * gemm_gemv_x_row_bytes(k);
 }
 /// The CUDA-core kGemv kernel's weight ring (gemm_gemv.cuh): each stage holds one K tile of
 /// kGemmGemvRingRows consecutive W rows of the CTA (one row per consumer warp), `tile_k` values
 /// wide; `stages` stages in flight; `smem` the kernel's dynamic shared memory (the ring's
-/// mbarriers, X's T rows, the stages). tile_k is the widest of 2048, 1024, 512, 256 (K where
-/// K is shorter) for which at least kGemmGemvRingMinStages stages fit beside X in
-/// kGemmGemvCtaSmem; at most kGemmGemvRingMaxStages stages (6 of 32 KiB at T = 1, K = 4096:
+/// mbarriers, X's T rows, the stages). tile_k is the widest of 2048, 1024, 512 for which at least
+/// kGemmGemvRingMinStages stages fit beside X in kGemmGemvCtaSmem (512 always does where X fits in
+/// kGemmGemvMaxSmem), or K itself where K is shorter than that tile (8 for K = 0: one empty tile); at most kGemmGemvRingMaxStages stages (6 of 32 KiB at T = 1, K = 4096:
 /// 192 KiB of weights in flight per SM). {0, 0, 0} where none fits (not gemm_gemv_eligible).
 struct GemmGemvRing {
   std::int64_t tile_k = 0;
@@ -138,7 +140,7 @@ static_assert(2 * 8 * kGemmGemvRingMaxStages <= kGemmGemvRingBarrierBytes, "the 
 constexpr GemmGemvRing gemm_gemv_ring(std::int64_t tokens, std::int64_t k) {
   const std::int64_t x = (tokens * k * 2 + 127) / 128 * 128;
   const std::int64_t room = kGemmGemvCtaSmem - kGemmGemvRingBarrierBytes - x;
-  for (std::int64_t tile = 2048; tile >= 256; tile /= 2) {
+  for (std::int64_t tile = 2048; tile >= 512; tile /= 2) {
     const std::int64_t tk = k < tile ? (k < 8 ? 8 : k) : tile;
     const std::int64_t stage = kGemmGemvRingRows * tk * 2;
     std::int64_t stages = room > 0 ? room / stage : 0;
@@ -160,8 +162,12 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 }
 
 /// kAuto's kGemv shapes: one token (T = 1), a weight of at least kGemmGemvAutoMinBytes (n · k · 2)
-/// that the CUDA-core kernel runs (gemm_gemv_eligible: K <= 102400), with the fast-path alignment
-/// and no config / split_k override — every decode-time fused projection and o_proj at batch 1.
+/// and K in [kGemmGemvAutoMinK, kGemmGemvAutoMaxK] (the K range measured: 1024 ... 12288; a much
+/// shorter row leaves most lanes idle and a much longer one shrinks the ring beside X), with the
+/// fast-path alignment and no config / split_k override — for the listed layouts at batch 1, the
+/// fused projection at every tp and o_proj at tp <= 8 (tp 16's o_proj, 4–6 MiB, stays on
+/// cuBLASLt). The tp 2 and 4 shapes lie inside the measured K and weight ranges but were not
+/// measured themselves.
 /// Measured on an H100 (bench/RESULTS.md, thirty-second session, bench_gemm call 1; the weight
 /// ring of gemm_gemv.cuh), µs against cuBLASLt in the same binary: fused step5_preview tp 1 51.2
 /// / 58.2 (1.14×), tp 8 11.2 / 13.8 (1.23×); dsa_h64_kv8_d128 tp 1 53.0 / 59.0 (1.11×), tp 8 9.3 /
@@ -171,8 +177,11 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 /// on the tp 1 fused weights but 0.80–0.98× at tp 8 and on o_proj; the tensor-core kernel loses
 /// from T = 4 as well, twenty-eighth session).
 inline constexpr std::int64_t kGemmGemvAutoMinBytes = std::int64_t{8} << 20;
+inline constexpr std::int64_t kGemmGemvAutoMinK = 1024;
+inline constexpr std::int64_t kGemmGemvAutoMaxK = 12288;
+static_assert(gemm_gemv_eligible(1, kGemmGemvAutoMaxK, kGemmGemvCudaCores), "kAuto's kGemv K range runs on the CUDA cores");
 constexpr bool gemm_auto_takes_gemv(std::int64_t tokens, std::int64_t n, std::int64_t k) {
-  return tokens == 1 && k > 0 && gemm_gemv_eligible(1, k, kGemmGemvCudaCores) && n > 0 && n <= kGemmGemvMaxRows &&
+  return tokens == 1 && k >= kGemmGemvAutoMinK && k <= kGemmGemvAutoMaxK && n > 0 && n <= kGemmGemvMaxRows &&
          n * k * 2 >= kGemmGemvAutoMinBytes;
 }
 

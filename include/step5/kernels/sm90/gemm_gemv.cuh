@@ -10,8 +10,8 @@
 ///
 /// **T <= 4, on the CUDA cores (`gemm_gemv_kernel<T>`).** One CTA per SM streams a contiguous,
 /// balanced share of the W rows (to one row: a tp 8 weight of a few thousand rows fills the SMs
-/// evenly) through a shared-memory ring (`ops::gemm_gemv_ring`: up to 8 stages of 8 rows × 2048
-/// values, 192 KiB in flight per SM at K = 4096) filled by one producer lane with bulk copies (TMA
+/// evenly) through a shared-memory ring (`ops::gemm_gemv_ring`: stages of 8 rows × a K tile of up to
+/// 2048 values, at most 8 stages; 6 stages of 32 KiB, 192 KiB in flight per SM, at K = 4096) filled by one producer lane with bulk copies (TMA
 /// engine, mbarrier transaction counts) — weights only, so the ring fills before the wait on the
 /// previous kernel. Eight consumer warps each take one row of a stage: lane l multiplies its
 /// 16-byte chunks l, l + 32, ... with the T rows of X (staged in shared memory once per CTA) into
@@ -20,9 +20,8 @@
 /// depend on timing or on the partition of the rows over the CTAs.
 ///
 /// **T <= 16, on the tensor cores (`gemm_gemv_mma_kernel<NT>`, NT = ceil(T / 8) n8 tiles).** The
-/// CUDA-core form costs T FMAs and T shared-memory reads of X per weight element: at T = 4 it read
-/// 0.71–0.79× cuBLASLt on the H200 (bench/RESULTS.md, thirteenth session), 1.04× at step5_preview
-/// tp 1 but 0.78× at tp 8 on an H100 (twenty-sixth session). Here a warp owns 16 W rows (the mma M side: swap-AB, tokens on N) and a K segment
+/// CUDA-core form costs T FMAs and T shared-memory reads of X per weight element (its T = 4 figures
+/// against cuBLASLt and this kernel: ops::kGemmGemvCudaCoreMaxTokens). Here a warp owns 16 W rows (the mma M side: swap-AB, tokens on N) and a K segment
 /// (`gemv_mma_segments`, a power of two <= kGemvWarps, so the CTA's warps cover R = kGemvWarps / S
 /// row groups); mma.sync m16n8k16 bf16 with fp32 accumulation. W's fragments come straight from
 /// global memory: quad lane c of group g loads bytes [64i + 16c, +16) of rows g and g + 8 for
@@ -40,7 +39,9 @@
 ///
 /// Preconditions (the launcher, gemm_launch.cuh, checks them): the fast-path alignment (X, W 16-byte
 /// aligned, K, ldx, ldw multiples of 8, ldc even), 1 <= T <= kGemmGemvMaxTokens,
-/// `ops::gemm_gemv_smem_bytes(T, K)` of shared memory available (`ops::gemm_gemv_eligible`).
+/// X's rows within `ops::kGemmGemvMaxSmem` (`ops::gemm_gemv_smem_bytes`, `ops::gemm_gemv_eligible`);
+/// the CUDA-core kernel's whole dynamic shared memory is `ops::gemm_gemv_ring(T, K).smem` (<= 227
+/// KiB), the tensor-core kernel's `gemm_gemv_smem_bytes(T, K, kGemmGemvTensorCores)`.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -73,7 +74,7 @@ static_assert(::step5::ops::kGemmGemvRingRows == kGemvWarps, "the CUDA-core kGem
 inline constexpr int kGemvCtasPerSm = 2;
 
 /// 64-byte chunks of its 16 W rows a warp of the tensor-core kernel loads at once (two 16-byte
-/// loads per chunk and lane: 16 loads in flight per lane, 8 KiB per warp, as the CUDA-core kernel).
+/// loads per chunk and lane: 16 loads in flight per lane, 8 KiB per warp).
 inline constexpr int kGemvMmaBatch = 8;
 /// K segments (warps) per 16-row group of the tensor-core kernel for reduction length K: enough
 /// for one batch each (ceil(K / 32) chunks of 64 bytes, kGemvMmaBatch per batch), rounded up to a
