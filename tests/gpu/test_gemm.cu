@@ -853,36 +853,41 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; the 
     EXPECT(j.bad == 0, "gemv T=%d N=%d K=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g", T, N, K,
            j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
   }
-  // The same W rows 0..130 as the whole weight (N = 131: one row per CTA) and as the first rows of
-  // a taller one (N = 1061: 8-9 rows per CTA, the rows in other CTAs, ring stages and row slots):
-  // bit for bit the same outputs (each row is one warp's fixed-order sum)
+  // The same W rows 0..130 as the whole weight (N = 131: one row per CTA on 132 SMs) and as the
+  // first rows of a taller one (N = 1061: 8-9 rows per CTA, the rows in other CTAs, ring stages and
+  // row slots): bit for bit the same outputs (each row is one warp's fixed-order sum); C's rows
+  // N + 1 apart (an even ldc, the fast path's), the padding column left poisoned
   for (int T : {1, 3}) {
-    const int K = 4104, ld = 4112, Nbig = 1061, Nsmall = 131;
+    const int K = 4104, ld = 4112, Nbig = 1061, Nsmall = 131, ldb = Nbig + 1, lds = Nsmall + 1;
     std::vector<bf16> hw(static_cast<std::size_t>(Nbig) * ld), hx(static_cast<std::size_t>(T) * ld);
     fill_random(hw, 0.125f);
     fill_random(hx, 1.0f);
-    DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc1(static_cast<std::size_t>(T) * Nbig * 2),
-        dc2(static_cast<std::size_t>(T) * Nsmall * 2);
+    DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc1(static_cast<std::size_t>(T) * ldb * 2),
+        dc2(static_cast<std::size_t>(T) * lds * 2);
     GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
     GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-    std::vector<std::uint16_t> big(static_cast<std::size_t>(T) * Nbig), small(static_cast<std::size_t>(T) * Nsmall);
+    std::vector<std::uint16_t> big(static_cast<std::size_t>(T) * ldb), small(static_cast<std::size_t>(T) * lds);
     for (int which = 0; which < 2; ++which) {
-      const int N = which == 0 ? Nbig : Nsmall;
+      const int N = which == 0 ? Nbig : Nsmall, ldc = which == 0 ? ldb : lds;
       DevBuf& dc = which == 0 ? dc1 : dc2;
-      const step5::Status st = gemv_cuda_cores(dx, dw, dc, T, N, K, ld, N);
+      const step5::Status st = gemv_cuda_cores(dx, dw, dc, T, N, K, ld, ldc);
       EXPECT(st.ok(), "gemv partition T=%d N=%d: %s", T, N, st.to_string().c_str());
       std::vector<std::uint16_t>& out = which == 0 ? big : small;
       GPU_CHECK(cudaMemcpy(out.data(), dc.p, out.size() * 2, cudaMemcpyDeviceToHost));
     }
-    int differ = 0, poison = 0;
-    for (int t = 0; t < T; ++t)
+    int differ = 0, poison = 0, padding = 0;
+    for (int t = 0; t < T; ++t) {
       for (int n = 0; n < Nsmall; ++n) {
-        const std::uint16_t a = big[static_cast<std::size_t>(t) * Nbig + n], b = small[static_cast<std::size_t>(t) * Nsmall + n];
+        const std::uint16_t a = big[static_cast<std::size_t>(t) * ldb + n], b = small[static_cast<std::size_t>(t) * lds + n];
         differ += a != b;
         poison += b == 0xFFFF;
       }
-    EXPECT(differ == 0 && poison == 0, "gemv T=%d: rows 0..%d differ in %d outputs between N = %d and N = %d (%d unwritten)",
-           T, Nsmall - 1, differ, Nbig, Nsmall, poison);
+      padding += big[static_cast<std::size_t>(t) * ldb + Nbig] != 0xFFFF;
+      padding += small[static_cast<std::size_t>(t) * lds + Nsmall] != 0xFFFF;
+    }
+    EXPECT(differ == 0 && poison == 0 && padding == 0,
+           "gemv T=%d: rows 0..%d differ in %d outputs between N = %d and N = %d (%d unwritten, %d padding written)", T,
+           Nsmall - 1, differ, Nbig, Nsmall, poison, padding);
   }
 }
 

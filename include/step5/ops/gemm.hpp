@@ -122,7 +122,8 @@ constexpr std::int64_t gemm_gemv_smem_bytes(std::int64_t tokens, std::int64_t k,
 /// wide; `stages` stages in flight; `smem` the kernel's dynamic shared memory (the ring's
 /// mbarriers, X's T rows, the stages). tile_k is the widest of 2048, 1024, 512 for which at least
 /// kGemmGemvRingMinStages stages fit beside X in kGemmGemvCtaSmem (512 always does where X fits in
-/// kGemmGemvMaxSmem), or K itself where K is shorter than that tile (8 for K = 0: one empty tile); at most kGemmGemvRingMaxStages stages (6 of 32 KiB at T = 1, K = 4096:
+/// kGemmGemvMaxSmem), or K itself where K is shorter than that tile (8 for K = 0, which the kernel
+/// never sees: K = 0 is not a fast-path shape); at most kGemmGemvRingMaxStages stages (6 of 32 KiB at T = 1, K = 4096:
 /// 192 KiB of weights in flight per SM). {0, 0, 0} where none fits (not gemm_gemv_eligible).
 struct GemmGemvRing {
   std::int64_t tile_k = 0;
@@ -166,8 +167,8 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 /// shorter row leaves most lanes idle and a much longer one shrinks the ring beside X), with the
 /// fast-path alignment and no config / split_k override — for the listed layouts at batch 1, the
 /// fused projection at every tp and o_proj at tp <= 8 (tp 16's o_proj, 4–6 MiB, stays on
-/// cuBLASLt). The tp 2 and 4 shapes lie inside the measured K and weight ranges but were not
-/// measured themselves.
+/// cuBLASLt). The tp 2, 4 and 16 shapes it takes lie inside the measured K and weight ranges but
+/// were not measured themselves.
 /// Measured on an H100 (bench/RESULTS.md, thirty-second session, bench_gemm call 1; the weight
 /// ring of gemm_gemv.cuh), µs against cuBLASLt in the same binary: fused step5_preview tp 1 51.2
 /// / 58.2 (1.14×), tp 8 11.2 / 13.8 (1.23×); dsa_h64_kv8_d128 tp 1 53.0 / 59.0 (1.11×), tp 8 9.3 /

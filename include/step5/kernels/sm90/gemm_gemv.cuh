@@ -20,8 +20,9 @@
 /// depend on timing or on the partition of the rows over the CTAs.
 ///
 /// **T <= 16, on the tensor cores (`gemm_gemv_mma_kernel<NT>`, NT = ceil(T / 8) n8 tiles).** The
-/// CUDA-core form costs T FMAs and T shared-memory reads of X per weight element (its T = 4 figures
-/// against cuBLASLt and this kernel: ops::kGemmGemvCudaCoreMaxTokens). Here a warp owns 16 W rows (the mma M side: swap-AB, tokens on N) and a K segment
+/// CUDA-core form costs T FMAs and T shared-memory reads of X per weight element (its figures
+/// against this kernel: ops::kGemmGemvCudaCoreMaxTokens; against cuBLASLt: ops::gemm_auto_takes_gemv).
+/// Here a warp owns 16 W rows (the mma M side: swap-AB, tokens on N) and a K segment
 /// (`gemv_mma_segments`, a power of two <= kGemvWarps, so the CTA's warps cover R = kGemvWarps / S
 /// row groups); mma.sync m16n8k16 bf16 with fp32 accumulation. W's fragments come straight from
 /// global memory: quad lane c of group g loads bytes [64i + 16c, +16) of rows g and g + 8 for
@@ -146,7 +147,7 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
   const long long r0 = static_cast<long long>(a.N) * blockIdx.x / gridDim.x;
   const int rows = static_cast<int>(static_cast<long long>(a.N) * (blockIdx.x + 1) / gridDim.x - r0);
   const int blocks = (rows + static_cast<int>(o::kGemmGemvRingRows) - 1) / static_cast<int>(o::kGemmGemvRingRows);
-  const int ktiles = a.K > 0 ? (a.K + TK - 1) / TK : 1;  // K = 0: one empty tile (the sums are zero)
+  const int ktiles = a.K > 0 ? (a.K + TK - 1) / TK : 1;  // K = 0 (not a fast-path shape: never launched): one empty tile
   const int units = blocks * ktiles;
 
   if (threadIdx.x == 0) {
