@@ -10,10 +10,10 @@
 ///
 /// **T <= 4, on the CUDA cores (`gemm_gemv_kernel<T>`).** One CTA per SM streams a contiguous,
 /// balanced share of the W rows (to one row: a tp 8 weight of a few thousand rows fills the SMs
-/// evenly) through a shared-memory ring (`ops::gemm_gemv_ring`: stages of 8 rows × a K tile of up to
-/// 2048 values, at most 8 stages; 6 stages of 32 KiB, 192 KiB in flight per SM, at K = 4096) filled by one producer lane with bulk copies (TMA
-/// engine, mbarrier transaction counts) — weights only, so the ring fills before the wait on the
-/// previous kernel. Eight consumer warps each take one row of a stage: lane l multiplies its
+/// evenly) through a shared-memory ring (`ops::gemm_gemv_ring`: stages of 8 rows × a K tile of up
+/// to 2048 values, at most 8 stages; 6 stages of 32 KiB, 192 KiB in flight per SM, at K = 4096)
+/// filled by one producer lane with bulk copies (TMA engine, mbarrier transaction counts) — weights
+/// only, so the ring fills before the wait on the previous kernel. Eight consumer warps each take one row of a stage: lane l multiplies its
 /// 16-byte chunks l, l + 32, ... with the T rows of X (staged in shared memory once per CTA) into
 /// one fp32 sum per token; after a row's last K tile the lanes are summed by a butterfly of
 /// shuffles and lane t stores token t. Each lane sums its chunks in order, so the bits do not
@@ -123,8 +123,8 @@ __device__ __forceinline__ float dot8(float acc, const uint4& w, const uint4& x)
 /// each block K tile by K tile (`tile_k` values; units u = block · ktiles + kt, in order). The
 /// producer warp (warp kGemvWarps, one lane) bulk-copies unit u's rows into ring stage u % stages
 /// (mbarrier `full`, armed with the unit's bytes) once the consumer threads have released the unit
-/// u − stages held there (mbarrier `empty`, one arrival per consumer thread after its reads) — weights only, so it
-/// starts before the wait on the previous kernel. A consumer lane adds its chunks l, l + 32, ... of
+/// u − stages held there (mbarrier `empty`, one arrival per consumer thread after its reads) —
+/// weights only, so it starts before the wait on the previous kernel. A consumer lane adds its chunks l, l + 32, ... of
 /// each K tile (tile_k / 8 chunks) to one fp32 sum per token, tiles in order; after the row's last
 /// tile the warp's lanes are summed by a butterfly of shuffles and lane t stores token t's bf16.
 /// With tile_k a multiple of 256 (or one tile per row) a lane's chunks are those of l, l + 32, ...
