@@ -21,6 +21,8 @@
 //   <family>/o_proj/<geometry>/tp:N/tokens:T  the rank's o_proj (N = hidden, K = local heads x
 //                                      head_dim) at decode T = 1, 4, 8, 16: cublaslt/, gemm/,
 //                                      gemm_auto/, gemm_gemv/, gemm_gemv_mma/ only
+//   tp 2, 4, 16 (both geometries)      the fused and o_proj shapes at T = 1 only, the same families
+//                                      (kAuto's kGemv rule covers them); tp 1 and 8 have every T
 // The label and the table's path column: "wgmma <kind>[, split-K <S>]" or "stream[, split-K <S>]".
 // Env knobs (A/B without a rebuild; names unchanged, the label shows the plan): STEP5_BENCH_GEMM_CONFIG,
 // STEP5_BENCH_GEMM_SPLIT_K override a `gemm*` case's config / split_k where the case leaves it 0.
@@ -446,6 +448,22 @@ int main(int argc, char** argv) {
   add.template operator()<GeometryId::step5_preview, 8>();
   add.template operator()<GeometryId::dsa_h64_kv8_d128, 1>();  // the second geometry of kAuto's kGemv measurements
   add.template operator()<GeometryId::dsa_h64_kv8_d128, 8>();
+  // the other listed tp at T = 1 only (fused and o_proj: kAuto's kGemv rule, gemm_auto_takes_gemv)
+  std::vector<Shape> t1_only;
+  auto add_t1 = [&]<GeometryId Id, int Tp>() {
+    const std::size_t n = shapes.size();
+    add.template operator()<Id, Tp>();
+    t1_only.push_back(shapes[n]);
+    t1_only.push_back(oproj[n]);
+    shapes.pop_back();
+    oproj.pop_back();
+  };
+  add_t1.template operator()<GeometryId::step5_preview, 2>();
+  add_t1.template operator()<GeometryId::step5_preview, 4>();
+  add_t1.template operator()<GeometryId::step5_preview, 16>();
+  add_t1.template operator()<GeometryId::dsa_h64_kv8_d128, 2>();
+  add_t1.template operator()<GeometryId::dsa_h64_kv8_d128, 4>();
+  add_t1.template operator()<GeometryId::dsa_h64_kv8_d128, 16>();
   const int tokens[] = {1, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384};  // 16: MTP decode, the last kGemv T
   const double kMin = 0.02;  // keeps the whole run near one minute
   benchmark::RegisterBenchmark("copy/d2d", bm_copy)->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
@@ -505,6 +523,10 @@ int main(int argc, char** argv) {
       reg_lt(s, T);
       reg_ours(s, T);
     }
+  for (const Shape& s : t1_only) {
+    reg_lt(s, 1);
+    reg_ours(s, 1);
+  }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
