@@ -138,15 +138,22 @@ inline constexpr std::int64_t kGemmGemvCtaSmem = 227 * 1024;
 /// Bytes of the ring's mbarriers ahead of X (a full and an empty barrier per stage), 128-aligned.
 inline constexpr std::int64_t kGemmGemvRingBarrierBytes = 128;
 static_assert(2 * 8 * kGemmGemvRingMaxStages <= kGemmGemvRingBarrierBytes, "the ring's mbarriers fit their area");
+/// The ring's layout in the kernel's dynamic shared memory (gemm_gemv.cuh, the one rule of host
+/// and device): the mbarriers in the first kGemmGemvRingBarrierBytes, X's T rows after them, the
+/// stages from gemm_gemv_ring_offset (X rounded up to 128 bytes), each gemm_gemv_ring_stage_bytes.
+constexpr std::int64_t gemm_gemv_ring_offset(std::int64_t tokens, std::int64_t k) {
+  return kGemmGemvRingBarrierBytes + (tokens * k * 2 + 127) / 128 * 128;
+}
+constexpr std::int64_t gemm_gemv_ring_stage_bytes(std::int64_t tile_k) { return kGemmGemvRingRows * tile_k * 2; }
 constexpr GemmGemvRing gemm_gemv_ring(std::int64_t tokens, std::int64_t k) {
-  const std::int64_t x = (tokens * k * 2 + 127) / 128 * 128;
-  const std::int64_t room = kGemmGemvCtaSmem - kGemmGemvRingBarrierBytes - x;
+  const std::int64_t offset = gemm_gemv_ring_offset(tokens, k);
+  const std::int64_t room = kGemmGemvCtaSmem - offset;
   for (std::int64_t tile = 2048; tile >= 512; tile /= 2) {
     const std::int64_t tk = k < tile ? (k < 8 ? 8 : k) : tile;
-    const std::int64_t stage = kGemmGemvRingRows * tk * 2;
+    const std::int64_t stage = gemm_gemv_ring_stage_bytes(tk);
     std::int64_t stages = room > 0 ? room / stage : 0;
     if (stages > kGemmGemvRingMaxStages) stages = kGemmGemvRingMaxStages;
-    if (stages >= kGemmGemvRingMinStages) return {tk, stages, kGemmGemvRingBarrierBytes + x + stages * stage};
+    if (stages >= kGemmGemvRingMinStages) return {tk, stages, offset + stages * stage};
   }
   return {};
 }

@@ -39,7 +39,7 @@
 /// Both load W before `pdl_wait` (weights are not written by the step's kernels).
 ///
 /// Preconditions (the launcher, gemm_launch.cuh, checks them): the fast-path alignment (X, W 16-byte
-/// aligned, K, ldx, ldw multiples of 8, ldc even), 1 <= T <= kGemmGemvMaxTokens,
+/// aligned, K > 0, K, ldx, ldw multiples of 8, ldc even), 1 <= T <= kGemmGemvMaxTokens,
 /// X's rows within `ops::kGemmGemvMaxSmem` (`ops::gemm_gemv_smem_bytes`, `ops::gemm_gemv_eligible`);
 /// the CUDA-core kernel's whole dynamic shared memory is `ops::gemm_gemv_ring(T, K).smem` (<= 227
 /// KiB), the tensor-core kernel's `gemm_gemv_smem_bytes(T, K, kGemmGemvTensorCores)`.
@@ -138,16 +138,15 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
   const int NS = a.stages, TK = a.tile_k;
   std::uint64_t* full = reinterpret_cast<std::uint64_t*>(gemv_ring_smem);
   std::uint64_t* empty = full + o::kGemmGemvRingMaxStages;
-  const uint4* xs = reinterpret_cast<const uint4*>(gemv_ring_smem + o::kGemmGemvRingBarrierBytes);  // [T][K / 8]
-  const long long x_bytes = (static_cast<long long>(T) * a.K * 2 + 127) / 128 * 128;
-  unsigned char* ring = gemv_ring_smem + o::kGemmGemvRingBarrierBytes + x_bytes;
-  const int stage_bytes = static_cast<int>(o::kGemmGemvRingRows) * TK * 2;
+  uint4* xs = reinterpret_cast<uint4*>(gemv_ring_smem + o::kGemmGemvRingBarrierBytes);  // [T][K / 8]
+  unsigned char* ring = gemv_ring_smem + o::gemm_gemv_ring_offset(T, a.K);
+  const int stage_bytes = static_cast<int>(o::gemm_gemv_ring_stage_bytes(TK));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kc = a.K / 8;  // 16-byte chunks per row
   const long long r0 = static_cast<long long>(a.N) * blockIdx.x / gridDim.x;
   const int rows = static_cast<int>(static_cast<long long>(a.N) * (blockIdx.x + 1) / gridDim.x - r0);
   const int blocks = (rows + static_cast<int>(o::kGemmGemvRingRows) - 1) / static_cast<int>(o::kGemmGemvRingRows);
-  const int ktiles = a.K > 0 ? (a.K + TK - 1) / TK : 1;  // K = 0 (not a fast-path shape: never launched): one empty tile
+  const int ktiles = (a.K + TK - 1) / TK;  // K >= 8 (K = 0 is not a fast-path shape: never launched)
   const int units = blocks * ktiles;
 
   if (threadIdx.x == 0) {
@@ -166,16 +165,14 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
         if (u >= NS) ptx::mbar_wait(&empty[st], static_cast<unsigned>((u / NS - 1) & 1));
         const int b = u / ktiles, kt = u - b * ktiles;
         const int nrows = min(static_cast<int>(o::kGemmGemvRingRows), rows - b * static_cast<int>(o::kGemmGemvRingRows));
-        const int kb = min(TK, a.K - kt * TK);  // values of this tile (0 only for K = 0)
+        const int kb = min(TK, a.K - kt * TK);  // values of this tile
         ptx::mbar_arrive_expect_tx(&full[st], static_cast<unsigned>(nrows * kb * 2));
-        if (kb > 0) {
-          const std::uint32_t dst = ptx::smem_u32(ring + static_cast<long long>(st) * stage_bytes);
-          const __nv_bfloat16* src =
-              a.w + (r0 + static_cast<long long>(b) * o::kGemmGemvRingRows) * a.ldw + static_cast<long long>(kt) * TK;
-          for (int j = 0; j < nrows; ++j)
-            ptx::bulk_copy_g2s(dst + static_cast<std::uint32_t>(j * TK * 2), src + j * a.ldw,
-                               static_cast<std::uint32_t>(kb * 2), &full[st]);
-        }
+        const std::uint32_t dst = ptx::smem_u32(ring + static_cast<long long>(st) * stage_bytes);
+        const __nv_bfloat16* src =
+            a.w + (r0 + static_cast<long long>(b) * o::kGemmGemvRingRows) * a.ldw + static_cast<long long>(kt) * TK;
+        for (int j = 0; j < nrows; ++j)
+          ptx::bulk_copy_g2s(dst + static_cast<std::uint32_t>(j * TK * 2), src + j * a.ldw,
+                             static_cast<std::uint32_t>(kb * 2), &full[st]);
       }
     }
     __syncwarp();
@@ -185,12 +182,9 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
   }
 
   pdl_wait();  // X is the previous kernel's output
-  {
-    uint4* xw = reinterpret_cast<uint4*>(gemv_ring_smem + o::kGemmGemvRingBarrierBytes);
-    for (int i = threadIdx.x; i < T * kc; i += kGemvThreads) {
-      const int t = i / kc, c = i - t * kc;
-      xw[i] = *reinterpret_cast<const uint4*>(a.x + static_cast<long long>(t) * a.ldx + 8 * c);
-    }
+  for (int i = threadIdx.x; i < T * kc; i += kGemvThreads) {
+    const int t = i / kc, c = i - t * kc;
+    xs[i] = *reinterpret_cast<const uint4*>(a.x + static_cast<long long>(t) * a.ldx + 8 * c);
   }
   ptx::named_barrier_sync(1, kGemvThreads);  // the consumer warps: X staged
 
