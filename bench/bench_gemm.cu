@@ -14,7 +14,7 @@
 //   gemm_gemv/...                      the forced kGemv path where it runs (gemm_gemv_eligible: T <=
 //                                      kGemmGemvMaxTokens; T <= 4 the CUDA-core kernel, T >= 5 the
 //                                      tensor-core one), which kAuto takes only at T = 1 on weights
-//                                      of 8 MiB and more, K 1024 ... 12288 (gemm_auto_takes_gemv);
+//                                      of 4 MiB and more, K 512 ... 12288 (gemm_auto_takes_gemv);
 //                                      the config / split_k knobs skip it
 //   gemm_gemv_mma/... (T <= 4)         the kGemv path's tensor-core kernel forced at T <= 4 (config
 //                                      kGemmGemvTensorCores), against gemm_gemv/'s CUDA-core kernel

@@ -112,15 +112,18 @@ TEST_CASE("gemv: config picks the kernel (0 by T, 1 the CUDA cores at T <= 4 onl
   CHECK_FALSE(ops::gemm_gemv_eligible(1, 4096, -1));
 }
 
-TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 8 MiB and more with K 1024 ... 12288 (the measured range)") {
-  CHECK(ops::kGemmGemvAutoMinBytes == 8 << 20);
+TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 4 MiB and more with K 512 ... 12288 (the measured range)") {
+  CHECK(ops::kGemmGemvAutoMinBytes == 4 << 20);
+  CHECK(ops::kGemmGemvAutoMinK == 512);
   CHECK(ops::gemm_auto_takes_gemv(1, 4096, 1024));        // 8 MiB: o_proj of dsa_h64_kv8_d128 at tp 8
-  CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 4096, 1016));  // just below
+  CHECK(ops::gemm_auto_takes_gemv(1, 4096, 512));         // 4 MiB: o_proj of dsa_h64_kv8_d128 at tp 16
+  CHECK(ops::gemm_auto_takes_gemv(1, 4096, 768));         // 6 MiB: o_proj of step5_preview at tp 16
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 4095, 512));   // just below 4 MiB
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 8192, 504));   // K just below the shortest measured
   CHECK(ops::gemm_auto_takes_gemv(1, 4096, 12288));       // o_proj at tp 1 (K 12288)
   CHECK(ops::gemm_auto_takes_gemv(1, 18512, 4096));       // the tp 1 fused projection
   CHECK_FALSE(ops::gemm_auto_takes_gemv(2, 18512, 4096)); // T = 1 only
   CHECK_FALSE(ops::gemm_auto_takes_gemv(0, 18512, 4096));
-  CHECK(ops::gemm_auto_takes_gemv(1, 8192, 1024));         // the shortest K measured
   CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 65536, 64));    // short rows: most lanes idle, not measured
   CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 1000, 12296));  // past the longest K measured
   CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 100, 102400));  // X's limit: a small ring beside it

@@ -8,8 +8,8 @@
 /// docs/ARCHITECTURE.md; for o_proj X = attention output `[T, Hl*D]`, W = `o_proj_local
 /// [hidden, Hl*D]`, N = hidden, K = Hl*D.
 ///
-/// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: kGemv at T = 1 on weights of 8 MiB and
-/// more with K 1024 ... 12288 (`gemm_auto_takes_gemv`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
+/// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: kGemv at T = 1 on weights of 4 MiB and
+/// more with K 512 ... 12288 (`gemm_auto_takes_gemv`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
 /// unaligned shapes -> kGeneric, T <= 32 -> kSplitK, T > 32 -> kWgmma):
 ///  * `kGemv`   — weight-streaming kernels for decode-sized T (1 .. kGemmGemvMaxTokens), X in
 ///                shared memory, no workspace (gemm_gemv.cuh): T <= 4 on the CUDA cores (one
@@ -170,22 +170,22 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 }
 
 /// kAuto's kGemv shapes: one token (T = 1), a weight of at least kGemmGemvAutoMinBytes (n · k · 2)
-/// and K in [kGemmGemvAutoMinK, kGemmGemvAutoMaxK] (the K range measured: 1024 ... 12288; a much
+/// and K in [kGemmGemvAutoMinK, kGemmGemvAutoMaxK] (the K range measured: 512 ... 12288; a much
 /// shorter row leaves most lanes idle and a much longer one shrinks the ring beside X), with the
-/// fast-path alignment and no config / split_k override — for the listed layouts at batch 1, the
-/// fused projection at every tp and o_proj at tp <= 8 (tp 16's o_proj, 4–6 MiB, stays on
-/// cuBLASLt). The tp 2, 4 and 16 shapes it takes lie inside the measured K and weight ranges but
-/// were not measured themselves.
-/// Measured on an H100 (bench/RESULTS.md, thirty-second session, bench_gemm call 1; the weight
-/// ring of gemm_gemv.cuh), µs against cuBLASLt in the same binary: fused step5_preview tp 1 51.2
-/// / 58.2 (1.14×), tp 8 11.2 / 13.8 (1.23×); dsa_h64_kv8_d128 tp 1 53.0 / 59.0 (1.11×), tp 8 9.3 /
-/// 12.8 (1.37×); o_proj step5_preview tp 1 34.5 / 37.0 (1.07×), tp 8 5.9 / 6.6 (1.11×);
-/// dsa_h64_kv8_d128 tp 1 22.6 / 26.0 (1.15×), tp 8 4.9 / 5.3 (1.08×: 8 MiB, the smallest
-/// weight measured, hence the bound). Not taken: T >= 2 (the CUDA-core kernel at T = 4: 1.05–1.07×
-/// on the tp 1 fused weights but 0.80–0.98× at tp 8 and on o_proj; the tensor-core kernel loses
-/// from T = 4 as well, twenty-eighth session).
-inline constexpr std::int64_t kGemmGemvAutoMinBytes = std::int64_t{8} << 20;
-inline constexpr std::int64_t kGemmGemvAutoMinK = 1024;
+/// fast-path alignment and no config / split_k override — for the listed layouts at batch 1, both
+/// GEMMs at every tp (1, 2, 4, 8, 16).
+/// Measured on an H100 (bench/RESULTS.md, thirty-second session call 1 and thirty-third session
+/// calls 1-2; the weight ring of gemm_gemv.cuh), µs against cuBLASLt in the same binary: fused
+/// step5_preview tp 1 51.0 / 58.4 (1.15×), tp 2 26.6 / 30.8, tp 4 14.7 / 16.7, tp 8 11.3 / 13.8
+/// (1.22×), tp 16 9.2 / 11.9; dsa_h64_kv8_d128 tp 1 52.9 / 58.9, tp 2 27.9 / 31.3, tp 4 14.8 /
+/// 16.2, tp 8 9.4 / 12.8 (1.36×); o_proj step5_preview tp 1 34.5 / 36.9, tp 2 17.7 / 20.6, tp 4
+/// 9.9 / 10.9, tp 8 6.0 / 6.6, tp 16 3.9 / 5.0 (6 MiB); dsa_h64_kv8_d128 tp 1 22.5 / 26.0, tp 2
+/// 12.3 / 15.4, tp 8 4.9 / 5.3, tp 16 3.85 / 4.04 (1.05×: 4 MiB, the smallest weight measured,
+/// hence the bound; K 512, the shortest measured; kAuto's own cuBLASLt plan read 4.39 there). Not taken: T >= 2 (the CUDA-core
+/// kernel at T = 4: 1.05–1.07× on the tp 1 fused weights but 0.80–0.98× at tp 8 and on o_proj; the
+/// tensor-core kernel loses from T = 4 as well, twenty-eighth session).
+inline constexpr std::int64_t kGemmGemvAutoMinBytes = std::int64_t{4} << 20;
+inline constexpr std::int64_t kGemmGemvAutoMinK = 512;
 inline constexpr std::int64_t kGemmGemvAutoMaxK = 12288;
 static_assert(gemm_gemv_eligible(1, kGemmGemvAutoMaxK, kGemmGemvCudaCores), "kAuto's kGemv K range runs on the CUDA cores");
 constexpr bool gemm_auto_takes_gemv(std::int64_t tokens, std::int64_t n, std::int64_t k) {

@@ -675,7 +675,7 @@ struct FullPlan {
 /// algorithm, allow_cublaslt = false, or an override), and every forced path. A cuBLASLt error
 /// (handle, descriptor, heuristic) is returned, not hidden by a fallback.
 /// kAuto takes kGemv before cuBLASLt where `gemm_auto_takes_gemv` (ops/gemm.hpp: T = 1 on weights
-/// of 8 MiB and more, K 1024 ... 12288; the measurements are there).
+/// of 4 MiB and more, K 512 ... 12288; the measurements are there).
 inline bool auto_takes_cublaslt(const GemmParams& p) {
   return kHaveCublasLt && p.allow_cublaslt && p.config == 0 && p.split_k == 0 && p.k > 0;
 }
