@@ -632,6 +632,11 @@ GPU_CASE("topk: STEP5_TOPK selects the algorithm; a bad value is refused naming 
              step5::kernels::sm90::topk_default_algo(1, kTopkCandMinKeys - 1) == TopkAlgo::kRadix &&
              step5::kernels::sm90::topk_default_algo(step5::kernels::sm90::kTopkCluster, kTopkCandMinKeys) == TopkAlgo::kRadix,
          "the measured default per variant");
+  // one-CTA candidate rows take the owner masks at most one row per SM (the decode-shaped case's
+  // 1, 16 and 64 rows; its 257 rows and the 257- and 1024-row batches the ballot path)
+  EXPECT(step5::kernels::sm90::topk_owner_masks_pay(132, 132) && !step5::kernels::sm90::topk_owner_masks_pay(133, 132) &&
+             step5::kernels::sm90::topk_owner_masks_pay(1, 132),
+         "the owner-mask rule");
   EXPECT(topk_algo_from_env("", &a).ok() && a == TopkAlgo::kDefault, "empty");
   EXPECT(topk_algo_from_env("radix", &a).ok() && a == TopkAlgo::kRadix, "radix");
   EXPECT(topk_algo_from_env("candidates", &a).ok() && a == TopkAlgo::kCandidates, "candidates");

@@ -81,6 +81,8 @@ struct TopkArgs {
   std::int64_t ld_ids;
   std::int32_t* counts;
   int cand_cap;  ///< candidate compaction: keys of the threshold bin that fit the candidate buffer (launch_topk sets it)
+  int owner_masks;  ///< one-CTA candidate rows of 512 threads, staged: 1 = the owner-mask gather and compaction
+                    ///< (topk_owner_classify; launch_topk: topk_owner_masks_pay), 0 = the ballot ones
 };
 
 /// CTA size of the selection kernel for long rows (and every cluster launch). 1024 measured slower
@@ -465,6 +467,145 @@ __device__ __forceinline__ void compact_by_ballots(KeyAt key_at, int len, int lo
   }
 }
 
+/// Owner masks of the one-CTA candidate selection of 512-thread CTAs with staged keys
+/// (topk_select_kernel, kOwner): thread t owns the id-contiguous keys [32·W·t, 32·W·(t + 1)) of the
+/// row, W = topk_owner_words(len) words of 32 keys; bit 4c + e of word w stands for key
+/// 32·W·t + 32w + 4c + e. One sweep over the staged keys, once the threshold bin b* of the first
+/// digit is known, sets `gt` (first digit above b*: taken whatever the remaining digits) and `cand`
+/// (first digit == b*: the candidates); the candidates' gather and the id-order compaction then
+/// work from the masks, without another pass over the keys (a warp scan per thread's run instead of
+/// two ballots per key and a barrier pair per round: compact_by_ballots). Rows of at most
+/// kTopkOwnerMaxWords · 32 · kTopkThreads keys (16384: 128K tokens) take it; one word per thread
+/// (two or three, for rows up to kTopkSmemKeys, spilled the instance at its 64 registers: ptxas 13.0).
+inline constexpr int kTopkOwnerMaxWords = 1;
+static_assert(kTopkOwnerMaxWords * 32 * kTopkThreads <= kTopkSmemKeys, "the owner masks cover staged keys only");
+/// Words of 32 keys each thread of a kTopkThreads-thread CTA owns for a slice of `len` keys.
+__host__ __device__ __forceinline__ constexpr int topk_owner_words(int len) {
+  return (len + 32 * kTopkThreads - 1) / (32 * kTopkThreads);
+}
+struct TopkOwnerMasks {
+  unsigned gt[kTopkOwnerMaxWords], cand[kTopkOwnerMaxWords];
+};
+/// Classifies this thread's owned keys (see kTopkOwnerMaxWords) against the first-digit threshold
+/// bin `bstar` (digit = key >> `shift`). The eight 16-byte chunks of a word are read in the
+/// rotated order c = (j + t) mod 8: the lanes of a quarter warp, 128 bytes apart, then read eight
+/// different bank groups (in plain order they would all hit the same four banks).
+__device__ __forceinline__ TopkOwnerMasks topk_owner_classify(const std::uint32_t* skeys, int len, int words,
+                                                               unsigned bstar, int shift) {
+  TopkOwnerMasks m;
+  const int base = 32 * words * static_cast<int>(threadIdx.x);
+  // key >= lo_key: first digit >= b*; key >= hi_key: first digit > b* (none when b* is the top bin)
+  const std::uint32_t lo_key = bstar << shift;
+  const bool top_bin = (bstar + 1u) << shift == 0u;
+  const std::uint32_t hi_key = top_bin ? 0xffffffffu : (bstar + 1u) << shift;
+#pragma unroll
+  for (int w = 0; w < kTopkOwnerMaxWords; ++w) {
+    m.gt[w] = 0;
+    m.cand[w] = 0;
+    if (w < words) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const int c = (j + static_cast<int>(threadIdx.x)) & 7;
+        const int i0 = base + 32 * w + 4 * c;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (i0 + 4 <= len) {
+          v = *reinterpret_cast<const uint4*>(skeys + i0);
+        } else if (i0 < len) {  // the slice's last keys: no read past them
+          v.x = skeys[i0];
+          if (i0 + 1 < len) v.y = skeys[i0 + 1];
+          if (i0 + 2 < len) v.z = skeys[i0 + 2];
+        }
+        const std::uint32_t kv[4] = {v.x, v.y, v.z, v.w};
+        unsigned g4 = 0, c4 = 0;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const bool in = i0 + e < len;
+          const bool above = in && !top_bin && kv[e] >= hi_key;
+          const bool in_bin = in && kv[e] >= lo_key && !above;
+          g4 |= static_cast<unsigned>(above) << e;
+          c4 |= static_cast<unsigned>(in_bin) << e;
+        }
+        m.gt[w] |= g4 << (4 * c);
+        m.cand[w] |= c4 << (4 * c);
+      }
+    }
+  }
+  return m;
+}
+/// Appends this thread's candidates (the keys of its `cand` bits) to `cand_buf`: one shared-memory
+/// atomic per warp on `pos` (the candidates' order in the buffer does not matter: the remaining
+/// digits are resolved by histograms over them).
+__device__ __forceinline__ void topk_owner_gather(const std::uint32_t* skeys, int words, const TopkOwnerMasks& m,
+                                                  std::uint32_t* cand_buf, unsigned* pos) {
+  const int lane = threadIdx.x & 31;
+  const int base = 32 * words * static_cast<int>(threadIdx.x);
+  unsigned mine = 0;
+#pragma unroll
+  for (int w = 0; w < kTopkOwnerMaxWords; ++w) mine += static_cast<unsigned>(__popc(m.cand[w]));
+  unsigned incl = mine;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const unsigned v = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl += v;
+  }
+  unsigned wbase = 0;
+  if (lane == 31 && incl != 0) wbase = atomicAdd(pos, incl);
+  wbase = __shfl_sync(0xffffffffu, wbase, 31);
+  unsigned at = wbase + incl - mine;
+#pragma unroll
+  for (int w = 0; w < kTopkOwnerMaxWords; ++w) {
+    unsigned bits = m.cand[w];
+    while (bits != 0) {
+      const int b = __ffs(bits) - 1;
+      bits &= bits - 1;
+      cand_buf[at++] = skeys[base + 32 * w + b];
+    }
+  }
+}
+/// The id-order compaction (SPEC §4.6 order, place_selected) of a one-CTA row from its owner masks,
+/// once K* = (prefix, mask) and `need` are final: a `gt` key is taken; a candidate is taken where
+/// (key & mask) > prefix, or == prefix among the first `need`. One block scan of the threads'
+/// (equal, greater) counts gives each thread's offsets (`scan_tmp`: free, the caller's barrier
+/// before). `lo`: the slice's first id (0 for a whole row).
+template <int kThreads, class Scan>
+__device__ __forceinline__ void topk_owner_compact(const std::uint32_t* skeys, int words, const TopkOwnerMasks& m,
+                                                   std::uint32_t prefix, std::uint32_t mask, unsigned need,
+                                                   typename Scan::TempStorage& scan_tmp, std::int32_t* out, int lo) {
+  const int base = 32 * words * static_cast<int>(threadIdx.x);
+  unsigned gt = 0, eq = 0;
+#pragma unroll
+  for (int w = 0; w < kTopkOwnerMaxWords; ++w) {
+    gt += static_cast<unsigned>(__popc(m.gt[w]));
+    unsigned bits = m.cand[w];
+    while (bits != 0) {
+      const int b = __ffs(bits) - 1;
+      bits &= bits - 1;
+      const std::uint32_t km = skeys[base + 32 * w + b] & mask;
+      gt += km > prefix;
+      eq += km == prefix;
+    }
+  }
+  unsigned long long before;
+  Scan(scan_tmp).ExclusiveSum((static_cast<unsigned long long>(eq) << 32) | gt, before);
+  unsigned gt_b = static_cast<unsigned>(before & 0xffffffffu), eq_b = static_cast<unsigned>(before >> 32);
+#pragma unroll
+  for (int w = 0; w < kTopkOwnerMaxWords; ++w) {
+    unsigned bits = m.gt[w] | m.cand[w];
+    while (bits != 0) {
+      const int b = __ffs(bits) - 1;
+      bits &= bits - 1;
+      const int i = base + 32 * w + b;
+      if ((m.gt[w] >> b) & 1u) {
+        place_selected(out, true, lo + i, gt_b, eq_b, need);
+      } else {
+        const std::uint32_t km = skeys[i] & mask;
+        if (km > prefix) place_selected(out, true, lo + i, gt_b, eq_b, need);
+        else if (km == prefix) place_selected(out, false, lo + i, gt_b, eq_b, need);
+      }
+    }
+  }
+}
+
 /// One selection row per kC CTAs (kC = 1: one CTA; kC = kTopkCluster: a cluster, CTA rank c owns the
 /// id-contiguous slice [c·S, (c+1)·S) of the row, S = ceil(n / kC)). kSmem: the slice's keys are
 /// staged in dynamic shared memory (ceil(ld / kC) keys), else re-read from global memory.
@@ -531,6 +672,12 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
 
   std::uint32_t prefix = 0, mask = 0;
   unsigned need = 0;  // keys equal to the final prefix that are taken (lowest ids first)
+  // kOwner: one 512-thread CTA per row with staged keys, candidates: the owner masks
+  // (topk_owner_classify) serve the candidates' gather and the compaction; `owner_ready` (uniform)
+  // once they are set and K* is resolved from the candidates
+  constexpr bool kOwner = kC == 1 && kSmem && kCand && kThreads == kTopkThreads;
+  TopkOwnerMasks owner;
+  bool owner_ready = false;
   if (k == n) {  // everything fits: select all (mask 0: every key "equals" the prefix)
     need = static_cast<unsigned>(n);
     if constexpr (kC > 1) ptx::cluster_wait();  // every rank's mbarriers are initialised
@@ -653,6 +800,17 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
         need = krest;  // every key of the threshold bin is taken
       } else if (cnt <= static_cast<unsigned>(a.cand_cap)) {
         std::uint32_t* cand = topk_cand_in_hist(kC, kThreads, a.cand_cap) ? hfirst : skeys + (kSmem ? (a.ld + kC - 1) / kC : 0);
+        if (kOwner && a.owner_masks != 0 && topk_owner_words(len) <= kTopkOwnerMaxWords) {  // uniform
+          // owner masks: one classifying sweep; the gather and the compaction below work from them
+          if (tid == 0) s_cand_pos = 0;
+          owner = topk_owner_classify(skeys, len, topk_owner_words(len), pk.digit, kFirstShift);
+          __syncthreads();  // s_cand_pos
+          topk_owner_gather(skeys, topk_owner_words(len), owner, cand, &s_cand_pos);
+          __syncthreads();  // the candidates
+          need = radix_refine<1, kThreads>([&](int i) { return cand[i]; }, static_cast<int>(cnt), kFirstShift, prefix,
+                                           mask, krest, hist, hsum, pick, static_cast<TopkExchange<1>*>(nullptr), 0);
+          owner_ready = true;
+        } else {
         if (tid == 0) {
           unsigned off = 0;
           for (int q = 0; q < crank; ++q) off += rank_smem<kC>(hfirst, q)[pk.digit];
@@ -679,6 +837,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
         row_sync<kC>();  // every rank's candidate buffer holds the row's cnt candidates
         need = radix_refine<1, kThreads>([&](int i) { return cand[i]; }, static_cast<int>(cnt), kFirstShift, prefix, mask,
                                krest, hist, hsum, pick, static_cast<TopkExchange<1>*>(nullptr), 0);
+        }
       } else {
         need = radix_refine<kC, kThreads>(key_at, len, kFirstShift, prefix, mask, krest, hist, hsum, pick, &xch, crank);
       }
@@ -688,6 +847,12 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
   pdl_launch_dependents();
   // compaction in id order: selected = (key & mask) > prefix, or == prefix among the first `need`
   const bool staged = kSmem && k != n;
+  if constexpr (kOwner) {
+    if (owner_ready) {
+      __syncthreads();  // scan_tmp: the last radix pass's reads are done
+      topk_owner_compact<kThreads, Scan>(skeys, topk_owner_words(len), owner, prefix, mask, need, scan_tmp, out_row(), lo);
+    }
+  }
   unsigned long long carry = 0;  // (eq << 32) | gt over lower ids
   if constexpr (kC > 1) {
     unsigned gt = 0, eq = 0;
@@ -707,9 +872,10 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
   // 104.5 -> 97.5 (candidates), 64 rows of 16384 30.2 -> 29.2); 128-thread CTAs (short prefill
   // rows: 65536 rows of ld 2048 took 461 -> 581 µs with it) keep the block-scan tiles below
   if constexpr (kThreads != kTopkShortThreads) {
-    compact_by_ballots<kThreads>([&](int i) { return staged ? skeys[i] : score_key(src[i]); }, len, lo, k, prefix,
-                                 mask, need, out_row(), static_cast<unsigned>(carry & 0xffffffffu),
-                                 static_cast<unsigned>(carry >> 32));
+    if (!owner_ready)  // uniform
+      compact_by_ballots<kThreads>([&](int i) { return staged ? skeys[i] : score_key(src[i]); }, len, lo, k, prefix,
+                                   mask, need, out_row(), static_cast<unsigned>(carry & 0xffffffffu),
+                                   static_cast<unsigned>(carry >> 32));
   } else {
     static_assert(kC == 1, "the block-scan compaction serves one 128-thread CTA per row (carry stays 0)");
     constexpr int kTile = kThreads * kTopkItems;
@@ -838,6 +1004,14 @@ inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
 /// / 406; ld 8192 × 4096 rows 148 / 121 / 160 (candidates slower at every one of these sizes). The
 /// measured rule: 128 threads up to kTopkShortMaxLd, 256 up to kTopkMidMaxLd, 512 beyond
 /// (test_topk runs every pattern on each size against the reference, bit-identical to 512).
+/// Whether the one-CTA candidate selection of 512 threads with staged keys takes the owner masks
+/// (topk_owner_classify) for its candidates' gather and compaction: where the launch has at most
+/// one row per SM. Measured on an H100 (bench/RESULTS.md, thirty-third session, bench_indexer A/B
+/// in one call, µs): 1 / 16 / 64 rows of 16384 regions 14.2 / 14.9 / 15.6 -> 11.3 / 11.8 / 12.0;
+/// indexer_decode at 128K tp 1 batch 16 (64 rows) 52.1 -> 48.3, tp 8 batch 64 128.0 -> 124.5; but
+/// tp 1 batch 64 (256 rows, two CTAs per SM) 139.8 -> 147.7, so more rows keep the ballot path.
+inline constexpr bool topk_owner_masks_pay(int rows, int sms) { return rows <= sms; }
+
 inline constexpr std::int64_t kTopkShortMaxLd = 4096;
 inline constexpr std::int64_t kTopkMidMaxLd = 8192;
 
@@ -914,6 +1088,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
   const bool cand = algo == TopkAlgo::kCandidates;
   TopkArgs args = a;
   args.cand_cap = 0;
+  args.owner_masks = topk_owner_masks_pay(rows, sms) ? 1 : 0;
   if (cand) {
     // the candidates share the dynamic shared memory limit (kTopkSmemKeys keys) with the staged keys;
     // a row has at most ld candidates (n <= ld), so a cap above ld would only cost shared memory
