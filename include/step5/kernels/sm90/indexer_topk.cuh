@@ -13,7 +13,9 @@
 /// the k-th key K* and how many keys equal to K* are taken (`need`); a compaction pass in id order
 /// (CTAs of 256 or 512 threads, clusters included: warp ballots, `compact_by_ballots`; 128-thread
 /// CTAs: cub::BlockScan over tiles of kTopkItems keys per thread) then writes ids with key > K*,
-/// and the first `need` ids with key == K*, ascending.
+/// and the first `need` ids with key == K*, ascending. (One 512-thread CTA per row with candidates
+/// and a staged row of at most 16384 keys, where the launch has at most one row per SM: owner masks
+/// instead, topk_owner_classify — one sweep for the candidates' gather and the compaction.)
 /// In a cluster, CTA rank c owns an id-contiguous slice of the row: every rank pushes its histogram
 /// of a pass into every rank's shared memory (st.async, TopkExchange) and sums the ranks' in rank
 /// order (identical results everywhere), and the compaction offsets of a slice are the (gt, eq)
