@@ -382,6 +382,27 @@ GPU_CASE("topk: 16384-region rows (shared-memory variant), every pattern") {
   check_against_reference(R, "16K rows");
 }
 
+GPU_CASE("topk: staged rows past the owner masks' 16384 keys (ld 40000) next to rows within them, every pattern") {
+  // One CTA per row of 512 threads with candidates stages rows of up to kTopkSmemKeys keys; in a
+  // launch of at most one row per SM it takes the owner masks (topk_owner_masks_pay) on rows of at
+  // most kTopkOwnerMaxWords * 32 * 512 = 16384 keys and the ballot gather / compaction on longer
+  // ones (the same instance). ld 40000 leaves room for the candidate buffer (launch_topk).
+  namespace k = step5::kernels::sm90;
+  static_assert(k::kTopkOwnerMaxWords * 32 * k::kTopkThreads == 16384 && 40000 <= k::kTopkSmemKeys,
+                "the rows below straddle the owner masks' reach and stay staged");
+  std::mt19937 rng(12);
+  Rows R;
+  R.topk = 512;
+  R.ld = 40000;
+  const int lens[] = {40000, 20001, 16385, 16384, 12345};
+  for (Pattern p : kAll)
+    for (int n : lens)
+      if (!step5_test::quick() || p == Pattern::kRandom || p == Pattern::kCrowdedBin || n == 20001 || n == 16384)
+        R.add(n, p, rng);
+  EXPECT(R.rows() <= 132, "at most one row per SM on an H100 / H200 (%d rows): the owner masks' launches", R.rows());
+  check_against_reference(R, "ld 40000 rows");
+}
+
 GPU_CASE("topk: 131072-region rows (1M tokens; one CTA from global memory, or a cluster; quick: 50000) mixed with short rows") {
   std::mt19937 rng(3);
   Rows R;
@@ -632,8 +653,10 @@ GPU_CASE("topk: STEP5_TOPK selects the algorithm; a bad value is refused naming 
              step5::kernels::sm90::topk_default_algo(1, kTopkCandMinKeys - 1) == TopkAlgo::kRadix &&
              step5::kernels::sm90::topk_default_algo(step5::kernels::sm90::kTopkCluster, kTopkCandMinKeys) == TopkAlgo::kRadix,
          "the measured default per variant");
-  // one-CTA candidate rows take the owner masks at most one row per SM (the decode-shaped case's
-  // 1, 16 and 64 rows; its 257 rows and the 257- and 1024-row batches the ballot path)
+  // one-CTA candidate rows of 512 threads take the owner masks at most one row per SM (in
+  // check_against_reference, the forced one-CTA candidate variant: e.g. the decode-shaped case's 1
+  // and 16 rows, the 33-row batch, the ld 40000 case's rows of <= 16384 keys; the 257-row batch and
+  // the prefill-shaped rows take the ballot path)
   EXPECT(step5::kernels::sm90::topk_owner_masks_pay(132, 132) && !step5::kernels::sm90::topk_owner_masks_pay(133, 132) &&
              step5::kernels::sm90::topk_owner_masks_pay(1, 132),
          "the owner-mask rule");

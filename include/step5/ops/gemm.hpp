@@ -173,7 +173,9 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 /// and K in [kGemmGemvAutoMinK, kGemmGemvAutoMaxK] (the K range measured: 512 ... 12288; a much
 /// shorter row leaves most lanes idle and a much longer one shrinks the ring beside X), with the
 /// fast-path alignment and no config / split_k override — for the listed layouts at batch 1, both
-/// GEMMs at every tp (1, 2, 4, 8, 16).
+/// GEMMs at every tp (1, 2, 4, 8, 16); all but two of those shapes measured faster than cuBLASLt
+/// (below; dsa_h64_kv8_d128's o_proj at tp 4 and fused projection at tp 16 were not measured: they
+/// lie inside the measured K and weight ranges).
 /// Measured on an H100 (bench/RESULTS.md, thirty-second session call 1 and thirty-third session
 /// calls 1-2; the weight ring of gemm_gemv.cuh), µs against cuBLASLt in the same binary: fused
 /// step5_preview tp 1 51.0 / 58.4 (1.15×), tp 2 26.6 / 30.8, tp 4 14.7 / 16.7, tp 8 11.3 / 13.8

@@ -477,8 +477,9 @@ __device__ __forceinline__ void compact_by_ballots(KeyAt key_at, int len, int lo
 /// (first digit == b*: the candidates); the candidates' gather and the id-order compaction then
 /// work from the masks, without another pass over the keys (a warp scan per thread's run instead of
 /// two ballots per key and a barrier pair per round: compact_by_ballots). Rows of at most
-/// kTopkOwnerMaxWords · 32 · kTopkThreads keys (16384: 128K tokens) take it; one word per thread
-/// (two or three, for rows up to kTopkSmemKeys, spilled the instance at its 64 registers: ptxas 13.0).
+/// kTopkOwnerMaxWords · 32 · kTopkThreads keys (16384: 128K tokens) take it; one word per thread.
+/// Three words (rows up to kTopkSmemKeys) spilled the instance at its 64 registers (ptxas 13.0: 28 /
+/// 36 bytes); two compile without spills (rows up to 32768 keys) but were not measured.
 inline constexpr int kTopkOwnerMaxWords = 1;
 static_assert(kTopkOwnerMaxWords * 32 * kTopkThreads <= kTopkSmemKeys, "the owner masks cover staged keys only");
 /// Words of 32 keys each thread of a kTopkThreads-thread CTA owns for a slice of `len` keys.
@@ -567,8 +568,8 @@ __device__ __forceinline__ void topk_owner_gather(const std::uint32_t* skeys, in
 /// The id-order compaction (SPEC §4.6 order, place_selected) of a one-CTA row from its owner masks,
 /// once K* = (prefix, mask) and `need` are final: a `gt` key is taken; a candidate is taken where
 /// (key & mask) > prefix, or == prefix among the first `need`. One block scan of the threads'
-/// (equal, greater) counts gives each thread's offsets (`scan_tmp`: free, the caller's barrier
-/// before). `lo`: the slice's first id (0 for a whole row).
+/// (equal, greater) counts gives each thread's offsets (`scan_tmp`: free, its last use a barrier
+/// or more before). `lo`: the slice's first id (0 for a whole row).
 template <int kThreads, class Scan>
 __device__ __forceinline__ void topk_owner_compact(const std::uint32_t* skeys, int words, const TopkOwnerMasks& m,
                                                    std::uint32_t prefix, std::uint32_t mask, unsigned need,
@@ -623,7 +624,9 @@ __device__ __forceinline__ void topk_owner_compact(const std::uint32_t* skeys, i
 ///   3. else (too many candidates: plateaus, near-equal scores) the remaining digits run as the
 ///      plain radix passes over every key of the row.
 /// Then K* = (prefix, mask) and `need` are the same as kCand = false's (both define the unique
-/// first k of (key descending, id ascending)), and the compaction pass is shared.
+/// first k of (key descending, id ascending)), and the compaction pass is shared — except on the
+/// owner-mask path (kOwner with a.owner_masks, rows of at most 16384 keys): its candidates' gather
+/// and compaction work from masks set by one classifying sweep (topk_owner_classify).
 /// Dynamic shared memory: [ceil(ld / kC) keys if kSmem][a.cand_cap candidate keys if kCand, unless
 /// topk_cand_in_hist: then the candidates overwrite hfirst].
 template <int kC, bool kSmem, bool kCand, int kThreads = kTopkThreads>
@@ -851,7 +854,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
   const bool staged = kSmem && k != n;
   if constexpr (kOwner) {
     if (owner_ready) {
-      __syncthreads();  // scan_tmp: the last radix pass's reads are done
+      __syncthreads();  // as measured (scan_tmp's last use, the threshold scan, is several barriers back)
       topk_owner_compact<kThreads, Scan>(skeys, topk_owner_words(len), owner, prefix, mask, need, scan_tmp, out_row(), lo);
     }
   }
@@ -1006,16 +1009,18 @@ inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
 /// / 406; ld 8192 × 4096 rows 148 / 121 / 160 (candidates slower at every one of these sizes). The
 /// measured rule: 128 threads up to kTopkShortMaxLd, 256 up to kTopkMidMaxLd, 512 beyond
 /// (test_topk runs every pattern on each size against the reference, bit-identical to 512).
+inline constexpr std::int64_t kTopkShortMaxLd = 4096;
+inline constexpr std::int64_t kTopkMidMaxLd = 8192;
+
 /// Whether the one-CTA candidate selection of 512 threads with staged keys takes the owner masks
 /// (topk_owner_classify) for its candidates' gather and compaction: where the launch has at most
 /// one row per SM. Measured on an H100 (bench/RESULTS.md, thirty-third session, bench_indexer A/B
-/// in one call, µs): 1 / 16 / 64 rows of 16384 regions 14.2 / 14.9 / 15.6 -> 11.3 / 11.8 / 12.0;
-/// indexer_decode at 128K tp 1 batch 16 (64 rows) 52.1 -> 48.3, tp 8 batch 64 128.0 -> 124.5; but
-/// tp 1 batch 64 (256 rows, two CTAs per SM) 139.8 -> 147.7, so more rows keep the ballot path.
+/// in one call, µs): with the masks on every row count (call 4), 1 / 16 / 64 rows of 16384
+/// regions 14.2 / 14.9 / 15.6 -> 11.3 / 11.8 / 12.0, but indexer_decode at 128K tp 1 batch 64 (256
+/// rows, two CTAs per SM) 139.8 -> 147.7 (cause not isolated); with this rule (call 5), 1 / 64
+/// rows 14.2 / 15.4 -> 11.1 / 11.8, indexer_decode tp 1 batch 16 (64 rows) 51.7 -> 48.0, tp 8 batch
+/// 64 127.6 -> 124.4, tp 1 batch 64 138.8 -> 136.7, 512 rows unchanged.
 inline constexpr bool topk_owner_masks_pay(int rows, int sms) { return rows <= sms; }
-
-inline constexpr std::int64_t kTopkShortMaxLd = 4096;
-inline constexpr std::int64_t kTopkMidMaxLd = 8192;
 
 /// Threads per CTA of a launch with `cluster_size` CTAs per row (1 or kTopkCluster) and row stride
 /// (longest row) `ld` (the arguments of topk_default_algo): the one place the short-row rule
