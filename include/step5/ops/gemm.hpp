@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <string>
 
+#include "step5/core/cuda_check.hpp"  // kSm90MaxSmemPerCta
 #include "step5/core/numeric.hpp"
 #include "step5/core/status.hpp"
 
@@ -133,8 +134,8 @@ struct GemmGemvRing {
 inline constexpr std::int64_t kGemmGemvRingRows = 8;
 inline constexpr std::int64_t kGemmGemvRingMaxStages = 8;
 inline constexpr std::int64_t kGemmGemvRingMinStages = 2;
-/// Dynamic shared memory a CTA may opt into on sm_90 (227 KiB).
-inline constexpr std::int64_t kGemmGemvCtaSmem = 227 * 1024;
+/// Dynamic shared memory a CTA may opt into on sm_90 (227 KiB, the one constant of core/cuda_check.hpp).
+inline constexpr std::int64_t kGemmGemvCtaSmem = kSm90MaxSmemPerCta;
 /// Bytes of the ring's mbarriers ahead of X (a full and an empty barrier per stage), 128-aligned.
 inline constexpr std::int64_t kGemmGemvRingBarrierBytes = 128;
 static_assert(2 * 8 * kGemmGemvRingMaxStages <= kGemmGemvRingBarrierBytes, "the ring's mbarriers fit their area");

@@ -282,6 +282,17 @@ struct TopkExchange {
   }
 };
 
+/// Inclusive sum of `v` over lanes 0 .. `lane` of a full warp (Kogge-Stone, five shuffles); every
+/// lane must call it. The radix pick, the ballot compaction and the owner masks' gather use it.
+__device__ __forceinline__ unsigned warp_inclusive_sum(unsigned v, int lane) {
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const unsigned u = __shfl_up_sync(0xffffffffu, v, off);
+    if (lane >= off) v += u;
+  }
+  return v;
+}
+
 /// Adds one key per thread of a warp to histogram `h` (bin `digit`, only where `match`): a warp
 /// whose 32 keys share one bin adds once (plateaus of equal scores do not serialise), otherwise
 /// one shared-memory atomic per key. Every lane of the warp must call it.
@@ -357,12 +368,7 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
       for (int j = 0; j < 8; ++j) c[j] = hs[255 - 8 * lane - j];
 #pragma unroll
       for (int j = 0; j < 8; ++j) s += c[j];
-      unsigned incl = s;
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const unsigned v = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl += v;
-      }
+      const unsigned incl = warp_inclusive_sum(s, lane);
       unsigned above = incl - s;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
@@ -440,12 +446,7 @@ __device__ __forceinline__ void compact_by_ballots(KeyAt key_at, int len, int lo
       if (lane == j) my_gt = g, my_eq = e;
     }
     const unsigned cnt = (static_cast<unsigned>(__popc(my_eq)) << 16) | static_cast<unsigned>(__popc(my_gt));
-    unsigned incl = cnt;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const unsigned v = __shfl_up_sync(0xffffffffu, incl, off);
-      if (lane >= off) incl += v;
-    }
+    const unsigned incl = warp_inclusive_sum(cnt, lane);
     if (lane == 31) s_warp_cnt[warp] = incl;
     __syncthreads();
     unsigned warp_before = 0, round_total = 0;
@@ -489,6 +490,9 @@ __host__ __device__ __forceinline__ constexpr int topk_owner_words(int len) {
 struct TopkOwnerMasks {
   unsigned gt[kTopkOwnerMaxWords], cand[kTopkOwnerMaxWords];
 };
+/// Slice index of this thread's first owned key (`words` words of 32 keys per thread): the one
+/// place of the layout above; bit b of word w is key topk_owner_base(words) + 32w + b.
+__device__ __forceinline__ int topk_owner_base(int words) { return 32 * words * static_cast<int>(threadIdx.x); }
 /// Classifies this thread's owned keys (see kTopkOwnerMaxWords) against the first-digit threshold
 /// bin `bstar` (digit = key >> `shift`). The eight 16-byte chunks of a word are read in the
 /// rotated order c = (j + t) mod 8: the lanes of a quarter warp, 128 bytes apart, then read eight
@@ -496,7 +500,7 @@ struct TopkOwnerMasks {
 __device__ __forceinline__ TopkOwnerMasks topk_owner_classify(const std::uint32_t* skeys, int len, int words,
                                                                unsigned bstar, int shift) {
   TopkOwnerMasks m;
-  const int base = 32 * words * static_cast<int>(threadIdx.x);
+  const int base = topk_owner_base(words);
   // key >= lo_key: first digit >= b*; key >= hi_key: first digit > b* (none when b* is the top bin)
   const std::uint32_t lo_key = bstar << shift;
   const bool top_bin = (bstar + 1u) << shift == 0u;
@@ -541,16 +545,11 @@ __device__ __forceinline__ TopkOwnerMasks topk_owner_classify(const std::uint32_
 __device__ __forceinline__ void topk_owner_gather(const std::uint32_t* skeys, int words, const TopkOwnerMasks& m,
                                                   std::uint32_t* cand_buf, unsigned* pos) {
   const int lane = threadIdx.x & 31;
-  const int base = 32 * words * static_cast<int>(threadIdx.x);
+  const int base = topk_owner_base(words);
   unsigned mine = 0;
 #pragma unroll
   for (int w = 0; w < kTopkOwnerMaxWords; ++w) mine += static_cast<unsigned>(__popc(m.cand[w]));
-  unsigned incl = mine;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const unsigned v = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += v;
-  }
+  const unsigned incl = warp_inclusive_sum(mine, lane);
   unsigned wbase = 0;
   if (lane == 31 && incl != 0) wbase = atomicAdd(pos, incl);
   wbase = __shfl_sync(0xffffffffu, wbase, 31);
@@ -574,7 +573,7 @@ template <int kThreads, class Scan>
 __device__ __forceinline__ void topk_owner_compact(const std::uint32_t* skeys, int words, const TopkOwnerMasks& m,
                                                    std::uint32_t prefix, std::uint32_t mask, unsigned need,
                                                    typename Scan::TempStorage& scan_tmp, std::int32_t* out, int lo) {
-  const int base = 32 * words * static_cast<int>(threadIdx.x);
+  const int base = topk_owner_base(words);
   unsigned gt = 0, eq = 0;
 #pragma unroll
   for (int w = 0; w < kTopkOwnerMaxWords; ++w) {
