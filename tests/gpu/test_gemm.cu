@@ -425,13 +425,14 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
       {130, 301, 77, 77, 79, 301},           // odd everything -> generic only
       {3, 1000, 4104, 4112, 4120, 1002},     // decode rows (gemv; both kernels): odd N, K not a multiple of 256
       {1, 1000, 4104, 4112, 4120, 1002},     // gemv at T = 1: the CUDA-core kernel, and the tensor-core one forced
-      {2, 4096, 12288, 12288, 12288, 4096},  // o_proj at tp 1 decode (64 * 192): 6 K tiles per row on the CUDA cores; tensor cores 6 batches per segment
-      {4, 517, 200, 208, 200, 520},          // gemv with fewer 16-byte chunks than lanes; tensor cores: 7 chunks, one segment
+      {2, 4096, 12288, 12288, 12288, 4096},  // o_proj at tp 1 decode (64 * 192): 6 K tiles per row on the CUDA cores, 12 on the tensor cores
+      {4, 517, 200, 208, 200, 520},          // gemv with fewer 16-byte chunks than lanes; tensor cores: 13 k16 steps, the last one 8 values in K
       {9, 517, 200, 208, 200, 520},          // gemv (tensor cores): two n8 tiles, the second one token
-      {16, 1000, 4104, 4112, 4120, 1002},    // gemv (tensor cores): T = 16, 3 batches per segment, 8 of the last chunk's 32 values in K
-      {8, 100, 12288, 12288, 12288, 100},    // gemv (tensor cores): X 197120 bytes
-      {12, 100, 12288, 12288, 12288, 100},   // gemv refused: X would need 295680 bytes
-      {2, 70, 51136, 51136, 51136, 72},      // gemv near the limit; tensor cores at it (204672 bytes), 25 batches per segment
+      {16, 1000, 4104, 4112, 4120, 1002},    // gemv (tensor cores): T = 16, 9 tiles of 512 values, the last one 8 (half a k16 step)
+      {8, 100, 12288, 12288, 12288, 100},    // gemv (tensor cores): X 200960 bytes, 3 stages of 256-value tiles
+      {12, 100, 12288, 12288, 12288, 100},   // gemv refused: X would need 303424 bytes
+      {2, 70, 51136, 51136, 51136, 72},      // gemv near the limit (CUDA cores); the tensor cores refused (208800 bytes)
+      {2, 70, 50112, 50112, 50112, 72},      // gemv (tensor cores) at its limit (204704 bytes): 3 stages, 196 tiles of 256 values, the last 192
       {4, 100, 25600, 25600, 25600, 100},    // gemv: X at the shared-memory limit, a ring of 3 stages of 512-value tiles
       {1, 333, 40960, 40960, 40960, 334},    // gemv (T = 1): 20 K tiles per row, fewer rows than SMs x 8
       {1, 129, 102400, 102400, 102400, 130}, // gemv (T = 1): X at the limit, 200 K tiles of 512 values, one row per CTA
@@ -763,7 +764,7 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
 
 GPU_CASE("gemm: gemv bit-identical over 20 launches (quick: 5) with other kernels running, fp64 spot checks") {
   // The forced kGemv path: each lane sums its chunks in order and the warp's butterfly is fixed
-  // (the tensor-core kernel's mma and segment order too), so C must not change with what else
+  // (the tensor-core kernel's k16 steps and warp order too), so C must not change with what else
   // runs; the step5_preview fused projection (tp 8, tp 1) and o_proj (tp 1: 6 K tiles per row on
   // the CUDA cores) shapes at T = 1, 4, 9 and 16
   const int reps = step5_test::quick() ? 5 : 20;
@@ -792,7 +793,7 @@ GPU_CASE("gemm: gemv bit-identical over 20 launches (quick: 5) with other kernel
   }
 }
 
-GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; the CUDA-core gemv kernel at N = 1 and 7, and a row's bits independent of how the rows are shared out") {
+GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; both gemv kernels at N = 1 and 7, and a row's bits independent of how the rows are shared out") {
   // K = 0 is not a fast-path shape (the kGemv kernels never see it): the forced path is refused
   // with kInvalidArgument naming "k == 0", and kAuto writes C = 0 (poisoned first), T = 1..4
   for (int T = 1; T <= 4; ++T) {
@@ -818,22 +819,29 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; the 
       for (int n = 0; n < 302; ++n) bad += hc[static_cast<std::size_t>(t) * 302 + n] != (n < 300 ? 0x0000 : 0xFFFF);
     EXPECT(bad == 0, "kAuto K = 0 T=%d: %d outputs not 0 (or padding not left poisoned)", T, bad);
   }
-  // the CUDA-core kGemv kernel forced on x / w (rows ld apart) into c (poisoned first, rows ldc
+  // a kGemv kernel (config) forced on x / w (rows ld apart) into c (poisoned first, rows ldc
   // apart), synchronised
-  const auto gemv_cuda_cores = [](const DevBuf& dx, const DevBuf& dw, DevBuf& dc, int T, int N, int K, int ld, int ldc) {
+  const auto gemv_forced = [](const DevBuf& dx, const DevBuf& dw, DevBuf& dc, int T, int N, int K, int ld, int ldc,
+                              int config) {
     GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * ldc * 2));
     GemmParams p;
     p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
     p.tokens = T, p.n = N, p.k = K, p.ldx = ld, p.ldw = ld, p.ldc = ldc;
     p.path = GemmPath::kGemv;
-    p.config = step5::ops::kGemmGemvCudaCores;
+    p.config = config;
     const step5::Status st = step5::ops::gemm_bf16(p, nullptr);
     GPU_CHECK(cudaDeviceSynchronize());
     return st;
   };
-  // Fewer rows than a ring stage holds: N = 7 (one CTA per row, 7 of 8 consumer warps idle) and
-  // N = 1 (one CTA; a 2048-value tile and an 8-value one), against the CPU reference
-  for (const auto& [T, N, K] : {std::tuple{3, 7, 4096}, std::tuple{1, 1, 2056}, std::tuple{4, 1, 2056}}) {
+  constexpr int kCuda = step5::ops::kGemmGemvCudaCores, kTensor = step5::ops::kGemmGemvTensorCores;
+  // Fewer rows than a ring stage holds: N = 7 (CUDA cores: one CTA per row, 7 of 8 consumer warps
+  // idle; tensor cores: one CTA, 9 of the 16 rows of its stages stale) and N = 1 (one CTA; CUDA
+  // cores: a 2048-value tile and an 8-value one; tensor cores: tiles of 1024 values, the last one
+  // 8, i.e. half a k16 step), against the CPU reference
+  for (const auto& [T, N, K, config] :
+       {std::tuple{3, 7, 4096, kCuda}, std::tuple{1, 1, 2056, kCuda}, std::tuple{4, 1, 2056, kCuda},
+        std::tuple{3, 7, 4096, kTensor}, std::tuple{1, 1, 2056, kTensor}, std::tuple{13, 7, 2056, kTensor},
+        std::tuple{16, 1, 2056, kTensor}}) {
     const int ldc = N + 1 + (N + 1) % 2;  // even, with a padding column left poisoned
     std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
     fill_random(hw, 0.125f);
@@ -841,8 +849,8 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; the 
     DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * ldc * 2);
     GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
     GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-    const step5::Status st = gemv_cuda_cores(dx, dw, dc, T, N, K, K, ldc);
-    EXPECT(st.ok(), "gemv T=%d N=%d K=%d: %s", T, N, K, st.to_string().c_str());
+    const step5::Status st = gemv_forced(dx, dw, dc, T, N, K, K, ldc, config);
+    EXPECT(st.ok(), "gemv config %d T=%d N=%d K=%d: %s", config, T, N, K, st.to_string().c_str());
     std::vector<bf16> hc(static_cast<std::size_t>(T) * ldc);
     GPU_CHECK(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
     std::vector<float> ref(static_cast<std::size_t>(T) * N);
@@ -850,14 +858,16 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; the 
     std::vector<int> rows;
     for (int t = 0; t < T; ++t) rows.push_back(t);
     const Judgement j = judge_output(ref, rows, N, ldc, hc);
-    EXPECT(j.bad == 0, "gemv T=%d N=%d K=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g", T, N, K,
-           j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
+    EXPECT(j.bad == 0, "gemv config %d T=%d N=%d K=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g",
+           config, T, N, K, j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
   }
-  // The same W rows 0..130 as the whole weight (N = 131: one row per CTA on 132 SMs) and as the
-  // first rows of a taller one (N = 1061: 8-9 rows per CTA, the rows in other CTAs, ring stages and
-  // row slots): bit for bit the same outputs (each row is one warp's fixed-order sum); C's rows
-  // N + 1 apart (an even ldc, the fast path's), the padding column left poisoned
-  for (int T : {1, 3}) {
+  // The same W rows 0..130 as the whole weight (N = 131: CUDA cores one row per CTA on 132 SMs,
+  // tensor cores 9 CTAs of 14-15 rows) and as the first rows of a taller one (N = 1061: 8-9 rows
+  // per CTA, or 67 CTAs of 15-16 rows: the rows in other CTAs, ring stages and row slots): bit for
+  // bit the same outputs (each row's sums run in an order fixed by T and K); C's rows N + 1 apart
+  // (an even ldc, the fast path's), the padding column left poisoned
+  for (const auto& [T, config] : {std::pair{1, kCuda}, std::pair{3, kCuda}, std::pair{1, kTensor},
+                                  std::pair{5, kTensor}, std::pair{16, kTensor}}) {
     const int K = 4104, ld = 4112, Nbig = 1061, Nsmall = 131, ldb = Nbig + 1, lds = Nsmall + 1;
     std::vector<bf16> hw(static_cast<std::size_t>(Nbig) * ld), hx(static_cast<std::size_t>(T) * ld);
     fill_random(hw, 0.125f);
@@ -870,8 +880,8 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; the 
     for (int which = 0; which < 2; ++which) {
       const int N = which == 0 ? Nbig : Nsmall, ldc = which == 0 ? ldb : lds;
       DevBuf& dc = which == 0 ? dc1 : dc2;
-      const step5::Status st = gemv_cuda_cores(dx, dw, dc, T, N, K, ld, ldc);
-      EXPECT(st.ok(), "gemv partition T=%d N=%d: %s", T, N, st.to_string().c_str());
+      const step5::Status st = gemv_forced(dx, dw, dc, T, N, K, ld, ldc, config);
+      EXPECT(st.ok(), "gemv partition config %d T=%d N=%d: %s", config, T, N, st.to_string().c_str());
       std::vector<std::uint16_t>& out = which == 0 ? big : small;
       GPU_CHECK(cudaMemcpy(out.data(), dc.p, out.size() * 2, cudaMemcpyDeviceToHost));
     }
@@ -886,8 +896,9 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; the 
       padding += small[static_cast<std::size_t>(t) * lds + Nsmall] != 0xFFFF;
     }
     EXPECT(differ == 0 && poison == 0 && padding == 0,
-           "gemv T=%d: rows 0..%d differ in %d outputs between N = %d and N = %d (%d unwritten, %d padding written)", T,
-           Nsmall - 1, differ, Nbig, Nsmall, poison, padding);
+           "gemv config %d T=%d: rows 0..%d differ in %d outputs between N = %d and N = %d (%d unwritten, %d padding "
+           "written)",
+           config, T, Nsmall - 1, differ, Nbig, Nsmall, poison, padding);
   }
 }
 

@@ -28,6 +28,8 @@ TEST_CASE("gemv: the CUDA-core kernel's weight ring (8 rows a stage, K tiles of 
   CHECK(a.tile_k == 2048);
   CHECK(a.stages == 6);
   CHECK(a.smem == 128 + 8192 + 6 * 32768);
+  CHECK(a.rows == 8);
+  CHECK(a.row_bytes == 4096);  // packed
   // o_proj at tp 8 (K 1536): one tile per row, the stage cap
   constexpr ops::GemmGemvRing b = ops::gemm_gemv_ring(1, 1536);
   CHECK(b.tile_k == 1536);
@@ -57,25 +59,67 @@ TEST_CASE("gemv: the CUDA-core kernel's weight ring (8 rows a stage, K tiles of 
     }
 }
 
-TEST_CASE("gemv: T >= 5 (tensor cores) stages X's T rows 64 bytes apart modulo 128 (conflict-free fragment loads)") {
-  // a row: K rounded up to a 64-byte chunk, then to 128 bytes, + 64
-  CHECK(ops::gemm_gemv_x_row_bytes(4096) == 8192 + 64);
-  CHECK(ops::gemm_gemv_x_row_bytes(4104) == 8320 + 64);  // 129 chunks = 8256 bytes -> 8320
-  CHECK(ops::gemm_gemv_x_row_bytes(200) == 512 + 64);    // 7 chunks = 448 bytes -> 512
-  CHECK(ops::gemm_gemv_x_row_bytes(8) == 128 + 64);
-  CHECK(ops::gemm_gemv_x_row_bytes(0) == 64);
+TEST_CASE("gemv: T >= 5 (tensor cores) stages X's T rows 16 bytes apart modulo 128 (conflict-free ldmatrix), 128 bytes of zeros, 4 KiB of partial tiles per n8 tile") {
+  // a row: 2K rounded up to 128 bytes, + 16
+  CHECK(ops::gemm_gemv_x_row_bytes(4096) == 8192 + 16);
+  CHECK(ops::gemm_gemv_x_row_bytes(4104) == 8320 + 16);  // 8208 bytes -> 8320
+  CHECK(ops::gemm_gemv_x_row_bytes(200) == 512 + 16);    // 400 bytes -> 512
+  CHECK(ops::gemm_gemv_x_row_bytes(8) == 128 + 16);
+  CHECK(ops::gemm_gemv_x_row_bytes(0) == 16);
   for (std::int64_t k = 0; k <= 20000; k += 8) {
     const std::int64_t row = ops::gemm_gemv_x_row_bytes(k);
-    CHECK_MESSAGE(row % 128 == 64, "k = ", k);
-    CHECK_MESSAGE(row >= 2 * k, "k = ", k);        // X's row fits
-    CHECK_MESSAGE(row >= (k + 31) / 32 * 64, "k = ", k);  // and every chunk a warp reads
+    CHECK_MESSAGE(row % 128 == 16, "k = ", k);
+    CHECK_MESSAGE(row >= 2 * ((k + 15) / 16 * 16), "k = ", k);  // every k16 step of X's row (zeros past K)
   }
   CHECK(ops::gemm_gemv_smem_bytes(2, 4096) == 2 * 4096 * 2);  // the CUDA cores
-  CHECK(ops::gemm_gemv_smem_bytes(2, 4096, ops::kGemmGemvTensorCores) == 2 * 8256);
-  CHECK(ops::gemm_gemv_smem_bytes(5, 4096) == 5 * 8256);
-  CHECK(ops::gemm_gemv_smem_bytes(8, 4096) == 8 * 8256);
-  CHECK(ops::gemm_gemv_smem_bytes(9, 4096) == 9 * 8256);
-  CHECK(ops::gemm_gemv_smem_bytes(16, 4096) == 16 * 8256);
+  CHECK(ops::gemm_gemv_mma_part_bytes(1) == 4096);
+  CHECK(ops::gemm_gemv_mma_part_bytes(8) == 4096);
+  CHECK(ops::gemm_gemv_mma_part_bytes(9) == 8192);
+  CHECK(ops::gemm_gemv_mma_part_bytes(16) == 8192);
+  CHECK(ops::gemm_gemv_smem_bytes(2, 4096, ops::kGemmGemvTensorCores) == 2 * 8208 + 128 + 4096);
+  CHECK(ops::gemm_gemv_smem_bytes(5, 4096) == 5 * 8208 + 128 + 4096);
+  CHECK(ops::gemm_gemv_smem_bytes(8, 4096) == 8 * 8208 + 128 + 4096);
+  CHECK(ops::gemm_gemv_smem_bytes(9, 4096) == 9 * 8208 + 128 + 8192);
+  CHECK(ops::gemm_gemv_smem_bytes(16, 4096) == 16 * 8208 + 128 + 8192);
+  CHECK(ops::gemm_gemv_eligible(8, 12288));        // 200960 bytes
+  CHECK_FALSE(ops::gemm_gemv_eligible(9, 12288));  // 229648
+}
+
+TEST_CASE("gemv: the tensor-core kernel's weight ring (16 rows a stage, 16 bytes apart mod 128; tiles of 1024, 512 or 256 values or K; 4..8 stages where they fit, else 2..3 of 256)") {
+  // T = 8, K = 4096 (the fused projection): 4 stages of 16 rows x 1024 values
+  constexpr ops::GemmGemvRing a = ops::gemm_gemv_ring(8, 4096);
+  CHECK(a.tile_k == 1024);
+  CHECK(a.stages == 4);
+  CHECK(a.rows == 16);
+  CHECK(a.row_bytes == 2048 + 16);
+  CHECK(a.smem == 128 + (8 * 8208 + 128 + 4096) + 4 * 16 * 2064);
+  // T = 16: X and its areas take 139648 bytes, two 1024-value stages would fit, five of 512 are taken
+  constexpr ops::GemmGemvRing b = ops::gemm_gemv_ring(16, 4096);
+  CHECK(b.tile_k == 512);
+  CHECK(b.stages == 5);
+  CHECK(b.row_bytes == 1024 + 16);
+  // o_proj at tp 1 (K 12288, T = 8): X and its areas take 200960 bytes, three stages of 256 values
+  constexpr ops::GemmGemvRing c = ops::gemm_gemv_ring(8, 12288);
+  CHECK(c.tile_k == 256);
+  CHECK(c.stages == 3);
+  // forced at T = 1 (config 2): the tensor-core layout
+  CHECK(ops::gemm_gemv_ring(1, 4096, ops::kGemmGemvTensorCores).rows == 16);
+  CHECK(ops::gemm_gemv_ring(1, 4096).rows == 8);
+  // every (T, K) the tensor-core kernel runs has a ring that fits, tiles of whole 16-byte pieces
+  // and rows 16 bytes apart modulo 128
+  for (std::int64_t t = 1; t <= ops::kGemmGemvMaxTokens; ++t)
+    for (std::int64_t k = 0; k <= 110000; k += 8) {
+      if (!ops::gemm_gemv_eligible(t, k, ops::kGemmGemvTensorCores)) continue;
+      const ops::GemmGemvRing r = ops::gemm_gemv_ring(t, k, ops::kGemmGemvTensorCores);
+      REQUIRE_MESSAGE(r.stages >= ops::kGemmGemvRingMinStages, "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE(r.stages <= ops::kGemmGemvRingMaxStages, "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE(r.smem <= ops::kGemmGemvCtaSmem, "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE(r.tile_k % 8 == 0, "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE((r.tile_k >= k || r.tile_k % 256 == 0), "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE(r.row_bytes % 128 == 16, "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE(r.row_bytes >= 2 * ((r.tile_k + 15) / 16 * 16), "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE(ops::gemm_gemv_ring_offset(t, k, ops::kGemmGemvTensorCores) % 128 == 0, "T = ", t, ", K = ", k);
+    }
 }
 
 TEST_CASE("gemv: the decode shapes it runs (fused projection K 4096 to T = 16, o_proj at tp 1 K 12288 to T = 8)") {
@@ -83,12 +127,12 @@ TEST_CASE("gemv: the decode shapes it runs (fused projection K 4096 to T = 16, o
   for (int t = 1; t <= 16; ++t) CHECK_MESSAGE(ops::gemm_gemv_eligible(t, 4096), "T = ", t);
   CHECK_FALSE(ops::gemm_gemv_eligible(17, 4096));  // above kGemmGemvMaxTokens
   CHECK_FALSE(ops::gemm_gemv_eligible(0, 4096));
-  for (int t = 1; t <= 8; ++t) CHECK_MESSAGE(ops::gemm_gemv_eligible(t, 12288), "T = ", t);  // 8 · 24640 = 197120 bytes
-  CHECK_FALSE(ops::gemm_gemv_eligible(9, 12288));  // 9 rows: 221760 bytes
-  CHECK(ops::gemm_gemv_eligible(2, 51136, ops::kGemmGemvTensorCores));        // 2 · 102336 = 204672 bytes
-  CHECK_FALSE(ops::gemm_gemv_eligible(2, 51200, ops::kGemmGemvTensorCores));  // 2 · 102464 = 204928 bytes (the padding)
-  CHECK(ops::gemm_gemv_eligible(16, 6336));        // 16 · 12736 = 203776 bytes
-  CHECK_FALSE(ops::gemm_gemv_eligible(16, 6400));  // 16 · 12864 = 205824 bytes
+  for (int t = 1; t <= 8; ++t) CHECK_MESSAGE(ops::gemm_gemv_eligible(t, 12288), "T = ", t);  // 8 · 24592 + 128 + 4096 = 200960 bytes
+  CHECK_FALSE(ops::gemm_gemv_eligible(9, 12288));  // 9 rows: 229648 bytes
+  CHECK(ops::gemm_gemv_eligible(2, 50112, ops::kGemmGemvTensorCores));        // 2 · 100240 + 128 + 4096 = 204704 bytes
+  CHECK_FALSE(ops::gemm_gemv_eligible(2, 50176, ops::kGemmGemvTensorCores));  // 2 · 100368 + 4224 = 204960 bytes (the padding)
+  CHECK(ops::gemm_gemv_eligible(16, 6080));        // 16 · 12176 + 128 + 8192 = 203136 bytes
+  CHECK_FALSE(ops::gemm_gemv_eligible(16, 6144));  // 16 · 12304 + 8320 = 205184 bytes
   CHECK_FALSE(ops::gemm_gemv_eligible(2, -8));
   CHECK_FALSE(ops::gemm_gemv_eligible(2, std::int64_t{1} << 40));  // no overflow in the byte count
 }
@@ -100,13 +144,14 @@ TEST_CASE("gemv: config picks the kernel (0 by T, 1 the CUDA cores at T <= 4 onl
   CHECK(ops::gemm_gemv_pick(5) == ops::kGemmGemvTensorCores);
   CHECK(ops::gemm_gemv_pick(16) == ops::kGemmGemvTensorCores);
   CHECK(ops::gemm_gemv_pick(1, ops::kGemmGemvTensorCores) == ops::kGemmGemvTensorCores);
-  CHECK(ops::gemm_gemv_smem_bytes(1, 4096, ops::kGemmGemvTensorCores) == 8256);  // one staged row
+  CHECK(ops::gemm_gemv_smem_bytes(1, 4096, ops::kGemmGemvTensorCores) == 8208 + 128 + 4096);  // one staged row, the zeros, the tiles
   CHECK(ops::gemm_gemv_eligible(1, 4096, ops::kGemmGemvCudaCores));
   CHECK(ops::gemm_gemv_eligible(4, 4096, ops::kGemmGemvCudaCores));
   CHECK_FALSE(ops::gemm_gemv_eligible(5, 4096, ops::kGemmGemvCudaCores));
-  CHECK(ops::gemm_gemv_eligible(1, 12288, ops::kGemmGemvTensorCores));         // 24640 bytes
-  CHECK_FALSE(ops::gemm_gemv_eligible(1, 102400, ops::kGemmGemvTensorCores));  // 204864 bytes (the CUDA-core kernel's 204800 fit)
-  CHECK(ops::gemm_gemv_eligible(1, 102336, ops::kGemmGemvTensorCores));        // 204736 bytes
+  CHECK(ops::gemm_gemv_eligible(1, 12288, ops::kGemmGemvTensorCores));         // 28816 bytes
+  CHECK_FALSE(ops::gemm_gemv_eligible(1, 102400, ops::kGemmGemvTensorCores));  // 209040 bytes (the CUDA-core kernel's 204800 fit)
+  CHECK(ops::gemm_gemv_eligible(1, 100224, ops::kGemmGemvTensorCores));        // 204688 bytes
+  CHECK_FALSE(ops::gemm_gemv_eligible(1, 100288, ops::kGemmGemvTensorCores));  // 204816 bytes
   CHECK(ops::gemm_gemv_eligible(1, 102400, 0));
   CHECK_FALSE(ops::gemm_gemv_eligible(1, 4096, 3));
   CHECK_FALSE(ops::gemm_gemv_eligible(1, 4096, -1));

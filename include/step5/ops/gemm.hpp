@@ -14,8 +14,8 @@
 ///  * `kGemv`   — weight-streaming kernels for decode-sized T (1 .. kGemmGemvMaxTokens), X in
 ///                shared memory, no workspace (gemm_gemv.cuh): T <= 4 on the CUDA cores (one
 ///                CTA per SM streams its rows through a bulk-copy weight ring, a warp per row),
-///                T = 5..16 on the tensor cores (mma.sync, a warp per 16 W rows and a K segment,
-///                W fragments loaded straight from global memory; config forces either kernel
+///                T = 5..16 on the tensor cores (the same ring, stages of 16 W rows, mma.sync with
+///                the eight warps sharing each stage by k16 steps; config forces either kernel
 ///                where it runs: gemm_gemv_pick). Needs the fast-path alignment and X's rows
 ///                within kGemmGemvMaxSmem (`gemm_gemv_smem_bytes`, `gemm_gemv_eligible`). bench_gemm's `gemm_gemv/` rows measure it against
 ///                cuBLASLt; kAuto takes it only where it measured faster: `gemm_auto_takes_gemv`;
@@ -83,13 +83,21 @@ inline constexpr std::int64_t kGemmGemvMaxSmem = 200 * 1024;
 inline constexpr std::int64_t kGemmGemvMaxRows = (std::int64_t{1} << 30);
 /// Tokens per n8 tile of the tensor-core kGemv kernel.
 inline constexpr std::int64_t kGemmGemvTokenTile = 8;
-/// Bytes of one staged X row of the tensor-core kGemv kernel for reduction length K: K
-/// rounded up to a 64-byte chunk (32 values; zero-filled past K), then to 128 bytes, plus 64 bytes,
-/// so that rows sit 64 bytes apart modulo 128 and a quarter warp's 16-byte fragment loads (two
-/// rows, four 16-byte pieces each) hit eight different bank groups.
-constexpr std::int64_t gemm_gemv_x_row_bytes(std::int64_t k) {
-  const std::int64_t chunk_bytes = (k + 31) / 32 * 64;
-  return (chunk_bytes + 127) / 128 * 128 + 64;
+/// Bytes of one staged X row of the tensor-core kGemv kernel for reduction length K: 2K rounded up
+/// to 128 bytes (zero-filled past K, so a k16 step that ends past K adds exact zeros), plus 16, so
+/// that the 8 rows an ldmatrix reads at one K offset lie 16 bytes apart modulo 128 (eight
+/// different bank groups: conflict-free).
+constexpr std::int64_t gemm_gemv_x_row_bytes(std::int64_t k) { return (2 * k + 127) / 128 * 128 + 16; }
+/// Bytes of zeros after X's rows in the tensor-core kGemv kernel: the ldmatrix rows of the tokens
+/// of an n8 tile past T point there (one 16-byte piece per row of the 8).
+inline constexpr std::int64_t kGemmGemvZeroRowsBytes = 128;
+/// Consumer warps of a kGemv CTA (gemm_gemv.cuh; one more warp produces the weight ring).
+inline constexpr std::int64_t kGemmGemvWarps = 8;
+/// Bytes of the tensor-core kGemv kernel's partial tiles after the zeros: each consumer warp's
+/// m16 × 8·NT fp32 accumulator tile (NT = ceil(T / 8) n8 tiles), summed in warp order at the end
+/// of a row block.
+constexpr std::int64_t gemm_gemv_mma_part_bytes(std::int64_t tokens) {
+  return kGemmGemvWarps * ((tokens + kGemmGemvTokenTile - 1) / kGemmGemvTokenTile) * 16 * kGemmGemvTokenTile * 4;
 }
 /// The kGemv path's two kernels, as `GemmParams::config` forces them and `GemmPlan::config` reports
 /// them: the CUDA-core kernel (T <= kGemmGemvCudaCoreMaxTokens) and the tensor-core kernel (any T
@@ -101,7 +109,8 @@ inline constexpr int kGemmGemvTensorCores = 2;
 /// (H100, thirty-second session, bench_gemm call 1, µs CUDA cores / tensor cores, step5_preview):
 /// T = 1 tp 1 fused 51.2 / 55.4, o_proj 34.5 / 40.5; tp 8 fused 11.2 / 13.5, o_proj 5.9 / 6.9;
 /// T = 4 tp 1 fused 55.0 / 56.7, o_proj 39.1 / 56.5; tp 8 fused 15.6 / 14.1, o_proj 8.1 / 7.7
-/// (the earlier warp-per-row form: twenty-sixth and twenty-eighth sessions). Neither wins at every
+/// (the tensor-core kernel then loaded W fragments straight from global memory; the earlier
+/// warp-per-row form: twenty-sixth and twenty-eighth sessions). Neither wins at every
 /// T = 4 shape; the rule stays by T (a forced path: kAuto runs kGemv at T = 1 only,
 /// `gemm_auto_takes_gemv`).
 inline constexpr std::int64_t kGemmGemvCudaCoreMaxTokens = 4;
@@ -112,54 +121,76 @@ constexpr int gemm_gemv_pick(std::int64_t tokens, int config = 0) {
 }
 /// Shared memory X takes in the kGemv kernel for T tokens of reduction length K (`config` as in
 /// gemm_gemv_pick; the rule of gemm_gemv_eligible): the CUDA-core kernel, X's rows (T · K · 2
-/// bytes; its whole dynamic shared memory, ring included, is gemm_gemv_ring(T, K).smem); the
-/// tensor-core kernel, T rows of gemm_gemv_x_row_bytes(K), its whole dynamic shared memory (the n8
-/// tile's rows past T are not staged: their fragments read as zero).
+/// bytes); the tensor-core kernel, T rows of gemm_gemv_x_row_bytes(K), kGemmGemvZeroRowsBytes of
+/// zeros (the n8 tile's rows past T are not staged: their ldmatrix rows read the zeros) and the
+/// partial tiles (gemm_gemv_mma_part_bytes). Either kernel's whole dynamic shared memory, its
+/// weight ring included, is gemm_gemv_ring(T, K, config).smem (the kernels have no static shared memory).
 constexpr std::int64_t gemm_gemv_smem_bytes(std::int64_t tokens, std::int64_t k, int config = 0) {
-  return gemm_gemv_pick(tokens, config) == kGemmGemvCudaCores ? tokens * k * 2 : tokens * gemm_gemv_x_row_bytes(k);
+  return gemm_gemv_pick(tokens, config) == kGemmGemvCudaCores
+             ? tokens * k * 2
+             : tokens * gemm_gemv_x_row_bytes(k) + kGemmGemvZeroRowsBytes + gemm_gemv_mma_part_bytes(tokens);
 }
-/// The CUDA-core kGemv kernel's weight ring (gemm_gemv.cuh): each stage holds one K tile of
-/// kGemmGemvRingRows consecutive W rows of the CTA (one row per consumer warp), `tile_k` values
-/// wide; `stages` stages in flight; `smem` the kernel's dynamic shared memory (the ring's
-/// mbarriers, X's T rows, the stages). tile_k is the widest of 2048, 1024, 512 for which at least
-/// kGemmGemvRingMinStages stages fit beside X in kGemmGemvCtaSmem (512 always does where X fits in
-/// kGemmGemvMaxSmem), or K itself where K is shorter than that tile (8 for K = 0, which the kernel
-/// never sees: K = 0 is not a fast-path shape); at most kGemmGemvRingMaxStages stages (6 of 32 KiB at T = 1, K = 4096:
-/// 192 KiB of weights in flight per SM). {0, 0, 0} where none fits (not gemm_gemv_eligible).
+/// The kGemv kernels' weight ring (gemm_gemv.cuh): each stage holds one K tile of `rows`
+/// consecutive W rows of the CTA, `tile_k` values wide, `row_bytes` apart; `stages` stages in
+/// flight; `smem` the kernel's dynamic shared memory (the ring's mbarriers, X, the stages).
+///  * the CUDA-core kernel: kGemmGemvRingRows (8) rows, one per consumer warp, packed (row_bytes =
+///    2 · tile_k); tile_k is the widest of 2048, 1024, 512 for which at least
+///    kGemmGemvRingMinStages stages fit beside X (512 always does where X fits in
+///    kGemmGemvMaxSmem), or K itself where K is shorter than that tile (8 for K = 0, which the
+///    kernel never sees: K = 0 is not a fast-path shape); 6 stages of 32 KiB at T = 1, K = 4096;
+///  * the tensor-core kernel: kGemmGemvMmaRingRows (16, the mma's M) rows, gemm_gemv_x_row_bytes
+///    (tile_k) apart (conflict-free ldmatrix); tile_k the widest of 1024, 512, 256 (or K, where
+///    shorter) with at least kGemmGemvMmaRingPreferredStages stages, else 256 (at least
+///    kGemmGemvRingMinStages fit wherever X fits in kGemmGemvMaxSmem); 4 stages of 1024 values at
+///    T = 8, K = 4096, 5 of 512 at T = 16.
+/// At most kGemmGemvRingMaxStages stages. {} where none fits (not gemm_gemv_eligible).
 struct GemmGemvRing {
   std::int64_t tile_k = 0;
   std::int64_t stages = 0;
   std::int64_t smem = 0;
+  std::int64_t rows = 0;
+  std::int64_t row_bytes = 0;
 };
-inline constexpr std::int64_t kGemmGemvRingRows = 8;
+inline constexpr std::int64_t kGemmGemvRingRows = kGemmGemvWarps;  // a row per consumer warp
+inline constexpr std::int64_t kGemmGemvMmaRingRows = 16;
 inline constexpr std::int64_t kGemmGemvRingMaxStages = 8;
 inline constexpr std::int64_t kGemmGemvRingMinStages = 2;
+inline constexpr std::int64_t kGemmGemvMmaRingPreferredStages = 4;
 /// Dynamic shared memory a CTA may opt into on sm_90 (227 KiB, the one constant of core/cuda_check.hpp).
 inline constexpr std::int64_t kGemmGemvCtaSmem = kSm90MaxSmemPerCta;
 /// Bytes of the ring's mbarriers ahead of X (a full and an empty barrier per stage), 128-aligned.
 inline constexpr std::int64_t kGemmGemvRingBarrierBytes = 128;
 static_assert(2 * 8 * kGemmGemvRingMaxStages <= kGemmGemvRingBarrierBytes, "the ring's mbarriers fit their area");
 /// The ring's layout in the kernel's dynamic shared memory (gemm_gemv.cuh, the one rule of host
-/// and device): the mbarriers in the first kGemmGemvRingBarrierBytes, X's T rows after them, the
-/// stages from gemm_gemv_ring_offset (X rounded up to 128 bytes), each gemm_gemv_ring_stage_bytes.
-constexpr std::int64_t gemm_gemv_ring_offset(std::int64_t tokens, std::int64_t k) {
-  return kGemmGemvRingBarrierBytes + (tokens * k * 2 + 127) / 128 * 128;
+/// and device): the mbarriers in the first kGemmGemvRingBarrierBytes, X (gemm_gemv_smem_bytes)
+/// after them, the stages from gemm_gemv_ring_offset (X rounded up to 128 bytes), each
+/// rows · row_bytes.
+constexpr std::int64_t gemm_gemv_ring_offset(std::int64_t tokens, std::int64_t k, int config = 0) {
+  return kGemmGemvRingBarrierBytes + (gemm_gemv_smem_bytes(tokens, k, config) + 127) / 128 * 128;
 }
-constexpr std::int64_t gemm_gemv_ring_stage_bytes(std::int64_t tile_k) { return kGemmGemvRingRows * tile_k * 2; }
-constexpr GemmGemvRing gemm_gemv_ring(std::int64_t tokens, std::int64_t k) {
-  const std::int64_t offset = gemm_gemv_ring_offset(tokens, k);
+constexpr GemmGemvRing gemm_gemv_ring(std::int64_t tokens, std::int64_t k, int config = 0) {
+  const bool mma = gemm_gemv_pick(tokens, config) != kGemmGemvCudaCores;
+  const std::int64_t offset = gemm_gemv_ring_offset(tokens, k, config);
   const std::int64_t room = kGemmGemvCtaSmem - offset;
-  for (std::int64_t tile = 2048; tile >= 512; tile /= 2) {
+  const std::int64_t rows = mma ? kGemmGemvMmaRingRows : kGemmGemvRingRows;
+  const std::int64_t widest = mma ? 1024 : 2048, narrowest = mma ? 256 : 512;
+  const std::int64_t wanted = mma ? kGemmGemvMmaRingPreferredStages : kGemmGemvRingMinStages;
+  for (std::int64_t tile = widest; tile >= narrowest; tile /= 2) {
     const std::int64_t tk = k < tile ? (k < 8 ? 8 : k) : tile;
-    const std::int64_t stage = gemm_gemv_ring_stage_bytes(tk);
+    const std::int64_t row_bytes = mma ? gemm_gemv_x_row_bytes(tk) : 2 * tk;
+    const std::int64_t stage = rows * row_bytes;
     std::int64_t stages = room > 0 ? room / stage : 0;
     if (stages > kGemmGemvRingMaxStages) stages = kGemmGemvRingMaxStages;
-    if (stages >= kGemmGemvRingMinStages) return {tk, stages, offset + stages * stage};
+    if (stages >= wanted || (tile == narrowest && stages >= kGemmGemvRingMinStages))
+      return {tk, stages, offset + stages * stage, rows, row_bytes};
   }
   return {};
 }
 static_assert(gemm_gemv_ring(1, kGemmGemvMaxSmem / 2).stages >= kGemmGemvRingMinStages,
-              "every X the kGemv path stages (at most kGemmGemvMaxSmem bytes) leaves room for the ring");
+              "every X the CUDA-core kGemv kernel stages (at most kGemmGemvMaxSmem bytes) leaves room for the ring");
+static_assert(kGemmGemvCtaSmem - kGemmGemvRingBarrierBytes - kGemmGemvMaxSmem >=
+                  kGemmGemvRingMinStages * kGemmGemvMmaRingRows * gemm_gemv_x_row_bytes(256),
+              "every X the tensor-core kGemv kernel stages (at most kGemmGemvMaxSmem bytes) leaves room for its ring");
 /// Whether the kGemv path can run T tokens of reduction length K with `config` (alignment aside):
 /// 1 <= T <= kGemmGemvMaxTokens, config 0, 1 (T <= kGemmGemvCudaCoreMaxTokens) or 2, K >= 0 and X fits in
 /// kGemmGemvMaxSmem (gemm_gemv_smem_bytes).

@@ -530,70 +530,54 @@ inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStrea
 }
 
 /// The kGemv launch (gemm_gemv.cuh), the kernel ops::gemm_gemv_pick picks (config 0: T <= 4 on the
-/// CUDA cores, T = 5..16 on the tensor cores).
-/// The tensor-core kernel of ceil(T / 8) n8 tiles: R = kGemvWarps / gemv_mma_segments(K) groups of
-/// 16 rows per CTA at a time, ops::gemm_gemv_smem_bytes(T, K, config) of dynamic shared memory, one
-/// wave of the CTAs an SM holds (cudaOccupancyMaxActiveBlocksPerMultiprocessor, at most
-/// k90::kGemvCtasPerSm), the row groups dealt out grid-stride.
-template <int NT>
-inline Status launch_gemv_mma(const GemmParams& p, int device, int sms, cudaStream_t stream) {
-  static std::atomic<std::uint64_t> prepared{0};
-  const auto kernel = &k90::gemm_gemv_mma_kernel<NT>;
-  STEP5_RETURN_IF_ERROR(prepare_once(prepared, device, [&]() -> Status {
-    STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(kGemmGemvMaxSmem)));
-    return Status::Ok();
-  }));
-  k90::GemvArgs a{reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<const __nv_bfloat16*>(p.w),
-                  reinterpret_cast<__nv_bfloat16*>(p.c), static_cast<int>(p.n), static_cast<int>(p.k), p.ldx, p.ldw,
-                  p.ldc, static_cast<int>(p.tokens)};
-  const std::int64_t smem = gemm_gemv_smem_bytes(p.tokens, p.k, p.config);
-  int resident = 0;
-  STEP5_CUDA_RETURN(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, k90::kGemvThreads,
-                                                                  static_cast<std::size_t>(smem)));
-  const std::int64_t rows_per_cta = 16LL * (k90::kGemvWarps / k90::gemv_mma_segments(p.k));
-  const std::int64_t per_sm = std::max(1, std::min(k90::kGemvCtasPerSm, resident));
-  const std::int64_t ctas = std::min<std::int64_t>((p.n + rows_per_cta - 1) / rows_per_cta,
-                                                   static_cast<std::int64_t>(sms) * per_sm);
-  k90::LaunchShape shape;
-  shape.grid = dim3(static_cast<unsigned>(ctas));
-  shape.block = dim3(k90::kGemvThreads);
-  shape.smem = static_cast<std::size_t>(smem);
-  return k90::launch_kernel("gemm_gemv_mma_kernel launch", kernel, shape, stream, a);
-}
-/// The CUDA-core kernel for T = 1..4: one CTA per SM (min(SMs, N) CTAs, each a balanced share of
-/// the rows), a weight ring of ops::gemm_gemv_ring(T, K) (its smem of dynamic shared memory).
-template <int T>
-inline Status launch_gemv_ring(const GemmParams& p, int device, int sms, cudaStream_t stream) {
-  static std::atomic<std::uint64_t> prepared{0};
-  const auto kernel = &k90::gemm_gemv_kernel<T>;
+/// CUDA cores, T = 5..16 on the tensor cores): one CTA per SM (min(SMs, N) CTAs for the CUDA-core
+/// kernel, min(SMs, ceil(N / 16)) for the tensor-core one; each a balanced share of the rows), a
+/// weight ring of ops::gemm_gemv_ring(T, K, config) (its smem of dynamic shared memory).
+template <typename Kernel>
+inline Status launch_gemv_ring(Kernel kernel, const char* what, std::atomic<std::uint64_t>& prepared,
+                               const GemmParams& p, int device, int sms, cudaStream_t stream) {
   STEP5_RETURN_IF_ERROR(prepare_once(prepared, device, [&]() -> Status {
     STEP5_CUDA_RETURN(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(kGemmGemvCtaSmem)));
     return Status::Ok();
   }));
-  const GemmGemvRing ring = gemm_gemv_ring(p.tokens, p.k);
+  const int config = gemm_gemv_pick(p.tokens, p.config);
+  const GemmGemvRing ring = gemm_gemv_ring(p.tokens, p.k, config);
   if (ring.stages < kGemmGemvRingMinStages)  // gemm_gemv_eligible excludes this (make_plan)
     return Status(StatusCode::kInternal, "gemm_bf16: no gemv weight ring fits beside X for tokens = " + s(p.tokens) +
                                              ", k = " + s(p.k));
   k90::GemvArgs a{reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<const __nv_bfloat16*>(p.w),
                   reinterpret_cast<__nv_bfloat16*>(p.c), static_cast<int>(p.n), static_cast<int>(p.k), p.ldx, p.ldw,
-                  p.ldc, static_cast<int>(p.tokens), static_cast<int>(ring.tile_k), static_cast<int>(ring.stages)};
+                  p.ldc, static_cast<int>(p.tokens), static_cast<int>(ring.tile_k), static_cast<int>(ring.stages),
+                  static_cast<int>(ring.row_bytes), static_cast<int>(gemm_gemv_ring_offset(p.tokens, p.k, config))};
   k90::LaunchShape shape;
-  shape.grid = dim3(static_cast<unsigned>(std::min<std::int64_t>(sms, p.n)));
+  // the CUDA-core kernel balances the rows to one, the tensor-core one needs a row block (16) per CTA
+  const std::int64_t units = config == kGemmGemvCudaCores ? p.n : (p.n + ring.rows - 1) / ring.rows;
+  shape.grid = dim3(static_cast<unsigned>(std::min<std::int64_t>(sms, units)));
   shape.block = dim3(k90::kGemvRingThreads);
   shape.smem = static_cast<std::size_t>(ring.smem);
-  return k90::launch_kernel("gemm_gemv_kernel launch", kernel, shape, stream, a);
+  return k90::launch_kernel(what, kernel, shape, stream, a);
+}
+template <int T>
+inline Status launch_gemv_cuda_cores(const GemmParams& p, int device, int sms, cudaStream_t stream) {
+  static std::atomic<std::uint64_t> prepared{0};
+  return launch_gemv_ring(&k90::gemm_gemv_kernel<T>, "gemm_gemv_kernel launch", prepared, p, device, sms, stream);
+}
+template <int NT>
+inline Status launch_gemv_mma(const GemmParams& p, int device, int sms, cudaStream_t stream) {
+  static std::atomic<std::uint64_t> prepared{0};
+  return launch_gemv_ring(&k90::gemm_gemv_mma_kernel<NT>, "gemm_gemv_mma_kernel launch", prepared, p, device, sms,
+                          stream);
 }
 inline Status launch_gemv(const GemmParams& p, int device, int sms, cudaStream_t stream) {
   static_assert(kGemmGemvMaxTokens == 2 * kGemmGemvTokenTile, "instances for T = 1 and one or two n8 tiles");
   if (gemm_gemv_pick(p.tokens, p.config) == kGemmGemvCudaCores) {  // T <= kGemmGemvCudaCoreMaxTokens (make_plan)
     static_assert(kGemmGemvCudaCoreMaxTokens == 4, "one CUDA-core instance per T up to kGemmGemvCudaCoreMaxTokens");
     switch (p.tokens) {
-      case 1: return launch_gemv_ring<1>(p, device, sms, stream);
-      case 2: return launch_gemv_ring<2>(p, device, sms, stream);
-      case 3: return launch_gemv_ring<3>(p, device, sms, stream);
-      case 4: return launch_gemv_ring<4>(p, device, sms, stream);
+      case 1: return launch_gemv_cuda_cores<1>(p, device, sms, stream);
+      case 2: return launch_gemv_cuda_cores<2>(p, device, sms, stream);
+      case 3: return launch_gemv_cuda_cores<3>(p, device, sms, stream);
+      case 4: return launch_gemv_cuda_cores<4>(p, device, sms, stream);
       default: break;
     }
     return Status(StatusCode::kInternal, "gemm_bf16: the CUDA-core gemv kernel with tokens = " + s(p.tokens));

@@ -39,6 +39,10 @@ __device__ __forceinline__ void ldmatrix_x4(std::uint32_t addr, std::uint32_t& r
                : "r"(addr));
 }
 
+__device__ __forceinline__ void ldmatrix_x2(std::uint32_t addr, std::uint32_t& r0, std::uint32_t& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+
 __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t addr, std::uint32_t& r0, std::uint32_t& r1,
                                                   std::uint32_t& r2, std::uint32_t& r3) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
