@@ -12,17 +12,22 @@
 //   gemm_wgmma_sk<S>/...               the wgmma path with S K splits forced (T = 64..256), to
 //                                      re-fit the launcher's split cost model
 //   gemm_gemv/...                      the forced kGemv path where it runs (gemm_gemv_eligible: T <=
-//                                      kGemmGemvMaxTokens; T <= 4 the CUDA-core kernel, T >= 5 the
-//                                      tensor-core one), which kAuto takes only at T = 1 on weights
-//                                      of 4 MiB and more, K 512 ... 12288 (gemm_auto_takes_gemv);
+//                                      kGemmGemvMaxTokens; config 0: T = 1 the CUDA-core kernel, T >= 2
+//                                      the tensor-core one), which kAuto takes at T = 1 on weights
+//                                      of 4 MiB and more, K 512 ... 12288, and at T = 2 ... 8 on
+//                                      weights of 22 MiB and more, K 4096 (gemm_auto_takes_gemv);
 //                                      the config / split_k knobs skip it
-//   gemm_gemv_mma/... (T <= 4)         the kGemv path's tensor-core kernel forced at T <= 4 (config
-//                                      kGemmGemvTensorCores), against gemm_gemv/'s CUDA-core kernel
+//   gemm_gemv_mma/... (T <= 4)         the kGemv path's tensor-core kernel forced (config
+//                                      kGemmGemvTensorCores): at T = 1 against gemm_gemv/'s CUDA-core
+//                                      kernel (at T = 2..4 the same kernel as gemm_gemv/; kept: the
+//                                      rows' names predate config 0's change)
+//   gemm_gemv_cuda/... (T = 2..4)      the CUDA-core kernel forced (config kGemmGemvCudaCores),
+//                                      against gemm_gemv/'s tensor-core kernel
 //   <family>/o_proj/<geometry>/tp:N/tokens:T  the rank's o_proj (N = hidden, K = local heads x
 //                                      head_dim) at decode T = 1, 4, 8, 16: cublaslt/, gemm/,
-//                                      gemm_auto/, gemm_gemv/, gemm_gemv_mma/ only
-//   tp 2, 4, 16 (both geometries)      the fused and o_proj shapes at T = 1 only, the same families
-//                                      (kAuto's kGemv rule covers them); tp 1 and 8 have every T
+//                                      gemm_auto/, gemm_gemv/, gemm_gemv_mma/, gemm_gemv_cuda/ only
+//   tp 2, 4, 16 (both geometries)      the fused and o_proj shapes at T = 1, 4, 8 only, the same
+//                                      families (kAuto's kGemv rules cover them); tp 1 and 8 have every T
 // The label and the table's path column: "wgmma <kind>[, split-K <S>]" or "stream[, split-K <S>]".
 // Env knobs (A/B without a rebuild; names unchanged, the label shows the plan): STEP5_BENCH_GEMM_CONFIG,
 // STEP5_BENCH_GEMM_SPLIT_K override a `gemm*` case's config / split_k where the case leaves it 0.
@@ -448,7 +453,7 @@ int main(int argc, char** argv) {
   add.template operator()<GeometryId::step5_preview, 8>();
   add.template operator()<GeometryId::dsa_h64_kv8_d128, 1>();  // the second geometry of kAuto's kGemv measurements
   add.template operator()<GeometryId::dsa_h64_kv8_d128, 8>();
-  // the other listed tp at T = 1 only (fused and o_proj: kAuto's kGemv rule, gemm_auto_takes_gemv)
+  // the other listed tp at T = 1, 4, 8 only (fused and o_proj: kAuto's kGemv rules, gemm_auto_takes_gemv)
   std::vector<Shape> t1_only;
   auto add_t1 = [&]<GeometryId Id, int Tp>() {
     const std::size_t n = shapes.size();
@@ -468,8 +473,9 @@ int main(int argc, char** argv) {
   const double kMin = 0.02;  // keeps the whole run near one minute
   benchmark::RegisterBenchmark("copy/d2d", bm_copy)->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
   // every shape's rows at T: cuBLASLt first (the others' x_cublasLt reads its time), then this
-  // library's kAuto without and with cuBLASLt and the kGemv kernels where they run (at T <= 4 the
-  // tensor-core one too: gemm_gemv/ runs the CUDA-core one there)
+  // library's kAuto without and with cuBLASLt and the kGemv kernels where they run (at T <= 4 both
+  // forced: gemm_gemv_mma/ the tensor-core one, gemm_gemv_cuda/ the CUDA-core one where gemm_gemv/
+  // runs the other)
   const auto reg_lt = [&](const Shape& s, int T) {
     benchmark::RegisterBenchmark(("cublaslt/" + row_key(s, T)).c_str(), bm_lt, s, T)
         ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
@@ -487,6 +493,12 @@ int main(int argc, char** argv) {
         step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCores))
       benchmark::RegisterBenchmark(("gemm_gemv_mma/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
                                    step5::ops::kGemmGemvTensorCores, 0, false)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+    if (T <= step5::ops::kGemmGemvCudaCoreMaxTokens &&
+        step5::ops::gemm_gemv_pick(T) != step5::ops::kGemmGemvCudaCores &&
+        step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvCudaCores))
+      benchmark::RegisterBenchmark(("gemm_gemv_cuda/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
+                                   step5::ops::kGemmGemvCudaCores, 0, false)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
   };
   for (const Shape& s : shapes)
@@ -523,10 +535,11 @@ int main(int argc, char** argv) {
       reg_lt(s, T);
       reg_ours(s, T);
     }
-  for (const Shape& s : t1_only) {
-    reg_lt(s, 1);
-    reg_ours(s, 1);
-  }
+  for (const Shape& s : t1_only)
+    for (int T : {1, 4, 8}) {  // kAuto's kGemv rules: T = 1, and T = 2 ... 8 at K 4096 (tp 2 / 4)
+      reg_lt(s, T);
+      reg_ours(s, T);
+    }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();

@@ -312,11 +312,11 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
     EXPECT(ps.ok(), "%s path %s: gemm_plan: %s", name.c_str(), pn.c_str(), ps.to_string().c_str());
     EXPECT(path != GemmPath::kGemv || plan.path == GemmPath::kGemv, "%s: forced gemv planned %s", name.c_str(),
            path_name(plan.path));
-    // a gemv plan names its kernel: the one forced, else the CUDA cores up to T = 4 and the tensor cores above
+    // a gemv plan names its kernel: the one forced, else the CUDA cores at T = 1 and the tensor cores above
     EXPECT(plan.path != GemmPath::kGemv ||
                plan.config == (v.config != 0 ? v.config
-                                             : T <= step5::ops::kGemmGemvCudaCoreMaxTokens ? step5::ops::kGemmGemvCudaCores
-                                                                                           : step5::ops::kGemmGemvTensorCores),
+                               : T == 1      ? step5::ops::kGemmGemvCudaCores
+                                             : step5::ops::kGemmGemvTensorCores),
            "%s path %s: gemv plan config %d", name.c_str(), pn.c_str(), plan.config);
     // besides a forced kGemv, only kAuto without overrides plans gemv, exactly where gemm_auto_takes_gemv
     const bool auto_gemv = path == GemmPath::kAuto && v.config == 0 && v.split_k == 0 && fast &&
@@ -386,8 +386,8 @@ GPU_CASE("gemm: every geometry x tp, T list, every path, vs CPU reference") {
     if (!quick) {
       runs.push_back({hidden, {1, 2, 3, 4, 5, 8, 9, 16, 17, 64, 127, 128, 129, 256, 1000, 4096}});
     } else {
-      // T = 4: the CUDA-core kGemv kernel's last T; 6 and 9: the tensor-core one with one and two
-      // n8 tiles; 17: the refusal
+      // T = 1: the CUDA-core kGemv kernel (kAuto); 4, 6 and 9: the tensor-core one by T with one
+      // and two n8 tiles; 17: the refusal
       runs.push_back({256, {1, 4, 6, 9, 17, 129}});
       if (tp == 8) runs.push_back({hidden, {1}});
     }
@@ -431,9 +431,9 @@ GPU_CASE("gemm: odd shapes (o_proj, ldw > K, K % 64 != 0, unaligned -> generic)"
       {16, 1000, 4104, 4112, 4120, 1002},    // gemv (tensor cores): T = 16, 9 tiles of 512 values, the last one 8 (half a k16 step)
       {8, 100, 12288, 12288, 12288, 100},    // gemv (tensor cores): X 200960 bytes, 3 stages of 256-value tiles
       {12, 100, 12288, 12288, 12288, 100},   // gemv refused: X would need 303424 bytes
-      {2, 70, 51136, 51136, 51136, 72},      // gemv near the limit (CUDA cores); the tensor cores refused (208800 bytes)
+      {2, 70, 51136, 51136, 51136, 72},      // gemv near the limit (CUDA cores); the tensor cores (also by T) refused (208800 bytes)
       {2, 70, 50112, 50112, 50112, 72},      // gemv (tensor cores) at its limit (204704 bytes): 3 stages, 196 tiles of 256 values, the last 192
-      {4, 100, 25600, 25600, 25600, 100},    // gemv: X at the shared-memory limit, a ring of 3 stages of 512-value tiles
+      {4, 100, 25600, 25600, 25600, 100},    // gemv (CUDA cores): X at the shared-memory limit, a ring of 3 stages of 512-value tiles; refused by T (tensor cores: 209088 bytes)
       {1, 333, 40960, 40960, 40960, 334},    // gemv (T = 1): 20 K tiles per row, fewer rows than SMs x 8
       {1, 129, 102400, 102400, 102400, 130}, // gemv (T = 1): X at the limit, 200 K tiles of 512 values, one row per CTA
       // the CUDA-core kernel's ring: two row blocks per CTA, 4 K tiles (the last one 8 values), more
@@ -687,7 +687,7 @@ GPU_CASE("gemm: the plan splits K on the wgmma path where tiles leave SMs idle; 
          o.split_k);
 }
 
-GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj shapes, T 1..16384; kGemv at T = 1 on weights >= 4 MiB); allow_cublaslt = false keeps this library's kernels; cuBLASLt bit-identical over 20 launches with other kernels running") {
+GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj shapes, T 1..16384; kGemv where gemm_auto_takes_gemv: T = 1 on weights >= 4 MiB, T = 2..8 at K 4096 on >= 22 MiB); allow_cublaslt = false keeps this library's kernels; cuBLASLt bit-identical over 20 launches with other kernels running") {
   alignas(16) static const bf16 kAligned[8] = {};  // gemm_plan reads only the pointers' alignment
   auto plan_of = [&](int T, int N, int K, bool allow) {
     GemmParams p;
@@ -766,11 +766,13 @@ GPU_CASE("gemm: gemv bit-identical over 20 launches (quick: 5) with other kernel
   // The forced kGemv path: each lane sums its chunks in order and the warp's butterfly is fixed
   // (the tensor-core kernel's k16 steps and warp order too), so C must not change with what else
   // runs; the step5_preview fused projection (tp 8, tp 1) and o_proj (tp 1: 6 K tiles per row on
-  // the CUDA cores) shapes at T = 1, 4, 9 and 16
+  // the CUDA cores, 24 of 512 values on the tensor cores at T = 4) shapes at T = 1, 4, 9 and 16
   const int reps = step5_test::quick() ? 5 : 20;
-  // (config: the kernel forced, 0 = by T; the tensor-core one also at T = 1 on o_proj's long rows)
+  // (config: the kernel forced, 0 = by T (the CUDA cores at T = 1, else the tensor cores); the
+  // tensor-core one also at T = 1 on o_proj's long rows, the CUDA-core one at T = 4)
   for (const auto& [T, N, K, config] :
-       {std::tuple{1, 3472, 4096, 0}, std::tuple{4, 3472, 4096, 0}, std::tuple{1, 18512, 4096, 0},
+       {std::tuple{1, 3472, 4096, 0}, std::tuple{4, 3472, 4096, step5::ops::kGemmGemvCudaCores},
+        std::tuple{1, 18512, 4096, 0},
         std::tuple{4, 3472, 4096, step5::ops::kGemmGemvTensorCores},
         std::tuple{16, 18512, 4096, 0}, std::tuple{9, 3472, 4096, 0}, std::tuple{1, 4096, 12288, 0},
         std::tuple{1, 4096, 12288, step5::ops::kGemmGemvTensorCores}, std::tuple{4, 4096, 12288, 0}}) {
@@ -861,14 +863,18 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; both
     EXPECT(j.bad == 0, "gemv config %d T=%d N=%d K=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g",
            config, T, N, K, j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
   }
-  // The same W rows 0..130 as the whole weight (N = 131: CUDA cores one row per CTA on 132 SMs,
-  // tensor cores 9 CTAs of 14-15 rows) and as the first rows of a taller one (N = 1061: 8-9 rows
-  // per CTA, or 67 CTAs of 15-16 rows: the rows in other CTAs, ring stages and row slots): bit for
-  // bit the same outputs (each row's sums run in an order fixed by T and K); C's rows N + 1 apart
-  // (an even ldc, the fast path's), the padding column left poisoned
-  for (const auto& [T, config] : {std::pair{1, kCuda}, std::pair{3, kCuda}, std::pair{1, kTensor},
-                                  std::pair{5, kTensor}, std::pair{16, kTensor}}) {
-    const int K = 4104, ld = 4112, Nbig = 1061, Nsmall = 131, ldb = Nbig + 1, lds = Nsmall + 1;
+  // The same W rows 0..Nsmall-1 as the whole weight and as the first rows of a taller one, bit for
+  // bit the same outputs (each row's sums run in an order fixed by T and K): N = 131 (CUDA cores one
+  // row per CTA on 132 SMs, tensor cores 9 CTAs of 14-15 rows) against N = 1061 (8-9 rows per CTA,
+  // or 67 CTAs of 15-16 rows: the rows in other CTAs, ring stages and row slots); on the tensor
+  // cores also N = 3000 (about 23 rows per CTA: two row blocks, the partial tiles' buffer reused)
+  // against N = 8000 (about 61: four blocks). C's rows N + 1 apart (an even ldc, the fast path's),
+  // the padding column left poisoned
+  for (const auto& [T, config, Nsmall, Nbig] :
+       {std::tuple{1, kCuda, 131, 1061}, std::tuple{3, kCuda, 131, 1061}, std::tuple{1, kTensor, 131, 1061},
+        std::tuple{5, kTensor, 131, 1061}, std::tuple{16, kTensor, 131, 1061}, std::tuple{8, kTensor, 3000, 8000},
+        std::tuple{13, kTensor, 3000, 8000}}) {
+    const int K = 4104, ld = 4112, ldb = Nbig + 1, lds = Nsmall + 1;
     std::vector<bf16> hw(static_cast<std::size_t>(Nbig) * ld), hx(static_cast<std::size_t>(T) * ld);
     fill_random(hw, 0.125f);
     fill_random(hx, 1.0f);
@@ -899,7 +905,71 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; both
            "gemv config %d T=%d: rows 0..%d differ in %d outputs between N = %d and N = %d (%d unwritten, %d padding "
            "written)",
            config, T, Nsmall - 1, differ, Nbig, Nsmall, poison, padding);
+    if (Nsmall >= 3000) {  // several row blocks per CTA: against the CPU reference as well
+      std::vector<bf16> hs(small.size());
+      std::memcpy(hs.data(), small.data(), small.size() * 2);
+      std::vector<float> ref(static_cast<std::size_t>(T) * Nsmall);
+      step5::reference::gemm_bf16_f32out(T, Nsmall, K, hx.data(), ld, hw.data(), ld, ref.data(), Nsmall);
+      std::vector<int> rows;
+      for (int t = 0; t < T; ++t) rows.push_back(t);
+      const Judgement j = judge_output(ref, rows, Nsmall, lds, hs);
+      EXPECT(j.bad == 0, "gemv config %d T=%d N=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g",
+             config, T, Nsmall, j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
+    }
   }
+}
+
+GPU_CASE("gemm: gemv tensor cores: a tile's last half k16 step reads no stale ring bytes (+Inf left in the stage by an earlier unit)") {
+  // K = 3080: K tiles of 1024, 1024, 1024 and 8 values, 4 units per 16-row block. At T = 3 the ring
+  // has 6 stages, so a CTA's block 1 ends with unit 7 on stage 1, which held block 0's second tile
+  // (unit 1). Row 5 of each CTA's block 0 carries +Inf at values 1032 ... 1039: the bytes of stage 1's
+  // row 5 that unit 7 leaves in place and that its half k16 step would read as A values 8 ... 15
+  // (X is zero there: Inf · 0 = NaN unless the kernel zeroes them). N = SMs · 40: 40 rows per CTA.
+  constexpr int kTensor = step5::ops::kGemmGemvTensorCores;
+  const int T = 3, K = 3080, per = 40;
+  const step5::ops::GemmGemvRing ring = step5::ops::gemm_gemv_ring(T, K, kTensor);
+  EXPECT(ring.tile_k == 1024 && ring.stages == 6, "the premise: tile_k %lld (want 1024), stages %lld (want 6)",
+         static_cast<long long>(ring.tile_k), static_cast<long long>(ring.stages));
+  int dev = 0, sms = 0;
+  GPU_CHECK(cudaGetDevice(&dev));
+  GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int N = sms * per, ldc = N + 2;
+  std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
+  fill_random(hw, 0.125f);
+  fill_random(hx, 1.0f);
+  for (int n = 5; n < N; n += per)
+    for (int k = 1032; k < 1040; ++k) hw[static_cast<std::size_t>(n) * K + k] = step5::to_bf16(INFINITY);
+  DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * ldc * 2);
+  GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+  GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+  GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * ldc * 2));
+  GemmParams p;
+  p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
+  p.tokens = T, p.n = N, p.k = K, p.ldx = K, p.ldw = K, p.ldc = ldc;
+  p.path = GemmPath::kGemv;
+  p.config = kTensor;
+  const step5::Status st = step5::ops::gemm_bf16(p, nullptr);
+  EXPECT(st.ok(), "gemv tensor cores T=%d N=%d K=%d: %s", T, N, K, st.to_string().c_str());
+  GPU_CHECK(cudaDeviceSynchronize());
+  std::vector<bf16> hc(static_cast<std::size_t>(T) * ldc);
+  GPU_CHECK(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> ref(static_cast<std::size_t>(T) * N);
+  step5::reference::gemm_bf16_f32out(T, N, K, hx.data(), K, hw.data(), K, ref.data(), N);
+  // the rows with +Inf in their own weights are non-finite; set them aside (0 on both sides) and
+  // judge every other output, rows 21, 61, ... (block 1's row 5 of each CTA) among them
+  int finite_inf_rows = 0;
+  for (int t = 0; t < T; ++t)
+    for (int n = 5; n < N; n += per) {
+      finite_inf_rows += (hc[static_cast<std::size_t>(t) * ldc + n].bits & 0x7f80) != 0x7f80;
+      hc[static_cast<std::size_t>(t) * ldc + n] = step5::to_bf16(0.f);
+      ref[static_cast<std::size_t>(t) * N + n] = 0.f;
+    }
+  EXPECT(finite_inf_rows == 0, "%d outputs of rows with +Inf weights are finite", finite_inf_rows);
+  std::vector<int> rows;
+  for (int t = 0; t < T; ++t) rows.push_back(t);
+  const Judgement j = judge_output(ref, rows, N, ldc, hc);
+  EXPECT(j.bad == 0, "gemv tensor cores T=%d N=%d K=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g",
+         T, N, K, j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
 }
 
 GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with other kernels running") {

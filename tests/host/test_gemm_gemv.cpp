@@ -17,9 +17,10 @@ TEST_CASE("gemv: T <= 4 (CUDA cores) stages X's rows (T · K · 2 bytes), T = 1 
   CHECK(ops::gemm_gemv_eligible(1, 102400));
   CHECK_FALSE(ops::gemm_gemv_eligible(1, 102408));
   CHECK(ops::gemm_gemv_eligible(1, 0));
-  CHECK(ops::gemm_gemv_smem_bytes(4, 25600) == 204800);
-  CHECK(ops::gemm_gemv_eligible(4, 25600));
-  CHECK(ops::gemm_gemv_eligible(2, 51200));  // 204800 bytes
+  constexpr int kCuda = ops::kGemmGemvCudaCores;  // forced: config 0 runs T >= 2 on the tensor cores
+  CHECK(ops::gemm_gemv_smem_bytes(4, 25600, kCuda) == 204800);
+  CHECK(ops::gemm_gemv_eligible(4, 25600, kCuda));
+  CHECK(ops::gemm_gemv_eligible(2, 51200, kCuda));  // 204800 bytes
 }
 
 TEST_CASE("gemv: the CUDA-core kernel's weight ring (8 rows a stage, K tiles of 2048, 1024 or 512 values or K, 2..8 stages beside X)") {
@@ -37,7 +38,7 @@ TEST_CASE("gemv: the CUDA-core kernel's weight ring (8 rows a stage, K tiles of 
   CHECK(b.smem == 128 + 3072 + 8 * 24576);
   // X at the limit (204800 bytes): 27520 bytes left, three stages of 512-value tiles
   for (auto [t, k] : {std::pair<std::int64_t, std::int64_t>{1, 102400}, {4, 25600}, {2, 51200}}) {
-    const ops::GemmGemvRing r = ops::gemm_gemv_ring(t, k);
+    const ops::GemmGemvRing r = ops::gemm_gemv_ring(t, k, ops::kGemmGemvCudaCores);
     CHECK_MESSAGE(r.tile_k == 512, "T = ", t, ", K = ", k);
     CHECK_MESSAGE(r.stages == 3, "T = ", t, ", K = ", k);
     CHECK_MESSAGE(r.smem == 128 + 204800 + 3 * 8192, "T = ", t, ", K = ", k);
@@ -50,7 +51,7 @@ TEST_CASE("gemv: the CUDA-core kernel's weight ring (8 rows a stage, K tiles of 
   for (std::int64_t t = 1; t <= ops::kGemmGemvCudaCoreMaxTokens; ++t)
     for (std::int64_t k = 0; k <= 110000; k += 8) {
       if (!ops::gemm_gemv_eligible(t, k, ops::kGemmGemvCudaCores)) continue;
-      const ops::GemmGemvRing r = ops::gemm_gemv_ring(t, k);
+      const ops::GemmGemvRing r = ops::gemm_gemv_ring(t, k, ops::kGemmGemvCudaCores);
       REQUIRE_MESSAGE(r.stages >= ops::kGemmGemvRingMinStages, "T = ", t, ", K = ", k);
       REQUIRE_MESSAGE(r.stages <= ops::kGemmGemvRingMaxStages, "T = ", t, ", K = ", k);
       REQUIRE_MESSAGE(r.smem <= ops::kGemmGemvCtaSmem, "T = ", t, ", K = ", k);
@@ -59,7 +60,7 @@ TEST_CASE("gemv: the CUDA-core kernel's weight ring (8 rows a stage, K tiles of 
     }
 }
 
-TEST_CASE("gemv: T >= 5 (tensor cores) stages X's T rows 16 bytes apart modulo 128 (conflict-free ldmatrix), 128 bytes of zeros, 4 KiB of partial tiles per n8 tile") {
+TEST_CASE("gemv: the tensor cores (by T from T = 2) stage X's T rows 16 bytes apart modulo 128 (conflict-free ldmatrix), 128 bytes of zeros, 4 KiB of partial tiles per n8 tile") {
   // a row: 2K rounded up to 128 bytes, + 16
   CHECK(ops::gemm_gemv_x_row_bytes(4096) == 8192 + 16);
   CHECK(ops::gemm_gemv_x_row_bytes(4104) == 8320 + 16);  // 8208 bytes -> 8320
@@ -71,7 +72,8 @@ TEST_CASE("gemv: T >= 5 (tensor cores) stages X's T rows 16 bytes apart modulo 1
     CHECK_MESSAGE(row % 128 == 16, "k = ", k);
     CHECK_MESSAGE(row >= 2 * ((k + 15) / 16 * 16), "k = ", k);  // every k16 step of X's row (zeros past K)
   }
-  CHECK(ops::gemm_gemv_smem_bytes(2, 4096) == 2 * 4096 * 2);  // the CUDA cores
+  CHECK(ops::gemm_gemv_smem_bytes(2, 4096, ops::kGemmGemvCudaCores) == 2 * 4096 * 2);  // the CUDA cores
+  CHECK(ops::gemm_gemv_smem_bytes(2, 4096) == 2 * 8208 + 128 + 4096);                     // by T: the tensor cores
   CHECK(ops::gemm_gemv_mma_part_bytes(1) == 4096);
   CHECK(ops::gemm_gemv_mma_part_bytes(8) == 4096);
   CHECK(ops::gemm_gemv_mma_part_bytes(9) == 8192);
@@ -137,10 +139,13 @@ TEST_CASE("gemv: the decode shapes it runs (fused projection K 4096 to T = 16, o
   CHECK_FALSE(ops::gemm_gemv_eligible(2, std::int64_t{1} << 40));  // no overflow in the byte count
 }
 
-TEST_CASE("gemv: config picks the kernel (0 by T, 1 the CUDA cores at T <= 4 only, 2 the tensor cores)") {
+TEST_CASE("gemv: config picks the kernel (0 by T: the CUDA cores at T = 1, the tensor cores above; 1 the CUDA cores at T <= 4 only, 2 the tensor cores)") {
   CHECK(ops::kGemmGemvCudaCoreMaxTokens == 4);
+  CHECK(ops::kGemmGemvCudaCoreAutoMaxTokens == 1);
   CHECK(ops::gemm_gemv_pick(1) == ops::kGemmGemvCudaCores);
-  CHECK(ops::gemm_gemv_pick(4) == ops::kGemmGemvCudaCores);
+  CHECK(ops::gemm_gemv_pick(2) == ops::kGemmGemvTensorCores);
+  CHECK(ops::gemm_gemv_pick(4) == ops::kGemmGemvTensorCores);
+  CHECK(ops::gemm_gemv_pick(4, ops::kGemmGemvCudaCores) == ops::kGemmGemvCudaCores);
   CHECK(ops::gemm_gemv_pick(5) == ops::kGemmGemvTensorCores);
   CHECK(ops::gemm_gemv_pick(16) == ops::kGemmGemvTensorCores);
   CHECK(ops::gemm_gemv_pick(1, ops::kGemmGemvTensorCores) == ops::kGemmGemvTensorCores);
@@ -153,11 +158,13 @@ TEST_CASE("gemv: config picks the kernel (0 by T, 1 the CUDA cores at T <= 4 onl
   CHECK(ops::gemm_gemv_eligible(1, 100224, ops::kGemmGemvTensorCores));        // 204688 bytes
   CHECK_FALSE(ops::gemm_gemv_eligible(1, 100288, ops::kGemmGemvTensorCores));  // 204816 bytes
   CHECK(ops::gemm_gemv_eligible(1, 102400, 0));
+  CHECK(ops::gemm_gemv_eligible(4, 25600, ops::kGemmGemvCudaCores));  // 204800 bytes
+  CHECK_FALSE(ops::gemm_gemv_eligible(4, 25600));                     // config 0: the tensor cores, 209088 bytes
   CHECK_FALSE(ops::gemm_gemv_eligible(1, 4096, 3));
   CHECK_FALSE(ops::gemm_gemv_eligible(1, 4096, -1));
 }
 
-TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 4 MiB and more with K 512 ... 12288 (the measured range)") {
+TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 4 MiB and more with K 512 ... 12288, and at T = 2 ... 8 on weights of 22 MiB and more with K 4096 (the measured ranges)") {
   CHECK(ops::kGemmGemvAutoMinBytes == 4 << 20);
   CHECK(ops::kGemmGemvAutoMinK == 512);
   CHECK(ops::gemm_auto_takes_gemv(1, 4096, 1024));        // 8 MiB: o_proj of dsa_h64_kv8_d128 at tp 8
@@ -167,8 +174,23 @@ TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 4 MiB and more with K 512
   CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 8192, 504));   // K just below the shortest measured
   CHECK(ops::gemm_auto_takes_gemv(1, 4096, 12288));       // o_proj at tp 1 (K 12288)
   CHECK(ops::gemm_auto_takes_gemv(1, 18512, 4096));       // the tp 1 fused projection
-  CHECK_FALSE(ops::gemm_auto_takes_gemv(2, 18512, 4096)); // T = 1 only
   CHECK_FALSE(ops::gemm_auto_takes_gemv(0, 18512, 4096));
+  // T = 2 ... 8: the fused projection at tp 1 ... 8 (K 4096, 22 MiB and more), on the tensor cores
+  CHECK(ops::kGemmGemvAutoMaxTokens == 8);
+  CHECK(ops::kGemmGemvAutoMultiTokenMinBytes == 22 << 20);
+  for (int t = 2; t <= 8; ++t) {
+    CHECK_MESSAGE(ops::gemm_auto_takes_gemv(t, 18512, 4096), "T = ", t);  // the tp 1 fused projection
+    CHECK_MESSAGE(ops::gemm_auto_takes_gemv(t, 3472, 4096), "T = ", t);   // step5_preview at tp 8 (27.1 MiB)
+    CHECK_MESSAGE(ops::gemm_auto_takes_gemv(t, 2832, 4096), "T = ", t);   // dsa_h64_kv8_d128 at tp 8 (22.1 MiB)
+    CHECK_MESSAGE(ops::gemm_gemv_pick(t) == ops::kGemmGemvTensorCores, "T = ", t);
+  }
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(4, 2815, 4096));    // just below 22 MiB (e.g. tp 16's fused projection)
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(9, 18512, 4096));   // T = 9 ... 16 lost (0.77-0.81x at T = 16)
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(16, 18512, 4096));
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(4, 4096, 12288));   // o_proj at tp 1 (0.79x at T = 4)
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(4, 4096, 8192));    // o_proj of dsa_h64_kv8_d128 at tp 1 (0.997x)
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(8, 4096, 1536));    // o_proj at tp 8 (0.94x at T = 8)
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(4, 18512, 4104));   // only K 4096 measured
   CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 65536, 64));    // short rows: most lanes idle, not measured
   CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 1000, 12296));  // past the longest K measured
   CHECK_FALSE(ops::gemm_auto_takes_gemv(1, 100, 102400));  // X's limit: a small ring beside it

@@ -9,14 +9,15 @@
 /// [hidden, Hl*D]`, N = hidden, K = Hl*D.
 ///
 /// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: kGemv at T = 1 on weights of 4 MiB and
-/// more with K 512 ... 12288 (`gemm_auto_takes_gemv`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
+/// more with K 512 ... 12288 and at T = 2 ... 8 on weights of 22 MiB and more with K 4096
+/// (`gemm_auto_takes_gemv`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
 /// unaligned shapes -> kGeneric, T <= 32 -> kSplitK, T > 32 -> kWgmma):
 ///  * `kGemv`   — weight-streaming kernels for decode-sized T (1 .. kGemmGemvMaxTokens), X in
-///                shared memory, no workspace (gemm_gemv.cuh): T <= 4 on the CUDA cores (one
+///                shared memory, no workspace (gemm_gemv.cuh): T = 1 on the CUDA cores (one
 ///                CTA per SM streams its rows through a bulk-copy weight ring, a warp per row),
-///                T = 5..16 on the tensor cores (the same ring, stages of 16 W rows, mma.sync with
+///                T = 2..16 on the tensor cores (the same ring, stages of 16 W rows, mma.sync with
 ///                the eight warps sharing each stage by k16 steps; config forces either kernel
-///                where it runs: gemm_gemv_pick). Needs the fast-path alignment and X's rows
+///                where it runs, the CUDA-core one up to T = 4: gemm_gemv_pick). Needs the fast-path alignment and X's rows
 ///                within kGemmGemvMaxSmem (`gemm_gemv_smem_bytes`, `gemm_gemv_eligible`). bench_gemm's `gemm_gemv/` rows measure it against
 ///                cuBLASLt; kAuto takes it only where it measured faster: `gemm_auto_takes_gemv`;
 ///  * `kCublasLt` — cuBLASLt (the peer bench_gemm measures this library's kernels against), kAuto's
@@ -76,8 +77,8 @@ enum class GemmPath : int {
 /// Most tokens the kGemv path runs: two n8 tiles of the tensor-core kernel.
 inline constexpr std::int64_t kGemmGemvMaxTokens = 16;
 /// Shared memory the kGemv path may use for X (`gemm_gemv_smem_bytes`): 200 KiB of the 227 KiB a
-/// CTA may have on sm_90, the rest left to the CUDA-core kernel's weight ring (at least
-/// kGemmGemvRingMinStages stages, `gemm_gemv_ring`) and the tensor-core kernel's static part.
+/// CTA may have on sm_90, the rest left to the kernels' weight ring (at least
+/// kGemmGemvRingMinStages stages, `gemm_gemv_ring`).
 inline constexpr std::int64_t kGemmGemvMaxSmem = 200 * 1024;
 /// Most weight rows (N) the kGemv path runs (its row indices are int32).
 inline constexpr std::int64_t kGemmGemvMaxRows = (std::int64_t{1} << 30);
@@ -104,20 +105,24 @@ constexpr std::int64_t gemm_gemv_mma_part_bytes(std::int64_t tokens) {
 /// the path runs).
 inline constexpr int kGemmGemvCudaCores = 1;
 inline constexpr int kGemmGemvTensorCores = 2;
-/// Most tokens the CUDA-core kGemv kernel runs (one instance per T). With config 0 it runs T <= 4,
-/// as before the tensor-core kernel existed. Against the tensor-core kernel, the weight-ring form
-/// (H100, thirty-second session, bench_gemm call 1, µs CUDA cores / tensor cores, step5_preview):
-/// T = 1 tp 1 fused 51.2 / 55.4, o_proj 34.5 / 40.5; tp 8 fused 11.2 / 13.5, o_proj 5.9 / 6.9;
-/// T = 4 tp 1 fused 55.0 / 56.7, o_proj 39.1 / 56.5; tp 8 fused 15.6 / 14.1, o_proj 8.1 / 7.7
-/// (the tensor-core kernel then loaded W fragments straight from global memory; the earlier
-/// warp-per-row form: twenty-sixth and twenty-eighth sessions). Neither wins at every
-/// T = 4 shape; the rule stays by T (a forced path: kAuto runs kGemv at T = 1 only,
-/// `gemm_auto_takes_gemv`).
+/// Most tokens the CUDA-core kGemv kernel runs (one instance per T; config 1 forces it).
 inline constexpr std::int64_t kGemmGemvCudaCoreMaxTokens = 4;
+/// Most tokens config 0 runs on the CUDA-core kGemv kernel (T = 1; the tensor-core kernel above).
+/// Both on the weight ring (H100, thirty-fourth session, bench_gemm call 2, µs CUDA cores / tensor
+/// cores, fused projection step5_preview / dsa_h64_kv8_d128, o_proj step5_preview / dsa):
+/// T = 1: tp 1 fused 51.2 / 51.3, 52.9 / 53.6; tp 8 fused 11.3 / 11.4, 9.38 / 10.17; o_proj tp 1
+/// 34.5 / 35.6, 22.5 / 24.4; tp 8 6.00 / 6.19, 4.94 / 4.89 — the CUDA cores ahead on 7 of 8;
+/// T = 4: tp 1 fused 55.2 / 52.7, 56.6 / 55.6; tp 8 fused 15.7 / 12.0, 13.3 / 11.2; o_proj tp 1
+/// 38.9 / 46.8, 27.4 / 26.1; tp 8 8.21 / 7.01, 6.37 / 5.26 — the tensor cores ahead on 7 of 8 (the
+/// CUDA-core kernel pays T FMAs and T shared-memory reads of X per weight element). T = 2, 3 were
+/// not measured; they take the tensor cores as T = 4 does. (A forced kGemv with config 0 at T = 2
+/// ... 4 is therefore refused where only the CUDA-core kernel's X fits, e.g. T = 4 at K 25600:
+/// config 1 runs it.)
+inline constexpr std::int64_t kGemmGemvCudaCoreAutoMaxTokens = 1;
 /// The kGemv kernel that runs T tokens with `config` (0: by T, the CUDA cores up to
-/// kGemmGemvCudaCoreMaxTokens, else the tensor cores; 1 or 2: that kernel).
+/// kGemmGemvCudaCoreAutoMaxTokens, else the tensor cores; 1 or 2: that kernel).
 constexpr int gemm_gemv_pick(std::int64_t tokens, int config = 0) {
-  return config != 0 ? config : tokens <= kGemmGemvCudaCoreMaxTokens ? kGemmGemvCudaCores : kGemmGemvTensorCores;
+  return config != 0 ? config : tokens <= kGemmGemvCudaCoreAutoMaxTokens ? kGemmGemvCudaCores : kGemmGemvTensorCores;
 }
 /// Shared memory X takes in the kGemv kernel for T tokens of reduction length K (`config` as in
 /// gemm_gemv_pick; the rule of gemm_gemv_eligible): the CUDA-core kernel, X's rows (T · K · 2
@@ -201,30 +206,54 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
          gemm_gemv_smem_bytes(tokens, k, config) <= kGemmGemvMaxSmem;
 }
 
-/// kAuto's kGemv shapes: one token (T = 1), a weight of at least kGemmGemvAutoMinBytes (n · k · 2)
-/// and K in [kGemmGemvAutoMinK, kGemmGemvAutoMaxK] (the K range measured: 512 ... 12288; a much
-/// shorter row leaves most lanes idle and a much longer one shrinks the ring beside X), with the
-/// fast-path alignment and no config / split_k override — for the listed layouts at batch 1, both
-/// GEMMs at every tp (1, 2, 4, 8, 16); all but two of those shapes measured faster than cuBLASLt
-/// (below; dsa_h64_kv8_d128's o_proj at tp 4 and fused projection at tp 16 were not measured: they
-/// lie inside the measured K and weight ranges).
-/// Measured on an H100 (bench/RESULTS.md, thirty-second session call 1 and thirty-third session
-/// calls 1-2; the weight ring of gemm_gemv.cuh), µs against cuBLASLt in the same binary: fused
+/// kAuto's kGemv shapes, with the fast-path alignment and no config / split_k override:
+///  * one token (T = 1, the CUDA-core kernel), a weight of at least kGemmGemvAutoMinBytes (n · k ·
+///    2) and K in [kGemmGemvAutoMinK, kGemmGemvAutoMaxK] (the K range measured: 512 ... 12288; a
+///    much shorter row leaves most lanes idle and a much longer one shrinks the ring beside X) —
+///    for the listed layouts at batch 1, both GEMMs at every tp (1, 2, 4, 8, 16); all but two of
+///    those shapes measured faster than cuBLASLt (below; dsa_h64_kv8_d128's o_proj at tp 4 and
+///    fused projection at tp 16 were not measured: they lie inside the measured K and weight ranges);
+///  * T = 2 ... kGemmGemvAutoMaxTokens (the tensor-core kernel, one n8 tile), K =
+///    kGemmGemvAutoMultiTokenK and a weight of at least kGemmGemvAutoMultiTokenMinBytes — for the
+///    listed layouts at decode batches 2 ... 8: the fused projection at tp 1 ... 8 (K = hidden =
+///    4096) and dsa_h64_kv8_d128's o_proj at tp 2 (32 local heads × 128 = 4096; 32 MiB).
+/// Measured on an H100 (bench/RESULTS.md; the weight ring of gemm_gemv.cuh), µs against cuBLASLt in
+/// the same binary. T = 1 (thirty-second session call 1, thirty-third session calls 1-2): fused
 /// step5_preview tp 1 51.0 / 58.4 (1.15×), tp 2 26.6 / 30.8, tp 4 14.7 / 16.7, tp 8 11.3 / 13.8
 /// (1.22×), tp 16 9.2 / 11.9; dsa_h64_kv8_d128 tp 1 52.9 / 58.9, tp 2 27.9 / 31.3, tp 4 14.8 /
 /// 16.2, tp 8 9.4 / 12.8 (1.36×); o_proj step5_preview tp 1 34.5 / 36.9, tp 2 17.7 / 20.6, tp 4
 /// 9.9 / 10.9, tp 8 6.0 / 6.6, tp 16 3.9 / 5.0 (6 MiB); dsa_h64_kv8_d128 tp 1 22.5 / 26.0, tp 2
 /// 12.3 / 15.4, tp 8 4.9 / 5.3, tp 16 3.85 / 4.04 (1.05×: 4 MiB, the smallest weight measured,
-/// hence the bound; K 512, the shortest measured; kAuto's own cuBLASLt plan read 4.39 there). Not taken: T >= 2 (the CUDA-core
-/// kernel at T = 4: 1.05–1.07× on the tp 1 fused weights but 0.80–0.98× at tp 8 and on o_proj; the
-/// tensor-core kernel loses from T = 4 as well, twenty-eighth session).
+/// hence the bound; K 512, the shortest measured; kAuto's own cuBLASLt plan read 4.39 there).
+/// T = 4 / 8 (thirty-fourth session call 2, the tensor-core kernel): fused step5_preview tp 1 52.7
+/// / 57.6 (1.09×), 54.4 / 57.8 (1.06×); tp 8 12.0 / 14.1 (1.18×), 12.8 / 14.1 (1.10×);
+/// dsa_h64_kv8_d128 tp 1 55.6 / 58.4 (1.05×), 57.3 / 59.4 (1.035×); tp 8 11.2 / 12.8 (1.14×),
+/// 11.8 / 12.9 (1.095×: 22.1 MiB, the smallest weight measured, hence the bound). Taken but not
+/// measured: T = 2, 3, 5, 6, 7 (the same kernel instance; X smaller than or between T = 4's and
+/// 8's), the fused projection at tp 2 and 4 (39–76 MiB) and dsa_h64_kv8_d128's o_proj at tp 2 (32
+/// MiB, N 4096) — K 4096 gives them the same ring as the measured shapes, and their weights lie
+/// inside the measured range (bench_gemm registers them at T = 1, 4, 8). Not taken: T = 9 ... 16
+/// (T = 16: 0.77–0.81×; X's 140 KB leave the ring five stages of 512-value tiles, 83 KB in flight
+/// per SM against 132–165 KB at T <= 8), and the o_proj shapes of other K (T = 4 / 8: K 12288
+/// 0.79 / 0.38×, K 8192 0.997 / 0.76×, K 1536 0.92 / 0.94×, K 1024 1.006 / 1.05×, the last below
+/// the weight bound).
 inline constexpr std::int64_t kGemmGemvAutoMinBytes = std::int64_t{4} << 20;
 inline constexpr std::int64_t kGemmGemvAutoMinK = 512;
 inline constexpr std::int64_t kGemmGemvAutoMaxK = 12288;
+inline constexpr std::int64_t kGemmGemvAutoMaxTokens = 8;
+inline constexpr std::int64_t kGemmGemvAutoMultiTokenK = 4096;
+inline constexpr std::int64_t kGemmGemvAutoMultiTokenMinBytes = std::int64_t{22} << 20;
 static_assert(gemm_gemv_eligible(1, kGemmGemvAutoMaxK, kGemmGemvCudaCores), "kAuto's kGemv K range runs on the CUDA cores");
+static_assert(gemm_gemv_pick(1) == kGemmGemvCudaCores && gemm_gemv_pick(2) == kGemmGemvTensorCores &&
+                  kGemmGemvAutoMaxTokens <= kGemmGemvTokenTile &&
+                  gemm_gemv_eligible(kGemmGemvAutoMaxTokens, kGemmGemvAutoMultiTokenK),
+              "kAuto's multi-token kGemv shapes run on the tensor-core kernel, one n8 tile");
 constexpr bool gemm_auto_takes_gemv(std::int64_t tokens, std::int64_t n, std::int64_t k) {
-  return tokens == 1 && k >= kGemmGemvAutoMinK && k <= kGemmGemvAutoMaxK && n > 0 && n <= kGemmGemvMaxRows &&
-         n * k * 2 >= kGemmGemvAutoMinBytes;
+  if (n <= 0 || n > kGemmGemvMaxRows) return false;
+  if (tokens == 1)
+    return k >= kGemmGemvAutoMinK && k <= kGemmGemvAutoMaxK && n * k * 2 >= kGemmGemvAutoMinBytes;
+  return tokens >= 2 && tokens <= kGemmGemvAutoMaxTokens && k == kGemmGemvAutoMultiTokenK &&
+         n * k * 2 >= kGemmGemvAutoMultiTokenMinBytes;
 }
 
 /// The short name of a path, for labels and test output: "auto", "generic", "split_k", "wgmma",

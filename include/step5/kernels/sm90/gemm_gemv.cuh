@@ -5,8 +5,8 @@
 /// per weight byte: the time is the weight stream, which wants as many bytes in flight as the
 /// memory system holds and little else per byte. Two kernels:
 ///
-/// Which one runs: ops::gemm_gemv_pick (config 0: T <= 4 the CUDA cores, T = 5..16 the tensor
-/// cores; config 1 / 2 forces one).
+/// Which one runs: ops::gemm_gemv_pick (config 0: T = 1 the CUDA cores, T = 2..16 the tensor
+/// cores; config 1 (T <= 4) / 2 forces one).
 ///
 /// **T <= 4, on the CUDA cores (`gemm_gemv_kernel<T>`).** One CTA per SM streams a contiguous,
 /// balanced share of the W rows (to one row: a tp 8 weight of a few thousand rows fills the SMs
@@ -21,7 +21,7 @@
 ///
 /// **T <= 16, on the tensor cores (`gemm_gemv_mma_kernel<NT>`, NT = ceil(T / 8) n8 tiles).** The
 /// CUDA-core form costs T FMAs and T shared-memory reads of X per weight element (its figures
-/// against this kernel: ops::kGemmGemvCudaCoreMaxTokens; against cuBLASLt: ops::gemm_auto_takes_gemv).
+/// against this kernel: ops::kGemmGemvCudaCoreAutoMaxTokens; against cuBLASLt: ops::gemm_auto_takes_gemv).
 /// The same ring and producer, stages of 16 W rows (the mma's M side: swap-AB, tokens on N) × a K
 /// tile, the rows `ops::gemm_gemv_x_row_bytes(tile_k)` apart (16 bytes mod 128: conflict-free
 /// ldmatrix). Eight consumer warps share each stage by k16 steps: warp w takes steps w, w + 8, ...

@@ -529,8 +529,8 @@ inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStrea
   });
 }
 
-/// The kGemv launch (gemm_gemv.cuh), the kernel ops::gemm_gemv_pick picks (config 0: T <= 4 on the
-/// CUDA cores, T = 5..16 on the tensor cores): one CTA per SM (min(SMs, N) CTAs for the CUDA-core
+/// The kGemv launch (gemm_gemv.cuh), the kernel ops::gemm_gemv_pick picks (config 0: T = 1 on the
+/// CUDA cores, T = 2..16 on the tensor cores): one CTA per SM (min(SMs, N) CTAs for the CUDA-core
 /// kernel, min(SMs, ceil(N / 16)) for the tensor-core one; each a balanced share of the rows), a
 /// weight ring of ops::gemm_gemv_ring(T, K, config) (its smem of dynamic shared memory).
 template <typename Kernel>
@@ -659,7 +659,8 @@ struct FullPlan {
 /// algorithm, allow_cublaslt = false, or an override), and every forced path. A cuBLASLt error
 /// (handle, descriptor, heuristic) is returned, not hidden by a fallback.
 /// kAuto takes kGemv before cuBLASLt where `gemm_auto_takes_gemv` (ops/gemm.hpp: T = 1 on weights
-/// of 4 MiB and more, K 512 ... 12288; the measurements are there).
+/// of 4 MiB and more, K 512 ... 12288; T = 2 ... 8 on weights of 22 MiB and more, K 4096; the
+/// measurements are there).
 inline bool auto_takes_cublaslt(const GemmParams& p) {
   return kHaveCublasLt && p.allow_cublaslt && p.config == 0 && p.split_k == 0 && p.k > 0;
 }
