@@ -77,44 +77,68 @@ static_assert(::step5::ops::kGemmGemvMmaRingRows == 16, "the tensor-core kGemv k
 
 namespace gemv_detail {
 
-/// The producer lane of both kernels (the ring of GemvArgs): the CTA's `rows` W rows from r0 in row
-/// blocks of R (the stage's rows), each block K tile by K tile: unit u = block · ktiles + kt goes to
+/// A CTA's share of the W rows, as both kernels deal them out: CTA b of G owns [N·b/G, N·(b+1)/G)
+/// (balanced to one row), taken R rows at a time (a row block, a ring stage's rows) and each block
+/// K tile by K tile: `units` = blocks · ktiles, unit u = block · ktiles + kt.
+struct RingShare {
+  long long r0;  ///< the CTA's first row
+  int rows;      ///< its rows
+  int ktiles;    ///< K tiles per row (tile_k values each, the last one shorter)
+  int units;
+};
+__device__ __forceinline__ RingShare ring_share(const GemvArgs& a, int R) {
+  RingShare sh;
+  sh.r0 = static_cast<long long>(a.N) * blockIdx.x / gridDim.x;
+  sh.rows = static_cast<int>(static_cast<long long>(a.N) * (blockIdx.x + 1) / gridDim.x - sh.r0);
+  sh.ktiles = (a.K + a.tile_k - 1) / a.tile_k;  // K >= 8 (K = 0 is not a fast-path shape: never launched)
+  sh.units = (sh.rows + R - 1) / R * sh.ktiles;
+  return sh;
+}
+
+/// The producer lane of both kernels (the ring of GemvArgs): unit u of the CTA's share goes to
 /// stage u % stages (mbarrier `full`, armed with the unit's bytes, one bulk copy per row to
 /// ring + stage · R · row_bytes + row · row_bytes) once the `empty` barrier says the consumers
 /// released the unit u − stages held there. Weights only: it runs before the wait on the previous kernel.
 __device__ __forceinline__ void ring_produce(const GemvArgs& a, unsigned char* ring, std::uint64_t* full,
-                                             std::uint64_t* empty, long long r0, int rows, int R) {
+                                             std::uint64_t* empty, const RingShare& sh, int R) {
   const int NS = a.stages, TK = a.tile_k;
-  const int blocks = (rows + R - 1) / R;
-  const int ktiles = (a.K + TK - 1) / TK;  // K >= 8 (K = 0 is not a fast-path shape: never launched)
-  const int units = blocks * ktiles;
   const long long stage_bytes = static_cast<long long>(R) * a.row_bytes;
-  for (int u = 0; u < units; ++u) {
+  for (int u = 0; u < sh.units; ++u) {
     const int st = u % NS;
     if (u >= NS) ptx::mbar_wait(&empty[st], static_cast<unsigned>((u / NS - 1) & 1));
-    const int b = u / ktiles, kt = u - b * ktiles;
-    const int nrows = min(R, rows - b * R);
+    const int b = u / sh.ktiles, kt = u - b * sh.ktiles;
+    const int nrows = min(R, sh.rows - b * R);
     const int kb = min(TK, a.K - kt * TK);  // values of this tile
     ptx::mbar_arrive_expect_tx(&full[st], static_cast<unsigned>(nrows * kb * 2));
     const std::uint32_t dst = ptx::smem_u32(ring + st * stage_bytes);
-    const __nv_bfloat16* src = a.w + (r0 + static_cast<long long>(b) * R) * a.ldw + static_cast<long long>(kt) * TK;
+    const __nv_bfloat16* src = a.w + (sh.r0 + static_cast<long long>(b) * R) * a.ldw + static_cast<long long>(kt) * TK;
     for (int j = 0; j < nrows; ++j)
       ptx::bulk_copy_g2s(dst + static_cast<std::uint32_t>(j * a.row_bytes), src + j * a.ldw,
                          static_cast<std::uint32_t>(kb * 2), &full[st]);
   }
 }
 
-/// The ring's mbarriers (thread 0; then a CTA barrier): a full barrier per stage (the producer's
-/// arrival and the bulk copies' bytes) and an empty one (every consumer thread).
-__device__ __forceinline__ void ring_init(std::uint64_t* full, std::uint64_t* empty, int stages) {
+/// Both kernels' start: the ring's mbarriers (thread 0, then a CTA barrier: a full barrier per
+/// stage for the producer's arrival and the bulk copies' bytes, an empty one for every consumer
+/// thread), then the producer warp (warp kGemvWarps) runs `ring_produce` on one lane and waits on
+/// the previous kernel before it exits (the PDL rule: every thread waits). Returns true for the
+/// producer warp, which then returns from the kernel.
+__device__ __forceinline__ bool ring_start(const GemvArgs& a, unsigned char* ring, std::uint64_t* full,
+                                           std::uint64_t* empty, const RingShare& sh, int R) {
   if (threadIdx.x == 0) {
-    for (int st = 0; st < stages; ++st) {
+    for (int st = 0; st < a.stages; ++st) {
       ptx::mbar_init(&full[st], 1);
       ptx::mbar_init(&empty[st], kGemvThreads);  // every consumer thread
     }
     ptx::fence_mbarrier_init_cluster();
   }
   __syncthreads();
+  if ((threadIdx.x >> 5) != kGemvWarps) return false;
+  if ((threadIdx.x & 31) == 0) ring_produce(a, ring, full, empty, sh, R);
+  __syncwarp();
+  pdl_wait();
+  pdl_launch_dependents();
+  return true;
 }
 
 /// acc += the dot product of 8 W values (`w`) with 8 X values (`x`), in element order.
@@ -158,19 +182,10 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
   const int stage_bytes = R * a.row_bytes;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int kc = a.K / 8;  // 16-byte chunks per row
-  const long long r0 = static_cast<long long>(a.N) * blockIdx.x / gridDim.x;
-  const int rows = static_cast<int>(static_cast<long long>(a.N) * (blockIdx.x + 1) / gridDim.x - r0);
-  const int ktiles = (a.K + TK - 1) / TK;  // K >= 8 (K = 0 is not a fast-path shape: never launched)
-  const int units = (rows + R - 1) / R * ktiles;
-
-  ring_init(full, empty, NS);
-  if (warp == kGemvWarps) {  // the producer
-    if (lane == 0) ring_produce(a, ring, full, empty, r0, rows, R);
-    __syncwarp();
-    pdl_wait();  // (the rule: every thread waits before it exits)
-    pdl_launch_dependents();
-    return;
-  }
+  const RingShare sh = ring_share(a, R);
+  const long long r0 = sh.r0;
+  const int rows = sh.rows, ktiles = sh.ktiles, units = sh.units;
+  if (ring_start(a, ring, full, empty, sh, R)) return;  // the producer warp
 
   pdl_wait();  // X is the previous kernel's output
   for (int i = threadIdx.x; i < T * kc; i += kGemvThreads) {
@@ -220,7 +235,7 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
 
 /// See the file comment (1 <= T <= 8 · NT). CTA b of G owns the W rows [N·b/G, N·(b+1)/G) (balanced
 /// to one row), taken kGemmGemvMmaRingRows (16) at a time (a row block, the mma's M) and each block
-/// K tile by K tile (units u = block · ktiles + kt, in order; `ring_produce`). Consumer warp w runs
+/// K tile by K tile (units u = block · ktiles + kt, in order; `ring_share`, `ring_produce`). Consumer warp w runs
 /// k16 steps w, w + 8, ... of each tile of the block into its m16 × 8·NT accumulator tile; after
 /// the block's last tile the eight tiles go through shared memory (gemm_gemv_mma_part_bytes, after
 /// X's zeros) and are summed in warp order, one output per thread.
@@ -244,19 +259,10 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_mma_kernel(cons
   float (*part)[NT * 4][32] =
       reinterpret_cast<float (*)[NT * 4][32]>(xs + a.T * x_row + o::kGemmGemvZeroRowsBytes);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const long long r0 = static_cast<long long>(a.N) * blockIdx.x / gridDim.x;
-  const int rows = static_cast<int>(static_cast<long long>(a.N) * (blockIdx.x + 1) / gridDim.x - r0);
-  const int ktiles = (a.K + TK - 1) / TK;  // K >= 8 (K = 0 is not a fast-path shape: never launched)
-  const int units = (rows + R - 1) / R * ktiles;
-
-  ring_init(full, empty, NS);
-  if (warp == kGemvWarps) {  // the producer
-    if (lane == 0) ring_produce(a, ring, full, empty, r0, rows, R);
-    __syncwarp();
-    pdl_wait();  // (the rule: every thread waits before it exits)
-    pdl_launch_dependents();
-    return;
-  }
+  const RingShare sh = ring_share(a, R);
+  const long long r0 = sh.r0;
+  const int rows = sh.rows, ktiles = sh.ktiles, units = sh.units;
+  if (ring_start(a, ring, full, empty, sh, R)) return;  // the producer warp
 
   pdl_wait();  // X is the previous kernel's output
   {
