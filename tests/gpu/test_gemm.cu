@@ -705,10 +705,18 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
   constexpr bool kLt = true;
 #endif
   for_each_layer_gemm([&](const std::string& g, int tp, const char* what, int N, int K) {
-    for (int T : {1, 4, 64, 1000, 16384}) {
+    for (int T : {1, 4, 8, 9, 64, 1000, 16384}) {
       const step5::ops::GemmPlan a = plan_of(T, N, K, true), own = plan_of(T, N, K, false);
-      // kGemv at T = 1 on weights of 4 MiB and more (K >= 512), whatever allow_cublaslt says
+      // kGemv at T = 1 on weights of 4 MiB and more (K >= 512), at T = 2..8 at K 4096 on 22 MiB and
+      // more, whatever allow_cublaslt says
       const bool gemv = step5::ops::gemm_auto_takes_gemv(T, N, K);
+      // the shapes measured faster than cuBLASLt at T = 4 and 8 (ops/gemm.hpp, thirty-fourth
+      // session): the fused projection at tp 1 and 8; never o_proj at tp 1 or 8, nor T = 9
+      const bool measured_tp = tp == 1 || tp == 8;
+      EXPECT(!(T == 4 || T == 8) || !measured_tp || gemv == (std::string(what) == "fused"),
+             "%s %s tp %d T=%d: (N %d, K %d) kAuto's gemv rule %d, measured the other way", g.c_str(), what, tp, T, N,
+             K, gemv ? 1 : 0);
+      EXPECT(T != 9 || !gemv, "%s %s tp %d T=9: kAuto's gemv rule takes it (T = 9..16 lost)", g.c_str(), what, tp);
       const GemmPath mine = gemv ? GemmPath::kGemv : T > 32 ? GemmPath::kWgmma : GemmPath::kSplitK;
       const GemmPath want = kLt && !gemv ? GemmPath::kCublasLt : mine;
       // the shapes measured faster than cuBLASLt (ops/gemm.hpp): both GEMMs at every tp, T = 1
