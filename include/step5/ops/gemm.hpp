@@ -100,6 +100,12 @@ inline constexpr std::int64_t kGemmGemvWarps = 8;
 constexpr std::int64_t gemm_gemv_mma_part_bytes(std::int64_t tokens) {
   return kGemmGemvWarps * ((tokens + kGemmGemvTokenTile - 1) / kGemmGemvTokenTile) * 16 * kGemmGemvTokenTile * 4;
 }
+/// Where the tensor-core kGemv kernel's partial tiles start, in bytes after X's first row: X's T
+/// rows of gemm_gemv_x_row_bytes(K), then kGemmGemvZeroRowsBytes of zeros (the one rule of
+/// gemm_gemv_smem_bytes and the kernel).
+constexpr std::int64_t gemm_gemv_mma_part_offset(std::int64_t tokens, std::int64_t k) {
+  return tokens * gemm_gemv_x_row_bytes(k) + kGemmGemvZeroRowsBytes;
+}
 /// The kGemv path's two kernels, as `GemmParams::config` forces them and `GemmPlan::config` reports
 /// them: the CUDA-core kernel (T <= kGemmGemvCudaCoreMaxTokens) and the tensor-core kernel (any T
 /// the path runs).
@@ -133,7 +139,7 @@ constexpr int gemm_gemv_pick(std::int64_t tokens, int config = 0) {
 constexpr std::int64_t gemm_gemv_smem_bytes(std::int64_t tokens, std::int64_t k, int config = 0) {
   return gemm_gemv_pick(tokens, config) == kGemmGemvCudaCores
              ? tokens * k * 2
-             : tokens * gemm_gemv_x_row_bytes(k) + kGemmGemvZeroRowsBytes + gemm_gemv_mma_part_bytes(tokens);
+             : gemm_gemv_mma_part_offset(tokens, k) + gemm_gemv_mma_part_bytes(tokens);
 }
 /// The kGemv kernels' weight ring (gemm_gemv.cuh): each stage holds one K tile of `rows`
 /// consecutive W rows of the CTA, `tile_k` values wide, `row_bytes` apart; `stages` stages in

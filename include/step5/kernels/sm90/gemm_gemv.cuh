@@ -256,8 +256,7 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_mma_kernel(cons
   const int x_row = static_cast<int>(o::gemm_gemv_x_row_bytes(a.K));
   // per warp, its accumulator tile (element j·4 + r of lane l), after the zeros
   static_assert(o::gemm_gemv_mma_part_bytes(8 * NT) == sizeof(float) * kGemvWarps * NT * 4 * 32, "the partial tiles' bytes");
-  float (*part)[NT * 4][32] =
-      reinterpret_cast<float (*)[NT * 4][32]>(xs + a.T * x_row + o::kGemmGemvZeroRowsBytes);
+  float (*part)[NT * 4][32] = reinterpret_cast<float (*)[NT * 4][32]>(xs + o::gemm_gemv_mma_part_offset(a.T, a.K));
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const RingShare sh = ring_share(a, R);
   const long long r0 = sh.r0;
@@ -322,13 +321,12 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_mma_kernel(cons
     }
     ptx::mbar_arrive(&empty[st]);  // each thread after its own reads
     if (kt == ktiles - 1) {
-      float (*pp)[NT * 4][32] = part;
       if (b > 0) ptx::named_barrier_sync(1, kGemvThreads);  // the previous block's sums are read
 #pragma unroll
       for (int j = 0; j < NT; ++j)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
-          pp[warp][j * 4 + r][lane] = acc[j][r];
+          part[warp][j * 4 + r][lane] = acc[j][r];
           acc[j][r] = 0.f;
         }
       ptx::named_barrier_sync(1, kGemvThreads);  // every warp's tile written
@@ -337,9 +335,9 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_mma_kernel(cons
       const int e = threadIdx.x;
       if (e < NT * 128) {
         const int jr = e / 32, l = e % 32;
-        float sum = pp[0][jr][l];
+        float sum = part[0][jr][l];
 #pragma unroll
-        for (int q = 1; q < kGemvWarps; ++q) sum += pp[q][jr][l];
+        for (int q = 1; q < kGemvWarps; ++q) sum += part[q][jr][l];
         const int n = b * R + l / 4 + 8 * ((jr & 3) >> 1);
         const int t = 8 * (jr >> 2) + 2 * (l % 4) + (jr & 1);
         if (n < rows && t < a.T) a.c[static_cast<long long>(t) * a.ldc + r0 + n] = __float2bfloat16_rn(sum);
