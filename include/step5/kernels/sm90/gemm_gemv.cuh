@@ -188,9 +188,15 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
   if (ring_start(a, ring, full, empty, sh, R)) return;  // the producer warp
 
   pdl_wait();  // X is the previous kernel's output
-  for (int i = threadIdx.x; i < T * kc; i += kGemvThreads) {
-    const int t = i / kc, c = i - t * kc;
-    xs[i] = *reinterpret_cast<const uint4*>(a.x + static_cast<long long>(t) * a.ldx + 8 * c);
+  {
+    // one 16-byte cp.async per piece, all in flight before the one wait
+    const std::uint32_t xs_u = ptx::smem_u32(xs);
+    for (int i = threadIdx.x; i < T * kc; i += kGemvThreads) {
+      const int t = i / kc, c = i - t * kc;
+      ptx::cp_async16(xs_u + 16 * static_cast<std::uint32_t>(i), a.x + static_cast<long long>(t) * a.ldx + 8 * c, 16);
+    }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
   }
   ptx::named_barrier_sync(1, kGemvThreads);  // the consumer warps: X staged
 
@@ -266,14 +272,18 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_mma_kernel(cons
   pdl_wait();  // X is the previous kernel's output
   {
     // X as T rows of x_row bytes, the 16-byte pieces past K zero (a k16 step that ends past K
-    // multiplies zeros there), then kGemmGemvZeroRowsBytes of zeros
+    // multiplies zeros there), then kGemmGemvZeroRowsBytes of zeros: one 16-byte cp.async per
+    // piece (0 source bytes: zero-filled), all in flight before the one wait
     const int pieces = x_row / 16, kp = a.K / 8;
+    const std::uint32_t xs_u = ptx::smem_u32(xs);
     for (int i = threadIdx.x; i < a.T * pieces + static_cast<int>(o::kGemmGemvZeroRowsBytes / 16); i += kGemvThreads) {
       const int t = i / pieces, p = i - t * pieces;
-      uint4 v = make_uint4(0u, 0u, 0u, 0u);
-      if (t < a.T && p < kp) v = *reinterpret_cast<const uint4*>(a.x + static_cast<long long>(t) * a.ldx + 8 * p);
-      reinterpret_cast<uint4*>(xs)[i] = v;
+      const bool in = t < a.T && p < kp;
+      ptx::cp_async16(xs_u + 16 * static_cast<std::uint32_t>(i),
+                      in ? a.x + static_cast<long long>(t) * a.ldx + 8 * p : a.x, in ? 16 : 0);
     }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
   }
   ptx::named_barrier_sync(1, kGemvThreads);  // the consumer warps: X staged
 
