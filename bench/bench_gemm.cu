@@ -23,9 +23,13 @@
 //                                      rows' names predate config 0's change)
 //   gemm_gemv_cuda/... (T = 2..4)      the CUDA-core kernel forced (config kGemmGemvCudaCores),
 //                                      against gemm_gemv/'s tensor-core kernel
+//   gemm_gemv_win/... (T = 4..16)      the tensor-core kernel with X in windows of 1024 values forced
+//                                      (config kGemmGemvTensorCoresWindowed), against gemm_gemv/'s X
+//                                      whole (the same where K <= 1024)
 //   <family>/o_proj/<geometry>/tp:N/tokens:T  the rank's o_proj (N = hidden, K = local heads x
 //                                      head_dim) at decode T = 1, 4, 8, 16: cublaslt/, gemm/,
-//                                      gemm_auto/, gemm_gemv/, gemm_gemv_mma/, gemm_gemv_cuda/ only
+//                                      gemm_auto/, gemm_gemv/, gemm_gemv_mma/, gemm_gemv_cuda/,
+//                                      gemm_gemv_win/ only
 //   tp 2, 4, 16 (both geometries)      the fused and o_proj shapes at T = 1, 4, 8 only, the same
 //                                      families (kAuto's kGemv rules cover them); tp 1 and 8 have every T
 // The label and the table's path column: "wgmma <kind>[, split-K <S>]" or "stream[, split-K <S>]".
@@ -329,6 +333,7 @@ std::string plan_label(const step5::ops::GemmPlan& plan) {
       plan.config <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)))
     l += " " + step5::ops::gemm_wgmma_tile_name(step5::ops::kGemmWgmmaTiles[plan.config - 1]);
   if (plan.path == step5::ops::GemmPath::kGemv && plan.config == step5::ops::kGemmGemvTensorCores) l += " mma";
+  if (plan.path == step5::ops::GemmPath::kGemv && plan.config == step5::ops::kGemmGemvTensorCoresWindowed) l += " mma windows";
   if (plan.split_k > 1) l += ", split-K " + std::to_string(plan.split_k);
   return l;
 }
@@ -499,6 +504,10 @@ int main(int argc, char** argv) {
         step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvCudaCores))
       benchmark::RegisterBenchmark(("gemm_gemv_cuda/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
                                    step5::ops::kGemmGemvCudaCores, 0, false)
+          ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
+    if (T >= 4 && step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCoresWindowed))
+      benchmark::RegisterBenchmark(("gemm_gemv_win/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
+                                   step5::ops::kGemmGemvTensorCoresWindowed, 0, false)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
   };
   for (const Shape& s : shapes)

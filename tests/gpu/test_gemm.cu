@@ -361,6 +361,7 @@ std::vector<Variant> all_variants() {
   // both kGemv kernels forced (the CUDA-core one is refused above T = kGemmGemvCudaCoreMaxTokens)
   v.push_back({GemmPath::kGemv, step5::ops::kGemmGemvCudaCores, 0});
   v.push_back({GemmPath::kGemv, step5::ops::kGemmGemvTensorCores, 0});
+  v.push_back({GemmPath::kGemv, step5::ops::kGemmGemvTensorCoresWindowed, 0});
   v.push_back({GemmPath::kSplitK, 2, 16});
   // every wgmma tile kind (config = entry + 1), unsplit, planned and split 3
   for (int c = 1; c <= static_cast<int>(std::size(step5::ops::kGemmWgmmaTiles)); ++c) {
@@ -783,7 +784,10 @@ GPU_CASE("gemm: gemv bit-identical over 20 launches (quick: 5) with other kernel
         std::tuple{1, 18512, 4096, 0},
         std::tuple{4, 3472, 4096, step5::ops::kGemmGemvTensorCores},
         std::tuple{16, 18512, 4096, 0}, std::tuple{9, 3472, 4096, 0}, std::tuple{1, 4096, 12288, 0},
-        std::tuple{1, 4096, 12288, step5::ops::kGemmGemvTensorCores}, std::tuple{4, 4096, 12288, 0}}) {
+        std::tuple{1, 4096, 12288, step5::ops::kGemmGemvTensorCores}, std::tuple{4, 4096, 12288, 0},
+        std::tuple{16, 18512, 4096, step5::ops::kGemmGemvTensorCoresWindowed},
+        std::tuple{8, 4096, 12288, step5::ops::kGemmGemvTensorCoresWindowed},
+        std::tuple{16, 4096, 12288, step5::ops::kGemmGemvTensorCoresWindowed}}) {
     const DenseOperands op(T, N, K);
     GemmParams p = op.params();
     p.path = GemmPath::kGemv;
@@ -843,7 +847,8 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; both
     GPU_CHECK(cudaDeviceSynchronize());
     return st;
   };
-  constexpr int kCuda = step5::ops::kGemmGemvCudaCores, kTensor = step5::ops::kGemmGemvTensorCores;
+  constexpr int kCuda = step5::ops::kGemmGemvCudaCores, kTensor = step5::ops::kGemmGemvTensorCores,
+                kWin = step5::ops::kGemmGemvTensorCoresWindowed;
   // Fewer rows than a ring stage holds: N = 7 (CUDA cores: one CTA per row, 7 of 8 consumer warps
   // idle; tensor cores: one CTA, 9 of the 16 rows of its stages stale) and N = 1 (one CTA; CUDA
   // cores: a 2048-value tile and an 8-value one; tensor cores: tiles of 1024 values, the last one
@@ -851,7 +856,8 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; both
   for (const auto& [T, N, K, config] :
        {std::tuple{3, 7, 4096, kCuda}, std::tuple{1, 1, 2056, kCuda}, std::tuple{4, 1, 2056, kCuda},
         std::tuple{3, 7, 4096, kTensor}, std::tuple{1, 1, 2056, kTensor}, std::tuple{13, 7, 2056, kTensor},
-        std::tuple{16, 1, 2056, kTensor}}) {
+        std::tuple{16, 1, 2056, kTensor}, std::tuple{3, 7, 4096, kWin}, std::tuple{1, 1, 2056, kWin},
+        std::tuple{13, 7, 2056, kWin}, std::tuple{16, 1, 2056, kWin}}) {
     const int ldc = N + 1 + (N + 1) % 2;  // even, with a padding column left poisoned
     std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
     fill_random(hw, 0.125f);
@@ -876,12 +882,14 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; both
   // row per CTA on 132 SMs, tensor cores 9 CTAs of 14-15 rows) against N = 1061 (8-9 rows per CTA,
   // or 67 CTAs of 15-16 rows: the rows in other CTAs, ring stages and row slots); on the tensor
   // cores also N = 3000 (about 23 rows per CTA: two row blocks, the partial tiles' buffer reused)
-  // against N = 8000 (about 61: four blocks). C's rows N + 1 apart (an even ldc, the fast path's),
-  // the padding column left poisoned
+  // against N = 8000 (about 61: four blocks); X in windows (config 3) also N = 3000 against N =
+  // 36000 (about 273 rows per CTA: 18 row blocks, two groups of the window sums). C's rows N + 1
+  // apart (an even ldc, the fast path's), the padding column left poisoned
   for (const auto& [T, config, Nsmall, Nbig] :
        {std::tuple{1, kCuda, 131, 1061}, std::tuple{3, kCuda, 131, 1061}, std::tuple{1, kTensor, 131, 1061},
         std::tuple{5, kTensor, 131, 1061}, std::tuple{16, kTensor, 131, 1061}, std::tuple{8, kTensor, 3000, 8000},
-        std::tuple{13, kTensor, 3000, 8000}}) {
+        std::tuple{13, kTensor, 3000, 8000}, std::tuple{16, kWin, 131, 1061}, std::tuple{5, kWin, 3000, 36000},
+        std::tuple{16, kWin, 3000, 36000}}) {
     const int K = 4104, ld = 4112, ldb = Nbig + 1, lds = Nsmall + 1;
     std::vector<bf16> hw(static_cast<std::size_t>(Nbig) * ld), hx(static_cast<std::size_t>(T) * ld);
     fill_random(hw, 0.125f);
@@ -927,57 +935,65 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; both
   }
 }
 
-GPU_CASE("gemm: gemv tensor cores: a tile's last half k16 step reads no stale ring bytes (+Inf left in the stage by an earlier unit)") {
-  // K = 3080: K tiles of 1024, 1024, 1024 and 8 values, 4 units per 16-row block. At T = 3 the ring
-  // has 6 stages, so a CTA's block 1 ends with unit 7 on stage 1, which held block 0's second tile
-  // (unit 1). Row 5 of each CTA's block 0 carries +Inf at values 1032 ... 1039: the bytes of stage 1's
-  // row 5 that unit 7 leaves in place and that its half k16 step would read as A values 8 ... 15
-  // (X is zero there: Inf · 0 = NaN unless the kernel zeroes them). N = SMs · 40: 40 rows per CTA.
-  constexpr int kTensor = step5::ops::kGemmGemvTensorCores;
-  const int T = 3, K = 3080, per = 40;
-  const step5::ops::GemmGemvRing ring = step5::ops::gemm_gemv_ring(T, K, kTensor);
-  EXPECT(ring.tile_k == 1024 && ring.stages == 6, "the premise: tile_k %lld (want 1024), stages %lld (want 6)",
-         static_cast<long long>(ring.tile_k), static_cast<long long>(ring.stages));
+GPU_CASE("gemm: gemv tensor cores: a tile's last half k16 step reads no stale ring bytes (+Inf left in the stage by an earlier unit), X whole and in windows") {
+  // K = 3080: K tiles of 1024, 1024, 1024 and 8 values. X whole (config 2): 4 units per 16-row
+  // block; at T = 3 the ring has 6 stages, so a CTA's block 1 ends with unit 7 on stage 1, which
+  // held block 0's second tile (unit 1): the planted row is block 0's row 5 (40 rows per CTA). X
+  // in windows of 1024 (config 3): per window every block of the CTA (64 rows: 4 blocks), so the
+  // last window's unit 12 (block 0, 8 values) lands on stage 0, which held unit 6 (window 1 of
+  // block 2): the planted row is block 2's row 5, CTA row 37. That row carries +Inf at values 1032
+  // ... 1039: the bytes the later unit leaves in place and that its half k16 step would read as A
+  // values 8 ... 15 (X is zero there: Inf · 0 = NaN unless the kernel zeroes them). N = SMs · rows
+  // per CTA.
+  const int T = 3, K = 3080;
   int dev = 0, sms = 0;
   GPU_CHECK(cudaGetDevice(&dev));
   GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  const int N = sms * per, ldc = N + 2;
-  std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
-  fill_random(hw, 0.125f);
-  fill_random(hx, 1.0f);
-  for (int n = 5; n < N; n += per)
-    for (int k = 1032; k < 1040; ++k) hw[static_cast<std::size_t>(n) * K + k] = step5::to_bf16(INFINITY);
-  DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * ldc * 2);
-  GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
-  GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-  GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * ldc * 2));
-  GemmParams p;
-  p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
-  p.tokens = T, p.n = N, p.k = K, p.ldx = K, p.ldw = K, p.ldc = ldc;
-  p.path = GemmPath::kGemv;
-  p.config = kTensor;
-  const step5::Status st = step5::ops::gemm_bf16(p, nullptr);
-  EXPECT(st.ok(), "gemv tensor cores T=%d N=%d K=%d: %s", T, N, K, st.to_string().c_str());
-  GPU_CHECK(cudaDeviceSynchronize());
-  std::vector<bf16> hc(static_cast<std::size_t>(T) * ldc);
-  GPU_CHECK(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
-  std::vector<float> ref(static_cast<std::size_t>(T) * N);
-  step5::reference::gemm_bf16_f32out(T, N, K, hx.data(), K, hw.data(), K, ref.data(), N);
-  // the rows with +Inf in their own weights are non-finite; set them aside (0 on both sides) and
-  // judge every other output, rows 21, 61, ... (block 1's row 5 of each CTA) among them
-  int finite_inf_rows = 0;
-  for (int t = 0; t < T; ++t)
-    for (int n = 5; n < N; n += per) {
-      finite_inf_rows += (hc[static_cast<std::size_t>(t) * ldc + n].bits & 0x7f80) != 0x7f80;
-      hc[static_cast<std::size_t>(t) * ldc + n] = step5::to_bf16(0.f);
-      ref[static_cast<std::size_t>(t) * N + n] = 0.f;
-    }
-  EXPECT(finite_inf_rows == 0, "%d outputs of rows with +Inf weights are finite", finite_inf_rows);
-  std::vector<int> rows;
-  for (int t = 0; t < T; ++t) rows.push_back(t);
-  const Judgement j = judge_output(ref, rows, N, ldc, hc);
-  EXPECT(j.bad == 0, "gemv tensor cores T=%d N=%d K=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g",
-         T, N, K, j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
+  for (const auto& [config, per, planted, windows] :
+       {std::tuple{step5::ops::kGemmGemvTensorCores, 40, 5, 1}, std::tuple{step5::ops::kGemmGemvTensorCoresWindowed, 64, 37, 4}}) {
+    const step5::ops::GemmGemvRing ring = step5::ops::gemm_gemv_ring(T, K, config);
+    EXPECT(ring.tile_k == 1024 && ring.stages == 6 && step5::ops::gemm_gemv_x_windows(K, config) == windows,
+           "config %d, the premise: tile_k %lld (want 1024), stages %lld (want 6), windows %lld (want %d)", config,
+           static_cast<long long>(ring.tile_k), static_cast<long long>(ring.stages),
+           static_cast<long long>(step5::ops::gemm_gemv_x_windows(K, config)), windows);
+    const int N = sms * per, ldc = N + 2;
+    std::vector<bf16> hw(static_cast<std::size_t>(N) * K), hx(static_cast<std::size_t>(T) * K);
+    fill_random(hw, 0.125f);
+    fill_random(hx, 1.0f);
+    for (int n = planted; n < N; n += per)
+      for (int k = 1032; k < 1040; ++k) hw[static_cast<std::size_t>(n) * K + k] = step5::to_bf16(INFINITY);
+    DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * ldc * 2);
+    GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * ldc * 2));
+    GemmParams p;
+    p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
+    p.tokens = T, p.n = N, p.k = K, p.ldx = K, p.ldw = K, p.ldc = ldc;
+    p.path = GemmPath::kGemv;
+    p.config = config;
+    const step5::Status st = step5::ops::gemm_bf16(p, nullptr);
+    EXPECT(st.ok(), "gemv config %d T=%d N=%d K=%d: %s", config, T, N, K, st.to_string().c_str());
+    GPU_CHECK(cudaDeviceSynchronize());
+    std::vector<bf16> hc(static_cast<std::size_t>(T) * ldc);
+    GPU_CHECK(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> ref(static_cast<std::size_t>(T) * N);
+    step5::reference::gemm_bf16_f32out(T, N, K, hx.data(), K, hw.data(), K, ref.data(), N);
+    // the rows with +Inf in their own weights are non-finite; set them aside (0 on both sides) and
+    // judge every other output, the rows that read the planted stage among them
+    int finite_inf_rows = 0;
+    for (int t = 0; t < T; ++t)
+      for (int n = planted; n < N; n += per) {
+        finite_inf_rows += (hc[static_cast<std::size_t>(t) * ldc + n].bits & 0x7f80) != 0x7f80;
+        hc[static_cast<std::size_t>(t) * ldc + n] = step5::to_bf16(0.f);
+        ref[static_cast<std::size_t>(t) * N + n] = 0.f;
+      }
+    EXPECT(finite_inf_rows == 0, "config %d: %d outputs of rows with +Inf weights are finite", config, finite_inf_rows);
+    std::vector<int> rows;
+    for (int t = 0; t < T; ++t) rows.push_back(t);
+    const Judgement j = judge_output(ref, rows, N, ldc, hc);
+    EXPECT(j.bad == 0, "gemv config %d T=%d N=%d K=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g",
+           config, T, N, K, j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
+  }
 }
 
 GPU_CASE("gemm: wgmma split-K bit-identical over 20 launches (quick: 5) with other kernels running") {

@@ -160,8 +160,60 @@ TEST_CASE("gemv: config picks the kernel (0 by T: the CUDA cores at T = 1, the t
   CHECK(ops::gemm_gemv_eligible(1, 102400, 0));
   CHECK(ops::gemm_gemv_eligible(4, 25600, ops::kGemmGemvCudaCores));  // 204800 bytes
   CHECK_FALSE(ops::gemm_gemv_eligible(4, 25600));                     // config 0: the tensor cores, 209088 bytes
-  CHECK_FALSE(ops::gemm_gemv_eligible(1, 4096, 3));
+  CHECK(ops::gemm_gemv_eligible(1, 4096, ops::kGemmGemvTensorCoresWindowed));
+  CHECK_FALSE(ops::gemm_gemv_eligible(1, 4096, 4));
   CHECK_FALSE(ops::gemm_gemv_eligible(1, 4096, -1));
+  CHECK(ops::gemm_gemv_pick(1, ops::kGemmGemvTensorCoresWindowed) == ops::kGemmGemvTensorCoresWindowed);
+  CHECK(ops::gemm_gemv_pick(16, ops::kGemmGemvTensorCoresWindowed) == ops::kGemmGemvTensorCoresWindowed);
+}
+
+TEST_CASE("gemv: the windowed tensor-core kernel (config 3): X in windows of 1024 values, two buffers, the window sums of 16 row blocks; the ring keeps 4-5 stages of 1024 whatever T and K") {
+  constexpr int kWin = ops::kGemmGemvTensorCoresWindowed;
+  CHECK(ops::kGemmGemvXWindow == 1024);
+  CHECK(ops::kGemmGemvWindowGroupBlocks == 16);
+  // windows: K / 1024 rounded up where K is longer than a window, else X whole; configs 0 / 2 never window
+  CHECK(ops::gemm_gemv_x_windows(4096, kWin) == 4);
+  CHECK(ops::gemm_gemv_x_windows(4104, kWin) == 5);
+  CHECK(ops::gemm_gemv_x_windows(12288, kWin) == 12);
+  CHECK(ops::gemm_gemv_x_windows(1024, kWin) == 1);
+  CHECK(ops::gemm_gemv_x_windows(1032, kWin) == 2);
+  CHECK(ops::gemm_gemv_x_windows(8, kWin) == 1);
+  CHECK(ops::gemm_gemv_x_windows(12288, ops::kGemmGemvTensorCores) == 1);
+  CHECK(ops::gemm_gemv_x_windows(12288, 0) == 1);
+  CHECK(ops::gemm_gemv_x_window_k(4096, kWin) == 1024);
+  CHECK(ops::gemm_gemv_x_window_k(1000, kWin) == 1000);
+  CHECK(ops::gemm_gemv_x_window_k(4096, ops::kGemmGemvTensorCores) == 4096);
+  // T = 16, K = 4096: two buffers of 16 rows of 2064 bytes, the zeros, the partial tiles (8192) and
+  // the window sums (16 blocks x 16 rows x 16 tokens x 4 bytes); the ring 4 stages of 1024 values
+  CHECK(ops::gemm_gemv_mma_window_sum_bytes(16, 4) == 16384);
+  CHECK(ops::gemm_gemv_mma_window_sum_bytes(8, 4) == 8192);
+  CHECK(ops::gemm_gemv_mma_window_sum_bytes(16, 1) == 0);
+  CHECK(ops::gemm_gemv_mma_part_offset(16, 1024, 4) == 2 * 16 * 2064 + 128);
+  CHECK(ops::gemm_gemv_mma_part_offset(16, 4096) == 16 * 8208 + 128);  // X whole: one buffer
+  CHECK(ops::gemm_gemv_smem_bytes(16, 4096, kWin) == 2 * 16 * 2064 + 128 + 8192 + 16384);
+  constexpr ops::GemmGemvRing a = ops::gemm_gemv_ring(16, 4096, kWin);
+  CHECK(a.tile_k == 1024);
+  CHECK(a.stages == 4);
+  CHECK(a.smem == 128 + 90752 + 4 * 16 * 2064);
+  // o_proj at tp 1 (K 12288): T = 8 has 5 stages of 1024 where X whole left 3 of 256; T = 16 runs
+  constexpr ops::GemmGemvRing b = ops::gemm_gemv_ring(8, 12288, kWin);
+  CHECK(b.tile_k == 1024);
+  CHECK(b.stages == 5);
+  CHECK(ops::gemm_gemv_eligible(16, 12288, kWin));
+  CHECK_FALSE(ops::gemm_gemv_eligible(16, 12288, ops::kGemmGemvTensorCores));
+  CHECK(ops::gemm_gemv_eligible(16, ops::kGemmGemvMaxSmem, kWin));
+  CHECK_FALSE(ops::gemm_gemv_eligible(16, ops::kGemmGemvMaxSmem + 8, kWin));
+  // every (T, K): a ring that fits, a tile that divides the window (tiles never straddle two)
+  for (std::int64_t t = 1; t <= ops::kGemmGemvMaxTokens; ++t)
+    for (std::int64_t k = 8; k <= 70000; k += 8) {
+      REQUIRE_MESSAGE(ops::gemm_gemv_eligible(t, k, kWin), "T = ", t, ", K = ", k);
+      const ops::GemmGemvRing r = ops::gemm_gemv_ring(t, k, kWin);
+      const std::int64_t xk = ops::gemm_gemv_x_window_k(k, kWin);
+      REQUIRE_MESSAGE(r.stages >= ops::kGemmGemvMmaRingPreferredStages, "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE(r.smem <= ops::kGemmGemvCtaSmem, "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE((xk == k || xk % r.tile_k == 0), "T = ", t, ", K = ", k);
+      REQUIRE_MESSAGE(r.row_bytes % 128 == 16, "T = ", t, ", K = ", k);
+    }
 }
 
 TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 4 MiB and more with K 512 ... 12288, and at T = 2 ... 8 on weights of 22 MiB and more with K 4096 (the measured ranges)") {

@@ -100,17 +100,46 @@ inline constexpr std::int64_t kGemmGemvWarps = 8;
 constexpr std::int64_t gemm_gemv_mma_part_bytes(std::int64_t tokens) {
   return kGemmGemvWarps * ((tokens + kGemmGemvTokenTile - 1) / kGemmGemvTokenTile) * 16 * kGemmGemvTokenTile * 4;
 }
-/// Where the tensor-core kGemv kernel's partial tiles start, in bytes after X's first row: X's T
-/// rows of gemm_gemv_x_row_bytes(K), then kGemmGemvZeroRowsBytes of zeros (the one rule of
-/// gemm_gemv_smem_bytes and the kernel).
-constexpr std::int64_t gemm_gemv_mma_part_offset(std::int64_t tokens, std::int64_t k) {
-  return tokens * gemm_gemv_x_row_bytes(k) + kGemmGemvZeroRowsBytes;
+/// Where the tensor-core kGemv kernel's partial tiles start, in bytes after X's first row, for X
+/// staged in `windows` windows of x_k values: X's T rows of gemm_gemv_x_row_bytes(x_k), twice
+/// where windows > 1 (two buffers: the next window streams in while one is read), then
+/// kGemmGemvZeroRowsBytes of zeros (the one rule of gemm_gemv_smem_bytes and the kernel). After the
+/// partial tiles: the row blocks' window sums (gemm_gemv_mma_window_sum_bytes).
+constexpr std::int64_t gemm_gemv_mma_part_offset(std::int64_t tokens, std::int64_t x_k, std::int64_t windows = 1) {
+  return (windows > 1 ? 2 : 1) * tokens * gemm_gemv_x_row_bytes(x_k) + kGemmGemvZeroRowsBytes;
 }
-/// The kGemv path's two kernels, as `GemmParams::config` forces them and `GemmPlan::config` reports
-/// them: the CUDA-core kernel (T <= kGemmGemvCudaCoreMaxTokens) and the tensor-core kernel (any T
-/// the path runs).
+/// The kGemv path's kernels, as `GemmParams::config` forces them and `GemmPlan::config` reports
+/// them: the CUDA-core kernel (T <= kGemmGemvCudaCoreMaxTokens), the tensor-core kernel with X
+/// staged whole (any T the path runs), and the same kernel with X staged in windows of
+/// kGemmGemvXWindow values (gemm_gemv_x_windows; forced only: measured before kAuto takes it).
 inline constexpr int kGemmGemvCudaCores = 1;
 inline constexpr int kGemmGemvTensorCores = 2;
+inline constexpr int kGemmGemvTensorCoresWindowed = 3;
+/// K values of X per window of the windowed tensor-core kernel (config kGemmGemvTensorCoresWindowed):
+/// X's T rows of one window live in shared memory at a time, two buffers (the next window's
+/// cp.async copies land while the current one is read), so the weight ring keeps its room
+/// whatever K and T are. The CTA walks its rows in groups of kGemmGemvWindowGroupBlocks row blocks;
+/// per group, window by window, every block of the group: a block's window sums (fp32, summed in
+/// window order) wait in shared memory for the next window. A multiple of every K tile (1024).
+inline constexpr std::int64_t kGemmGemvXWindow = 1024;
+inline constexpr std::int64_t kGemmGemvWindowGroupBlocks = 16;
+/// The windows X is staged in: ceil(K / kGemmGemvXWindow) for the windowed kernel where K is longer
+/// than a window, else 1 (X whole).
+constexpr std::int64_t gemm_gemv_x_windows(std::int64_t k, int config) {
+  return config == kGemmGemvTensorCoresWindowed && k > kGemmGemvXWindow ? (k + kGemmGemvXWindow - 1) / kGemmGemvXWindow
+                                                                         : 1;
+}
+/// K values of X per window: kGemmGemvXWindow where windowed, else K.
+constexpr std::int64_t gemm_gemv_x_window_k(std::int64_t k, int config) {
+  return gemm_gemv_x_windows(k, config) > 1 ? kGemmGemvXWindow : k;
+}
+/// Bytes of the windowed kernel's window sums after the partial tiles: kGemmGemvWindowGroupBlocks
+/// row blocks of 16 rows × 8·NT tokens of fp32 (0 where X is whole).
+constexpr std::int64_t gemm_gemv_mma_window_sum_bytes(std::int64_t tokens, std::int64_t windows) {
+  return windows > 1 ? kGemmGemvWindowGroupBlocks * ((tokens + kGemmGemvTokenTile - 1) / kGemmGemvTokenTile) * 16 *
+                           kGemmGemvTokenTile * 4
+                     : 0;
+}
 /// Most tokens the CUDA-core kGemv kernel runs (one instance per T; config 1 forces it).
 inline constexpr std::int64_t kGemmGemvCudaCoreMaxTokens = 4;
 /// Most tokens config 0 runs on the CUDA-core kGemv kernel (T = 1; the tensor-core kernel above).
@@ -126,20 +155,22 @@ inline constexpr std::int64_t kGemmGemvCudaCoreMaxTokens = 4;
 /// config 1 runs it.)
 inline constexpr std::int64_t kGemmGemvCudaCoreAutoMaxTokens = 1;
 /// The kGemv kernel that runs T tokens with `config` (0: by T, the CUDA cores up to
-/// kGemmGemvCudaCoreAutoMaxTokens, else the tensor cores; 1 or 2: that kernel).
+/// kGemmGemvCudaCoreAutoMaxTokens, else the tensor cores with X whole; 1, 2 or 3: that kernel).
 constexpr int gemm_gemv_pick(std::int64_t tokens, int config = 0) {
   return config != 0 ? config : tokens <= kGemmGemvCudaCoreAutoMaxTokens ? kGemmGemvCudaCores : kGemmGemvTensorCores;
 }
 /// Shared memory X takes in the kGemv kernel for T tokens of reduction length K (`config` as in
 /// gemm_gemv_pick; the rule of gemm_gemv_eligible): the CUDA-core kernel, X's rows (T · K · 2
-/// bytes); the tensor-core kernel, T rows of gemm_gemv_x_row_bytes(K), kGemmGemvZeroRowsBytes of
-/// zeros (the n8 tile's rows past T are not staged: their ldmatrix rows read the zeros) and the
-/// partial tiles (gemm_gemv_mma_part_bytes). Either kernel's whole dynamic shared memory, its
+/// bytes); the tensor-core kernel, T rows of gemm_gemv_x_row_bytes(K) (windowed: two buffers of T
+/// rows of gemm_gemv_x_row_bytes(kGemmGemvXWindow)), kGemmGemvZeroRowsBytes of zeros (the n8
+/// tile's rows past T are not staged: their ldmatrix rows read the zeros), the partial tiles
+/// (gemm_gemv_mma_part_bytes) and, windowed, the window sums (gemm_gemv_mma_window_sum_bytes). Either kernel's whole dynamic shared memory, its
 /// weight ring included, is gemm_gemv_ring(T, K, config).smem (the kernels have no static shared memory).
 constexpr std::int64_t gemm_gemv_smem_bytes(std::int64_t tokens, std::int64_t k, int config = 0) {
-  return gemm_gemv_pick(tokens, config) == kGemmGemvCudaCores
-             ? tokens * k * 2
-             : gemm_gemv_mma_part_offset(tokens, k) + gemm_gemv_mma_part_bytes(tokens);
+  if (gemm_gemv_pick(tokens, config) == kGemmGemvCudaCores) return tokens * k * 2;
+  const std::int64_t windows = gemm_gemv_x_windows(k, config);
+  return gemm_gemv_mma_part_offset(tokens, gemm_gemv_x_window_k(k, config), windows) + gemm_gemv_mma_part_bytes(tokens) +
+         gemm_gemv_mma_window_sum_bytes(tokens, windows);
 }
 /// The kGemv kernels' weight ring (gemm_gemv.cuh): each stage holds one K tile of `rows`
 /// consecutive W rows of the CTA, `tile_k` values wide, `row_bytes` apart; `stages` stages in
@@ -153,7 +184,8 @@ constexpr std::int64_t gemm_gemv_smem_bytes(std::int64_t tokens, std::int64_t k,
 ///    (tile_k) apart (conflict-free ldmatrix); tile_k the widest of 1024, 512, 256 (or K, where
 ///    shorter) with at least kGemmGemvMmaRingPreferredStages stages, else 256 (at least
 ///    kGemmGemvRingMinStages fit wherever X fits in kGemmGemvMaxSmem); 4 stages of 1024 values at
-///    T = 8, K = 4096, 5 of 512 at T = 16.
+///    T = 8, K = 4096, 5 of 512 at T = 16; windowed (X in windows of kGemmGemvXWindow values, which
+///    every tile divides), 4 stages of 1024 at T = 16, K = 4096 and 5 at T = 8, K = 12288.
 /// At most kGemmGemvRingMaxStages stages. {} where none fits (not gemm_gemv_eligible).
 struct GemmGemvRing {
   std::int64_t tile_k = 0;
@@ -203,10 +235,10 @@ static_assert(kGemmGemvCtaSmem - kGemmGemvRingBarrierBytes - kGemmGemvMaxSmem >=
                   kGemmGemvRingMinStages * kGemmGemvMmaRingRows * gemm_gemv_x_row_bytes(256),
               "every X the tensor-core kGemv kernel stages (at most kGemmGemvMaxSmem bytes) leaves room for its ring");
 /// Whether the kGemv path can run T tokens of reduction length K with `config` (alignment aside):
-/// 1 <= T <= kGemmGemvMaxTokens, config 0, 1 (T <= kGemmGemvCudaCoreMaxTokens) or 2, K >= 0 and X fits in
-/// kGemmGemvMaxSmem (gemm_gemv_smem_bytes).
+/// 1 <= T <= kGemmGemvMaxTokens, config 0, 1 (T <= kGemmGemvCudaCoreMaxTokens), 2 or 3, K >= 0 and X
+/// fits in kGemmGemvMaxSmem (gemm_gemv_smem_bytes; windowed, any K up to kGemmGemvMaxSmem values).
 constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int config = 0) {
-  return tokens >= 1 && tokens <= kGemmGemvMaxTokens && config >= 0 && config <= kGemmGemvTensorCores &&
+  return tokens >= 1 && tokens <= kGemmGemvMaxTokens && config >= 0 && config <= kGemmGemvTensorCoresWindowed &&
          (gemm_gemv_pick(tokens, config) != kGemmGemvCudaCores || tokens <= kGemmGemvCudaCoreMaxTokens) && k >= 0 &&
          k <= kGemmGemvMaxSmem &&
          gemm_gemv_smem_bytes(tokens, k, config) <= kGemmGemvMaxSmem;
@@ -348,7 +380,7 @@ struct GemmParams {
   /// Tuning overrides for tests/benchmarks (0 = the launcher's choice, use 0 in production).
   /// config: split-K path 1..size(kGemmSplitKTiles) = row config-1 of kGemmSplitKTiles;
   /// wgmma path 1..size(kGemmWgmmaTiles) = tile kind kGemmWgmmaTiles[config-1]; kGemv: its kernel,
-  /// kGemmGemvCudaCores (T <= kGemmGemvCudaCoreMaxTokens) or kGemmGemvTensorCores (gemm_gemv_pick;
+  /// kGemmGemvCudaCores (T <= kGemmGemvCudaCoreMaxTokens), kGemmGemvTensorCores or kGemmGemvTensorCoresWindowed (gemm_gemv_pick;
   /// and split_k 0 or 1).
   /// split_k: the K splits of either path (1 = no split; capped at the number of k-tiles — 64
   /// wide, or 64 · k_boxes wide for a wgmma kind — and 1 when the tiles' arrival counters would not fit in kGemmCounterBytes).
@@ -367,7 +399,7 @@ struct GemmPlan {
   std::size_t workspace_bytes = 0; ///< bytes of workspace this launch needs
   /// The tile configuration chosen (the `GemmParams::config` value that forces the same choice):
   /// split-K path 1..size(kGemmSplitKTiles), wgmma path 1..size(kGemmWgmmaTiles), gemv its kernel
-  /// (kGemmGemvCudaCores or kGemmGemvTensorCores), 0 for generic and cuBLASLt.
+  /// (kGemmGemvCudaCores, kGemmGemvTensorCores or kGemmGemvTensorCoresWindowed), 0 for generic and cuBLASLt.
   int config = 0;
 };
 Status gemm_plan(const GemmParams& p, GemmPlan* plan);

@@ -63,6 +63,9 @@ struct GemvArgs {
   /// the weight ring (ops::gemm_gemv_ring): K tile, stages, bytes between a stage's rows, and the
   /// first stage's offset in dynamic shared memory (ops::gemm_gemv_ring_offset)
   int tile_k = 0, stages = 0, row_bytes = 0, ring_offset = 0;
+  /// X's windows (the tensor-core kernel; ops::gemm_gemv_x_windows / gemm_gemv_x_window_k): x_k
+  /// values each, 1 window of K values where X is staged whole (the CUDA-core kernel: always)
+  int x_k = 0, windows = 1;
 };
 
 inline constexpr int kGemvWarps = static_cast<int>(::step5::ops::kGemmGemvWarps);  ///< consumer warps per CTA
@@ -83,39 +86,70 @@ namespace gemv_detail {
 struct RingShare {
   long long r0;  ///< the CTA's first row
   int rows;      ///< its rows
-  int ktiles;    ///< K tiles per row (tile_k values each, the last one shorter)
+  int ktiles;    ///< K tiles per row (tile_k values each, the last one shorter; X whole)
   int units;
+  int blocks;    ///< row blocks of R rows (the last one shorter)
 };
 __device__ __forceinline__ RingShare ring_share(const GemvArgs& a, int R) {
   RingShare sh;
   sh.r0 = static_cast<long long>(a.N) * blockIdx.x / gridDim.x;
   sh.rows = static_cast<int>(static_cast<long long>(a.N) * (blockIdx.x + 1) / gridDim.x - sh.r0);
   sh.ktiles = (a.K + a.tile_k - 1) / a.tile_k;  // K >= 8 (K = 0 is not a fast-path shape: never launched)
-  sh.units = (sh.rows + R - 1) / R * sh.ktiles;
+  sh.blocks = (sh.rows + R - 1) / R;
+  sh.units = sh.blocks * sh.ktiles;
   return sh;
 }
 
-/// The producer lane of both kernels (the ring of GemvArgs): unit u of the CTA's share goes to
-/// stage u % stages (mbarrier `full`, armed with the unit's bytes, one bulk copy per row to
-/// ring + stage · R · row_bytes + row · row_bytes) once the `empty` barrier says the consumers
-/// released the unit u − stages held there. Weights only: it runs before the wait on the previous kernel.
+/// The units of a CTA's share in ring order, for the producer and the consumers alike: the row
+/// blocks in groups (of ops::kGemmGemvWindowGroupBlocks where X is windowed, else one group of
+/// all), per group X's windows in K order, per window the group's blocks in order, per block the
+/// window's K tiles in order. With X whole that is unit u = block · ktiles + kt. Calls
+/// on_window(q, w) at the start of the q-th window visited (w: its index along K), then per unit
+/// on_unit(u, b, bl, w, kx, kb, last): block b (bl within its group), the tile's first value kx
+/// within the window and its values kb, and whether it is the block's last tile of the window.
+/// Row blocks per group of `ring_walk` (all of the share's where X is whole).
+__device__ __forceinline__ int ring_group_blocks(const GemvArgs& a, const RingShare& sh) {
+  return a.windows > 1 ? static_cast<int>(::step5::ops::kGemmGemvWindowGroupBlocks) : sh.blocks;
+}
+template <class OnWindow, class OnUnit>
+__device__ __forceinline__ void ring_walk(const GemvArgs& a, const RingShare& sh, OnWindow&& on_window,
+                                          OnUnit&& on_unit) {
+  const int G = ring_group_blocks(a, sh);
+  int u = 0, q = 0;
+  for (int g0 = 0; g0 < sh.blocks; g0 += G) {
+    const int gb = min(G, sh.blocks - g0);
+    for (int w = 0; w < a.windows; ++w, ++q) {
+      const int kw = min(a.x_k, a.K - w * a.x_k);  // the window's values
+      const int tiles = (kw + a.tile_k - 1) / a.tile_k;
+      on_window(q, w);
+      for (int bl = 0; bl < gb; ++bl)
+        for (int kt = 0; kt < tiles; ++kt, ++u)
+          on_unit(u, g0 + bl, bl, w, kt * a.tile_k, min(a.tile_k, kw - kt * a.tile_k), kt == tiles - 1);
+    }
+  }
+}
+
+/// The producer lane of both kernels (the ring of GemvArgs): unit u of the CTA's share (in
+/// `ring_walk` order) goes to stage u % stages (mbarrier `full`, armed with the unit's bytes, one
+/// bulk copy per row to ring + stage · R · row_bytes + row · row_bytes) once the `empty` barrier
+/// says the consumers released the unit u − stages held there. Weights only: it runs before the
+/// wait on the previous kernel.
 __device__ __forceinline__ void ring_produce(const GemvArgs& a, unsigned char* ring, std::uint64_t* full,
                                              std::uint64_t* empty, const RingShare& sh, int R) {
-  const int NS = a.stages, TK = a.tile_k;
+  const int NS = a.stages;
   const long long stage_bytes = static_cast<long long>(R) * a.row_bytes;
-  for (int u = 0; u < sh.units; ++u) {
+  ring_walk(a, sh, [](int, int) {}, [&](int u, int b, int, int w, int kx, int kb, bool) {
     const int st = u % NS;
     if (u >= NS) ptx::mbar_wait(&empty[st], static_cast<unsigned>((u / NS - 1) & 1));
-    const int b = u / sh.ktiles, kt = u - b * sh.ktiles;
     const int nrows = min(R, sh.rows - b * R);
-    const int kb = min(TK, a.K - kt * TK);  // values of this tile
     ptx::mbar_arrive_expect_tx(&full[st], static_cast<unsigned>(nrows * kb * 2));
     const std::uint32_t dst = ptx::smem_u32(ring + st * stage_bytes);
-    const __nv_bfloat16* src = a.w + (sh.r0 + static_cast<long long>(b) * R) * a.ldw + static_cast<long long>(kt) * TK;
+    const __nv_bfloat16* src = a.w + (sh.r0 + static_cast<long long>(b) * R) * a.ldw +
+                               static_cast<long long>(w) * a.x_k + kx;
     for (int j = 0; j < nrows; ++j)
       ptx::bulk_copy_g2s(dst + static_cast<std::uint32_t>(j * a.row_bytes), src + j * a.ldw,
                          static_cast<std::uint32_t>(kb * 2), &full[st]);
-  }
+  });
 }
 
 /// Both kernels' start: the ring's mbarriers (thread 0, then a CTA barrier: a full barrier per
@@ -253,107 +287,137 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_mma_kernel(cons
   static_assert(NT * 4 * 32 <= kGemvThreads, "one output of a row block per consumer thread");
   namespace o = ::step5::ops;
   constexpr int R = static_cast<int>(o::kGemmGemvMmaRingRows);
+  constexpr int kTile = NT * 4 * 32;  // fp32 outputs of a row block (16 rows × 8·NT tokens)
   extern __shared__ __align__(128) unsigned char gemv_ring_smem[];
-  const int NS = a.stages, TK = a.tile_k, wrow = a.row_bytes;
+  const int NS = a.stages, wrow = a.row_bytes;
   std::uint64_t* full = reinterpret_cast<std::uint64_t*>(gemv_ring_smem);
   std::uint64_t* empty = full + o::kGemmGemvRingMaxStages;
-  unsigned char* xs = gemv_ring_smem + o::kGemmGemvRingBarrierBytes;  // [T][x_row], then the zeros
+  // X's buffer(s) of T rows (one, or two where windowed), then the zeros, the partial tiles and
+  // the window sums (ops::gemm_gemv_smem_bytes)
+  unsigned char* xs = gemv_ring_smem + o::kGemmGemvRingBarrierBytes;
   unsigned char* ring = gemv_ring_smem + a.ring_offset;
-  const int x_row = static_cast<int>(o::gemm_gemv_x_row_bytes(a.K));
+  const int x_row = static_cast<int>(o::gemm_gemv_x_row_bytes(a.x_k));
+  const int x_buf = a.T * x_row;  // bytes of one X buffer
+  const int part_off = static_cast<int>(o::gemm_gemv_mma_part_offset(a.T, a.x_k, a.windows));
+  const int zero_off = part_off - static_cast<int>(o::kGemmGemvZeroRowsBytes);
   // per warp, its accumulator tile (element j·4 + r of lane l), after the zeros
-  static_assert(o::gemm_gemv_mma_part_bytes(8 * NT) == sizeof(float) * kGemvWarps * NT * 4 * 32, "the partial tiles' bytes");
-  float (*part)[NT * 4][32] = reinterpret_cast<float (*)[NT * 4][32]>(xs + o::gemm_gemv_mma_part_offset(a.T, a.K));
+  static_assert(o::gemm_gemv_mma_part_bytes(8 * NT) == sizeof(float) * kGemvWarps * kTile, "the partial tiles' bytes");
+  static_assert(o::gemm_gemv_mma_window_sum_bytes(8 * NT, 2) == sizeof(float) * o::kGemmGemvWindowGroupBlocks * kTile,
+                "the window sums' bytes");
+  float (*part)[NT * 4][32] = reinterpret_cast<float (*)[NT * 4][32]>(xs + part_off);
+  float* wsum = reinterpret_cast<float*>(xs + part_off + o::gemm_gemv_mma_part_bytes(a.T));  // [group block][kTile]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const RingShare sh = ring_share(a, R);
   const long long r0 = sh.r0;
-  const int rows = sh.rows, ktiles = sh.ktiles, units = sh.units;
+  const int rows = sh.rows;
   if (ring_start(a, ring, full, empty, sh, R)) return;  // the producer warp
 
-  pdl_wait();  // X is the previous kernel's output
-  {
-    // X as T rows of x_row bytes, the 16-byte pieces past K zero (a k16 step that ends past K
-    // multiplies zeros there), then kGemmGemvZeroRowsBytes of zeros: one 16-byte cp.async per
-    // piece (0 source bytes: zero-filled), all in flight before the one wait
-    const int pieces = x_row / 16, kp = a.K / 8;
-    const std::uint32_t xs_u = ptx::smem_u32(xs);
-    for (int i = threadIdx.x; i < a.T * pieces + static_cast<int>(o::kGemmGemvZeroRowsBytes / 16); i += kGemvThreads) {
+  // Window w of X into buffer bf: T rows of x_row bytes, the values [w · x_k, w · x_k + x_k) of
+  // each, the 16-byte pieces past K zero (a k16 step that ends past K multiplies zeros there); one
+  // 16-byte cp.async per piece (0 source bytes: zero-filled), all in flight, one commit group
+  const std::uint32_t xs_u = ptx::smem_u32(xs);
+  const auto stage_x = [&](int bf, int w) {
+    const int pieces = x_row / 16, k0 = w * a.x_k, kp = min(a.x_k, a.K - k0) / 8;
+    const std::uint32_t base = xs_u + static_cast<std::uint32_t>(bf * x_buf);
+    for (int i = threadIdx.x; i < a.T * pieces; i += kGemvThreads) {
       const int t = i / pieces, p = i - t * pieces;
-      const bool in = t < a.T && p < kp;
-      ptx::cp_async16(xs_u + 16 * static_cast<std::uint32_t>(i),
-                      in ? a.x + static_cast<long long>(t) * a.ldx + 8 * p : a.x, in ? 16 : 0);
+      const bool in = p < kp;
+      ptx::cp_async16(base + 16 * static_cast<std::uint32_t>(i),
+                      in ? a.x + static_cast<long long>(t) * a.ldx + k0 + 8 * p : a.x, in ? 16 : 0);
     }
     ptx::cp_async_commit();
-    ptx::cp_async_wait<0>();
-  }
-  ptx::named_barrier_sync(1, kGemvThreads);  // the consumer warps: X staged
+  };
+  pdl_wait();  // X is the previous kernel's output
+  if (threadIdx.x < static_cast<int>(o::kGemmGemvZeroRowsBytes / 16))
+    reinterpret_cast<uint4*>(xs + zero_off)[threadIdx.x] = make_uint4(0u, 0u, 0u, 0u);
+  stage_x(0, 0);
 
   // ldmatrix row addresses. A (x4): lane l reads row l % 16 at values 8 · (l / 16) of a step.
   // B: matrix m = l / 8 (x4: (tile, half) = (m / 2, m % 2); x2: half m, lanes 16.. unused), row l % 8
-  // = token 8 · tile + l % 8 at values 8 · half of the step, or the zeros past T.
+  // = token 8 · tile + l % 8 at values 8 · half of the step (in the current X buffer), or the zeros past T.
   const std::uint32_t a_lane = static_cast<std::uint32_t>((lane & 15) * wrow + (lane >> 4) * 16);
-  std::uint32_t b_lane;  // X's row of this lane at K offset 0 (+ its half), or the zero piece
+  std::uint32_t b_lane;  // X's row of this lane at the window's first value (+ its half), or the zero piece
   bool b_zero;
   {
     const int m = (lane >> 3) & (2 * NT - 1), tok = 8 * (m >> 1) + (lane & 7), half = m & 1;
     b_zero = tok >= a.T;
-    b_lane = ptx::smem_u32(xs) + static_cast<std::uint32_t>(
-                                     b_zero ? a.T * x_row + 16 * (lane & 7) : tok * x_row + 16 * half);
+    b_lane = xs_u + static_cast<std::uint32_t>(b_zero ? zero_off + 16 * (lane & 7) : tok * x_row + 16 * half);
   }
 
+  const int group = ring_group_blocks(a, sh);
+  const int windows_visited = (sh.blocks + group - 1) / group * a.windows;  // ring_walk's on_window calls
+  std::uint32_t x_cur = 0;  // the current window's buffer offset
+  int ends = 0;             // row-block ends so far (the partial tiles' buffer is reused)
   float acc[NT][4];
 #pragma unroll
   for (int j = 0; j < NT; ++j)
 #pragma unroll
     for (int r = 0; r < 4; ++r) acc[j][r] = 0.f;
-  for (int u = 0; u < units; ++u) {
-    const int st = u % NS;
-    const int b = u / ktiles, kt = u - b * ktiles;
-    const int kb = min(TK, a.K - kt * TK);  // values of this tile (a multiple of 8)
-    const int steps = (kb + 15) / 16;
-    ptx::mbar_wait(&full[st], static_cast<unsigned>((u / NS) & 1));
-    const std::uint32_t w_st = ptx::smem_u32(ring) + static_cast<std::uint32_t>(st * R * wrow) + a_lane;
-    const std::uint32_t x_kt = b_zero ? b_lane : b_lane + static_cast<std::uint32_t>(kt * TK * 2);
-    for (int s = warp; s < steps; s += kGemvWarps) {
-      std::uint32_t af[4];
-      ptx::ldmatrix_x4(w_st + 32 * s, af[0], af[1], af[2], af[3]);
-      if (16 * s + 16 > kb) af[2] = af[3] = 0u;  // values kb .. kb + 7: stale ring bytes
-      const std::uint32_t xa = b_zero ? x_kt : x_kt + 32 * s;
-      if constexpr (NT == 2) {
-        std::uint32_t bf[4];
-        ptx::ldmatrix_x4(xa, bf[0], bf[1], bf[2], bf[3]);
-        ptx::mma_bf16_16816(acc[0], af, bf[0], bf[1]);
-        ptx::mma_bf16_16816(acc[1], af, bf[2], bf[3]);
-      } else {
-        std::uint32_t bf[2];
-        ptx::ldmatrix_x2(xa, bf[0], bf[1]);
-        ptx::mma_bf16_16816(acc[0], af, bf[0], bf[1]);
-      }
-    }
-    ptx::mbar_arrive(&empty[st]);  // each thread after its own reads
-    if (kt == ktiles - 1) {
-      if (b > 0) ptx::named_barrier_sync(1, kGemvThreads);  // the previous block's sums are read
-#pragma unroll
-      for (int j = 0; j < NT; ++j)
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          part[warp][j * 4 + r][lane] = acc[j][r];
-          acc[j][r] = 0.f;
+  ring_walk(
+      a, sh,
+      [&](int q, int w) {
+        // window q's X landed (this thread's copies, then everyone's), and window q - 1 is read by
+        // every warp: its buffer takes window q + 1
+        ptx::cp_async_wait<0>();
+        ptx::named_barrier_sync(1, kGemvThreads);
+        if (q + 1 < windows_visited) stage_x((q + 1) & 1, w + 1 < a.windows ? w + 1 : 0);
+        x_cur = static_cast<std::uint32_t>((q & 1) * x_buf);
+      },
+      [&](int u, int b, int bl, int w, int kx, int kb, bool last) {
+        const int st = u % NS;
+        const int steps = (kb + 15) / 16;  // kb: a multiple of 8
+        ptx::mbar_wait(&full[st], static_cast<unsigned>((u / NS) & 1));
+        const std::uint32_t w_st = ptx::smem_u32(ring) + static_cast<std::uint32_t>(st * R * wrow) + a_lane;
+        const std::uint32_t x_kt = b_zero ? b_lane : b_lane + x_cur + static_cast<std::uint32_t>(kx * 2);
+        for (int s = warp; s < steps; s += kGemvWarps) {
+          std::uint32_t af[4];
+          ptx::ldmatrix_x4(w_st + 32 * s, af[0], af[1], af[2], af[3]);
+          if (16 * s + 16 > kb) af[2] = af[3] = 0u;  // values kb .. kb + 7: stale ring bytes
+          const std::uint32_t xa = b_zero ? x_kt : x_kt + 32 * s;
+          if constexpr (NT == 2) {
+            std::uint32_t bf[4];
+            ptx::ldmatrix_x4(xa, bf[0], bf[1], bf[2], bf[3]);
+            ptx::mma_bf16_16816(acc[0], af, bf[0], bf[1]);
+            ptx::mma_bf16_16816(acc[1], af, bf[2], bf[3]);
+          } else {
+            std::uint32_t bf[2];
+            ptx::ldmatrix_x2(xa, bf[0], bf[1]);
+            ptx::mma_bf16_16816(acc[0], af, bf[0], bf[1]);
+          }
         }
-      ptx::named_barrier_sync(1, kGemvThreads);  // every warp's tile written
-      // element (j·4 + r, lane l): W row 16 · b + l / 4 + 8 · (r / 2), token 8j + 2 · (l % 4) + r % 2
-      // (the m16n8 accumulator layout); the eight warps' tiles in warp order
-      const int e = threadIdx.x;
-      if (e < NT * 128) {
-        const int jr = e / 32, l = e % 32;
-        float sum = part[0][jr][l];
+        ptx::mbar_arrive(&empty[st]);  // each thread after its own reads
+        if (!last) return;
+        // the block's last tile of this window: the eight warps' tiles summed in warp order
+        if (ends++ > 0) ptx::named_barrier_sync(1, kGemvThreads);  // the previous block's sums are read
 #pragma unroll
-        for (int q = 1; q < kGemvWarps; ++q) sum += part[q][jr][l];
-        const int n = b * R + l / 4 + 8 * ((jr & 3) >> 1);
-        const int t = 8 * (jr >> 2) + 2 * (l % 4) + (jr & 1);
-        if (n < rows && t < a.T) a.c[static_cast<long long>(t) * a.ldc + r0 + n] = __float2bfloat16_rn(sum);
-      }
-    }
-  }
+        for (int j = 0; j < NT; ++j)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            part[warp][j * 4 + r][lane] = acc[j][r];
+            acc[j][r] = 0.f;
+          }
+        ptx::named_barrier_sync(1, kGemvThreads);  // every warp's tile written
+        // element (j·4 + r, lane l): W row 16 · b + l / 4 + 8 · (r / 2), token 8j + 2 · (l % 4) + r % 2
+        // (the m16n8 accumulator layout)
+        const int e = threadIdx.x;
+        if (e < kTile) {
+          const int jr = e / 32, l = e % 32;
+          float sum = part[0][jr][l];
+#pragma unroll
+          for (int q = 1; q < kGemvWarps; ++q) sum += part[q][jr][l];
+          if (a.windows > 1) {  // windowed: the block's window sums in window order, this thread's slot
+            float& slot = wsum[bl * kTile + e];
+            sum = w == 0 ? sum : slot + sum;
+            if (w + 1 < a.windows) {
+              slot = sum;
+              return;
+            }
+          }
+          const int n = b * R + l / 4 + 8 * ((jr & 3) >> 1);
+          const int t = 8 * (jr >> 2) + 2 * (l % 4) + (jr & 1);
+          if (n < rows && t < a.T) a.c[static_cast<long long>(t) * a.ldc + r0 + n] = __float2bfloat16_rn(sum);
+        }
+      });
   pdl_launch_dependents();
 #endif
 }

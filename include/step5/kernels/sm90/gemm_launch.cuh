@@ -549,7 +549,8 @@ inline Status launch_gemv_ring(Kernel kernel, const char* what, std::atomic<std:
   k90::GemvArgs a{reinterpret_cast<const __nv_bfloat16*>(p.x), reinterpret_cast<const __nv_bfloat16*>(p.w),
                   reinterpret_cast<__nv_bfloat16*>(p.c), static_cast<int>(p.n), static_cast<int>(p.k), p.ldx, p.ldw,
                   p.ldc, static_cast<int>(p.tokens), static_cast<int>(ring.tile_k), static_cast<int>(ring.stages),
-                  static_cast<int>(ring.row_bytes), static_cast<int>(gemm_gemv_ring_offset(p.tokens, p.k, config))};
+                  static_cast<int>(ring.row_bytes), static_cast<int>(gemm_gemv_ring_offset(p.tokens, p.k, config)),
+                  static_cast<int>(gemm_gemv_x_window_k(p.k, config)), static_cast<int>(gemm_gemv_x_windows(p.k, config))};
   k90::LaunchShape shape;
   // the CUDA-core kernel balances the rows to one, the tensor-core one needs a row block (16) per CTA
   const std::int64_t units = config == kGemmGemvCudaCores ? p.n : (p.n + ring.rows - 1) / ring.rows;
@@ -685,11 +686,11 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
                             (path == GemmPath::kSplitK ? "split-K" : path == GemmPath::kWgmma ? "wgmma" : "gemv") +
                             " path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
   if (path == GemmPath::kGemv) {
-    if (p.config < 0 || p.config > kGemmGemvTensorCores || p.split_k > 1)
+    if (p.config < 0 || p.config > kGemmGemvTensorCoresWindowed || p.split_k > 1)
       return invalid_argument("gemm_bf16: config = " + s(p.config) + ", split_k = " + s(p.split_k) +
                               " with path kGemv; expected config 0 (by T), " + s(kGemmGemvCudaCores) +
-                              " (the CUDA-core kernel) or " + s(kGemmGemvTensorCores) +
-                              " (the tensor-core kernel) and split_k 0 or 1");
+                              " (the CUDA-core kernel), " + s(kGemmGemvTensorCores) + " (the tensor-core kernel) or " +
+                              s(kGemmGemvTensorCoresWindowed) + " (the tensor-core kernel, X in windows) and split_k 0 or 1");
     if (!gemm_gemv_eligible(p.tokens, p.k, p.config))
       return invalid_argument("gemm_bf16: the gemv path runs 1.." + s(kGemmGemvMaxTokens) +
                               " tokens (its CUDA-core kernel, config " + s(kGemmGemvCudaCores) + ", 1.." +
