@@ -883,7 +883,7 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; both
   // or 67 CTAs of 15-16 rows: the rows in other CTAs, ring stages and row slots); on the tensor
   // cores also N = 3000 (about 23 rows per CTA: two row blocks, the partial tiles' buffer reused)
   // against N = 8000 (about 61: four blocks); X in windows (config 3) also N = 3000 against N =
-  // 36000 (about 273 rows per CTA: 18 row blocks, two groups of the window sums). C's rows N + 1
+  // 36000 (272-273 rows per CTA: 17-18 row blocks, two groups of the window sums). C's rows N + 1
   // apart (an even ldc, the fast path's), the padding column left poisoned
   for (const auto& [T, config, Nsmall, Nbig] :
        {std::tuple{1, kCuda, 131, 1061}, std::tuple{3, kCuda, 131, 1061}, std::tuple{1, kTensor, 131, 1061},

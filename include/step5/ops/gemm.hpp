@@ -134,11 +134,14 @@ constexpr std::int64_t gemm_gemv_x_window_k(std::int64_t k, int config) {
   return gemm_gemv_x_windows(k, config) > 1 ? kGemmGemvXWindow : k;
 }
 /// Bytes of the windowed kernel's window sums after the partial tiles: kGemmGemvWindowGroupBlocks
-/// row blocks of 16 rows × 8·NT tokens of fp32 (0 where X is whole).
+/// row blocks of 16 rows × 8·NT tokens of fp32, one warp's partial tile each (0 where X is whole).
 constexpr std::int64_t gemm_gemv_mma_window_sum_bytes(std::int64_t tokens, std::int64_t windows) {
-  return windows > 1 ? kGemmGemvWindowGroupBlocks * ((tokens + kGemmGemvTokenTile - 1) / kGemmGemvTokenTile) * 16 *
-                           kGemmGemvTokenTile * 4
-                     : 0;
+  return windows > 1 ? kGemmGemvWindowGroupBlocks * gemm_gemv_mma_part_bytes(tokens) / kGemmGemvWarps : 0;
+}
+/// Where the window sums start, in bytes after X's first row: after the partial tiles (the one
+/// rule of gemm_gemv_smem_bytes and the kernel).
+constexpr std::int64_t gemm_gemv_mma_window_sum_offset(std::int64_t tokens, std::int64_t x_k, std::int64_t windows) {
+  return gemm_gemv_mma_part_offset(tokens, x_k, windows) + gemm_gemv_mma_part_bytes(tokens);
 }
 /// Most tokens the CUDA-core kGemv kernel runs (one instance per T; config 1 forces it).
 inline constexpr std::int64_t kGemmGemvCudaCoreMaxTokens = 4;
@@ -169,7 +172,7 @@ constexpr int gemm_gemv_pick(std::int64_t tokens, int config = 0) {
 constexpr std::int64_t gemm_gemv_smem_bytes(std::int64_t tokens, std::int64_t k, int config = 0) {
   if (gemm_gemv_pick(tokens, config) == kGemmGemvCudaCores) return tokens * k * 2;
   const std::int64_t windows = gemm_gemv_x_windows(k, config);
-  return gemm_gemv_mma_part_offset(tokens, gemm_gemv_x_window_k(k, config), windows) + gemm_gemv_mma_part_bytes(tokens) +
+  return gemm_gemv_mma_window_sum_offset(tokens, gemm_gemv_x_window_k(k, config), windows) +
          gemm_gemv_mma_window_sum_bytes(tokens, windows);
 }
 /// The kGemv kernels' weight ring (gemm_gemv.cuh): each stage holds one K tile of `rows`
@@ -199,6 +202,10 @@ inline constexpr std::int64_t kGemmGemvMmaRingRows = 16;
 inline constexpr std::int64_t kGemmGemvRingMaxStages = 8;
 inline constexpr std::int64_t kGemmGemvRingMinStages = 2;
 inline constexpr std::int64_t kGemmGemvMmaRingPreferredStages = 4;
+/// The tensor-core kernel's widest K tile (its others halve it, to 256): every one divides a window.
+inline constexpr std::int64_t kGemmGemvMmaWidestTile = 1024;
+static_assert(kGemmGemvXWindow % kGemmGemvMmaWidestTile == 0 && kGemmGemvMmaWidestTile % 256 == 0,
+              "the tensor-core kernel's K tiles never straddle two X windows");
 /// Dynamic shared memory a CTA may opt into on sm_90 (227 KiB, the one constant of core/cuda_check.hpp).
 inline constexpr std::int64_t kGemmGemvCtaSmem = kSm90MaxSmemPerCta;
 /// Bytes of the ring's mbarriers ahead of X (a full and an empty barrier per stage), 128-aligned.
@@ -216,7 +223,7 @@ constexpr GemmGemvRing gemm_gemv_ring(std::int64_t tokens, std::int64_t k, int c
   const std::int64_t offset = gemm_gemv_ring_offset(tokens, k, config);
   const std::int64_t room = kGemmGemvCtaSmem - offset;
   const std::int64_t rows = mma ? kGemmGemvMmaRingRows : kGemmGemvRingRows;
-  const std::int64_t widest = mma ? 1024 : 2048, narrowest = mma ? 256 : 512;
+  const std::int64_t widest = mma ? kGemmGemvMmaWidestTile : 2048, narrowest = mma ? 256 : 512;
   const std::int64_t wanted = mma ? kGemmGemvMmaRingPreferredStages : kGemmGemvRingMinStages;
   for (std::int64_t tile = widest; tile >= narrowest; tile /= 2) {
     const std::int64_t tk = k < tile ? (k < 8 ? 8 : k) : tile;

@@ -6,7 +6,7 @@
 /// memory system holds and little else per byte. Two kernels:
 ///
 /// Which one runs: ops::gemm_gemv_pick (config 0: T = 1 the CUDA cores, T = 2..16 the tensor
-/// cores; config 1 (T <= 4) / 2 forces one).
+/// cores with X whole; config 1 (T <= 4) / 2 forces one, 3 the tensor cores with X in windows).
 ///
 /// **T <= 4, on the CUDA cores (`gemm_gemv_kernel<T>`).** One CTA per SM streams a contiguous,
 /// balanced share of the W rows (to one row: a tp 8 weight of a few thousand rows fills the SMs
@@ -28,11 +28,17 @@
 /// of the tile (ldmatrix.x4 of the 16 × 16 A block, ldmatrix of X's n8 × 16 B blocks, mma.sync
 /// m16n8k16 bf16 with fp32 accumulation into one m16 × 8·NT tile per warp), tiles in order; after a
 /// row block's last tile the eight warps' tiles are summed in warp order through shared memory
-/// (`ops::gemm_gemv_mma_part_bytes`, after X) and stored as bf16. X's T rows are staged once per CTA, `ops::gemm_gemv_x_row_bytes(K)` apart (zero
-/// past K); the ldmatrix rows of tokens past T read kGemmGemvZeroRowsBytes of zeros after them. A
-/// last k16 step that ends past a tile's K (K % 16 = 8) zeroes its A registers of the upper 8
-/// values (the ring holds stale bytes there). The order of every sum is fixed by (T, K) alone, so
-/// the bits do not depend on timing or on the partition of the rows over the CTAs.
+/// (`ops::gemm_gemv_mma_part_bytes`, after X) and stored as bf16. X's T rows are staged once per
+/// CTA by cp.async, `ops::gemm_gemv_x_row_bytes(K)` apart (zero past K); the ldmatrix rows of
+/// tokens past T read kGemmGemvZeroRowsBytes of zeros after them. A last k16 step that ends past a
+/// tile's K (K % 16 = 8) zeroes its A registers of the upper 8 values (the ring holds stale bytes
+/// there). **X in windows** (config 3, ops::gemm_gemv_x_windows): X's rows of one window of
+/// ops::kGemmGemvXWindow values at a time, in two buffers (window q + 1's cp.async copies land
+/// while window q is read), so the ring keeps its room whatever T and K are; the CTA walks its row
+/// blocks in groups (`ring_walk`), per group window by window, and a block's sum of the eight
+/// warps' tiles per window is added to its window sum (ops::gemm_gemv_mma_window_sum_bytes, after
+/// the partial tiles) in window order. The order of every sum is fixed by (T, K, config) alone,
+/// so the bits do not depend on timing or on the partition of the rows over the CTAs.
 ///
 /// Both load W before `pdl_wait` (weights are not written by the step's kernels).
 ///
@@ -82,7 +88,8 @@ namespace gemv_detail {
 
 /// A CTA's share of the W rows, as both kernels deal them out: CTA b of G owns [N·b/G, N·(b+1)/G)
 /// (balanced to one row), taken R rows at a time (a row block, a ring stage's rows) and each block
-/// K tile by K tile: `units` = blocks · ktiles, unit u = block · ktiles + kt.
+/// K tile by K tile: `units` = blocks · ktiles, unit u = block · ktiles + kt where X is whole
+/// (`ring_walk` gives the order in general).
 struct RingShare {
   long long r0;  ///< the CTA's first row
   int rows;      ///< its rows
@@ -100,6 +107,10 @@ __device__ __forceinline__ RingShare ring_share(const GemvArgs& a, int R) {
   return sh;
 }
 
+/// Row blocks per group of `ring_walk` (all of the share's where X is whole).
+__device__ __forceinline__ int ring_group_blocks(const GemvArgs& a, const RingShare& sh) {
+  return a.windows > 1 ? static_cast<int>(::step5::ops::kGemmGemvWindowGroupBlocks) : sh.blocks;
+}
 /// The units of a CTA's share in ring order, for the producer and the consumers alike: the row
 /// blocks in groups (of ops::kGemmGemvWindowGroupBlocks where X is windowed, else one group of
 /// all), per group X's windows in K order, per window the group's blocks in order, per block the
@@ -107,19 +118,16 @@ __device__ __forceinline__ RingShare ring_share(const GemvArgs& a, int R) {
 /// on_window(q, w) at the start of the q-th window visited (w: its index along K), then per unit
 /// on_unit(u, b, bl, w, kx, kb, last): block b (bl within its group), the tile's first value kx
 /// within the window and its values kb, and whether it is the block's last tile of the window.
-/// Row blocks per group of `ring_walk` (all of the share's where X is whole).
-__device__ __forceinline__ int ring_group_blocks(const GemvArgs& a, const RingShare& sh) {
-  return a.windows > 1 ? static_cast<int>(::step5::ops::kGemmGemvWindowGroupBlocks) : sh.blocks;
-}
 template <class OnWindow, class OnUnit>
 __device__ __forceinline__ void ring_walk(const GemvArgs& a, const RingShare& sh, OnWindow&& on_window,
                                           OnUnit&& on_unit) {
   const int G = ring_group_blocks(a, sh);
+  const int xk = a.windows > 1 ? a.x_k : a.K;  // X whole: one window of K values
   int u = 0, q = 0;
   for (int g0 = 0; g0 < sh.blocks; g0 += G) {
     const int gb = min(G, sh.blocks - g0);
     for (int w = 0; w < a.windows; ++w, ++q) {
-      const int kw = min(a.x_k, a.K - w * a.x_k);  // the window's values
+      const int kw = min(xk, a.K - w * xk);  // the window's values
       const int tiles = (kw + a.tile_k - 1) / a.tile_k;
       on_window(q, w);
       for (int bl = 0; bl < gb; ++bl)
@@ -275,10 +283,11 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
 
 /// See the file comment (1 <= T <= 8 · NT). CTA b of G owns the W rows [N·b/G, N·(b+1)/G) (balanced
 /// to one row), taken kGemmGemvMmaRingRows (16) at a time (a row block, the mma's M) and each block
-/// K tile by K tile (units u = block · ktiles + kt, in order; `ring_share`, `ring_produce`). Consumer warp w runs
-/// k16 steps w, w + 8, ... of each tile of the block into its m16 × 8·NT accumulator tile; after
-/// the block's last tile the eight tiles go through shared memory (gemm_gemv_mma_part_bytes, after
-/// X's zeros) and are summed in warp order, one output per thread.
+/// K tile by K tile (in `ring_walk` order: u = block · ktiles + kt where X is whole; `ring_share`,
+/// `ring_produce`). Consumer warp w runs k16 steps w, w + 8, ... of each tile of the block into its
+/// m16 × 8·NT accumulator tile; after the block's last tile (of the window) the eight tiles go
+/// through shared memory (gemm_gemv_mma_part_bytes, after X's zeros) and are summed in warp order,
+/// one output per thread, then stored (or, windowed, added to the block's window sum).
 template <int NT>
 __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_mma_kernel(const GemvArgs a) {
 #if STEP5_SM90A_DEVICE
@@ -305,7 +314,7 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_mma_kernel(cons
   static_assert(o::gemm_gemv_mma_window_sum_bytes(8 * NT, 2) == sizeof(float) * o::kGemmGemvWindowGroupBlocks * kTile,
                 "the window sums' bytes");
   float (*part)[NT * 4][32] = reinterpret_cast<float (*)[NT * 4][32]>(xs + part_off);
-  float* wsum = reinterpret_cast<float*>(xs + part_off + o::gemm_gemv_mma_part_bytes(a.T));  // [group block][kTile]
+  float* wsum = reinterpret_cast<float*>(xs + o::gemm_gemv_mma_window_sum_offset(a.T, a.x_k, a.windows));  // [group block][kTile]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const RingShare sh = ring_share(a, R);
   const long long r0 = sh.r0;

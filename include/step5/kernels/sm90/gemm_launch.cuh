@@ -695,7 +695,8 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
       return invalid_argument("gemm_bf16: the gemv path runs 1.." + s(kGemmGemvMaxTokens) +
                               " tokens (its CUDA-core kernel, config " + s(kGemmGemvCudaCores) + ", 1.." +
                               s(kGemmGemvCudaCoreMaxTokens) + ") with X staged in at most " + s(kGemmGemvMaxSmem) +
-                              " bytes of shared memory (gemm_gemv_smem_bytes); got tokens = " + s(p.tokens) +
+                              " bytes of shared memory (gemm_gemv_smem_bytes) and k <= " + s(kGemmGemvMaxSmem) +
+                              "; got tokens = " + s(p.tokens) +
                               ", k = " + s(p.k) + ", config = " + s(p.config));
     if (p.n > kGemmGemvMaxRows)
       return invalid_argument("gemm_bf16: the gemv path runs at most " + s(kGemmGemvMaxRows) +
