@@ -14,8 +14,10 @@
 //   gemm_gemv/...                      the forced kGemv path where it runs (gemm_gemv_eligible: T <=
 //                                      kGemmGemvMaxTokens; config 0: T = 1 the CUDA-core kernel, T >= 2
 //                                      the tensor-core one), which kAuto takes at T = 1 on weights
-//                                      of 4 MiB and more, K 512 ... 12288, and at T = 2 ... 8 on
-//                                      weights of 22 MiB and more, K 4096 (gemm_auto_takes_gemv);
+//                                      of 4 MiB and more, K 512 ... 12288, at T = 2 ... 8 on
+//                                      weights of 22 MiB and more, K 4096, and at T = 9 ... 16 on
+//                                      128 MiB and more, K 4096 (gemm_auto_takes_gemv; its kernel,
+//                                      X whole or in windows: gemm_auto_gemv_config);
 //                                      the config / split_k knobs skip it
 //   gemm_gemv_mma/... (T <= 4)         the kGemv path's tensor-core kernel forced (config
 //                                      kGemmGemvTensorCores): at T = 1 against gemm_gemv/'s CUDA-core

@@ -216,7 +216,7 @@ TEST_CASE("gemv: the windowed tensor-core kernel (config 3): X in windows of 102
     }
 }
 
-TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 4 MiB and more with K 512 ... 12288, and at T = 2 ... 8 on weights of 22 MiB and more with K 4096 (the measured ranges)") {
+TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 4 MiB and more with K 512 ... 12288, at T = 2 ... 8 on weights of 22 MiB and more with K 4096, at T = 9 ... 16 on 128 MiB and more with K 4096 (the measured ranges); its kernel by T and rows") {
   CHECK(ops::kGemmGemvAutoMinBytes == 4 << 20);
   CHECK(ops::kGemmGemvAutoMinK == 512);
   CHECK(ops::gemm_auto_takes_gemv(1, 4096, 1024));        // 8 MiB: o_proj of dsa_h64_kv8_d128 at tp 8
@@ -237,8 +237,25 @@ TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 4 MiB and more with K 512
     CHECK_MESSAGE(ops::gemm_gemv_pick(t) == ops::kGemmGemvTensorCores, "T = ", t);
   }
   CHECK_FALSE(ops::gemm_auto_takes_gemv(4, 2815, 4096));    // just below 22 MiB (e.g. tp 16's fused projection)
-  CHECK_FALSE(ops::gemm_auto_takes_gemv(9, 18512, 4096));   // T = 9 ... 16 lost (0.77-0.81x at T = 16)
-  CHECK_FALSE(ops::gemm_auto_takes_gemv(16, 18512, 4096));
+  // T = 9 ... 16: X in windows, K 4096 on 128 MiB and more (the tp 1 fused projection, 1.07x at
+  // T = 16; tp 8 lost, 0.90-0.95x)
+  CHECK(ops::kGemmGemvAutoWindowedMinBytes == std::int64_t{128} << 20);
+  for (int t = 9; t <= 16; ++t) {
+    CHECK_MESSAGE(ops::gemm_auto_takes_gemv(t, 18512, 4096), "T = ", t);
+    CHECK_MESSAGE(ops::gemm_auto_takes_gemv(t, 16384, 4096), "T = ", t);        // 128 MiB
+    CHECK_MESSAGE(!ops::gemm_auto_takes_gemv(t, 16383, 4096), "T = ", t);       // just below
+    CHECK_MESSAGE(!ops::gemm_auto_takes_gemv(t, 3472, 4096), "T = ", t);        // tp 8
+    CHECK_MESSAGE(!ops::gemm_auto_takes_gemv(t, 18512, 4104), "T = ", t);       // only K 4096 measured
+    CHECK_MESSAGE(ops::gemm_auto_gemv_config(t, 18512) == ops::kGemmGemvTensorCoresWindowed, "T = ", t);
+  }
+  CHECK_FALSE(ops::gemm_auto_takes_gemv(17, 18512, 4096));  // above kGemmGemvMaxTokens
+  // kAuto's kernel: the CUDA cores at T = 1; at T = 2 ... 8 X in windows from 8192 rows (tp 1), else whole
+  CHECK(ops::gemm_auto_gemv_config(1, 18512) == ops::kGemmGemvCudaCores);
+  CHECK(ops::gemm_auto_gemv_config(4, 18512) == ops::kGemmGemvTensorCoresWindowed);
+  CHECK(ops::gemm_auto_gemv_config(8, 8192) == ops::kGemmGemvTensorCoresWindowed);
+  CHECK(ops::gemm_auto_gemv_config(8, 8191) == ops::kGemmGemvTensorCores);
+  CHECK(ops::gemm_auto_gemv_config(4, 3472) == ops::kGemmGemvTensorCores);
+  CHECK(ops::gemm_auto_gemv_config(2, 2832) == ops::kGemmGemvTensorCores);
   CHECK_FALSE(ops::gemm_auto_takes_gemv(4, 4096, 12288));   // o_proj at tp 1 (0.79x at T = 4)
   CHECK_FALSE(ops::gemm_auto_takes_gemv(4, 4096, 8192));    // o_proj of dsa_h64_kv8_d128 at tp 1 (0.997x)
   CHECK_FALSE(ops::gemm_auto_takes_gemv(8, 4096, 1536));    // o_proj at tp 8 (0.94x at T = 8)

@@ -277,11 +277,13 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 /// measured: T = 2, 3, 5, 6, 7 (the same kernel instance; X smaller than or between T = 4's and
 /// 8's), the fused projection at tp 2 and 4 (39–76 MiB) and dsa_h64_kv8_d128's o_proj at tp 2 (32
 /// MiB, N 4096) — K 4096 gives them the same ring as the measured shapes, and their weights lie
-/// inside the measured range (bench_gemm registers them at T = 1, 4, 8). Not taken: T = 9 ... 16
-/// (T = 16: 0.77–0.81×; X's 140 KB leave the ring five stages of 512-value tiles, 83 KB in flight
-/// per SM against 132–165 KB at T <= 8), and the o_proj shapes of other K (T = 4 / 8: K 12288
-/// 0.79 / 0.38×, K 8192 0.997 / 0.76×, K 1536 0.92 / 0.94×, K 1024 1.006 / 1.05×, the last below
-/// the weight bound).
+/// inside the measured range (bench_gemm registers them at T = 1, 4, 8). kAuto runs these with X
+/// whole or in windows (gemm_auto_gemv_config). Not taken: T = 9 ... 16 on weights below
+/// kGemmGemvAutoWindowedMinBytes (X whole, T = 16: 0.77–0.84×, X's 140 KB leave the ring five
+/// stages of 512-value tiles; in windows 0.90–0.95× at tp 8), and the o_proj shapes of other K (T
+/// = 4 / 8, X whole: K 12288 0.79 / 0.38×, K 8192 0.997 / 0.76×, K 1536 0.92 / 0.94×, K 1024 1.006
+/// / 1.05×, the last below the weight bound; in windows, thirty-fifth session: K 12288 0.97 / 0.98
+/// / 0.90× at T = 4 / 8 / 16, K 8192 0.97 / 0.985 / 0.91×).
 inline constexpr std::int64_t kGemmGemvAutoMinBytes = std::int64_t{4} << 20;
 inline constexpr std::int64_t kGemmGemvAutoMinK = 512;
 inline constexpr std::int64_t kGemmGemvAutoMaxK = 12288;
@@ -293,13 +295,37 @@ static_assert(gemm_gemv_pick(1) == kGemmGemvCudaCores && gemm_gemv_pick(2) == kG
                   kGemmGemvAutoMaxTokens <= kGemmGemvTokenTile &&
                   gemm_gemv_eligible(kGemmGemvAutoMaxTokens, kGemmGemvAutoMultiTokenK),
               "kAuto's multi-token kGemv shapes run on the tensor-core kernel, one n8 tile");
+/// T = 9 ... 16 (thirty-fifth session call 2, H100, X in windows, config 3): the fused projection at
+/// tp 1 only, K 4096 and a weight of at least kGemmGemvAutoWindowedMinBytes: step5_preview 56.2 /
+/// 60.3 µs (1.07×), dsa_h64_kv8_d128 59.4 / 60.3 (1.01×); not at tp 8 (0.95×, 0.90×; 27 and 22 MiB).
+inline constexpr std::int64_t kGemmGemvAutoWindowedMinBytes = std::int64_t{128} << 20;
 constexpr bool gemm_auto_takes_gemv(std::int64_t tokens, std::int64_t n, std::int64_t k) {
   if (n <= 0 || n > kGemmGemvMaxRows) return false;
   if (tokens == 1)
     return k >= kGemmGemvAutoMinK && k <= kGemmGemvAutoMaxK && n * k * 2 >= kGemmGemvAutoMinBytes;
-  return tokens >= 2 && tokens <= kGemmGemvAutoMaxTokens && k == kGemmGemvAutoMultiTokenK &&
-         n * k * 2 >= kGemmGemvAutoMultiTokenMinBytes;
+  if (tokens >= 2 && tokens <= kGemmGemvAutoMaxTokens)
+    return k == kGemmGemvAutoMultiTokenK && n * k * 2 >= kGemmGemvAutoMultiTokenMinBytes;
+  return tokens > kGemmGemvAutoMaxTokens && tokens <= kGemmGemvMaxTokens && k == kGemmGemvAutoMultiTokenK &&
+         n * k * 2 >= kGemmGemvAutoWindowedMinBytes;
 }
+/// The kGemv kernel kAuto runs where gemm_auto_takes_gemv (its plan's config): T = 1 the CUDA cores;
+/// T = 2 ... 8 the tensor cores, with X in windows (config 3) on weights of at least
+/// kGemmGemvAutoWindowedMinRows rows, else X whole (config 2); T = 9 ... 16 X in windows. Measured
+/// (thirty-fifth session call 2, H100, µs X whole / X in windows / cuBLASLt, one binary): fused
+/// step5_preview tp 1 (18512 rows) T = 4 55.4 / 54.1 / 58.8, T = 8 56.3 / 54.8 / 55.5;
+/// dsa_h64_kv8_d128 tp 1 T = 4 57.2 / 55.8 / 59.7, T = 8 58.6 / 56.6 / 56.5 — windows ahead by
+/// 2.4–3.4 % (more stages: 6 / 5 of 1024 values where X whole leaves 4); tp 8 (3472 / 2832 rows,
+/// 2 row blocks per CTA) T = 4 12.8 / 13.3, 11.7 / 12.4, T = 8 13.2 / 13.8, 12.1 / 12.7 — X
+/// whole ahead (a window's switch and a block's window sum per unit weigh on few blocks). Rows
+/// between (tp 2: 9256, tp 4: 4628) were not measured.
+inline constexpr std::int64_t kGemmGemvAutoWindowedMinRows = 8192;
+constexpr int gemm_auto_gemv_config(std::int64_t tokens, std::int64_t n) {
+  if (tokens <= kGemmGemvCudaCoreAutoMaxTokens) return kGemmGemvCudaCores;
+  return tokens > kGemmGemvAutoMaxTokens || n >= kGemmGemvAutoWindowedMinRows ? kGemmGemvTensorCoresWindowed
+                                                                              : kGemmGemvTensorCores;
+}
+static_assert(gemm_gemv_eligible(kGemmGemvMaxTokens, kGemmGemvAutoMultiTokenK, kGemmGemvTensorCoresWindowed),
+              "kAuto's windowed kGemv shapes run");
 
 /// The short name of a path, for labels and test output: "auto", "generic", "split_k", "wgmma",
 /// "cublaslt", "gemv" ("?" for a value outside the enum).

@@ -570,7 +570,10 @@ inline Status launch_gemv_mma(const GemmParams& p, int device, int sms, cudaStre
   return launch_gemv_ring(&k90::gemm_gemv_mma_kernel<NT>, "gemm_gemv_mma_kernel launch", prepared, p, device, sms,
                           stream);
 }
-inline Status launch_gemv(const GemmParams& p, int device, int sms, cudaStream_t stream) {
+/// `config`: the plan's kGemv kernel (GemmPlan::config: the forced config's, or kAuto's gemm_auto_gemv_config).
+inline Status launch_gemv(const GemmParams& forced, int config, int device, int sms, cudaStream_t stream) {
+  GemmParams p = forced;
+  p.config = config;
   static_assert(kGemmGemvMaxTokens == 2 * kGemmGemvTokenTile, "instances for T = 1 and one or two n8 tiles");
   if (gemm_gemv_pick(p.tokens, p.config) == kGemmGemvCudaCores) {  // T <= kGemmGemvCudaCoreMaxTokens (make_plan)
     static_assert(kGemmGemvCudaCoreMaxTokens == 4, "one CUDA-core instance per T up to kGemmGemvCudaCoreMaxTokens");
@@ -660,8 +663,8 @@ struct FullPlan {
 /// algorithm, allow_cublaslt = false, or an override), and every forced path. A cuBLASLt error
 /// (handle, descriptor, heuristic) is returned, not hidden by a fallback.
 /// kAuto takes kGemv before cuBLASLt where `gemm_auto_takes_gemv` (ops/gemm.hpp: T = 1 on weights
-/// of 4 MiB and more, K 512 ... 12288; T = 2 ... 8 on weights of 22 MiB and more, K 4096; the
-/// measurements are there).
+/// of 4 MiB and more, K 512 ... 12288; T = 2 ... 8 on weights of 22 MiB and more, K 4096; T = 9 ...
+/// 16 on 128 MiB and more, K 4096; its kernel gemm_auto_gemv_config; the measurements are there).
 inline bool auto_takes_cublaslt(const GemmParams& p) {
   return kHaveCublasLt && p.allow_cublaslt && p.config == 0 && p.split_k == 0 && p.k > 0;
 }
@@ -759,7 +762,8 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
     fp->plan.config = fp->stream.kind + 1;
     fp->plan.workspace_bytes = fp->stream.workspace;
   }
-  if (path == GemmPath::kGemv) fp->plan.config = gemm_gemv_pick(p.tokens, p.config);
+  if (path == GemmPath::kGemv)  // forced: the config's kernel (0: by T); kAuto's: gemm_auto_gemv_config
+    fp->plan.config = p.path == GemmPath::kGemv ? gemm_gemv_pick(p.tokens, p.config) : gemm_auto_gemv_config(p.tokens, p.n);
   fp->plan.path = path;
   return Status::Ok();
 }
@@ -797,7 +801,7 @@ inline Status launch(const GemmParams& p, cudaStream_t stream) {
   STEP5_RETURN_IF_ERROR(scope.status);
   switch (fp.plan.path) {
     case GemmPath::kGeneric: return launch_generic(p, stream);
-    case GemmPath::kGemv: return launch_gemv(p, fp.device, fp.sms, stream);
+    case GemmPath::kGemv: return launch_gemv(p, fp.plan.config, fp.device, fp.sms, stream);
     case GemmPath::kSplitK:
       STEP5_RETURN_IF_ERROR(check_workspace(p, fp.stream.workspace, "split-K"));
       return launch_stream(p, fp.stream, stream);
