@@ -713,10 +713,12 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
       // kGemv at T = 1 on weights of 4 MiB and more (K >= 512), at T = 2..8 at K 4096 on 22 MiB and
       // more, whatever allow_cublaslt says
       const bool gemv = step5::ops::gemm_auto_takes_gemv(T, N, K);
-      // the shapes measured faster than cuBLASLt at T = 4 and 8 (ops/gemm.hpp, thirty-fourth
-      // session): the fused projection at tp 1 and 8; never o_proj at tp 1 or 8, nor T = 9
+      // the shapes measured faster than cuBLASLt at T = 4 and 8 (ops/gemm.hpp, thirty-fourth and
+      // thirty-fifth sessions): the fused projection at tp 1, 2 and 8, not at tp 4; never o_proj at
+      // tp 1 or 8
       const bool measured_tp = tp == 1 || tp == 8;
-      EXPECT(!(T == 4 || T == 8) || !measured_tp || gemv == (std::string(what) == "fused"),
+      const bool fused = std::string(what) == "fused";
+      EXPECT(!(T == 4 || T == 8) || !(fused ? tp <= 8 : measured_tp) || gemv == (fused && tp != 4),
              "%s %s tp %d T=%d: (N %d, K %d) kAuto's gemv rule %d, measured the other way", g.c_str(), what, tp, T, N,
              K, gemv ? 1 : 0);
       // T = 16 (thirty-fifth session, X in windows): the fused projection at tp 1 only; T = 9 was
@@ -724,11 +726,12 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
       EXPECT(!(T == 9 || T == 16) || !measured_tp || gemv == (tp == 1 && std::string(what) == "fused"),
              "%s %s tp %d T=%d: (N %d, K %d) kAuto's gemv rule %d, measured the other way", g.c_str(), what, tp, T, N,
              K, gemv ? 1 : 0);
-      // the kernel kAuto's gemv plan runs: X in windows on the tp 1 weights (and at T > 8), else X whole
+      // the kernel kAuto's gemv plan runs: X in windows on the tp 1 and 2 fused weights (and at
+      // T > 8), X whole at tp 8 (measured)
       EXPECT(!gemv || (a.config == step5::ops::gemm_auto_gemv_config(T, N) &&
                        (T == 1 ? a.config == step5::ops::kGemmGemvCudaCores
-                               : (a.config == step5::ops::kGemmGemvTensorCoresWindowed) == (tp == 1 || T > 8) ||
-                                     !measured_tp)),
+                               : (a.config == step5::ops::kGemmGemvTensorCoresWindowed) == (tp <= 2 || T > 8) ||
+                                     !fused || tp > 8)),
              "%s %s tp %d T=%d: kAuto's gemv plan config %d", g.c_str(), what, tp, T, a.config);
       const GemmPath mine = gemv ? GemmPath::kGemv : T > 32 ? GemmPath::kWgmma : GemmPath::kSplitK;
       const GemmPath want = kLt && !gemv ? GemmPath::kCublasLt : mine;

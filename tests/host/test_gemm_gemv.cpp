@@ -237,6 +237,16 @@ TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 4 MiB and more with K 512
     CHECK_MESSAGE(ops::gemm_gemv_pick(t) == ops::kGemmGemvTensorCores, "T = ", t);
   }
   CHECK_FALSE(ops::gemm_auto_takes_gemv(4, 2815, 4096));    // just below 22 MiB (e.g. tp 16's fused projection)
+  // the rows between X whole (<= 4096) and X in windows (>= 8192): tp 4 lost either way
+  CHECK(ops::kGemmGemvAutoWholeMaxRows == 4096);
+  CHECK(ops::kGemmGemvAutoWindowedMinRows == 8192);
+  for (int t = 2; t <= 8; ++t) {
+    CHECK_MESSAGE(!ops::gemm_auto_takes_gemv(t, 5016, 4096), "T = ", t);  // step5_preview at tp 4
+    CHECK_MESSAGE(!ops::gemm_auto_takes_gemv(t, 5144, 4096), "T = ", t);  // dsa_h64_kv8_d128 at tp 4
+    CHECK_MESSAGE(!ops::gemm_auto_takes_gemv(t, 8191, 4096), "T = ", t);
+    CHECK_MESSAGE(ops::gemm_auto_takes_gemv(t, 4096, 4096), "T = ", t);   // dsa_h64_kv8_d128's o_proj at tp 2 (32 MiB)
+    CHECK_MESSAGE(ops::gemm_auto_takes_gemv(t, 9512, 4096), "T = ", t);   // step5_preview at tp 2
+  }
   // T = 9 ... 16: X in windows, K 4096 on 128 MiB and more (the tp 1 fused projection, 1.07x at
   // T = 16; tp 8 lost, 0.90-0.95x)
   CHECK(ops::kGemmGemvAutoWindowedMinBytes == std::int64_t{128} << 20);

@@ -295,30 +295,41 @@ static_assert(gemm_gemv_pick(1) == kGemmGemvCudaCores && gemm_gemv_pick(2) == kG
                   kGemmGemvAutoMaxTokens <= kGemmGemvTokenTile &&
                   gemm_gemv_eligible(kGemmGemvAutoMaxTokens, kGemmGemvAutoMultiTokenK),
               "kAuto's multi-token kGemv shapes run on the tensor-core kernel, one n8 tile");
-/// T = 9 ... 16 (thirty-fifth session call 2, H100, X in windows, config 3): the fused projection at
-/// tp 1 only, K 4096 and a weight of at least kGemmGemvAutoWindowedMinBytes: step5_preview 56.2 /
-/// 60.3 µs (1.07×), dsa_h64_kv8_d128 59.4 / 60.3 (1.01×); not at tp 8 (0.95×, 0.90×; 27 and 22 MiB).
+/// T = 9 ... 16 (thirty-fifth session calls 2-3, H100, X in windows, config 3): the fused projection
+/// at tp 1 only, K 4096 and a weight of at least kGemmGemvAutoWindowedMinBytes: step5_preview 56.2 /
+/// 60.3 µs (1.07×) and 54.0 / 58.7 (1.09×), dsa_h64_kv8_d128 59.4 / 60.3 (1.01×) and 57.2 / 59.9
+/// (1.05×); not at tp 8 (0.93–0.95×, 0.90–0.93×; 27 and 22 MiB: stall samples at tp 8 put 12.5 % on
+/// the wait for the next X window's cp.async and 13 % at barriers, where 2 row blocks per CTA leave
+/// a window too little work to hide its load; at tp 1, 24 % wait on the weight ring's full barrier).
 inline constexpr std::int64_t kGemmGemvAutoWindowedMinBytes = std::int64_t{128} << 20;
+/// T = 2 ... 8: X whole up to kGemmGemvAutoWholeMaxRows rows (tp 8), X in windows from
+/// kGemmGemvAutoWindowedMinRows (tp 1, 2); the rows between (tp 4: 5016 / 5144 rows) lost to
+/// cuBLASLt either way (thirty-fifth session call 3, X whole / in windows: step5_preview T = 4 0.964
+/// / 1.008×, T = 8 0.916 / 0.935×; dsa_h64_kv8_d128 0.927 / 0.969×, 0.974 / 0.995×: 2-3 row blocks
+/// per CTA, the last one mostly empty) and are not taken.
+inline constexpr std::int64_t kGemmGemvAutoWholeMaxRows = 4096;
+inline constexpr std::int64_t kGemmGemvAutoWindowedMinRows = 8192;
 constexpr bool gemm_auto_takes_gemv(std::int64_t tokens, std::int64_t n, std::int64_t k) {
   if (n <= 0 || n > kGemmGemvMaxRows) return false;
   if (tokens == 1)
     return k >= kGemmGemvAutoMinK && k <= kGemmGemvAutoMaxK && n * k * 2 >= kGemmGemvAutoMinBytes;
   if (tokens >= 2 && tokens <= kGemmGemvAutoMaxTokens)
-    return k == kGemmGemvAutoMultiTokenK && n * k * 2 >= kGemmGemvAutoMultiTokenMinBytes;
+    return k == kGemmGemvAutoMultiTokenK && n * k * 2 >= kGemmGemvAutoMultiTokenMinBytes &&
+           (n <= kGemmGemvAutoWholeMaxRows || n >= kGemmGemvAutoWindowedMinRows);
   return tokens > kGemmGemvAutoMaxTokens && tokens <= kGemmGemvMaxTokens && k == kGemmGemvAutoMultiTokenK &&
          n * k * 2 >= kGemmGemvAutoWindowedMinBytes;
 }
 /// The kGemv kernel kAuto runs where gemm_auto_takes_gemv (its plan's config): T = 1 the CUDA cores;
 /// T = 2 ... 8 the tensor cores, with X in windows (config 3) on weights of at least
 /// kGemmGemvAutoWindowedMinRows rows, else X whole (config 2); T = 9 ... 16 X in windows. Measured
-/// (thirty-fifth session call 2, H100, µs X whole / X in windows / cuBLASLt, one binary): fused
-/// step5_preview tp 1 (18512 rows) T = 4 55.4 / 54.1 / 58.8, T = 8 56.3 / 54.8 / 55.5;
-/// dsa_h64_kv8_d128 tp 1 T = 4 57.2 / 55.8 / 59.7, T = 8 58.6 / 56.6 / 56.5 — windows ahead by
-/// 2.4–3.4 % (more stages: 6 / 5 of 1024 values where X whole leaves 4); tp 8 (3472 / 2832 rows,
-/// 2 row blocks per CTA) T = 4 12.8 / 13.3, 11.7 / 12.4, T = 8 13.2 / 13.8, 12.1 / 12.7 — X
-/// whole ahead (a window's switch and a block's window sum per unit weigh on few blocks). Rows
-/// between (tp 2: 9256, tp 4: 4628) were not measured.
-inline constexpr std::int64_t kGemmGemvAutoWindowedMinRows = 8192;
+/// (thirty-fifth session call 3, H100, µs X whole / X in windows / cuBLASLt, one binary): fused
+/// step5_preview tp 1 (18512 rows) T = 4 53.1 / 51.8 / 58.3, T = 8 54.1 / 52.5 / 58.4; tp 2 (9512)
+/// 29.2 / 28.0 / 30.7, 29.4 / 28.5 / 31.0; dsa_h64_kv8_d128 tp 1 T = 4 54.9 / 53.4 / 59.0, T = 8
+/// 56.3 / 54.4 / 59.5; tp 2 29.9 / 28.75 / 29.1, 30.3 / 29.3 / 29.2 (0.997×, the one row below
+/// 1.0) — windows ahead by 2.6–4.2 % (more stages: 6 / 5 of 1024 values where X whole leaves 4;
+/// call 2 read the same at tp 1); tp 8 (3472 / 2832 rows, 2 row blocks per CTA) T = 4 12.5 / 13.0,
+/// 11.5 / 12.2, T = 8 12.9 / 13.5, 11.9 / 12.5 — X whole ahead (a window's switch and a block's
+/// window sum per unit weigh on few blocks).
 constexpr int gemm_auto_gemv_config(std::int64_t tokens, std::int64_t n) {
   if (tokens <= kGemmGemvCudaCoreAutoMaxTokens) return kGemmGemvCudaCores;
   return tokens > kGemmGemvAutoMaxTokens || n >= kGemmGemvAutoWindowedMinRows ? kGemmGemvTensorCoresWindowed
