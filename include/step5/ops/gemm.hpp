@@ -259,9 +259,12 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 ///    those shapes measured faster than cuBLASLt (below; dsa_h64_kv8_d128's o_proj at tp 4 and
 ///    fused projection at tp 16 were not measured: they lie inside the measured K and weight ranges);
 ///  * T = 2 ... kGemmGemvAutoMaxTokens (the tensor-core kernel, one n8 tile), K =
-///    kGemmGemvAutoMultiTokenK and a weight of at least kGemmGemvAutoMultiTokenMinBytes — for the
-///    listed layouts at decode batches 2 ... 8: the fused projection at tp 1 ... 8 (K = hidden =
-///    4096) and dsa_h64_kv8_d128's o_proj at tp 2 (32 local heads × 128 = 4096; 32 MiB).
+///    kGemmGemvAutoMultiTokenK, a weight of at least kGemmGemvAutoMultiTokenMinBytes and N outside
+///    (kGemmGemvAutoWholeMaxRows, kGemmGemvAutoWindowedMinRows) — for the listed layouts at decode
+///    batches 2 ... 8: the fused projection at tp 1, 2 and 8 (K = hidden = 4096) and
+///    dsa_h64_kv8_d128's o_proj at tp 2 (32 local heads × 128 = 4096; 32 MiB);
+///  * T = 9 ... 16 (X in windows), K 4096 and a weight of at least kGemmGemvAutoWindowedMinBytes:
+///    the fused projection at tp 1.
 /// Measured on an H100 (bench/RESULTS.md; the weight ring of gemm_gemv.cuh), µs against cuBLASLt in
 /// the same binary. T = 1 (thirty-second session call 1, thirty-third session calls 1-2): fused
 /// step5_preview tp 1 51.0 / 58.4 (1.15×), tp 2 26.6 / 30.8, tp 4 14.7 / 16.7, tp 8 11.3 / 13.8
@@ -273,12 +276,12 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 /// T = 4 / 8 (thirty-fourth session call 2, the tensor-core kernel): fused step5_preview tp 1 52.7
 /// / 57.6 (1.09×), 54.4 / 57.8 (1.06×); tp 8 12.0 / 14.1 (1.18×), 12.8 / 14.1 (1.10×);
 /// dsa_h64_kv8_d128 tp 1 55.6 / 58.4 (1.05×), 57.3 / 59.4 (1.035×); tp 8 11.2 / 12.8 (1.14×),
-/// 11.8 / 12.9 (1.095×: 22.1 MiB, the smallest weight measured, hence the bound). Taken but not
-/// measured: T = 2, 3, 5, 6, 7 (the same kernel instance; X smaller than or between T = 4's and
-/// 8's), the fused projection at tp 2 and 4 (39–76 MiB) and dsa_h64_kv8_d128's o_proj at tp 2 (32
-/// MiB, N 4096) — K 4096 gives them the same ring as the measured shapes, and their weights lie
-/// inside the measured range (bench_gemm registers them at T = 1, 4, 8). kAuto runs these with X
-/// whole or in windows (gemm_auto_gemv_config). Not taken: T = 9 ... 16 on weights below
+/// 11.8 / 12.9 (1.095×: 22.1 MiB, the smallest weight measured, hence the bound); tp 2 and 4 and
+/// X in windows: below (thirty-fifth session). Taken but not measured: T = 2, 3, 5, 6, 7 (the same
+/// kernel instances; X smaller than or between T = 4's and 8's) and dsa_h64_kv8_d128's o_proj at
+/// tp 2 (32 MiB, N 4096, X whole) — K 4096 gives them the same ring as the measured shapes, and
+/// their weights lie inside the measured range (bench_gemm registers them at T = 1, 4, 8). kAuto
+/// runs these with X whole or in windows (gemm_auto_gemv_config). Not taken: T = 9 ... 16 on weights below
 /// kGemmGemvAutoWindowedMinBytes (X whole, T = 16: 0.77–0.84×, X's 140 KB leave the ring five
 /// stages of 512-value tiles; in windows 0.90–0.95× at tp 8), and the o_proj shapes of other K (T
 /// = 4 / 8, X whole: K 12288 0.79 / 0.38×, K 8192 0.997 / 0.76×, K 1536 0.92 / 0.94×, K 1024 1.006
