@@ -277,10 +277,10 @@ constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int confi
 /// / 57.6 (1.09×), 54.4 / 57.8 (1.06×); tp 8 12.0 / 14.1 (1.18×), 12.8 / 14.1 (1.10×);
 /// dsa_h64_kv8_d128 tp 1 55.6 / 58.4 (1.05×), 57.3 / 59.4 (1.035×); tp 8 11.2 / 12.8 (1.14×),
 /// 11.8 / 12.9 (1.095×: 22.1 MiB, the smallest weight measured, hence the bound); tp 2 and 4 and
-/// X in windows: below (thirty-fifth session). Taken but not measured: T = 2, 3, 5, 6, 7 (the same
-/// kernel instances; X smaller than or between T = 4's and 8's) and dsa_h64_kv8_d128's o_proj at
-/// tp 2 (32 MiB, N 4096, X whole) — K 4096 gives them the same ring as the measured shapes, and
-/// their weights lie inside the measured range (bench_gemm registers them at T = 1, 4, 8). kAuto
+/// X in windows: below (thirty-fifth session); dsa_h64_kv8_d128's o_proj at tp 2 (32 MiB, N 4096, X
+/// whole; thirty-fifth session call 4) 13.9 / 15.1 (1.09×), 14.1 / 15.3 (1.08×). Taken but not
+/// measured: T = 2, 3, 5, 6, 7 (the same kernel instances; X smaller than or between T = 4's and
+/// 8's) — K 4096 gives them the same ring as the measured shapes (bench_gemm registers T = 1, 4, 8). kAuto
 /// runs these with X whole or in windows (gemm_auto_gemv_config). Not taken: T = 9 ... 16 on weights below
 /// kGemmGemvAutoWindowedMinBytes (X whole, T = 16: 0.77–0.84×, X's 140 KB leave the ring five
 /// stages of 512-value tiles; in windows 0.90–0.95× at tp 8), and the o_proj shapes of other K (T
@@ -328,8 +328,8 @@ constexpr bool gemm_auto_takes_gemv(std::int64_t tokens, std::int64_t n, std::in
 /// (thirty-fifth session call 3, H100, µs X whole / X in windows / cuBLASLt, one binary): fused
 /// step5_preview tp 1 (18512 rows) T = 4 53.1 / 51.8 / 58.3, T = 8 54.1 / 52.5 / 58.4; tp 2 (9512)
 /// 29.2 / 28.0 / 30.7, 29.4 / 28.5 / 31.0; dsa_h64_kv8_d128 tp 1 T = 4 54.9 / 53.4 / 59.0, T = 8
-/// 56.3 / 54.4 / 59.5; tp 2 29.9 / 28.75 / 29.1, 30.3 / 29.3 / 29.2 (0.997×, the one row below
-/// 1.0) — windows ahead by 2.6–4.2 % (more stages: 6 / 5 of 1024 values where X whole leaves 4;
+/// 56.3 / 54.4 / 59.5; tp 2 29.9 / 28.75 / 29.1, 30.3 / 29.3 / 29.2 (0.997×; call 4: 28.6 / 29.1
+/// µs against cuBLASLt, 1.018× / 1.100×) — windows ahead by 2.6–4.2 % (more stages: 6 / 5 of 1024 values where X whole leaves 4;
 /// call 2 read the same at tp 1); tp 8 (3472 / 2832 rows, 2 row blocks per CTA) T = 4 12.5 / 13.0,
 /// 11.5 / 12.2, T = 8 12.9 / 13.5, 11.9 / 12.5 — X whole ahead (a window's switch and a block's
 /// window sum per unit weigh on few blocks).
