@@ -12,9 +12,9 @@ O=${OUT:-/tmp/o}; mkdir -p $O/l; T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s]"; }
 pack() { tar -czf $O/logs.tgz -C $O l 2>/dev/null; }
 nvidia-smi --query-gpu=name --format=csv,noheader
-. tools/device_build.sh test_gemm test_layer test_reference_golden bench_layer > $O/l/build.log 2>&1
+. tools/device_build.sh test_gemm test_layer test_graph bench_layer > $O/l/build.log 2>&1
 echo "$(el) build: $(tail -n 1 $O/l/build.log)"
-for t in test_layer test_reference_golden; do
+for t in test_layer test_graph; do
   timeout 150 build-device/tests/$t > $O/l/$t.txt 2>&1; echo "$(el) $t rc=$? $(grep -E 'passed, .* failed' $O/l/$t.txt | tail -1)"
 done
 timeout 150 build-device/tests/test_gemm > $O/l/test_gemm_full.txt 2>&1; echo "$(el) test_gemm full rc=$? $(grep -E 'passed, .* failed' $O/l/test_gemm_full.txt | tail -1)"
