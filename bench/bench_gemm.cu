@@ -13,12 +13,13 @@
 //                                      re-fit the launcher's split cost model
 //   gemm_gemv/...                      the forced kGemv path where it runs (gemm_gemv_eligible: T <=
 //                                      kGemmGemvMaxTokens; config 0: T = 1 the CUDA-core kernel, T >= 2
-//                                      the tensor-core one), which kAuto takes at T = 1 on weights
-//                                      of 4 MiB and more, K 512 ... 12288, at T = 2 ... 8 on
-//                                      weights of 22 MiB and more, K 4096, and at T = 9 ... 16 on
-//                                      128 MiB and more, K 4096 (gemm_auto_takes_gemv; its kernel,
-//                                      X whole or in windows: gemm_auto_gemv_config);
-//                                      the config / split_k knobs skip it
+//                                      the tensor-core one with X whole), which kAuto takes at T = 1
+//                                      on weights of 4 MiB and more, K 512 ... 12288, at T = 2 ... 8
+//                                      on weights of 22 MiB and more, K 4096, outside 4096 < N < 8192,
+//                                      and at T = 9 ... 16 on 128 MiB and more, K 4096
+//                                      (gemm_auto_takes_gemv); kAuto's kernel is gemm_auto_gemv_config's,
+//                                      X whole (this row) or in windows (the gemm_gemv_win/ row: at
+//                                      T = 9 ... 16 always); the config / split_k knobs skip it
 //   gemm_gemv_mma/... (T <= 4)         the kGemv path's tensor-core kernel forced (config
 //                                      kGemmGemvTensorCores): at T = 1 against gemm_gemv/'s CUDA-core
 //                                      kernel (at T = 2..4 the same kernel as gemm_gemv/; kept: the
@@ -34,7 +35,8 @@
 //                                      gemm_gemv_win/ only
 //   tp 2, 4, 16 (both geometries)      the fused and o_proj shapes at T = 1, 4, 8 only, the same
 //                                      families (kAuto's kGemv rules cover them); tp 1 and 8 have every T
-// The label and the table's path column: "wgmma <kind>[, split-K <S>]" or "stream[, split-K <S>]".
+// The label and the table's path column: "wgmma <kind>[, split-K <S>]", "stream[, split-K <S>]",
+// "gemv[ mma[ windows]]" or "cublaslt" (plan_label).
 // Env knobs (A/B without a rebuild; names unchanged, the label shows the plan): STEP5_BENCH_GEMM_CONFIG,
 // STEP5_BENCH_GEMM_SPLIT_K override a `gemm*` case's config / split_k where the case leaves it 0.
 // Each cublaslt/ case prints once per shape a line "cublaslt_algo <shape>: algo_id ... tile_id ..."
@@ -327,8 +329,8 @@ const char* path_name(step5::ops::GemmPath p) {
 }
 
 /// "wgmma 128, split-K 4", "stream, split-K 7", "wgmma 256", "wgmma m64n256, split-K 8", "gemv",
-/// "gemv mma": the path, the wgmma tile kind (gemm_wgmma_tile_name), the kGemv kernel (" mma": the
-/// tensor-core one) and the K splits of either split path.
+/// "gemv mma", "gemv mma windows": the path, the wgmma tile kind (gemm_wgmma_tile_name), the kGemv
+/// kernel (" mma": the tensor-core one, " windows": X in windows) and the K splits of either split path.
 std::string plan_label(const step5::ops::GemmPlan& plan) {
   std::string l = path_name(plan.path);
   if (plan.path == step5::ops::GemmPath::kWgmma && plan.config >= 1 &&
@@ -507,7 +509,8 @@ int main(int argc, char** argv) {
       benchmark::RegisterBenchmark(("gemm_gemv_cuda/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
                                    step5::ops::kGemmGemvCudaCores, 0, false)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
-    if (T >= 4 && step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCoresWindowed))
+    if (T >= 4 && s.K > step5::ops::kGemmGemvXWindow &&
+        step5::ops::gemm_gemv_eligible(T, s.K, step5::ops::kGemmGemvTensorCoresWindowed))
       benchmark::RegisterBenchmark(("gemm_gemv_win/" + k).c_str(), bm_ours, s, T, step5::ops::GemmPath::kGemv,
                                    step5::ops::kGemmGemvTensorCoresWindowed, 0, false)
           ->UseManualTime()->MinTime(kMin)->Unit(benchmark::kMicrosecond);
@@ -547,7 +550,7 @@ int main(int argc, char** argv) {
       reg_ours(s, T);
     }
   for (const Shape& s : t1_only)
-    for (int T : {1, 4, 8}) {  // kAuto's kGemv rules: T = 1, and T = 2 ... 8 at K 4096 (tp 2 / 4)
+    for (int T : {1, 4, 8}) {  // kAuto's kGemv rules: T = 1, and T = 2 ... 8 at K 4096 (tp 2 taken, tp 4 not)
       reg_lt(s, T);
       reg_ours(s, T);
     }

@@ -315,7 +315,7 @@ void run_case(const std::string& name, int T, int N, int K, int ldx, int ldw, in
     // a gemv plan names its kernel: the one forced, else (config 0) the CUDA cores at T = 1 and the
     // tensor cores above; kAuto's: gemm_auto_gemv_config
     EXPECT(plan.path != GemmPath::kGemv ||
-               plan.config == (path != GemmPath::kGemv ? step5::ops::gemm_auto_gemv_config(T, N)
+               plan.config == (path != GemmPath::kGemv ? step5::ops::gemm_auto_gemv_config(T, N, K)
                                : v.config != 0         ? v.config
                                : T == 1                ? step5::ops::kGemmGemvCudaCores
                                                        : step5::ops::kGemmGemvTensorCores),
@@ -690,7 +690,7 @@ GPU_CASE("gemm: the plan splits K on the wgmma path where tiles leave SMs idle; 
          o.split_k);
 }
 
-GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj shapes, T 1..16384; kGemv where gemm_auto_takes_gemv: T = 1 on weights >= 4 MiB, T = 2..8 at K 4096 on >= 22 MiB, T = 9..16 at K 4096 on >= 128 MiB, X in windows per gemm_auto_gemv_config); allow_cublaslt = false keeps this library's kernels; cuBLASLt bit-identical over 20 launches with other kernels running") {
+GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj shapes, T 1..16384; kGemv where gemm_auto_takes_gemv: T = 1 on weights >= 4 MiB, T = 2..8 at K 4096 on >= 22 MiB outside 4096 < N < 8192, T = 9..16 at K 4096 on >= 128 MiB, X in windows per gemm_auto_gemv_config); allow_cublaslt = false keeps this library's kernels; cuBLASLt bit-identical over 20 launches with other kernels running") {
   alignas(16) static const bf16 kAligned[8] = {};  // gemm_plan reads only the pointers' alignment
   auto plan_of = [&](int T, int N, int K, bool allow) {
     GemmParams p;
@@ -711,14 +711,17 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
     for (int T : {1, 4, 8, 9, 16, 64, 1000, 16384}) {
       const step5::ops::GemmPlan a = plan_of(T, N, K, true), own = plan_of(T, N, K, false);
       // kGemv at T = 1 on weights of 4 MiB and more (K >= 512), at T = 2..8 at K 4096 on 22 MiB and
-      // more, whatever allow_cublaslt says
+      // more outside 4096 < N < 8192, at T = 9..16 at K 4096 on 128 MiB and more, whatever
+      // allow_cublaslt says
       const bool gemv = step5::ops::gemm_auto_takes_gemv(T, N, K);
       // the shapes measured faster than cuBLASLt at T = 4 and 8 (ops/gemm.hpp, thirty-fourth and
-      // thirty-fifth sessions): the fused projection at tp 1, 2 and 8, not at tp 4; never o_proj at
-      // tp 1 or 8
+      // thirty-fifth sessions): the fused projection at tp 1, 2 and 8, not at tp 4; o_proj only
+      // dsa_h64_kv8_d128's at tp 2 (K 4096), never at tp 1 or 8
       const bool measured_tp = tp == 1 || tp == 8;
       const bool fused = std::string(what) == "fused";
-      EXPECT(!(T == 4 || T == 8) || !(fused ? tp <= 8 : measured_tp) || gemv == (fused && tp != 4),
+      const bool dsa_oproj_tp2 = !fused && tp == 2 && K == 4096;
+      EXPECT(!(T == 4 || T == 8) || !(fused ? tp <= 8 : measured_tp || dsa_oproj_tp2) ||
+                 gemv == ((fused && tp != 4) || dsa_oproj_tp2),
              "%s %s tp %d T=%d: (N %d, K %d) kAuto's gemv rule %d, measured the other way", g.c_str(), what, tp, T, N,
              K, gemv ? 1 : 0);
       // T = 16 (thirty-fifth session, X in windows): the fused projection at tp 1 only; T = 9 was
@@ -726,9 +729,9 @@ GPU_CASE("gemm: kAuto takes cuBLASLt where built in (fused projection and o_proj
       EXPECT(!(T == 9 || T == 16) || !measured_tp || gemv == (tp == 1 && std::string(what) == "fused"),
              "%s %s tp %d T=%d: (N %d, K %d) kAuto's gemv rule %d, measured the other way", g.c_str(), what, tp, T, N,
              K, gemv ? 1 : 0);
-      // the kernel kAuto's gemv plan runs: X in windows on the tp 1 and 2 fused weights (and at
-      // T > 8), X whole at tp 8 (measured)
-      EXPECT(!gemv || (a.config == step5::ops::gemm_auto_gemv_config(T, N) &&
+      // the kernel kAuto's gemv plan runs: X in windows on the tp 1 and 2 fused weights at T = 4, 8
+      // and 16, X whole at tp 8 (measured)
+      EXPECT(!gemv || (a.config == step5::ops::gemm_auto_gemv_config(T, N, K) &&
                        (T == 1 ? a.config == step5::ops::kGemmGemvCudaCores
                                : (a.config == step5::ops::kGemmGemvTensorCoresWindowed) == (tp <= 2 || T > 8) ||
                                      !fused || tp > 8)),
@@ -819,6 +822,46 @@ GPU_CASE("gemm: gemv bit-identical over 20 launches (quick: 5) with other kernel
     const int bad = fp64_spot_check_failures(op.hx, op.hw, first, T, N, K, 1);
     EXPECT(bad == 0, "%s: %d spot-checked outputs off the fp64 product", what.c_str(), bad);
     std::printf("  %-32s %d launches bit-identical: %s\n", what.c_str(), reps, changed == 0 ? "ok" : "FAIL");
+  }
+}
+
+GPU_CASE("gemm: kAuto's kGemv runs its plan's kernel (X whole or in windows): bits equal to that config forced, the fp64 product") {
+  // kAuto takes kGemv on these shapes (gemm_auto_takes_gemv) and names its kernel in the plan
+  // (gemm_auto_gemv_config): the launch must run that kernel. X whole and X in windows sum in
+  // different orders, so their bits differ (checked where the shape has 4 windows of 16 x 18512
+  // outputs), and kAuto's output must equal the planned config's, forced, bit for bit.
+  constexpr int kTensor = step5::ops::kGemmGemvTensorCores, kWin = step5::ops::kGemmGemvTensorCoresWindowed;
+  for (const auto& [T, N, want] : {std::tuple{16, 18512, kWin}, std::tuple{4, 18512, kWin}, std::tuple{8, 9512, kWin},
+                                   std::tuple{6, 18512, kTensor}, std::tuple{4, 3472, kTensor}}) {
+    const int K = 4096;
+    const DenseOperands op(T, N, K);
+    GemmParams p = op.params();
+    step5::ops::GemmPlan plan;
+    const step5::Status st = step5::ops::gemm_plan(p, &plan);
+    EXPECT(st.ok() && plan.path == GemmPath::kGemv && plan.config == want,
+           "kAuto T=%d N=%d: %s path %s config %d, expected gemv config %d", T, N, st.to_string().c_str(),
+           path_name(plan.path), plan.config, want);
+    const std::size_t elems = static_cast<std::size_t>(T) * N;
+    std::vector<std::uint16_t> got[3];  // kAuto, the planned config forced, the other one forced
+    for (int run = 0; run < 3; ++run) {
+      GemmParams q = p;
+      if (run > 0) {
+        q.path = GemmPath::kGemv;
+        q.config = run == 1 ? want : (want == kWin ? kTensor : kWin);
+      }
+      GPU_CHECK(cudaMemset(q.c, 0xff, elems * 2));  // poison (NaN)
+      const step5::Status ls = step5::ops::gemm_bf16(q, nullptr);
+      EXPECT(ls.ok(), "T=%d N=%d run %d: %s", T, N, run, ls.to_string().c_str());
+      GPU_CHECK(cudaDeviceSynchronize());
+      got[run].resize(elems);
+      GPU_CHECK(cudaMemcpy(got[run].data(), q.c, elems * 2, cudaMemcpyDeviceToHost));
+    }
+    EXPECT(got[0] == got[1], "kAuto T=%d N=%d: output differs from config %d forced", T, N, want);
+    if (T == 16) EXPECT(got[0] != got[2], "kAuto T=%d N=%d: X whole and X in windows gave the same bits", T, N);
+    const int bad = fp64_spot_check_failures(op.hx, op.hw, got[0], T, N, K, 1);
+    EXPECT(bad == 0, "kAuto T=%d N=%d: %d spot-checked outputs off the fp64 product", T, N, bad);
+    std::printf("  kAuto gemv T=%-2d N=%-5d config %d: %s\n", T, N, plan.config,
+                got[0] == got[1] && bad == 0 ? "ok" : "FAIL");
   }
 }
 

@@ -227,14 +227,15 @@ TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 4 MiB and more with K 512
   CHECK(ops::gemm_auto_takes_gemv(1, 4096, 12288));       // o_proj at tp 1 (K 12288)
   CHECK(ops::gemm_auto_takes_gemv(1, 18512, 4096));       // the tp 1 fused projection
   CHECK_FALSE(ops::gemm_auto_takes_gemv(0, 18512, 4096));
-  // T = 2 ... 8: the fused projection at tp 1 ... 8 (K 4096, 22 MiB and more), on the tensor cores
+  // T = 2 ... 8: the fused projection at tp 1, 2 and 8 (K 4096, 22 MiB and more; tp 4 below), on the tensor cores
   CHECK(ops::kGemmGemvAutoMaxTokens == 8);
   CHECK(ops::kGemmGemvAutoMultiTokenMinBytes == 22 << 20);
   for (int t = 2; t <= 8; ++t) {
     CHECK_MESSAGE(ops::gemm_auto_takes_gemv(t, 18512, 4096), "T = ", t);  // the tp 1 fused projection
     CHECK_MESSAGE(ops::gemm_auto_takes_gemv(t, 3472, 4096), "T = ", t);   // step5_preview at tp 8 (27.1 MiB)
     CHECK_MESSAGE(ops::gemm_auto_takes_gemv(t, 2832, 4096), "T = ", t);   // dsa_h64_kv8_d128 at tp 8 (22.1 MiB)
-    CHECK_MESSAGE(ops::gemm_gemv_pick(t) == ops::kGemmGemvTensorCores, "T = ", t);
+    CHECK_MESSAGE(ops::gemm_auto_gemv_config(t, 3472, 4096) == ops::kGemmGemvTensorCores, "T = ", t);
+    CHECK_MESSAGE(ops::gemm_auto_gemv_config(t, 2832, 4096) == ops::kGemmGemvTensorCores, "T = ", t);
   }
   CHECK_FALSE(ops::gemm_auto_takes_gemv(4, 2815, 4096));    // just below 22 MiB (e.g. tp 16's fused projection)
   // the rows between X whole (<= 4096) and X in windows (>= 8192): tp 4 lost either way
@@ -256,16 +257,24 @@ TEST_CASE("gemv: kAuto takes it at T = 1 on weights of 4 MiB and more with K 512
     CHECK_MESSAGE(!ops::gemm_auto_takes_gemv(t, 16383, 4096), "T = ", t);       // just below
     CHECK_MESSAGE(!ops::gemm_auto_takes_gemv(t, 3472, 4096), "T = ", t);        // tp 8
     CHECK_MESSAGE(!ops::gemm_auto_takes_gemv(t, 18512, 4104), "T = ", t);       // only K 4096 measured
-    CHECK_MESSAGE(ops::gemm_auto_gemv_config(t, 18512) == ops::kGemmGemvTensorCoresWindowed, "T = ", t);
+    CHECK_MESSAGE(ops::gemm_auto_gemv_config(t, 18512, 4096) == ops::kGemmGemvTensorCoresWindowed, "T = ", t);
+    CHECK_MESSAGE(ops::gemm_auto_gemv_config(t, 3472, 4096) == ops::kGemmGemvTensorCoresWindowed, "T = ", t);
   }
   CHECK_FALSE(ops::gemm_auto_takes_gemv(17, 18512, 4096));  // above kGemmGemvMaxTokens
-  // kAuto's kernel: the CUDA cores at T = 1; at T = 2 ... 8 X in windows from 8192 rows (tp 1), else whole
-  CHECK(ops::gemm_auto_gemv_config(1, 18512) == ops::kGemmGemvCudaCores);
-  CHECK(ops::gemm_auto_gemv_config(4, 18512) == ops::kGemmGemvTensorCoresWindowed);
-  CHECK(ops::gemm_auto_gemv_config(8, 8192) == ops::kGemmGemvTensorCoresWindowed);
-  CHECK(ops::gemm_auto_gemv_config(8, 8191) == ops::kGemmGemvTensorCores);
-  CHECK(ops::gemm_auto_gemv_config(4, 3472) == ops::kGemmGemvTensorCores);
-  CHECK(ops::gemm_auto_gemv_config(2, 2832) == ops::kGemmGemvTensorCores);
+  // kAuto's kernel: the CUDA cores at T = 1; at T = 2 ... 8 X in windows from 8192 rows (tp 1, 2)
+  // where the ring gains stages (K 4096: T = 4, 5 and 8: 6 / 6 / 5 stages against 5 / 5 / 4), else whole
+  CHECK(ops::gemm_auto_gemv_config(1, 18512, 4096) == ops::kGemmGemvCudaCores);
+  CHECK(ops::gemm_auto_gemv_config(4, 18512, 4096) == ops::kGemmGemvTensorCoresWindowed);
+  CHECK(ops::gemm_auto_gemv_config(5, 18512, 4096) == ops::kGemmGemvTensorCoresWindowed);
+  CHECK(ops::gemm_auto_gemv_config(8, 8192, 4096) == ops::kGemmGemvTensorCoresWindowed);
+  CHECK(ops::gemm_auto_gemv_config(8, 8191, 4096) == ops::kGemmGemvTensorCores);
+  for (int t : {2, 3, 6, 7})
+    CHECK_MESSAGE(ops::gemm_auto_gemv_config(t, 18512, 4096) == ops::kGemmGemvTensorCores, "T = ", t);
+  CHECK(ops::gemm_gemv_ring(4, 4096, ops::kGemmGemvTensorCores).stages == 5);
+  CHECK(ops::gemm_gemv_ring(4, 4096, ops::kGemmGemvTensorCoresWindowed).stages == 6);
+  CHECK(ops::gemm_gemv_ring(8, 4096, ops::kGemmGemvTensorCoresWindowed).stages == 5);
+  CHECK(ops::gemm_auto_gemv_config(4, 3472, 4096) == ops::kGemmGemvTensorCores);
+  CHECK(ops::gemm_auto_gemv_config(2, 2832, 4096) == ops::kGemmGemvTensorCores);
   CHECK_FALSE(ops::gemm_auto_takes_gemv(4, 4096, 12288));   // o_proj at tp 1 (0.79x at T = 4)
   CHECK_FALSE(ops::gemm_auto_takes_gemv(4, 4096, 8192));    // o_proj of dsa_h64_kv8_d128 at tp 1 (0.997x)
   CHECK_FALSE(ops::gemm_auto_takes_gemv(8, 4096, 1536));    // o_proj at tp 8 (0.94x at T = 8)

@@ -9,16 +9,19 @@
 /// [hidden, Hl*D]`, N = hidden, K = Hl*D.
 ///
 /// Paths (picked by `gemm_bf16`, see `gemm_plan`; kAuto: kGemv at T = 1 on weights of 4 MiB and
-/// more with K 512 ... 12288 and at T = 2 ... 8 on weights of 22 MiB and more with K 4096
-/// (`gemm_auto_takes_gemv`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
+/// more with K 512 ... 12288, at T = 2 ... 8 on weights of 22 MiB and more with K 4096 outside 4096
+/// < N < 8192 rows, and at T = 9 ... 16 on 128 MiB and more with K 4096 (`gemm_auto_takes_gemv`;
+/// its kernel `gemm_auto_gemv_config`), else cuBLASLt where it has an algorithm and `allow_cublaslt`, else
 /// unaligned shapes -> kGeneric, T <= 32 -> kSplitK, T > 32 -> kWgmma):
 ///  * `kGemv`   — weight-streaming kernels for decode-sized T (1 .. kGemmGemvMaxTokens), X in
 ///                shared memory, no workspace (gemm_gemv.cuh): T = 1 on the CUDA cores (one
 ///                CTA per SM streams its rows through a bulk-copy weight ring, a warp per row),
 ///                T = 2..16 on the tensor cores (the same ring, stages of 16 W rows, mma.sync with
-///                the eight warps sharing each stage by k16 steps; config forces either kernel
-///                where it runs, the CUDA-core one up to T = 4: gemm_gemv_pick). Needs the fast-path alignment and X's rows
-///                within kGemmGemvMaxSmem (`gemm_gemv_smem_bytes`, `gemm_gemv_eligible`). bench_gemm's `gemm_gemv/` rows measure it against
+///                the eight warps sharing each stage by k16 steps), X staged whole or in windows of
+///                kGemmGemvXWindow values (config forces a kernel where it runs, the CUDA-core one up
+///                to T = 4; config 0 of a forced kGemv: by T, X whole: gemm_gemv_pick). Needs the
+///                fast-path alignment and X's shared memory within kGemmGemvMaxSmem
+///                (`gemm_gemv_smem_bytes`, `gemm_gemv_eligible`). bench_gemm's `gemm_gemv/` rows measure it against
 ///                cuBLASLt; kAuto takes it only where it measured faster: `gemm_auto_takes_gemv`;
 ///  * `kCublasLt` — cuBLASLt (the peer bench_gemm measures this library's kernels against), kAuto's
 ///                choice whenever it has an algorithm: it measured faster at nearly every
@@ -111,7 +114,7 @@ constexpr std::int64_t gemm_gemv_mma_part_offset(std::int64_t tokens, std::int64
 /// The kGemv path's kernels, as `GemmParams::config` forces them and `GemmPlan::config` reports
 /// them: the CUDA-core kernel (T <= kGemmGemvCudaCoreMaxTokens), the tensor-core kernel with X
 /// staged whole (any T the path runs), and the same kernel with X staged in windows of
-/// kGemmGemvXWindow values (gemm_gemv_x_windows; forced only: measured before kAuto takes it).
+/// kGemmGemvXWindow values (gemm_gemv_x_windows; kAuto runs it where gemm_auto_gemv_config says).
 inline constexpr int kGemmGemvCudaCores = 1;
 inline constexpr int kGemmGemvTensorCores = 2;
 inline constexpr int kGemmGemvTensorCoresWindowed = 3;
@@ -242,12 +245,15 @@ static_assert(kGemmGemvCtaSmem - kGemmGemvRingBarrierBytes - kGemmGemvMaxSmem >=
                   kGemmGemvRingMinStages * kGemmGemvMmaRingRows * gemm_gemv_x_row_bytes(256),
               "every X the tensor-core kGemv kernel stages (at most kGemmGemvMaxSmem bytes) leaves room for its ring");
 /// Whether the kGemv path can run T tokens of reduction length K with `config` (alignment aside):
-/// 1 <= T <= kGemmGemvMaxTokens, config 0, 1 (T <= kGemmGemvCudaCoreMaxTokens), 2 or 3, K >= 0 and X
-/// fits in kGemmGemvMaxSmem (gemm_gemv_smem_bytes; windowed, any K up to kGemmGemvMaxSmem values).
+/// 1 <= T <= kGemmGemvMaxTokens, config 0, 1 (T <= kGemmGemvCudaCoreMaxTokens), 2 or 3, 0 <= K <=
+/// kGemmGemvMaxK and X fits in kGemmGemvMaxSmem (gemm_gemv_smem_bytes; windowed: any such K).
+/// The longest row (K values) the kGemv path runs: the CUDA-core kernel's X at T = 1 fills
+/// kGemmGemvMaxSmem at K = 102400; twice that bounds every kernel's byte arithmetic well inside int32.
+inline constexpr std::int64_t kGemmGemvMaxK = kGemmGemvMaxSmem;
 constexpr bool gemm_gemv_eligible(std::int64_t tokens, std::int64_t k, int config = 0) {
   return tokens >= 1 && tokens <= kGemmGemvMaxTokens && config >= 0 && config <= kGemmGemvTensorCoresWindowed &&
          (gemm_gemv_pick(tokens, config) != kGemmGemvCudaCores || tokens <= kGemmGemvCudaCoreMaxTokens) && k >= 0 &&
-         k <= kGemmGemvMaxSmem &&
+         k <= kGemmGemvMaxK &&
          gemm_gemv_smem_bytes(tokens, k, config) <= kGemmGemvMaxSmem;
 }
 
@@ -323,20 +329,25 @@ constexpr bool gemm_auto_takes_gemv(std::int64_t tokens, std::int64_t n, std::in
          n * k * 2 >= kGemmGemvAutoWindowedMinBytes;
 }
 /// The kGemv kernel kAuto runs where gemm_auto_takes_gemv (its plan's config): T = 1 the CUDA cores;
-/// T = 2 ... 8 the tensor cores, with X in windows (config 3) on weights of at least
-/// kGemmGemvAutoWindowedMinRows rows, else X whole (config 2); T = 9 ... 16 X in windows. Measured
-/// (thirty-fifth session call 3, H100, µs X whole / X in windows / cuBLASLt, one binary): fused
-/// step5_preview tp 1 (18512 rows) T = 4 53.1 / 51.8 / 58.3, T = 8 54.1 / 52.5 / 58.4; tp 2 (9512)
-/// 29.2 / 28.0 / 30.7, 29.4 / 28.5 / 31.0; dsa_h64_kv8_d128 tp 1 T = 4 54.9 / 53.4 / 59.0, T = 8
-/// 56.3 / 54.4 / 59.5; tp 2 29.9 / 28.75 / 29.1, 30.3 / 29.3 / 29.2 (0.997×; call 4: 28.6 / 29.1
-/// µs against cuBLASLt, 1.018× / 1.100×) — windows ahead by 2.6–4.2 % (more stages: 6 / 5 of 1024 values where X whole leaves 4;
-/// call 2 read the same at tp 1); tp 8 (3472 / 2832 rows, 2 row blocks per CTA) T = 4 12.5 / 13.0,
-/// 11.5 / 12.2, T = 8 12.9 / 13.5, 11.9 / 12.5 — X whole ahead (a window's switch and a block's
-/// window sum per unit weigh on few blocks).
-constexpr int gemm_auto_gemv_config(std::int64_t tokens, std::int64_t n) {
+/// T = 9 ... 16 the tensor cores with X in windows (config 3); T = 2 ... 8 the tensor cores, with X
+/// in windows on weights of at least kGemmGemvAutoWindowedMinRows rows where that gives the weight
+/// ring more stages than X whole (gemm_gemv_ring; at K 4096: T = 4, 5 and 8), else X whole (config
+/// 2). Measured (thirty-fifth session call 3, H100, µs X whole / X in windows / cuBLASLt, one
+/// binary): fused step5_preview tp 1 (18512 rows) T = 4 53.1 / 51.8 / 58.3, T = 8 54.1 / 52.5 /
+/// 58.4; tp 2 (9512) 29.2 / 28.0 / 30.7, 29.4 / 28.5 / 31.0; dsa_h64_kv8_d128 tp 1 T = 4 54.9 /
+/// 53.4 / 59.0, T = 8 56.3 / 54.4 / 59.5; tp 2 29.9 / 28.75 / 29.1, 30.3 / 29.3 / 29.2 (0.997×;
+/// call 4: 28.6 / 29.1 µs against cuBLASLt, 1.018× / 1.100×) — windows ahead by 2.6–4.2 % (6 / 5
+/// stages of 1024 values where X whole leaves 5 / 4; call 2 read the same at tp 1); tp 8 (3472 /
+/// 2832 rows, 2 row blocks per CTA) T = 4 12.5 / 13.0, 11.5 / 12.2, T = 8 12.9 / 13.5, 11.9 / 12.5
+/// — X whole ahead (a window's switch and a block's window sum per unit weigh on few blocks). T =
+/// 2, 3, 6, 7 (no stage gained at K 4096) were not measured either way: X whole, as before.
+constexpr int gemm_auto_gemv_config(std::int64_t tokens, std::int64_t n, std::int64_t k) {
   if (tokens <= kGemmGemvCudaCoreAutoMaxTokens) return kGemmGemvCudaCores;
-  return tokens > kGemmGemvAutoMaxTokens || n >= kGemmGemvAutoWindowedMinRows ? kGemmGemvTensorCoresWindowed
-                                                                              : kGemmGemvTensorCores;
+  if (tokens > kGemmGemvAutoMaxTokens) return kGemmGemvTensorCoresWindowed;
+  return n >= kGemmGemvAutoWindowedMinRows && gemm_gemv_ring(tokens, k, kGemmGemvTensorCoresWindowed).stages >
+                                                  gemm_gemv_ring(tokens, k, kGemmGemvTensorCores).stages
+             ? kGemmGemvTensorCoresWindowed
+             : kGemmGemvTensorCores;
 }
 static_assert(gemm_gemv_eligible(kGemmGemvMaxTokens, kGemmGemvAutoMultiTokenK, kGemmGemvTensorCoresWindowed),
               "kAuto's windowed kGemv shapes run");
@@ -463,8 +474,9 @@ std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::i
 /// kInvalidArgument for null pointers (when tokens > 0), negative sizes, ld < row length,
 /// a forced fast path whose alignment rules fail, a config out of range, a too small workspace
 /// (the message names the bytes needed and given), a forced kGemv outside `gemm_gemv_eligible`
-/// (T above kGemmGemvMaxTokens, X's gemm_gemv_smem_bytes beyond kGemmGemvMaxSmem, config out of
-/// 0..2 or the CUDA-core kernel at T > kGemmGemvCudaCoreMaxTokens), with more than kGemmGemvMaxRows rows or with split_k >
+/// (T above kGemmGemvMaxTokens, K above kGemmGemvMaxK, X's gemm_gemv_smem_bytes beyond
+/// kGemmGemvMaxSmem, config out of 0..3 or the CUDA-core kernel at T > kGemmGemvCudaCoreMaxTokens),
+/// with more than kGemmGemvMaxRows rows or with split_k >
 /// 1; kUnsupported for a
 /// device that is not sm_90, or a forced kCublasLt when built without cuBLASLt or when it has no
 /// algorithm for the shape; kCudaError for a failed launch, driver or cuBLASLt call (the message

@@ -4,6 +4,9 @@
 #   - the GPU tests of the layer (kAuto's GEMM changed at T = 2..16: X in windows at tp 1 / 2, T = 9..16
 #     now kGemv at tp 1, tp 4 back to cuBLASLt), test_gemm in full mode, memcheck / racecheck of
 #     "odd shapes" and "gemv bit-identical" (config 3 in them);
+#   - test_gemm's "kAuto's kGemv runs its plan's kernel" (written after the last call: kAuto's bits
+#     equal its planned config's, forced; X whole and in windows differ; kAuto at T = 2, 3, 6, 7 back
+#     to X whole) and the kAuto case with dsa's tp 2 o_proj pinned;
 #   - bench_layer at decode batch 16 (T = 16: the tp 1 fused projection now on kGemv in windows,
 #     54.0 against cuBLASLt's 58.7 µs in bench_gemm) against d4fca7b.
 # Here first: `bash tools/device_ab.sh prepare d4fca7b`; then carry [".deps", "build-abold"], about 560 s:
@@ -17,6 +20,7 @@ echo "$(el) build: $(tail -n 1 $O/l/build.log)"
 for t in test_layer test_graph; do
   timeout 150 build-device/tests/$t > $O/l/$t.txt 2>&1; echo "$(el) $t rc=$? $(grep -E 'passed, .* failed' $O/l/$t.txt | tail -1)"
 done
+STEP5_GPU_TEST_QUICK=1 timeout 60 build-device/tests/test_gemm "kAuto" > $O/l/test_gemm_kauto.txt 2>&1; echo "$(el) test_gemm kAuto rc=$? $(grep -E 'passed, .* failed' $O/l/test_gemm_kauto.txt | tail -1)"
 timeout 150 build-device/tests/test_gemm > $O/l/test_gemm_full.txt 2>&1; echo "$(el) test_gemm full rc=$? $(grep -E 'passed, .* failed' $O/l/test_gemm_full.txt | tail -1)"
 for tc in "memcheck:gemv bit-identical" "racecheck:stale ring bytes"; do
   tool=${tc%%:*} c=${tc#*:}

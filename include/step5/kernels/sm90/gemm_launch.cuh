@@ -529,8 +529,8 @@ inline Status launch_stream(const GemmParams& p, const StreamPlan& sp, cudaStrea
   });
 }
 
-/// The kGemv launch (gemm_gemv.cuh), the kernel ops::gemm_gemv_pick picks (config 0: T = 1 on the
-/// CUDA cores, T = 2..16 on the tensor cores): one CTA per SM (min(SMs, N) CTAs for the CUDA-core
+/// The kGemv launch (gemm_gemv.cuh), the kernel of the plan's config (1: the CUDA cores, 2: the
+/// tensor cores with X whole, 3: with X in windows; ops::gemm_gemv_pick, ops::gemm_auto_gemv_config): one CTA per SM (min(SMs, N) CTAs for the CUDA-core
 /// kernel, min(SMs, ceil(N / 16)) for the tensor-core one; each a balanced share of the rows), a
 /// weight ring of ops::gemm_gemv_ring(T, K, config) (its smem of dynamic shared memory).
 template <typename Kernel>
@@ -571,8 +571,8 @@ inline Status launch_gemv_mma(const GemmParams& p, int device, int sms, cudaStre
                           stream);
 }
 /// `config`: the plan's kGemv kernel (GemmPlan::config: the forced config's, or kAuto's gemm_auto_gemv_config).
-inline Status launch_gemv(const GemmParams& forced, int config, int device, int sms, cudaStream_t stream) {
-  GemmParams p = forced;
+inline Status launch_gemv(const GemmParams& params, int config, int device, int sms, cudaStream_t stream) {
+  GemmParams p = params;
   p.config = config;
   static_assert(kGemmGemvMaxTokens == 2 * kGemmGemvTokenTile, "instances for T = 1 and one or two n8 tiles");
   if (gemm_gemv_pick(p.tokens, p.config) == kGemmGemvCudaCores) {  // T <= kGemmGemvCudaCoreMaxTokens (make_plan)
@@ -698,7 +698,7 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
       return invalid_argument("gemm_bf16: the gemv path runs 1.." + s(kGemmGemvMaxTokens) +
                               " tokens (its CUDA-core kernel, config " + s(kGemmGemvCudaCores) + ", 1.." +
                               s(kGemmGemvCudaCoreMaxTokens) + ") with X staged in at most " + s(kGemmGemvMaxSmem) +
-                              " bytes of shared memory (gemm_gemv_smem_bytes) and k <= " + s(kGemmGemvMaxSmem) +
+                              " bytes of shared memory (gemm_gemv_smem_bytes) and k <= " + s(kGemmGemvMaxK) +
                               "; got tokens = " + s(p.tokens) +
                               ", k = " + s(p.k) + ", config = " + s(p.config));
     if (p.n > kGemmGemvMaxRows)
@@ -763,7 +763,7 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
     fp->plan.workspace_bytes = fp->stream.workspace;
   }
   if (path == GemmPath::kGemv)  // forced: the config's kernel (0: by T); kAuto's: gemm_auto_gemv_config
-    fp->plan.config = p.path == GemmPath::kGemv ? gemm_gemv_pick(p.tokens, p.config) : gemm_auto_gemv_config(p.tokens, p.n);
+    fp->plan.config = p.path == GemmPath::kGemv ? gemm_gemv_pick(p.tokens, p.config) : gemm_auto_gemv_config(p.tokens, p.n, p.k);
   fp->plan.path = path;
   return Status::Ok();
 }
