@@ -927,10 +927,8 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; both
     EXPECT(st.ok(), "gemv config %d T=%d N=%d K=%d: %s", config, T, N, K, st.to_string().c_str());
     std::vector<bf16> hc(static_cast<std::size_t>(T) * ldc);
     GPU_CHECK(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> ref(static_cast<std::size_t>(T) * N);
-    step5::reference::gemm_bf16_f32out(T, N, K, hx.data(), K, hw.data(), K, ref.data(), N);
     std::vector<int> rows;
-    for (int t = 0; t < T; ++t) rows.push_back(t);
+    const std::vector<float> ref = reference_all_rows(T, N, K, hx, K, hw, K, &rows);
     const Judgement j = judge_output(ref, rows, N, ldc, hc);
     EXPECT(j.bad == 0, "gemv config %d T=%d N=%d K=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g",
            config, T, N, K, j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
@@ -983,10 +981,8 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; both
     if (Nsmall >= 3000) {  // several row blocks per CTA: against the CPU reference as well
       std::vector<bf16> hs(small.size());
       std::memcpy(hs.data(), small.data(), small.size() * 2);
-      std::vector<float> ref(static_cast<std::size_t>(T) * Nsmall);
-      step5::reference::gemm_bf16_f32out(T, Nsmall, K, hx.data(), ld, hw.data(), ld, ref.data(), Nsmall);
       std::vector<int> rows;
-      for (int t = 0; t < T; ++t) rows.push_back(t);
+      const std::vector<float> ref = reference_all_rows(T, Nsmall, K, hx, ld, hw, ld, &rows);
       const Judgement j = judge_output(ref, rows, Nsmall, lds, hs);
       EXPECT(j.bad == 0, "gemv config %d T=%d N=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g",
              config, T, Nsmall, j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);
@@ -1035,8 +1031,8 @@ GPU_CASE("gemm: gemv tensor cores: a tile's last half k16 step reads no stale ri
     GPU_CHECK(cudaDeviceSynchronize());
     std::vector<bf16> hc(static_cast<std::size_t>(T) * ldc);
     GPU_CHECK(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> ref(static_cast<std::size_t>(T) * N);
-    step5::reference::gemm_bf16_f32out(T, N, K, hx.data(), K, hw.data(), K, ref.data(), N);
+    std::vector<int> rows;
+    std::vector<float> ref = reference_all_rows(T, N, K, hx, K, hw, K, &rows);
     // the rows with +Inf in their own weights are non-finite; set them aside (0 on both sides) and
     // judge every other output, the rows that read the planted stage among them
     int finite_inf_rows = 0;
@@ -1047,8 +1043,6 @@ GPU_CASE("gemm: gemv tensor cores: a tile's last half k16 step reads no stale ri
         ref[static_cast<std::size_t>(t) * N + n] = 0.f;
       }
     EXPECT(finite_inf_rows == 0, "config %d: %d outputs of rows with +Inf weights are finite", config, finite_inf_rows);
-    std::vector<int> rows;
-    for (int t = 0; t < T; ++t) rows.push_back(t);
     const Judgement j = judge_output(ref, rows, N, ldc, hc);
     EXPECT(j.bad == 0, "gemv config %d T=%d N=%d K=%d: %lld of %lld elements off; first at t=%d n=%d: got %g, want %g",
            config, T, N, K, j.bad, j.checked, j.first_t, j.first_n, j.first_o, j.first_r);

@@ -87,41 +87,34 @@ static_assert(::step5::ops::kGemmGemvMmaRingRows == 16, "the tensor-core kGemv k
 namespace gemv_detail {
 
 /// A CTA's share of the W rows, as both kernels deal them out: CTA b of G owns [N·b/G, N·(b+1)/G)
-/// (balanced to one row), taken R rows at a time (a row block, a ring stage's rows) and each block
-/// K tile by K tile: `units` = blocks · ktiles, unit u = block · ktiles + kt where X is whole
-/// (`ring_walk` gives the order in general).
+/// (balanced to one row), taken R rows at a time (a row block, a ring stage's rows); `ring_walk`
+/// gives the order of its units (a block's K tile each).
 struct RingShare {
   long long r0;  ///< the CTA's first row
   int rows;      ///< its rows
-  int ktiles;    ///< K tiles per row (tile_k values each, the last one shorter; X whole)
-  int units;
   int blocks;    ///< row blocks of R rows (the last one shorter)
 };
 __device__ __forceinline__ RingShare ring_share(const GemvArgs& a, int R) {
   RingShare sh;
   sh.r0 = static_cast<long long>(a.N) * blockIdx.x / gridDim.x;
   sh.rows = static_cast<int>(static_cast<long long>(a.N) * (blockIdx.x + 1) / gridDim.x - sh.r0);
-  sh.ktiles = (a.K + a.tile_k - 1) / a.tile_k;  // K >= 8 (K = 0 is not a fast-path shape: never launched)
   sh.blocks = (sh.rows + R - 1) / R;
-  sh.units = sh.blocks * sh.ktiles;
   return sh;
 }
 
-/// Row blocks per group of `ring_walk` (all of the share's where X is whole).
-__device__ __forceinline__ int ring_group_blocks(const GemvArgs& a, const RingShare& sh) {
-  return a.windows > 1 ? static_cast<int>(::step5::ops::kGemmGemvWindowGroupBlocks) : sh.blocks;
-}
-/// The units of a CTA's share in ring order, for the producer and the consumers alike: the row
-/// blocks in groups (of ops::kGemmGemvWindowGroupBlocks where X is windowed, else one group of
-/// all), per group X's windows in K order, per window the group's blocks in order, per block the
-/// window's K tiles in order. With X whole that is unit u = block · ktiles + kt. Calls
-/// on_window(q, w) at the start of the q-th window visited (w: its index along K), then per unit
-/// on_unit(u, b, bl, w, kx, kb, last): block b (bl within its group), the tile's first value kx
-/// within the window and its values kb, and whether it is the block's last tile of the window.
+/// The units of a CTA's share in ring order, for the producer and the consumers of both kernels
+/// alike: the row blocks in groups (of ops::kGemmGemvWindowGroupBlocks where X is windowed, else
+/// one group of all), per group X's windows in K order, per window the group's blocks in order,
+/// per block the window's K tiles in order (with X whole: unit u = block · ktiles + kt). Calls
+/// on_window(q, w, next) at the start of the q-th window visited (w: its index along K; next: the
+/// index of the window visited after it, -1 for none), then per unit on_unit(u, b, bl, w, kx, kb,
+/// last): block b (bl within its group), the tile's first value kx within the window and its
+/// values kb, and whether it is the block's last tile of the window. K >= 8 (K = 0 is not a
+/// fast-path shape: never launched).
 template <class OnWindow, class OnUnit>
 __device__ __forceinline__ void ring_walk(const GemvArgs& a, const RingShare& sh, OnWindow&& on_window,
                                           OnUnit&& on_unit) {
-  const int G = ring_group_blocks(a, sh);
+  const int G = a.windows > 1 ? static_cast<int>(::step5::ops::kGemmGemvWindowGroupBlocks) : sh.blocks;
   const int xk = a.windows > 1 ? a.x_k : a.K;  // X whole: one window of K values
   int u = 0, q = 0;
   for (int g0 = 0; g0 < sh.blocks; g0 += G) {
@@ -129,7 +122,7 @@ __device__ __forceinline__ void ring_walk(const GemvArgs& a, const RingShare& sh
     for (int w = 0; w < a.windows; ++w, ++q) {
       const int kw = min(xk, a.K - w * xk);  // the window's values
       const int tiles = (kw + a.tile_k - 1) / a.tile_k;
-      on_window(q, w);
+      on_window(q, w, w + 1 < a.windows ? w + 1 : g0 + G < sh.blocks ? 0 : -1);
       for (int bl = 0; bl < gb; ++bl)
         for (int kt = 0; kt < tiles; ++kt, ++u)
           on_unit(u, g0 + bl, bl, w, kt * a.tile_k, min(a.tile_k, kw - kt * a.tile_k), kt == tiles - 1);
@@ -146,7 +139,7 @@ __device__ __forceinline__ void ring_produce(const GemvArgs& a, unsigned char* r
                                              std::uint64_t* empty, const RingShare& sh, int R) {
   const int NS = a.stages;
   const long long stage_bytes = static_cast<long long>(R) * a.row_bytes;
-  ring_walk(a, sh, [](int, int) {}, [&](int u, int b, int, int w, int kx, int kb, bool) {
+  ring_walk(a, sh, [](int, int, int) {}, [&](int u, int b, int, int w, int kx, int kb, bool) {
     const int st = u % NS;
     if (u >= NS) ptx::mbar_wait(&empty[st], static_cast<unsigned>((u / NS - 1) & 1));
     const int nrows = min(R, sh.rows - b * R);
@@ -183,6 +176,21 @@ __device__ __forceinline__ bool ring_start(const GemvArgs& a, unsigned char* rin
   return true;
 }
 
+/// Issues (does not wait for) the copies of X's values [k0, k0 + 8 · kp) of T rows into shared
+/// memory at `dst`, rows `row_pieces` 16-byte pieces apart, the pieces past kp zero-filled: one
+/// 16-byte cp.async per piece, every consumer thread's in flight, one commit group. Both kernels
+/// stage X with it (the CUDA-core one whole and packed, row_pieces = kp = K / 8).
+__device__ __forceinline__ void stage_x_rows(const GemvArgs& a, std::uint32_t dst, int T, int row_pieces, int k0,
+                                             int kp) {
+  for (int i = threadIdx.x; i < T * row_pieces; i += kGemvThreads) {
+    const int t = i / row_pieces, p = i - t * row_pieces;
+    const bool in = p < kp;
+    ptx::cp_async16(dst + 16 * static_cast<std::uint32_t>(i),
+                    in ? a.x + static_cast<long long>(t) * a.ldx + k0 + 8 * p : a.x, in ? 16 : 0);
+  }
+  ptx::cp_async_commit();
+}
+
 /// acc += the dot product of 8 W values (`w`) with 8 X values (`x`), in element order.
 __device__ __forceinline__ float dot8(float acc, const uint4& w, const uint4& x) {
   acc = fmaf(ptx::bf16_lo(w.x), ptx::bf16_lo(x.x), acc);
@@ -216,7 +224,7 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
   extern __shared__ __align__(128) unsigned char gemv_ring_smem[];
   namespace o = ::step5::ops;
   constexpr int R = static_cast<int>(o::kGemmGemvRingRows);
-  const int NS = a.stages, TK = a.tile_k;
+  const int NS = a.stages;
   std::uint64_t* full = reinterpret_cast<std::uint64_t*>(gemv_ring_smem);
   std::uint64_t* empty = full + o::kGemmGemvRingMaxStages;
   uint4* xs = reinterpret_cast<uint4*>(gemv_ring_smem + o::kGemmGemvRingBarrierBytes);  // [T][K / 8]
@@ -226,37 +234,29 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
   const int kc = a.K / 8;  // 16-byte chunks per row
   const RingShare sh = ring_share(a, R);
   const long long r0 = sh.r0;
-  const int rows = sh.rows, ktiles = sh.ktiles, units = sh.units;
+  const int rows = sh.rows;
   if (ring_start(a, ring, full, empty, sh, R)) return;  // the producer warp
 
   pdl_wait();  // X is the previous kernel's output
-  {
-    // one 16-byte cp.async per piece, all in flight before the one wait
-    const std::uint32_t xs_u = ptx::smem_u32(xs);
-    for (int i = threadIdx.x; i < T * kc; i += kGemvThreads) {
-      const int t = i / kc, c = i - t * kc;
-      ptx::cp_async16(xs_u + 16 * static_cast<std::uint32_t>(i), a.x + static_cast<long long>(t) * a.ldx + 8 * c, 16);
-    }
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<0>();
-  }
+  stage_x_rows(a, ptx::smem_u32(xs), T, kc, 0, kc);
+  ptx::cp_async_wait<0>();
   ptx::named_barrier_sync(1, kGemvThreads);  // the consumer warps: X staged
 
   float acc[T];
-  for (int u = 0; u < units; ++u) {
+  // X whole: one window, the units u = block · ktiles + kt (ring_walk)
+  ring_walk(a, sh, [](int, int, int) {}, [&](int u, int b, int, int, int kx, int kb, bool last) {
     const int st = u % NS;
-    const int b = u / ktiles, kt = u - b * ktiles;
     const int row = b * R + warp;  // this warp's row of the block
-    if (kt == 0) {
+    if (kx == 0) {
 #pragma unroll
       for (int t = 0; t < T; ++t) acc[t] = 0.f;
     }
     ptx::mbar_wait(&full[st], static_cast<unsigned>((u / NS) & 1));
     if (row < rows) {
-      const int chunks = min(TK, a.K - kt * TK) / 8;
+      const int chunks = kb / 8;
       const uint4* wr = reinterpret_cast<const uint4*>(ring + static_cast<long long>(st) * stage_bytes +
                                                        static_cast<long long>(warp) * a.row_bytes);
-      const uint4* xr = xs + kt * (TK / 8);
+      const uint4* xr = xs + kx / 8;
 #pragma unroll 4
       for (int c = lane; c < chunks; c += 32) {
         const uint4 wv = wr[c];
@@ -266,7 +266,7 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
     }
     ptx::mbar_arrive(&empty[st]);  // each thread after its own reads (one arrival per warp after
                                    // __syncwarp was reported by racecheck as hazards)
-    if (kt == ktiles - 1 && row < rows) {
+    if (last && row < rows) {
 #pragma unroll
       for (int t = 0; t < T; ++t) {
 #pragma unroll
@@ -276,7 +276,7 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_kernel(const Ge
       for (int t = 0; t < T; ++t)
         if (lane == t) a.c[static_cast<long long>(t) * a.ldc + r0 + row] = __float2bfloat16_rn(acc[t]);
     }
-  }
+  });
   pdl_launch_dependents();
 #endif
 }
@@ -326,15 +326,8 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_mma_kernel(cons
   // 16-byte cp.async per piece (0 source bytes: zero-filled), all in flight, one commit group
   const std::uint32_t xs_u = ptx::smem_u32(xs);
   const auto stage_x = [&](int bf, int w) {
-    const int pieces = x_row / 16, k0 = w * a.x_k, kp = min(a.x_k, a.K - k0) / 8;
-    const std::uint32_t base = xs_u + static_cast<std::uint32_t>(bf * x_buf);
-    for (int i = threadIdx.x; i < a.T * pieces; i += kGemvThreads) {
-      const int t = i / pieces, p = i - t * pieces;
-      const bool in = p < kp;
-      ptx::cp_async16(base + 16 * static_cast<std::uint32_t>(i),
-                      in ? a.x + static_cast<long long>(t) * a.ldx + k0 + 8 * p : a.x, in ? 16 : 0);
-    }
-    ptx::cp_async_commit();
+    const int k0 = w * a.x_k;
+    stage_x_rows(a, xs_u + static_cast<std::uint32_t>(bf * x_buf), a.T, x_row / 16, k0, min(a.x_k, a.K - k0) / 8);
   };
   pdl_wait();  // X is the previous kernel's output
   if (threadIdx.x < static_cast<int>(o::kGemmGemvZeroRowsBytes / 16))
@@ -353,8 +346,6 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_mma_kernel(cons
     b_lane = xs_u + static_cast<std::uint32_t>(b_zero ? zero_off + 16 * (lane & 7) : tok * x_row + 16 * half);
   }
 
-  const int group = ring_group_blocks(a, sh);
-  const int windows_visited = (sh.blocks + group - 1) / group * a.windows;  // ring_walk's on_window calls
   std::uint32_t x_cur = 0;  // the current window's buffer offset
   int ends = 0;             // row-block ends so far (the partial tiles' buffer is reused)
   float acc[NT][4];
@@ -364,12 +355,12 @@ __global__ void __launch_bounds__(kGemvRingThreads, 1) gemm_gemv_mma_kernel(cons
     for (int r = 0; r < 4; ++r) acc[j][r] = 0.f;
   ring_walk(
       a, sh,
-      [&](int q, int w) {
+      [&](int q, int, int next) {
         // window q's X landed (this thread's copies, then everyone's), and window q - 1 is read by
         // every warp: its buffer takes window q + 1
         ptx::cp_async_wait<0>();
         ptx::named_barrier_sync(1, kGemvThreads);
-        if (q + 1 < windows_visited) stage_x((q + 1) & 1, w + 1 < a.windows ? w + 1 : 0);
+        if (next >= 0) stage_x((q + 1) & 1, next);
         x_cur = static_cast<std::uint32_t>((q & 1) * x_buf);
       },
       [&](int u, int b, int bl, int w, int kx, int kb, bool last) {
