@@ -1267,8 +1267,13 @@ GPU_CASE("gemm: preconditions return Status naming the values") {
     expect_err(p, step5::StatusCode::kInvalidArgument, "k = 120000", "gemv X beyond shared memory");
     p = good; p.path = GemmPath::kGemv; p.split_k = 2;
     expect_err(p, step5::StatusCode::kInvalidArgument, "split_k = 2", "gemv split_k");
-    p = good; p.path = GemmPath::kGemv; p.config = 3;
-    expect_err(p, step5::StatusCode::kInvalidArgument, "config = 3", "gemv config out of range");
+    p = good; p.path = GemmPath::kGemv; p.config = step5::ops::kGemmGemvTensorCoresWindowed + 1;
+    expect_err(p, step5::StatusCode::kInvalidArgument, "config = 4", "gemv config out of range");
+    // X in windows runs any K up to kGemmGemvMaxK; one past it is refused, naming k
+    p = good; p.path = GemmPath::kGemv; p.config = step5::ops::kGemmGemvTensorCoresWindowed;
+    p.k = p.ldx = p.ldw = step5::ops::kGemmGemvMaxK + 8;
+    const std::string k_named = "k = " + std::to_string(step5::ops::kGemmGemvMaxK + 8);
+    expect_err(p, step5::StatusCode::kInvalidArgument, k_named.c_str(), "gemv windowed K beyond kGemmGemvMaxK");
     p = good; p.path = GemmPath::kGemv; p.config = step5::ops::kGemmGemvCudaCores; p.tokens = 5;
     expect_err(p, step5::StatusCode::kInvalidArgument, "tokens = 5", "gemv CUDA-core kernel at T = 5");
     p = good; p.path = GemmPath::kGemv; p.w = good.w + 1;
