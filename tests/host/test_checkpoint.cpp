@@ -312,6 +312,19 @@ TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
   // duplicate names are refused by the writer
   expect_error([&] { write_safetensors(tmp_path("dup.safetensors"), {ts[0], ts[0]}); }, StatusCode::kInvalidArgument,
                {"duplicate", "a.f16"});
+  // sizes past int64 are refused by the writer (the reader's rule), before any file is written:
+  // a tensor's bytes (2^62 x 4 bf16 wrapped to 0 in uint64) and the running data offset
+  const std::string big = tmp_path("big.safetensors");
+  fs::remove(big);
+  expect_error([&] { SafetensorsWriter w(big, {{"t", DType::kBF16, {std::int64_t{1} << 62, 4}}}); },
+               StatusCode::kInvalidArgument, {"'t'", "[4611686018427387904, 4]", "BF16", "overflows 64-bit sizes"});
+  expect_error([&] { SafetensorsWriter w(big, {{"t", DType::kU8, {std::int64_t{1} << 31, std::int64_t{1} << 31, 4}}}); },
+               StatusCode::kInvalidArgument, {"overflows 64-bit sizes"});
+  std::vector<TensorSpec> many;
+  for (int i = 0; i < 4; ++i) many.push_back({"u" + std::to_string(i), DType::kU8, {std::int64_t{1} << 62}});
+  expect_error([&] { SafetensorsWriter w(big, many); }, StatusCode::kInvalidArgument,
+               {"the data bytes up to tensor 'u1'", "overflow 64-bit sizes"});
+  CHECK_FALSE(fs::exists(big));
 }
 
 TEST_CASE("reader: malformed files give clear errors and never crash") {
@@ -397,6 +410,25 @@ TEST_CASE("reader: malformed files give clear errors and never crash") {
     // a tensor mapped twice (nlohmann keeps the last one silently)
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors","t":"s2.safetensors"}})");
     expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError, {"model.safetensors.index.json", "key 't' appears twice"});
+    // a file outside the index's directory (a well-formed safetensors file there: refused by name,
+    // never opened), an absolute path, an empty name; a subdirectory inside is fine
+    const std::string outside = tmp_path("ckpt_outside");
+    fs::create_directories(outside);
+    write_bytes(outside + "/s1.safetensors", st_image(good_hdr, data16));
+    for (const std::string name : {"../ckpt_outside/s1.safetensors", "sub/../../ckpt_outside/s1.safetensors", "./.."}) {
+      INFO(name);
+      write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":")" + name + R"("}})");
+      expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError,
+                   {"weight_map['t'] = '" + name + "'", "inside the index's directory", "no '..' component"});
+    }
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"/tmp/s1.safetensors"}})");
+    expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError, {"'/tmp/s1.safetensors'", "must be a relative file name"});
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":""}})");
+    expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError, {"''", "must be a relative file name"});
+    fs::create_directories(d2 + "/sub");
+    write_bytes(d2 + "/sub/s3.safetensors", st_image(good_hdr, data16));
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"sub/s3.safetensors"}})");
+    CHECK(Checkpoint(d2).names() == std::vector<std::string>{"t"});
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors"}})");
     Checkpoint c(d2);
     CHECK(c.names() == std::vector<std::string>{"t"});
@@ -641,6 +673,13 @@ TEST_CASE("load_layer_weights: max_position bounds and config values used as fp3
   bad = cfg;
   bad.rope_scaling->factor = 1e39;
   expect_error([&] { load_layer_weights(ck, bad, 3, rl, 16); }, StatusCode::kInvalidArgument, {"'rope_scaling.factor' = 1e+39"});
+  // an integer field used as int: refused outside [1, INT32_MAX] instead of truncated
+  for (const std::int64_t omp : {std::int64_t{0}, std::int64_t{-5}, (std::int64_t{1} << 32) + 8192}) {
+    bad = cfg;
+    bad.rope_scaling->original_max_position_embeddings = omp;
+    expect_error([&] { load_layer_weights(ck, bad, 3, rl, 16); }, StatusCode::kInvalidArgument,
+                 {"'rope_scaling.original_max_position_embeddings' = " + std::to_string(omp), "[1, 2147483647]"});
+  }
   bad = cfg;
   bad.rope_theta[3] = 1e39;
   expect_error([&] { load_layer_weights(ck, bad, 3, rl, 16); }, StatusCode::kInvalidArgument, {"theta = 1e+39"});

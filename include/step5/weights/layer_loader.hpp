@@ -47,6 +47,15 @@ inline float config_float(const ModelConfig& cfg, double v, const char* name) {
                                                   model::detail::rope_num_text(kMaxFloat) + "]");
   return static_cast<float>(v);
 }
+/// An integer config field used as int, refused unless in [1, INT32_MAX] (parse_model_config
+/// bounds it so; a hand-built ModelConfig does not go through it).
+inline int config_positive_int(const ModelConfig& cfg, std::int64_t v, const char* name) {
+  if (v < 1 || v > INT32_MAX)
+    throw Error(StatusCode::kInvalidArgument, "load_layer_weights: config field '" + std::string(name) + "' = " +
+                                                  std::to_string(v) + " (" + cfg.source + ") is not in [1, " +
+                                                  std::to_string(INT32_MAX) + "]");
+  return static_cast<int>(v);
+}
 }  // namespace detail
 
 /// Loads DSA layer `layer` for `rank` (a valid RankLayout of `cfg.geometry`). RoPE tables cover
@@ -141,7 +150,8 @@ inline model::LayerWeights load_layer_weights(const Checkpoint& ckpt, const Mode
     scaling = model::Llama3Scaling{detail::config_float(cfg, s.factor, "rope_scaling.factor"),
                                        detail::config_float(cfg, s.low_freq_factor, "rope_scaling.low_freq_factor"),
                                        detail::config_float(cfg, s.high_freq_factor, "rope_scaling.high_freq_factor"),
-                                       static_cast<int>(s.original_max_position_embeddings)};
+                                       detail::config_positive_int(cfg, s.original_max_position_embeddings,
+                                                                   "rope_scaling.original_max_position_embeddings")};
   }
   const double theta = cfg.rope_theta_of(layer);
   w.rope_main = model::make_rope_table(max_position, g.rot_main, theta, scaling);

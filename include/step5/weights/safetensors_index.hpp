@@ -2,10 +2,12 @@
 /// \file step5/weights/safetensors_index.hpp
 /// A checkpoint of one or more safetensors files (SPEC.md §7): `Checkpoint` opens a directory,
 /// one `.safetensors` file, or a sharded checkpoint's `model.safetensors.index.json` (a
-/// `weight_map` of tensor name → file name, relative to the index's directory), and finds each
+/// `weight_map` of tensor name → file name, relative to the index's directory and inside it: no
+/// absolute path, no `..` component), and finds each
 /// tensor's file. Every file is read and validated by safetensors_reader.hpp; errors throw
 /// `step5::Error` naming the index/file and the tensor (kNotFound for a missing path or tensor,
-/// kIoError for a malformed index, a tensor in two files, or an index entry whose file lacks it).
+/// kIoError for a malformed index, a file name outside the index's directory, a tensor in two
+/// files, or an index entry whose file lacks it).
 ///
 /// Host only (g++); needs nlohmann-json.
 #include <algorithm>
@@ -142,9 +144,14 @@ class Checkpoint {
         detail::throw_io("checkpoint index '" + index_file + "': weight_map[" + detail::quote_name(it.key()) +
                          "] must be a file name string, got " + detail::json_type_name(it.value()));
       const std::string& fname = it.value().get_ref<const std::string&>();
-      if (fname.empty() || fs::path(fname).is_absolute())
+      if (fname.empty() || fs::path(fname).is_absolute() || fs::path(fname).has_root_name())
         detail::throw_io("checkpoint index '" + index_file + "': weight_map[" + detail::quote_name(it.key()) +
                          "] = " + detail::quote_name(fname) + " must be a relative file name");
+      for (const fs::path& part : fs::path(fname))
+        if (part == "..")
+          detail::throw_io("checkpoint index '" + index_file + "': weight_map[" + detail::quote_name(it.key()) +
+                           "] = " + detail::quote_name(fname) +
+                           " must name a file inside the index's directory (no '..' component)");
       const std::size_t id = add_file((dir / fname).string());
       if (!files_[id]->contains(it.key()))
         detail::throw_io("checkpoint index '" + index_file + "' maps tensor " + detail::quote_name(it.key()) +

@@ -117,6 +117,23 @@ inline std::string quote_name(std::string_view s) {
 
 [[noreturn]] inline void throw_io(const std::string& msg) { throw Error(StatusCode::kIoError, msg); }
 
+/// The bytes of a tensor of dims `dims` (each non-negative) and `dtype` in *nbytes, where every
+/// running product of the dims (TensorView::numel multiplies in that order) and the byte count
+/// fit int64; false where a dim is negative or a size overflows (the one rule of the reader and
+/// the writer).
+template <class Dims>
+inline bool tensor_bytes_fit(const Dims& dims, DType dtype, std::uint64_t* nbytes) {
+  std::uint64_t numel = 1;
+  for (const auto d : dims) {
+    if (d < 0) return false;
+    if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(d), &numel) ||
+        numel > static_cast<std::uint64_t>(INT64_MAX))
+      return false;
+  }
+  return !__builtin_mul_overflow(numel, static_cast<std::uint64_t>(dtype_size(dtype)), nbytes) &&
+         *nbytes <= static_cast<std::uint64_t>(INT64_MAX);
+}
+
 }  // namespace detail
 
 /// Parses and validates the header of a safetensors image held in memory (`data`, `size`
@@ -186,22 +203,15 @@ inline SafetensorsHeader parse_safetensors_header(const std::uint8_t* data, std:
     auto s = v.find("shape");
     if (s == v.end()) throw_io(tw + ": missing field 'shape'");
     if (!s->is_array()) throw_io(tw + ": field 'shape' must be an array, got " + detail::json_type_name(*s));
-    std::uint64_t numel = 1;
-    bool overflow = false;
     for (std::size_t i = 0; i < s->size(); ++i) {
-      std::uint64_t dim = 0;
+      std::uint64_t dim = 0;  // at most INT64_MAX
       if (!detail::json_nonneg_int((*s)[i], &dim))
         throw_io(tw + ": shape[" + std::to_string(i) + "] must be a non-negative integer, got " +
                  detail::json_type_name((*s)[i]));
       e.shape.push_back(static_cast<std::int64_t>(dim));
-      std::uint64_t prod = 0;
-      // every running product must fit int64 (TensorView::numel multiplies in that order)
-      if (__builtin_mul_overflow(numel, dim, &prod) || prod > static_cast<std::uint64_t>(INT64_MAX)) overflow = true;
-      numel = prod;
     }
     std::uint64_t nbytes = 0;
-    if (overflow || __builtin_mul_overflow(numel, dtype_size(e.dtype), &nbytes) ||
-        nbytes > static_cast<std::uint64_t>(INT64_MAX))
+    if (!detail::tensor_bytes_fit(e.shape, e.dtype, &nbytes))
       throw_io(tw + ": shape " + shape_string(e.shape) + " of dtype " + ds + " overflows 64-bit sizes");
     // data_offsets
     auto o = v.find("data_offsets");

@@ -62,7 +62,16 @@ class SafetensorsWriter {
           throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': tensor " +
                                                         detail::quote_name(s.name) + " has a negative dim in " +
                                                         shape_string(s.shape));
-      const std::uint64_t nb = s.nbytes();
+      std::uint64_t nb = 0;
+      if (!detail::tensor_bytes_fit(s.shape, s.dtype, &nb))
+        throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': tensor " +
+                                                      detail::quote_name(s.name) + ": shape " + shape_string(s.shape) +
+                                                      " of dtype " + std::string(dtype_name(s.dtype)) +
+                                                      " overflows 64-bit sizes");
+      if (nb > static_cast<std::uint64_t>(INT64_MAX) - off)
+        throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': the data bytes up to tensor " +
+                                                      detail::quote_name(s.name) + " (" + std::to_string(off) + " + " +
+                                                      std::to_string(nb) + ") overflow 64-bit sizes");
       h[s.name] = {{"dtype", std::string(dtype_name(s.dtype))}, {"shape", s.shape}, {"data_offsets", {off, off + nb}}};
       off += nb;
     }
