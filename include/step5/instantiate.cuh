@@ -153,6 +153,9 @@ Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
   if (p.rows == 0) return Status::Ok();
   STEP5_RETURN_IF_ERROR(require_non_null(
       "topk_select", {{"scores", p.scores}, {"history", p.history}, {"ids", p.ids}, {"counts", p.counts}}));
+  // the kernel's 4-byte loads and stores (a misaligned one is a sticky device fault)
+  STEP5_RETURN_IF_ERROR(require_aligned(
+      "topk_select", 4, {{"scores", p.scores}, {"history", p.history}, {"ids", p.ids}, {"counts", p.counts}}));
   if (p.ld < 1 || p.ld > std::numeric_limits<std::int32_t>::max())
     return invalid_argument("topk_select: ld = " + std::to_string(p.ld) + ", expected 1 .. " +
                             std::to_string(std::numeric_limits<std::int32_t>::max()) + " (region ids are int32)");

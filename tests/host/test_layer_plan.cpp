@@ -294,6 +294,78 @@ TEST_CASE("plan: refused capacities and device facts name the values") {
   CHECK(s.message().find("dsa_layer_plan") != std::string::npos);
 }
 
+TEST_CASE("device: -1 is the current device; any other negative device is refused naming it, before any CUDA call") {
+  // (no GPU is needed: each refusal comes before the device is queried)
+  int d = 12345;
+  step5::Status s = step5::resolve_device(-7, "x: device", &d);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message() == "x: device = -7, expected -1 (the current device) or a device ordinal >= 0");
+  CHECK(d == 12345);
+  CHECK(step5::resolve_device(3, "x", &d).ok());
+  CHECK(d == 3);
+  CHECK(step5::check_device_arg(-1, "x").ok());
+  CHECK(step5::check_device_arg(std::numeric_limits<int>::min(), "x").code() == StatusCode::kInvalidArgument);
+  {
+    const step5::DeviceScope scope(-2);
+    CHECK(scope.status.code() == StatusCode::kInvalidArgument);
+    CHECK(scope.status.message().find("device = -2") != std::string::npos);
+  }
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  ops::DsaLayerPlan plan;
+  s = ops::dsa_layer_plan(r, 4096, engine_capacity(), &plan, -3);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(s.message().find("dsa_layer_plan: device = -3") != std::string::npos, s.message());
+  ops::SparseAttentionParams ap;
+  ap.device = -5;
+  std::size_t bytes = 0;
+  s = ops::sparse_attention_workspace_size(ap, &bytes);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(s.message().find("sparse_attention_workspace_size: device = -5") != std::string::npos, s.message());
+  // the GEMM: also for an empty product (which plans without querying the device)
+  alignas(16) static step5::bf16 buf[64 * 64];
+  for (const std::int64_t tokens : {0, 4}) {
+    ops::GemmParams gp;
+    gp.tokens = tokens;
+    gp.n = gp.k = gp.ldx = gp.ldw = gp.ldc = 64;
+    gp.x = gp.w = buf;
+    gp.c = buf;
+    gp.device = -9;
+    ops::GemmPlan gplan;
+    s = ops::gemm_plan(gp, &gplan);
+    CAPTURE(tokens);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(s.message().find("gemm_bf16: device = -9") != std::string::npos, s.message());
+  }
+  CHECK(ops::gemm_workspace_bytes(16, 64, 64, -4) == 0);
+}
+
+TEST_CASE("topk_select: a pointer not 4-byte aligned is refused naming it, before any CUDA call") {
+  alignas(16) static unsigned char mem[4][64];
+  ops::TopkSelectParams p;
+  p.scores = reinterpret_cast<const float*>(mem[0]);
+  p.history = reinterpret_cast<const std::int32_t*>(mem[1]);
+  p.ids = reinterpret_cast<std::int32_t*>(mem[2]);
+  p.counts = reinterpret_cast<std::int32_t*>(mem[3]);
+  p.rows = 1;
+  p.topk = 4;
+  p.ld = 8;
+  p.ld_ids = 5;
+  const char* names[] = {"scores", "history", "ids", "counts"};
+  for (int which = 0; which < 4; ++which) {
+    ops::TopkSelectParams q = p;
+    if (which == 0) q.scores = reinterpret_cast<const float*>(mem[0] + 2);
+    if (which == 1) q.history = reinterpret_cast<const std::int32_t*>(mem[1] + 1);
+    if (which == 2) q.ids = reinterpret_cast<std::int32_t*>(mem[2] + 3);
+    if (which == 3) q.counts = reinterpret_cast<std::int32_t*>(mem[3] + 2);
+    const step5::Status s = ops::topk_select(q, nullptr);
+    CAPTURE(which);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(s.message().find(std::string("topk_select: ") + names[which] + " is at an address") != std::string::npos,
+                  s.message());
+    CHECK_MESSAGE(s.message().find("expected 4-byte aligned") != std::string::npos, s.message());
+  }
+}
+
 TEST_CASE("run's checks: steps beyond the plan's capacity are refused naming the step's and the capacity's numbers") {
   const layout::RankLayout r = rank_of("dsa_h64_kv8_d128", 4, 1);
   const ops::DsaLayerCapacity cap = engine_capacity();

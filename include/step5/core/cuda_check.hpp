@@ -2,7 +2,8 @@
 /// \file step5/core/cuda_check.hpp
 /// CUDA status helpers that return `step5::Status` (never exit): `STEP5_CUDA_RETURN(call)` and
 /// `cuda_status(err, what)`; `require_sm90(device)` refuses devices other than Hopper;
-/// `device_sm_count(device, &sms)` is the one (cached) query of a device's SM count.
+/// `device_sm_count(device, &sms)` is the one (cached) query of a device's SM count;
+/// `resolve_device(requested, what, &device)` the one rule of an op's `device` (-1: the current one).
 /// Compiles with g++ given the CUDA include path (cuda_runtime_api.h only).
 #include <cuda_runtime_api.h>
 
@@ -77,6 +78,27 @@ inline Status device_sm_count(int device, int* sms) {
 
 namespace step5 {
 
+/// Ok when `requested` is a value of an op's `device` field or argument: -1 (the current device)
+/// or a device ordinal (>= 0); else kInvalidArgument naming `what` and the value.
+inline Status check_device_arg(int requested, const char* what) {
+  if (requested < -1)
+    return Status(StatusCode::kInvalidArgument, std::string(what) + " = " + std::to_string(requested) +
+                                                    ", expected -1 (the current device) or a device ordinal >= 0");
+  return Status::Ok();
+}
+/// The device a call runs on (the one rule of every op's `device` field or argument): `requested`
+/// when it is a device ordinal (>= 0), the current device (cudaGetDevice) for -1. Errors:
+/// check_device_arg's; kCudaError for a failed query.
+inline Status resolve_device(int requested, const char* what, int* device) {
+  STEP5_RETURN_IF_ERROR(check_device_arg(requested, what));
+  if (requested >= 0) {
+    *device = requested;
+    return Status::Ok();
+  }
+  STEP5_CUDA_RETURN(cudaGetDevice(device));
+  return Status::Ok();
+}
+
 /// Makes `device` current for its scope when it is not (-1: the current device, nothing to do),
 /// restoring the caller's device on exit:
 /// what a per-device setting (cudaFuncSetAttribute, an occupancy query, a cuBLASLt handle) or a
@@ -94,7 +116,8 @@ struct DeviceScope {
 
  private:
   Status enter(int device) {
-    if (device < 0) return Status::Ok();
+    STEP5_RETURN_IF_ERROR(check_device_arg(device, "device"));
+    if (device == -1) return Status::Ok();
     STEP5_CUDA_RETURN(cudaGetDevice(&previous));
     if (previous != device) {
       STEP5_CUDA_RETURN(cudaSetDevice(device));

@@ -119,8 +119,9 @@ struct SparseAttentionParams {
   /// With num_splits = 0: the auto split factor is lowered until the split-KV workspace fits in
   /// this many bytes (1 split needs none); 0 = no limit.
   std::size_t max_workspace_bytes = 0;
-  /// CUDA device of the pointers and the stream; -1 = the current device. Another device is made
-  /// current for the launch's per-device setup and the launch, then the caller's is restored.
+  /// CUDA device of the pointers and the stream; -1 = the current device (any other negative
+  /// value: kInvalidArgument). Another device is made current for the launch's per-device setup
+  /// and the launch, then the caller's is restored.
   int device = -1;
 };
 
@@ -568,8 +569,8 @@ constexpr bool attention_per_query_pays(long long union_stages, long long query_
 /// first kAttentionCounterBytes once (see `sparse_attention`), reuse.
 inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, std::size_t* bytes) {
   if (bytes == nullptr) return invalid_argument("sparse_attention_workspace_size: bytes is null");
-  int dev = p.device;
-  if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+  int dev = 0;
+  STEP5_RETURN_IF_ERROR(resolve_device(p.device, "sparse_attention_workspace_size: device", &dev));
   int sms = 0;
   STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));
   SparseAttentionPlan plan;

@@ -444,8 +444,9 @@ struct GemmParams {
   /// wide, or 64 · k_boxes wide for a wgmma kind — and 1 when the tiles' arrival counters would not fit in kGemmCounterBytes).
   int config = 0;
   int split_k = 0;
-  /// CUDA device of the pointers and the stream; -1 = the current device. Another device is made
-  /// current for the plan's per-device setup and the launch, then the caller's is restored.
+  /// CUDA device of the pointers and the stream; -1 = the current device (any other negative
+  /// value: kInvalidArgument). Another device is made current for the plan's per-device setup and
+  /// the launch, then the caller's is restored.
   int device = -1;
 };
 

@@ -412,7 +412,9 @@ Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 /// (`topk_env_status`) (kInvalidArgument, nothing launched); kUnsupported; kCudaError (launch).
 Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream);
 
-/// Launches step 6 alone (see TopkSelectParams).
+/// Launches step 6 alone (see TopkSelectParams). Errors: kInvalidArgument (topk outside 1..1024,
+/// rows < 0, a null or not 4-byte aligned pointer, ld or ld_ids out of range), kUnsupported (not
+/// an sm_90 device), kCudaError (launch).
 Status topk_select(const TopkSelectParams& p, cudaStream_t stream);
 
 }  // namespace step5::ops

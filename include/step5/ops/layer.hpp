@@ -270,14 +270,15 @@ inline Status dsa_layer_plan_for(const layout::RankLayout& rank, int hidden, con
 
 /// Plans one rank's layer for capacity `cap` on `device` (-1 = the current device): the step
 /// that engines run once per capacity, outside CUDA-graph capture (it queries the device and sets
-/// kernel attributes). Errors: those of `dsa_layer_plan_for`, kUnsupported for a device that is
-/// not sm_90, kCudaError for a failed query, and the GEMM planner's errors (e.g. hidden).
+/// kernel attributes). Errors: kInvalidArgument for a device below -1, those of
+/// `dsa_layer_plan_for`, kUnsupported for a device that is not sm_90, kCudaError for a failed
+/// query, and the GEMM planner's errors (e.g. hidden).
 /// `options`: DsaLayerOptions (whether the GEMMs may take cuBLASLt).
 inline Status dsa_layer_plan(const layout::RankLayout& rank, int hidden, const DsaLayerCapacity& cap,
                              DsaLayerPlan* plan, int device = -1, const DsaLayerOptions& options = {}) {
   if (plan == nullptr) return invalid_argument("dsa_layer_plan: plan is null");
   DsaLayerDeviceFacts f;
-  if (device < 0) STEP5_CUDA_RETURN(cudaGetDevice(&device));
+  STEP5_RETURN_IF_ERROR(resolve_device(device, "dsa_layer_plan: device", &device));
   STEP5_RETURN_IF_ERROR(require_sm90(device));
   f.device = device;
   STEP5_RETURN_IF_ERROR(device_sm_count(device, &f.num_sms));

@@ -143,8 +143,8 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
   shape.block = dim3(128);
   shape.smem = plan.smem_bytes;
   if (plan.cluster_merge) {  // the split CTAs of a (tile, group) as one cluster, where it can be resident
-    int dev = p.device;
-    if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+    int dev = 0;
+    STEP5_RETURN_IF_ERROR(resolve_device(p.device, "sparse_attention: device", &dev));
     bool available = false;
     const Status checked =
         attention_clusters_available<D, HPG>(kernel, plan.stages, instance, dev, plan.num_splits,
@@ -172,8 +172,8 @@ Status sparse_attention_plan_for(const ops::SparseAttentionParams& p, std::strin
   using ops::detail::attn_msg;
   if (p.head_dim != D)
     return unsupported(attn_msg("head_dim", p.head_dim, std::to_string(D) + " (geometry " + std::string(geometry_name) + ")"));
-  int dev = p.device;
-  if (dev < 0) STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+  int dev = 0;
+  STEP5_RETURN_IF_ERROR(resolve_device(p.device, "sparse_attention: device", &dev));
   STEP5_RETURN_IF_ERROR(require_sm90a_build(dev, "sparse_attention"));
   int sms = 0;
   STEP5_RETURN_IF_ERROR(device_sm_count(dev, &sms));

@@ -634,9 +634,7 @@ inline Status check_params(const GemmParams& p, bool* fast, std::string* why) {
 }
 
 inline Status resolve_device(const GemmParams& p, int* device) {
-  *device = p.device;
-  if (*device < 0) STEP5_CUDA_RETURN(cudaGetDevice(device));
-  return Status::Ok();
+  return ::step5::resolve_device(p.device, "gemm_bf16: device", device);
 }
 
 struct FullPlan {
@@ -673,6 +671,7 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
   bool fast = false;
   std::string why;
   STEP5_RETURN_IF_ERROR(check_params(p, &fast, &why));
+  STEP5_RETURN_IF_ERROR(::step5::check_device_arg(p.device, "gemm_bf16: device"));  // also for an empty product
   fp->plan = GemmPlan{};
   if (p.tokens == 0 || p.n == 0) return Status::Ok();
   STEP5_RETURN_IF_ERROR(resolve_device(p, &fp->device));
@@ -778,7 +777,7 @@ inline Status plan(const GemmParams& p, GemmPlan* plan) {
 
 inline std::size_t workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int device) {
   if (max_tokens <= 0 || n <= 0 || k <= 0) return 0;
-  if (device < 0 && cudaGetDevice(&device) != cudaSuccess) return 0;
+  if (!::step5::resolve_device(device, "gemm_workspace_bytes: device", &device).ok()) return 0;
   DeviceInfo info;
   if (!device_info(device, &info).ok()) return 0;
   std::size_t best = 0;
