@@ -550,15 +550,20 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
     fs::remove_all(d);
     fs::create_directories(d);
     REQUIRE(::mkfifo((d + "/config.json").c_str(), 0600) == 0);
-    expect_error([&] { load_model_config(d); }, StatusCode::kIoError, {"config.json", "not a readable regular file"});
+    expect_error([&] { load_model_config(d); }, StatusCode::kIoError,
+                 {"config.json' is a FIFO, expected a readable regular file"});
     // the same for a checkpoint file (core/mapped_file.hpp, shared by the reader and the index)
     REQUIRE(::mkfifo((d + "/model.safetensors").c_str(), 0600) == 0);
     expect_error([&] { SafetensorsFile f(d + "/model.safetensors"); }, StatusCode::kIoError,
-                 {"model.safetensors", "not a readable regular file"});
+                 {"model.safetensors' is a FIFO, expected a readable regular file"});
+    // a directory is named as one (the message used to end in a stale errno text, "No such file")
+    expect_error([&] { SafetensorsFile f(d); }, StatusCode::kIoError,
+                 {"'" + d + "' is a directory, expected a readable regular file"});
     fs::remove(d + "/model.safetensors");
     fs::remove(d + "/config.json");
     fs::create_symlink("/dev/zero", d + "/config.json");
-    expect_error([&] { load_model_config(d); }, StatusCode::kIoError, {"config.json", "not a readable regular file"});
+    expect_error([&] { load_model_config(d); }, StatusCode::kIoError,
+                 {"config.json' is a character device, expected a readable regular file"});
     fs::remove(d + "/config.json");
     { std::ofstream(d + "/config.json") << "{}"; }
     fs::resize_file(d + "/config.json", kMaxConfigBytes + 1);  // sparse: no 64 MiB written

@@ -195,6 +195,10 @@ TEST_CASE("a rank that never arrives: rank 0 errors out within the timeout, nami
   CHECK_MESSAGE(contains(m, "rank 0 of 3: only 1 of 3 ranks arrived at the rendezvous on 127.0.0.1:" + std::to_string(port) +
                                 " within 1."), m);
   CHECK_MESSAGE(contains(m, "missing rank(s): 1, 2"), m);
+  // many missing ranks: the first 32 named, then how many more (a world of 65536 listed them all)
+  const std::string many = error_of([&] { TcpStore s(env_of(0, 40, free_port()), 0.3); });
+  CHECK_MESSAGE(contains(many, "missing rank(s): 1, 2, 3,"), many);
+  CHECK_MESSAGE(contains(many, ", 31, 32 and 7 more (not started"), many);
 }
 
 TEST_CASE("rank 0 never starts: rank 1 errors out within the timeout, naming the address") {
@@ -396,6 +400,23 @@ TEST_CASE("the rank environment: valid values are read, bad ones refused naming 
   CHECK_FALSE(step5::comm::multiprocess_requested(get));
   env.erase("WORLD_SIZE");
   CHECK_FALSE(step5::comm::multiprocess_requested(get));
+}
+
+TEST_CASE("a hand-built DistEnv: port, world size and address are checked as dist_env_from checks them, before any socket") {
+  // 95036 used to wrap to port 29500 (while address() said :95036); 0 listened on a random port
+  for (const int port : {0, -1, 65536, 95036}) {
+    const std::string m = error_of([&] { TcpStore s(env_of(0, 2, port), 1.0); });
+    CHECK_MESSAGE(contains(m, "rendezvous: master_port " + std::to_string(port) + ": expected [1, 65535]"), m);
+  }
+  // INT_MAX ranks used to throw std::bad_alloc from the peer table
+  for (const int world : {0, step5::comm::kMaxWorldSize + 1, std::numeric_limits<int>::max()}) {
+    const std::string m = error_of([&] { TcpStore s(env_of(0, world, 29500), 1.0); });
+    CHECK_MESSAGE(contains(m, "rendezvous: world_size " + std::to_string(world) + ": expected [1, 65536]"), m);
+  }
+  DistEnv e = env_of(1, 2, 29500);
+  e.master_addr.clear();
+  const std::string m = error_of([&] { TcpStore s(e, 1.0); });
+  CHECK_MESSAGE(contains(m, "rendezvous: master_addr is empty"), m);
 }
 
 TEST_CASE("bad timeouts and blob sizes are refused") {

@@ -140,13 +140,23 @@ class TcpStore {
   /// rank has connected; the others connect (retrying while rank 0 is not yet listening). Returns
   /// when all env.world_size ranks are present, or throws step5::Error naming what is missing
   /// after `timeout_s` seconds (in (0, kMaxTimeoutS]; kInvalidArgument naming it otherwise).
-  /// world_size 1: no socket is opened.
+  /// `env` follows dist_env_from's rules (a hand-built one too; kInvalidArgument naming the field
+  /// otherwise): world_size in [1, kMaxWorldSize], 0 <= rank < world_size, master_port in
+  /// [1, 65535], master_addr not empty. world_size 1: no socket is opened.
   TcpStore(const DistEnv& env, double timeout_s) : env_(env), timeout_s_(timeout_s) {
     check_timeout(timeout_s, "rendezvous timeout");
-    if (env.world_size < 1 || env.rank < 0 || env.rank >= env.world_size)
+    if (env.world_size < 1 || env.world_size > kMaxWorldSize)
+      throw Error(StatusCode::kInvalidArgument, "rendezvous: world_size " + std::to_string(env.world_size) +
+                                                    ": expected [1, " + std::to_string(kMaxWorldSize) + "]");
+    if (env.rank < 0 || env.rank >= env.world_size)
       throw Error(StatusCode::kInvalidArgument, "rendezvous: rank " + std::to_string(env.rank) + " of world size " +
                                                     std::to_string(env.world_size) + ": expected 0 <= rank < world size");
     if (env.world_size == 1) return;
+    if (env.master_port < 1 || env.master_port > 65535)
+      throw Error(StatusCode::kInvalidArgument, "rendezvous: master_port " + std::to_string(env.master_port) +
+                                                    ": expected [1, 65535]");
+    if (env.master_addr.empty())
+      throw Error(StatusCode::kInvalidArgument, "rendezvous: master_addr is empty: expected the host name or IP address of rank 0");
     const auto deadline = Clock::now() + seconds(timeout_s);
     if (env.rank == 0) serve(deadline);
     else join(deadline);
@@ -307,9 +317,14 @@ class TcpStore {
       if (pr < 0 && errno != EINTR) throw Error(StatusCode::kIoError, who() + ": poll on " + address() + ": " + errno_text(errno));
       if (pr <= 0) {
         if (Clock::now() >= deadline) {
-          std::string missing;
+          std::string missing;  // the first 32 missing ranks, then how many more
+          int listed = 0, more = 0;
           for (int r = 1; r < env_.world_size; ++r)
-            if (peers_[r] < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+            if (peers_[r] < 0) {
+              if (listed < 32) missing += (listed++ ? ", " : "") + std::to_string(r);
+              else ++more;
+            }
+          if (more > 0) missing += " and " + std::to_string(more) + " more";
           close_all();
           throw Error(StatusCode::kIoError, who() + ": only " + std::to_string(arrived) + " of " +
                                                 std::to_string(env_.world_size) + " ranks arrived at the rendezvous on " +

@@ -34,11 +34,17 @@ class MappedFile {
                   "cannot open file '" + path + "': " + std::strerror(err));
     }
     struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (::fstat(fd, &st) != 0) {
       const int err = errno;
       ::close(fd);
-      throw Error(StatusCode::kIoError, "'" + path + "' is not a readable regular file" +
-                                            (err ? std::string(": ") + std::strerror(err) : ""));
+      throw Error(StatusCode::kIoError, "cannot stat '" + path + "': " + std::strerror(err));
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      const char* kind = S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                         : S_ISCHR(st.st_mode) ? "a character device" : S_ISBLK(st.st_mode) ? "a block device"
+                         : S_ISSOCK(st.st_mode) ? "a socket" : "not a regular file";
+      throw Error(StatusCode::kIoError, "'" + path + "' is " + kind + ", expected a readable regular file");
     }
     size_ = static_cast<std::uint64_t>(st.st_size);
     if (size_ > 0) {
