@@ -15,6 +15,7 @@
 #include <charconv>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <filesystem>
 #include <fstream>
@@ -92,11 +93,29 @@ CLI::Validator int_in(T lo, T hi = std::numeric_limits<T>::max()) {
 // indexer tensors on DSA layers (like the real checkpoint). --geometry/--hidden pick another
 // row of the list or a smaller hidden size (tests).
 
+// The default checkpoint's cache directory: $STEP5_CACHE_DIR; else $XDG_CACHE_HOME/step5 where
+// XDG_CACHE_HOME is an absolute path (the XDG base-directory rule: an empty or relative one is
+// ignored); else $HOME/.cache/step5 (HOME not empty); else <temp>/step5-cache. A STEP5_CACHE_DIR
+// that is set but empty is refused where the directory is used (cache_dir_of_run), not here
+// (--help prints this default).
 std::string default_cache_dir() {
-  if (const char* x = std::getenv("STEP5_CACHE_DIR")) return x;
-  if (const char* x = std::getenv("XDG_CACHE_HOME")) return std::string(x) + "/step5";
-  if (const char* h = std::getenv("HOME")) return std::string(h) + "/.cache/step5";
+  if (const char* x = std::getenv("STEP5_CACHE_DIR"); x != nullptr && *x != 0) return x;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && x[0] == '/') return std::string(x) + "/step5";
+  if (const char* h = std::getenv("HOME"); h != nullptr && *h != 0) return std::string(h) + "/.cache/step5";
   return (fs::temp_directory_path() / "step5-cache").string();
+}
+
+// The cache directory of a run: --cache-dir where given, else default_cache_dir(). An empty
+// --cache-dir or STEP5_CACHE_DIR names no directory: refused, naming it.
+std::string cache_dir_of_run(const Options& opt, bool cache_dir_given) {
+  if (cache_dir_given) {
+    if (opt.cache_dir.empty())
+      throw Error(StatusCode::kInvalidArgument, "--cache-dir '': expected a directory path");
+    return opt.cache_dir;
+  }
+  if (const char* x = std::getenv("STEP5_CACHE_DIR"); x != nullptr && *x == 0)
+    throw Error(StatusCode::kInvalidArgument, "STEP5_CACHE_DIR is set but empty: expected a directory path (or unset it)");
+  return default_cache_dir();
 }
 
 CheckpointOptions default_checkpoint_options(const Options& opt) {
@@ -157,7 +176,8 @@ void check_disk(const DefaultCheckpoint& d, const Options& opt) {
   std::error_code ec;
   fs::create_directories(d.cache_dir, ec);
   if (!fs::is_directory(d.cache_dir, ec))
-    throw Error(StatusCode::kIoError, "cannot create the cache directory '" + d.cache_dir.string() + "' (--cache-dir)");
+    throw Error(StatusCode::kIoError, "cannot create the cache directory '" + d.cache_dir.string() +
+                                          "' (--cache-dir, else STEP5_CACHE_DIR, XDG_CACHE_HOME or HOME)");
   const fs::space_info sp = fs::space(d.cache_dir, ec);
   constexpr double kReserve = 256e6;  // left free besides the checkpoint
   if (!ec && d.bytes + kReserve > static_cast<double>(sp.available))
@@ -199,11 +219,19 @@ struct RunResult {
 std::pair<int, int> test_kill_point() {
   const char* v = std::getenv("STEP5_TEST_KILL_RANK_AFTER_STEP");
   if (v == nullptr) return {-1, -1};
+  // whole decimal int fields (sscanf's %d wrapped out-of-range values: 0:4294967297 fired at step 1)
+  const auto field = [](const char* b, const char* e, int lo, int* out) {
+    int n = 0;
+    const auto [p, ec] = std::from_chars(b, e, n);
+    if (b == e || ec != std::errc() || p != e || n < lo) return false;
+    *out = n;
+    return true;
+  };
+  const char* colon = std::strchr(v, ':');
   int r = -1, s = -1;
-  char tail = 0;
-  if (std::sscanf(v, "%d:%d%c", &r, &s, &tail) != 2 || r < 0 || s < 1)
+  if (colon == nullptr || !field(v, colon, 0, &r) || !field(colon + 1, colon + std::strlen(colon), 1, &s))
     throw Error(StatusCode::kInvalidArgument, std::string("STEP5_TEST_KILL_RANK_AFTER_STEP='") + v +
-                                                  "': expected RANK:STEP (RANK >= 0, STEP >= 1)");
+                                                  "': expected RANK:STEP, decimal ints (RANK >= 0, STEP >= 1)");
   return {r, s};
 }
 
@@ -507,7 +535,7 @@ int run_driver(int argc, char** argv, Options& opt) {
   // The default checkpoint's disk space, then the run's host memory, before writing anything.
   std::optional<DefaultCheckpoint> def_plan;
   if (use_default) {
-    def_plan = plan_default_checkpoint(opt.cache_dir.empty() ? default_cache_dir() : opt.cache_dir, opt);
+    def_plan = plan_default_checkpoint(cache_dir_of_run(opt, app.count("--cache-dir") > 0), opt);
     if (!def_plan->cached && root) check_disk(*def_plan, opt);  // one process per GPU: rank 0 generates it
   }
   {

@@ -21,22 +21,24 @@
 set -u
 
 die() { echo "launch_tp.sh: error: $*" >&2; exit 2; }
-is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
+# a decimal integer without leading zeros (bash would read 010 as octal 8 and 09 as an error), at
+# most 9 digits (within bash's arithmetic)
+is_uint() { [[ "$1" =~ ^(0|[1-9][0-9]{0,8})$ ]]; }
 
 [ $# -ge 2 ] || die "usage: launch_tp.sh N command [args...] (N = processes on this host, one per GPU)"
 N="$1"; shift
-is_uint "$N" && [ "$N" -ge 1 ] && [ "$N" -le 1024 ] || die "N='$N': expected an integer in [1, 1024]"
+is_uint "$N" && [ "$N" -ge 1 ] && [ "$N" -le 1024 ] || die "N='$N': expected a decimal integer in [1, 1024], no leading zeros"
 NNODES="${NNODES:-1}"
 NODE_RANK="${NODE_RANK:-0}"
-is_uint "$NNODES" && [ "$NNODES" -ge 1 ] || die "NNODES='$NNODES': expected an integer >= 1"
-is_uint "$NODE_RANK" && [ "$NODE_RANK" -lt "$NNODES" ] || die "NODE_RANK='$NODE_RANK': expected an integer in [0, $((NNODES - 1))]"
+is_uint "$NNODES" && [ "$NNODES" -ge 1 ] || die "NNODES='$NNODES': expected a decimal integer >= 1, no leading zeros"
+is_uint "$NODE_RANK" && [ "$NODE_RANK" -lt "$NNODES" ] || die "NODE_RANK='$NODE_RANK': expected a decimal integer in [0, $((NNODES - 1))], no leading zeros"
 export MASTER_ADDR="${MASTER_ADDR:-127.0.0.1}"
 export MASTER_PORT="${MASTER_PORT:-29500}"
 is_uint "$MASTER_PORT" && [ "$MASTER_PORT" -ge 1 ] && [ "$MASTER_PORT" -le 65535 ] ||
-  die "MASTER_PORT='$MASTER_PORT': expected an integer in [1, 65535]"
+  die "MASTER_PORT='$MASTER_PORT': expected a decimal integer in [1, 65535], no leading zeros"
 [ -n "$MASTER_ADDR" ] || die "MASTER_ADDR is empty: expected the host name or IP address of rank 0"
 GRACE="${LAUNCH_TP_GRACE:-10}"
-is_uint "$GRACE" || die "LAUNCH_TP_GRACE='$GRACE': expected a whole number of seconds"
+is_uint "$GRACE" || die "LAUNCH_TP_GRACE='$GRACE': expected a whole number of seconds, no leading zeros"
 command -v "$1" >/dev/null 2>&1 || die "command '$1' not found"
 
 export WORLD_SIZE=$((NNODES * N))
