@@ -14,6 +14,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <random>
@@ -209,6 +210,14 @@ TEST_CASE("rank 0 never starts: rank 1 errors out within the timeout, naming the
   CHECK_MESSAGE(contains(m, "rank 1 of 2: could not reach rank 0's rendezvous at 127.0.0.1:" + std::to_string(port) +
                                 " within 1."), m);
   CHECK_MESSAGE(contains(m, "Connection refused"), m);
+  // an address that never answers (TEST-NET-1, RFC 5737): the connect is bounded by the timeout
+  // too (a blocking connect waited the kernel's SYN retries: 3.1 s for a 0.2 s timeout here)
+  DistEnv e = env_of(1, 2, port);
+  e.master_addr = "192.0.2.77";
+  const auto t1 = Clock::now();
+  const std::string m2 = error_of([&] { TcpStore s(e, 0.5); });
+  CHECK_MESSAGE(since(t1) < 2.0, since(t1));
+  CHECK_MESSAGE(contains(m2, "rank 1 of 2: could not reach rank 0's rendezvous at 192.0.2.77:"), m2);
 }
 
 TEST_CASE("a rank killed mid-run: the other errors out at once (no hang), and peers_alive names it") {
@@ -417,6 +426,31 @@ TEST_CASE("a hand-built DistEnv: port, world size and address are checked as dis
   e.master_addr.clear();
   const std::string m = error_of([&] { TcpStore s(e, 1.0); });
   CHECK_MESSAGE(contains(m, "rendezvous: master_addr is empty"), m);
+}
+
+TEST_CASE("a failed join closes its socket (a throwing constructor runs no destructor)") {
+  // a listener that never accepts: the connect succeeds (backlog), the ack never comes
+  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(lfd >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(::listen(lfd, 16) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(::getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const auto open_fds = [] {
+    int n = 0;
+    for (const auto& de : std::filesystem::directory_iterator("/proc/self/fd")) (void)de, ++n;
+    return n;
+  };
+  const int before = open_fds();
+  for (int i = 0; i < 3; ++i) {
+    const std::string m = error_of([&] { TcpStore s(env_of(1, 2, ntohs(a.sin_port)), 0.2); });
+    CHECK_MESSAGE(contains(m, "the rendezvous ack"), m);
+  }
+  CHECK(open_fds() == before);  // it used to leave one open socket per failed join
+  ::close(lfd);
 }
 
 TEST_CASE("bad timeouts and blob sizes are refused") {

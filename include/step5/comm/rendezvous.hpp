@@ -158,8 +158,14 @@ class TcpStore {
     if (env.master_addr.empty())
       throw Error(StatusCode::kInvalidArgument, "rendezvous: master_addr is empty: expected the host name or IP address of rank 0");
     const auto deadline = Clock::now() + seconds(timeout_s);
-    if (env.rank == 0) serve(deadline);
-    else join(deadline);
+    try {  // a constructor that throws runs no destructor: close what is open (the other ranks
+           // then see this rank's connections closed at once instead of waiting out their timeout)
+      if (env.rank == 0) serve(deadline);
+      else join(deadline);
+    } catch (...) {
+      close_all();
+      throw;
+    }
   }
   TcpStore(const TcpStore&) = delete;
   TcpStore& operator=(const TcpStore&) = delete;
@@ -385,13 +391,23 @@ class TcpStore {
         throw Error(StatusCode::kIoError, who() + ": could not reach rank 0's rendezvous at " + address() + " within " +
                                               fmt_s(since(t0)) + " (last error: " + last +
                                               "; is rank 0 running, with the same MASTER_ADDR/MASTER_PORT?)");
-      const int s = ::socket(a.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      // non-blocking, so that the connect waits no longer than the deadline (a blocking one to a
+      // host that drops packets waits the kernel's SYN retries, about 2 minutes)
+      const int s = ::socket(a.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
       if (s < 0) throw Error(StatusCode::kIoError, who() + ": socket() failed: " + errno_text(errno));
-      if (::connect(s, reinterpret_cast<const sockaddr*>(&a.addr), a.len) == 0) {
+      int err = ::connect(s, reinterpret_cast<const sockaddr*>(&a.addr), a.len) == 0 ? 0 : errno;
+      if (err == EINPROGRESS) {
+        pollfd q{s, POLLOUT, 0};
+        const int pr = ::poll(&q, 1, std::max(1, std::min(remaining_ms(deadline), 1000)));
+        socklen_t len = sizeof err;
+        if (pr > 0) err = ::getsockopt(s, SOL_SOCKET, SO_ERROR, &err, &len) == 0 ? err : errno;
+        else err = pr == 0 ? ETIMEDOUT : errno;
+      }
+      if (err == 0) {
         fd = s;
         break;
       }
-      last = errno_text(errno);
+      last = errno_text(err);
       ::close(s);
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(50, remaining_ms(deadline) + 1)));
     }
