@@ -193,6 +193,7 @@ Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream) {
 Status sparse_attention(const layout::RankLayout& rank, const SparseAttentionParams& p, void* workspace,
                         std::size_t workspace_bytes, cudaStream_t stream) {
   const layout::Geometry& geometry = rank.geometry;
+  STEP5_RETURN_IF_ERROR(check_device_arg(p.device, "sparse_attention: device"));  // before the current device's checks
   STEP5_INSTANTIATE_DISPATCH((sparse_attention<Id>(p, workspace, workspace_bytes, stream)), "sparse_attention");
 }
 #undef STEP5_INSTANTIATE_DISPATCH

@@ -284,6 +284,11 @@ TEST_CASE("plan: refused capacities and device facts name the values") {
   s = ops::dsa_layer_plan_for(r, 4096, engine_capacity(), f, &plan);
   CHECK(s.code() == StatusCode::kInvalidArgument);
   CHECK(s.message().find("num_sms = 0") != std::string::npos);
+  f = h200_facts();
+  f.device = -2;
+  s = ops::dsa_layer_plan_for(r, 4096, engine_capacity(), f, &plan);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(s.message().find("dsa_layer_plan: facts.device = -2") != std::string::npos, s.message());
   CHECK(ops::dsa_layer_plan_for(r, 4096, engine_capacity(), h200_facts(), nullptr).code() ==
         StatusCode::kInvalidArgument);
   // an empty plan is refused by run's checks, not used
@@ -337,6 +342,10 @@ TEST_CASE("device: -1 is the current device; any other negative device is refuse
     CHECK_MESSAGE(s.message().find("gemm_bf16: device = -9") != std::string::npos, s.message());
   }
   CHECK(ops::gemm_workspace_bytes(16, 64, 64, -4) == 0);
+  // the run-time attention entry point: refused before the current device is checked
+  s = ops::sparse_attention(r, ap, nullptr, 0, nullptr);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(s.message().find("sparse_attention: device = -5") != std::string::npos, s.message());
 }
 
 TEST_CASE("topk_select: a pointer not 4-byte aligned is refused naming it, before any CUDA call") {

@@ -107,7 +107,8 @@ struct DeviceScope {
   int previous = -1;
   bool switched = false;
   Status status;
-  explicit DeviceScope(int device) : status(enter(device)) {}
+  /// `what` names the device argument in the error of a device below -1 (check_device_arg).
+  explicit DeviceScope(int device, const char* what = "device") : status(enter(device, what)) {}
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
   ~DeviceScope() {
@@ -115,8 +116,8 @@ struct DeviceScope {
   }
 
  private:
-  Status enter(int device) {
-    STEP5_RETURN_IF_ERROR(check_device_arg(device, "device"));
+  Status enter(int device, const char* what) {
+    STEP5_RETURN_IF_ERROR(check_device_arg(device, what));
     if (device == -1) return Status::Ok();
     STEP5_CUDA_RETURN(cudaGetDevice(&previous));
     if (previous != device) {

@@ -251,6 +251,7 @@ inline Status dsa_layer_plan_for(const layout::RankLayout& rank, int hidden, con
   if (plan == nullptr) return invalid_argument("dsa_layer_plan: plan is null");
   if (facts.num_sms <= 0)
     return invalid_argument("dsa_layer_plan: num_sms = " + std::to_string(facts.num_sms) + ", expected > 0");
+  STEP5_RETURN_IF_ERROR(check_device_arg(facts.device, "dsa_layer_plan: facts.device"));
   const layout::GeometryEntry* entry = layout::find_geometry(rank.geometry);
   if (entry == nullptr)
     return unsupported("dsa_layer_plan: the rank's geometry " + layout::describe(rank.geometry) +

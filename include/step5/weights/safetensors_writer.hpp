@@ -130,14 +130,21 @@ class SafetensorsWriter {
 inline void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
                               const std::map<std::string, std::string>& metadata = {}) {
   std::vector<TensorSpec> specs;
+  std::vector<std::uint64_t> bytes;
   for (const auto& t : tensors) {
-    if (!t.data && t.nbytes() > 0)
+    std::uint64_t nb = 0;  // (TensorView::nbytes would overflow int64 before the writer's check)
+    if (!detail::tensor_bytes_fit(t.shape, t.dtype, &nb))
+      throw Error(StatusCode::kInvalidArgument, "write_safetensors '" + path + "': tensor " + detail::quote_name(t.name) +
+                                                    ": shape " + shape_string(t.shape) + " of dtype " +
+                                                    std::string(dtype_name(t.dtype)) + " overflows 64-bit sizes");
+    if (!t.data && nb > 0)
       throw Error(StatusCode::kInvalidArgument, "write_safetensors '" + path + "': tensor " +
                                                     detail::quote_name(t.name) + " has no data");
     specs.push_back({t.name, t.dtype, t.shape});
+    bytes.push_back(nb);
   }
   SafetensorsWriter w(path, std::move(specs), metadata);
-  for (const auto& t : tensors) w.append(t.data, t.nbytes());
+  for (std::size_t i = 0; i < tensors.size(); ++i) w.append(tensors[i].data, bytes[i]);
   w.finish();
 }
 

@@ -230,7 +230,7 @@ Status sparse_attention_entry(const ops::SparseAttentionParams& p, void* workspa
   constexpr const layout::GeometryEntry& kEntry = layout::entry_of(Id);
   // p.device when set (the stream's device): the per-device setup (smem and cluster attributes,
   // occupancy queries) and the launch run with it current, then the caller's device is restored
-  const DeviceScope scope(p.device);
+  const DeviceScope scope(p.device, "sparse_attention: device");
   STEP5_RETURN_IF_ERROR(scope.status);
   ops::SparseAttentionPlan plan;
   STEP5_RETURN_IF_ERROR(sparse_attention_plan_for<kEntry.geometry.head_dim>(p, kEntry.name, &plan));
