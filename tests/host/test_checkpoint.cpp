@@ -515,6 +515,27 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
                {"missing field 'topk'", "text_config.sparse_config"});
   expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["topk"] = 2048; })); }, StatusCode::kInvalidArgument,
                {"sparse_config.topk", "2048", "[1, 1024]"});
+  // optional switches of the maths: present, they must name what is computed (the driver used to
+  // run such a checkpoint with DSA, RoPE and these norms anyway, and print a checksum)
+  expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["enabled"] = false; })); }, StatusCode::kUnsupported,
+               {"'text_config.sparse_config.enabled' = false is not supported", "expected true"});
+  expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["sparse_indexer_use_rope"] = false; })); },
+               StatusCode::kUnsupported, {"'text_config.sparse_config.sparse_indexer_use_rope' = false is not supported"});
+  expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["sparse_indexer_use_rope"] = 1; })); },
+               StatusCode::kInvalidArgument, {"sparse_indexer_use_rope' must be a boolean"});
+  expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["sparse_indexer_k_norm_type"] = "rmsnorm"; })); },
+               StatusCode::kUnsupported, {"'text_config.sparse_config.sparse_indexer_k_norm_type' = 'rmsnorm' is not supported", "expected 'layernorm'"});
+  expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["sparse_indexer_q_norm_type"] = "none"; })); },
+               StatusCode::kUnsupported, {"sparse_indexer_q_norm_type' = 'none'", "expected 'rmsnorm'"});
+  // other spellings of the same norms, and the fields absent, are accepted
+  CHECK(parse(mutate([](auto& t) {
+          t["sparse_config"]["sparse_indexer_q_norm_type"] = "RMSNorm";
+          t["sparse_config"]["sparse_indexer_k_norm_type"] = "layer_norm";
+        })).geometry_name == "step5_preview");
+  CHECK(parse(mutate([](auto& t) {
+          for (const char* f : {"enabled", "sparse_indexer_use_rope", "sparse_indexer_q_norm_type", "sparse_indexer_k_norm_type"})
+            t["sparse_config"].erase(f);
+        })).geometry_name == "step5_preview");
   expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["num_provider_groups"] = 2; })); },
                StatusCode::kInvalidArgument, {"num_provider_groups = 2", "num_attention_groups = 4"});
   expect_error([&] { parse(mutate([](auto& t) { t["rope_theta"].erase(0); })); }, StatusCode::kInvalidArgument,

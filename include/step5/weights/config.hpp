@@ -24,7 +24,11 @@
 ///    to (absent: every layer).
 ///  - `sparse_config`: `num_provider_groups` (= index_tp_size), `proxy_dim`, `topk` (1..1024),
 ///    `sparse_indexer_rope_dim`, `region_block_size`, `sparse_indexer_num_heads`,
-///    `sparse_indexer_num_k_heads`, `apply_to_layer_types` (array of strings).
+///    `sparse_indexer_num_k_heads`, `apply_to_layer_types` (array of strings). Optional fields
+///    that say which maths the checkpoint expects must, where present, say this library's
+///    (kUnsupported naming the field otherwise: the run would be silently wrong): `enabled` and
+///    `sparse_indexer_use_rope` true, `sparse_indexer_q_norm_type` RMSNorm and
+///    `sparse_indexer_k_norm_type` LayerNorm (SPEC §4 step 3; compared ignoring case and '_').
 /// Per-layer lists must have `num_hidden_layers` or `num_hidden_layers +
 /// num_nextn_predict_layers` entries. `parse_model_config` reads them in this order, one function
 /// per step (`detail::config_read_*`, then `config_check_consistency`, `config_derive_rot_main`,
@@ -350,6 +354,30 @@ inline SparseSection config_read_sparse(const ConfigReader& r, ModelConfig& c) {
   {
     auto [j, p] = sfield("apply_to_layer_types");
     c.sparse.apply_to_layer_types = r.as_strings(*j, p);
+  }
+  // Optional switches of the maths: where present they must name what this library computes.
+  for (const char* name : {"enabled", "sparse_indexer_use_rope"}) {
+    auto it = s.find(name);
+    if (it == s.end() || it->is_null()) continue;
+    const std::string path = sp + "." + name;
+    if (!it->is_boolean()) r.fail(StatusCode::kInvalidArgument, "field '" + path + "' must be a boolean, got " + ConfigReader::describe(*it));
+    if (!it->get<bool>())
+      r.fail(StatusCode::kUnsupported, "field '" + path + "' = false is not supported: this library computes DSA " +
+                                           "attention with the indexer's RoPE (SPEC §4), expected true");
+  }
+  const std::pair<const char*, const char*> norms[] = {{"sparse_indexer_q_norm_type", "rmsnorm"},
+                                                       {"sparse_indexer_k_norm_type", "layernorm"}};
+  for (const auto& [name, want] : norms) {
+    auto it = s.find(name);
+    if (it == s.end() || it->is_null()) continue;
+    const std::string path = sp + "." + name;
+    if (!it->is_string()) r.fail(StatusCode::kInvalidArgument, "field '" + path + "' must be a string, got " + ConfigReader::describe(*it));
+    std::string v;
+    for (const char ch : it->get_ref<const std::string&>())
+      if (ch != '_') v += static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+    if (v != want)
+      r.fail(StatusCode::kUnsupported, "field '" + path + "' = '" + it->get<std::string>() + "' is not supported: expected '" +
+                                           want + "' (SPEC §4 step 3; compared ignoring case and '_')");
   }
   return {&s, sp};
 }
