@@ -527,6 +527,10 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
                StatusCode::kUnsupported, {"'text_config.sparse_config.sparse_indexer_k_norm_type' = 'rmsnorm' is not supported", "expected 'layernorm'"});
   expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["sparse_indexer_q_norm_type"] = "none"; })); },
                StatusCode::kUnsupported, {"sparse_indexer_q_norm_type' = 'none'", "expected 'rmsnorm'"});
+  // a misspelt yarn_only_types entry (the rope scaling silently applied to no layer)
+  expect_error([&] { parse(mutate([](auto& t) { t["yarn_only_types"] = {"full_attentoin"}; })); },
+               StatusCode::kInvalidArgument, {"yarn_only_types has 'full_attentoin', which is no layer's type",
+                                              "'sliding_attention'", "'full_attention'"});
   // other spellings of the same norms, and the fields absent, are accepted
   CHECK(parse(mutate([](auto& t) {
           t["sparse_config"]["sparse_indexer_q_norm_type"] = "RMSNorm";

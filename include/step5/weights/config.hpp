@@ -21,7 +21,7 @@
 ///    `factor`, `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`;
 ///    "default" means none; any other type is refused (kUnsupported).
 ///  - `yarn_only_types` (optional array of strings): the layer types the rope scaling applies
-///    to (absent: every layer).
+///    to (absent: every layer); each must be a type of the layer list.
 ///  - `sparse_config`: `num_provider_groups` (= index_tp_size), `proxy_dim`, `topk` (1..1024),
 ///    `sparse_indexer_rope_dim`, `region_block_size`, `sparse_indexer_num_heads`,
 ///    `sparse_indexer_num_k_heads`, `apply_to_layer_types` (array of strings). Optional fields
@@ -51,6 +51,7 @@
 /// missing file (kNotFound). Never crashes on arbitrary input (fuzzed by tests/fuzz/fuzz_config.cpp).
 ///
 /// Host only (g++); needs nlohmann-json.
+#include <algorithm>  // std::find (yarn_only_types)
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -520,6 +521,18 @@ inline void config_check_consistency(const ConfigReader& r, const ModelConfig& c
     r.fail(StatusCode::kInvalidArgument, "sparse_config.sparse_indexer_rope_dim = " +
                                              std::to_string(c.sparse.sparse_indexer_rope_dim) +
                                              " must be even and <= proxy_dim = " + std::to_string(c.sparse.proxy_dim));
+  // every yarn_only_types entry names a layer type (a misspelt one left the scaling off silently)
+  if (c.yarn_only_types) {
+    const std::vector<std::string> types = c.attention_layer_types();
+    for (const std::string& y : *c.yarn_only_types)
+      if (std::find(types.begin(), types.end(), y) == types.end()) {
+        std::string known;
+        for (const std::string& t : types)
+          if (known.find("'" + t + "'") == std::string::npos) known += (known.empty() ? "'" : ", '") + t + "'";
+        r.fail(StatusCode::kInvalidArgument, "yarn_only_types has '" + y + "', which is no layer's type (the layer types: " +
+                                                 known + ")");
+      }
+  }
 }
 
 /// Step 9: rot_main (SPEC §1) = partial_rotary_factor × head_dim of the DSA layers: at least one
