@@ -111,6 +111,9 @@ std::string cache_dir_of_run(const Options& opt, bool cache_dir_given) {
   if (cache_dir_given) {
     if (opt.cache_dir.empty())
       throw Error(StatusCode::kInvalidArgument, "--cache-dir '': expected a directory path");
+    if (opt.cache_dir.rfind("--", 0) == 0)  // `--cache-dir= --quiet` takes the next option as its value
+      throw Error(StatusCode::kInvalidArgument, "--cache-dir '" + opt.cache_dir +
+                                                    "' looks like an option: expected a directory path (a value missing after --cache-dir=?)");
     return opt.cache_dir;
   }
   if (const char* x = std::getenv("STEP5_CACHE_DIR"); x != nullptr && *x == 0)

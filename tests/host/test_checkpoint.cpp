@@ -324,6 +324,14 @@ TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
   for (int i = 0; i < 4; ++i) many.push_back({"u" + std::to_string(i), DType::kU8, {std::int64_t{1} << 62}});
   expect_error([&] { SafetensorsWriter w(big, many); }, StatusCode::kInvalidArgument,
                {"the data bytes up to tensor 'u1'", "overflow 64-bit sizes"});
+  // write_safetensors: a negative dim is named as one; past int64, the writer's overflow message
+  TensorView neg;
+  neg.name = "n";
+  neg.dtype = DType::kF32;
+  neg.shape = {-1, 4};
+  expect_error([&] { write_safetensors(big, {neg}); }, StatusCode::kInvalidArgument, {"'n' has a negative dim in [-1, 4]"});
+  neg.shape = {std::int64_t{1} << 62, 4};
+  expect_error([&] { write_safetensors(big, {neg}); }, StatusCode::kInvalidArgument, {"'n': shape", "overflows 64-bit sizes"});
   CHECK_FALSE(fs::exists(big));
 }
 
@@ -529,8 +537,10 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
                StatusCode::kUnsupported, {"sparse_indexer_q_norm_type' = 'none'", "expected 'rmsnorm'"});
   // a misspelt yarn_only_types entry (the rope scaling silently applied to no layer)
   expect_error([&] { parse(mutate([](auto& t) { t["yarn_only_types"] = {"full_attentoin"}; })); },
-               StatusCode::kInvalidArgument, {"yarn_only_types has 'full_attentoin', which is no layer's type",
+               StatusCode::kInvalidArgument, {"yarn_only_types ['full_attentoin'] names no layer's type",
                                               "'sliding_attention'", "'full_attention'"});
+  // an extra type no layer has, next to a real one, is accepted
+  CHECK(parse(mutate([](auto& t) { t["yarn_only_types"] = {"full_attention", "chunked_attention"}; })).rope_scaling_applies(3));
   // other spellings of the same norms, and the fields absent, are accepted
   CHECK(parse(mutate([](auto& t) {
           t["sparse_config"]["sparse_indexer_q_norm_type"] = "RMSNorm";

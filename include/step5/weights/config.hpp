@@ -21,7 +21,7 @@
 ///    `factor`, `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`;
 ///    "default" means none; any other type is refused (kUnsupported).
 ///  - `yarn_only_types` (optional array of strings): the layer types the rope scaling applies
-///    to (absent: every layer); each must be a type of the layer list.
+///    to (absent: every layer); a non-empty one must name at least one layer's type.
 ///  - `sparse_config`: `num_provider_groups` (= index_tp_size), `proxy_dim`, `topk` (1..1024),
 ///    `sparse_indexer_rope_dim`, `region_block_size`, `sparse_indexer_num_heads`,
 ///    `sparse_indexer_num_k_heads`, `apply_to_layer_types` (array of strings). Optional fields
@@ -521,17 +521,21 @@ inline void config_check_consistency(const ConfigReader& r, const ModelConfig& c
     r.fail(StatusCode::kInvalidArgument, "sparse_config.sparse_indexer_rope_dim = " +
                                              std::to_string(c.sparse.sparse_indexer_rope_dim) +
                                              " must be even and <= proxy_dim = " + std::to_string(c.sparse.proxy_dim));
-  // every yarn_only_types entry names a layer type (a misspelt one left the scaling off silently)
-  if (c.yarn_only_types) {
-    const std::vector<std::string> types = c.attention_layer_types();
-    for (const std::string& y : *c.yarn_only_types)
-      if (std::find(types.begin(), types.end(), y) == types.end()) {
-        std::string known;
-        for (const std::string& t : types)
-          if (known.find("'" + t + "'") == std::string::npos) known += (known.empty() ? "'" : ", '") + t + "'";
-        r.fail(StatusCode::kInvalidArgument, "yarn_only_types has '" + y + "', which is no layer's type (the layer types: " +
-                                                 known + ")");
-      }
+  // a non-empty yarn_only_types names at least one type of layer_types / layer_types_with_mtp (a
+  // misspelt one left the scaling off every layer, silently; an extra type no layer has is fine)
+  if (c.yarn_only_types && !c.yarn_only_types->empty()) {
+    std::vector<std::string> types = c.layer_types;
+    types.insert(types.end(), c.layer_types_with_mtp.begin(), c.layer_types_with_mtp.end());
+    bool any = false;
+    for (const std::string& y : *c.yarn_only_types) any = any || std::find(types.begin(), types.end(), y) != types.end();
+    if (!any) {
+      std::string listed, known;
+      for (const std::string& y : *c.yarn_only_types) listed += (listed.empty() ? "'" : ", '") + y + "'";
+      for (const std::string& t : types)
+        if (known.find("'" + t + "'") == std::string::npos) known += (known.empty() ? "'" : ", '") + t + "'";
+      r.fail(StatusCode::kInvalidArgument, "yarn_only_types [" + listed + "] names no layer's type, so the rope " +
+                                               "scaling would apply to no layer (the layer types: " + known + ")");
+    }
   }
 }
 

@@ -7,6 +7,7 @@
 /// duplicate name, negative dim, more or fewer bytes than the header declares, a view without data).
 ///
 /// Host only (g++); needs nlohmann-json.
+#include <algorithm>  // std::any_of
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -133,7 +134,8 @@ inline void write_safetensors(const std::string& path, const std::vector<TensorV
   std::vector<std::uint64_t> bytes;
   for (const auto& t : tensors) {
     std::uint64_t nb = 0;  // (TensorView::nbytes would overflow int64 before the writer's check)
-    if (!detail::tensor_bytes_fit(t.shape, t.dtype, &nb))
+    const bool negative = std::any_of(t.shape.begin(), t.shape.end(), [](std::int64_t d) { return d < 0; });
+    if (!negative && !detail::tensor_bytes_fit(t.shape, t.dtype, &nb))  // a negative dim: the writer names it
       throw Error(StatusCode::kInvalidArgument, "write_safetensors '" + path + "': tensor " + detail::quote_name(t.name) +
                                                     ": shape " + shape_string(t.shape) + " of dtype " +
                                                     std::string(dtype_name(t.dtype)) + " overflows 64-bit sizes");
