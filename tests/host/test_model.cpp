@@ -3,6 +3,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -109,6 +110,9 @@ TEST_CASE("MoE stage metadata") {
     CHECK(e.find("num_redundant_experts must be >= 0, got -2") != std::string::npos);
     e = msg({L::MoeLayerDesc{true, 8, 0, 0}});
     CHECK(e.find("ep_size must be > 0, got 0") != std::string::npos);
+    // INT_MAX + 1 physical experts: signed overflow (UB) that used to return ok() with a negative count
+    e = msg({L::MoeLayerDesc{true, std::numeric_limits<int>::max(), 1, 1}});
+    CHECK(e.find("num_experts 2147483647 + num_redundant_experts 1 overflows int") != std::string::npos);
     e = msg({L::MoeLayerDesc{true, 10, 0, 4}});
     CHECK(e.find("ep_size 4 must divide the physical expert count 10") != std::string::npos);
     e = msg({L::MoeLayerDesc{true, 8, 0, 2}, dense, L::MoeLayerDesc{true, 16, 0, 2}});

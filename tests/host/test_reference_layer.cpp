@@ -215,4 +215,34 @@ TEST_CASE("forward refuses bad inputs with the value in the message") {
   ref::LayerWeights bad = s.w;
   bad.q_norm.pop_back();
   CHECK_THROWS_WITH_AS(ref::forward(bad, cache, make_step({4}, {4}, 4), X.data(), 4), doctest::Contains("q_norm"), step5::Error);
+  // RoPE tables shorter than max_position rows (the reference read past them: a crash when empty)
+  bad = s.w;
+  bad.rope_main.cos.clear();
+  bad.rope_main.sin.clear();
+  CHECK_THROWS_WITH_AS(ref::forward(bad, cache, make_step({4}, {4}, 4), X.data(), 4),
+                       doctest::Contains("rope_main: cos/sin have 0/0 elements, expected max_position"), step5::Error);
+  bad = s.w;
+  bad.rope_idx.max_position += 100;
+  CHECK_THROWS_WITH_AS(ref::forward(bad, cache, make_step({4}, {4}, 4), X.data(), 4),
+                       doctest::Contains("rope_idx: cos/sin have"), step5::Error);
+  // a StepBatch whose vectors disagree, checked before num_tokens reads cu_seqlens_q (it read past
+  // the vector, or sized a vector from cu_seqlens_q[B] = -1)
+  ref::StepBatch st = make_step({4}, {4}, 4);
+  st.seq_lens.push_back(4);
+  CHECK_THROWS_WITH_AS(ref::forward(s.w, cache, st, X.data(), 4), doctest::Contains("StepBatch sizes: cu_seqlens_q 2"),
+                       step5::Error);
+  st = make_step({4}, {4}, 4);
+  st.cu_seqlens_q.back() = -1;
+  CHECK_THROWS_WITH_AS(ref::forward(s.w, cache, st, X.data(), 4), doctest::Contains("num_tokens = -1, expected >= 0"),
+                       step5::Error);
+  // a cache whose buffers disagree with its fields (the KV write went past k_cache)
+  ref::LayerCache small = cache;
+  small.k_cache.resize(10);
+  CHECK_THROWS_WITH_AS(ref::forward(s.w, small, make_step({4}, {4}, 4), X.data(), 4),
+                       doctest::Contains("cache k_cache has 10 elements, expected num_blocks x block_size x kv_heads x head_dim"),
+                       step5::Error);
+  small = cache;
+  small.num_blocks = 100;
+  CHECK_THROWS_WITH_AS(ref::forward(s.w, small, make_step({4}, {4}, 4), X.data(), 4), doctest::Contains("cache k_cache has"),
+                       step5::Error);
 }

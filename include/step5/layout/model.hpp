@@ -6,6 +6,7 @@
 /// Errors: like the run-time layout checks, these return `step5::Status` (kInvalidArgument,
 /// message naming the offending value and what was expected) and write results through an
 /// out-pointer; they never throw.
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -87,8 +88,9 @@ struct MoeStageMetadata {
 
 /// Computes the metadata of the stage made of `layers` (in order). kInvalidArgument, naming the
 /// stage-local layer index and the value, when a MoE layer has num_experts <= 0,
-/// num_redundant_experts < 0, ep_size <= 0, an ep_size that does not divide the physical expert
-/// count, or counts that differ from the stage's first MoE layer.
+/// num_redundant_experts < 0, a physical expert count (num_experts + num_redundant_experts) past
+/// int, ep_size <= 0, an ep_size that does not divide the physical expert count, or counts that
+/// differ from the stage's first MoE layer.
 inline Status moe_stage_metadata(std::span<const MoeLayerDesc> layers, MoeStageMetadata* out) {
   if (out == nullptr) return invalid_argument("moe_stage_metadata: out is null");
   MoeStageMetadata m;
@@ -101,6 +103,9 @@ inline Status moe_stage_metadata(std::span<const MoeLayerDesc> layers, MoeStageM
     if (l.num_redundant_experts < 0)
       return invalid_argument(at + "num_redundant_experts must be >= 0, got " + std::to_string(l.num_redundant_experts));
     if (l.ep_size <= 0) return invalid_argument(at + "ep_size must be > 0, got " + std::to_string(l.ep_size));
+    if (l.num_redundant_experts > std::numeric_limits<int>::max() - l.num_experts)
+      return invalid_argument(at + "num_experts " + std::to_string(l.num_experts) + " + num_redundant_experts " +
+                              std::to_string(l.num_redundant_experts) + " overflows int");
     const int physical = l.num_experts + l.num_redundant_experts;
     if (physical % l.ep_size != 0)
       return invalid_argument(at + "ep_size " + std::to_string(l.ep_size) + " must divide the physical expert count " +

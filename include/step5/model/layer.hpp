@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>  // std::pair
 #include <vector>
 
 #include "step5/core/numeric.hpp"
@@ -64,6 +65,14 @@ inline void validate_weights(const LayerWeights& w) {
   require(w.rope_main.rot == g.rot_main && w.rope_idx.rot == g.rot_idx, "LayerWeights",
           "rope tables rot " + std::to_string(w.rope_main.rot) + "/" + std::to_string(w.rope_idx.rot) +
               ", expected rot_main " + std::to_string(g.rot_main) + " / rot_idx " + std::to_string(g.rot_idx));
+  // the tables hold max_position rows of rot/2 (the reference reads row `position` of each)
+  for (const auto& [name, t] : {std::pair<const char*, const RopeTable*>{"rope_main", &w.rope_main}, {"rope_idx", &w.rope_idx}}) {
+    const std::size_t rows = static_cast<std::size_t>(t->max_position) * static_cast<std::size_t>(t->half());
+    require(t->max_position >= 1 && t->cos.size() == rows && t->sin.size() == rows, "LayerWeights",
+            std::string(name) + ": cos/sin have " + sz(t->cos.size()) + "/" + sz(t->sin.size()) +
+                " elements, expected max_position " + std::to_string(t->max_position) + " (>= 1) x rot/2 " +
+                std::to_string(t->half()) + " = " + sz(t->max_position >= 1 ? rows : 0));
+  }
 }
 
 /// The caches of one rank (SPEC §5), owning.
@@ -89,12 +98,42 @@ struct LayerCache {
     c.kv_heads = rank.local_kv_heads;
     c.head_dim = rank.geometry.head_dim;
     c.proxy_dim = rank.geometry.proxy_dim;
-    const std::size_t kv = static_cast<std::size_t>(num_blocks) * block_size * c.kv_heads * c.head_dim;
-    c.k_cache.assign(kv, bf16{});
-    c.v_cache.assign(kv, bf16{});
-    c.summary_cache.assign(static_cast<std::size_t>(num_blocks) * (block_size / layout::kRegionSize) * c.proxy_dim, 0);
-    c.tail.assign(static_cast<std::size_t>(num_slots) * layout::kRegionSize * 2 * c.proxy_dim, bf16{});
+    c.k_cache.assign(c.kv_elems(), bf16{});
+    c.v_cache.assign(c.kv_elems(), bf16{});
+    c.summary_cache.assign(c.summary_elems(), 0);
+    c.tail.assign(c.tail_elems(), bf16{});
     return c;
+  }
+  /// Elements each buffer holds for these fields (the one rule of `create` and `validate`).
+  std::size_t kv_elems() const {
+    return static_cast<std::size_t>(num_blocks) * static_cast<std::size_t>(block_size) * static_cast<std::size_t>(kv_heads) *
+           static_cast<std::size_t>(head_dim);
+  }
+  std::size_t summary_elems() const {
+    return static_cast<std::size_t>(num_blocks) * static_cast<std::size_t>(block_size / layout::kRegionSize) *
+           static_cast<std::size_t>(proxy_dim);
+  }
+  std::size_t tail_elems() const {
+    return static_cast<std::size_t>(num_slots) * layout::kRegionSize * 2 * static_cast<std::size_t>(proxy_dim);
+  }
+  /// Checks the (public, editable) fields against each other: positive counts, a block size every
+  /// step takes, and every buffer of its size. Throws `step5::Error` (kInvalidArgument) naming `op`
+  /// and the buffer.
+  void validate(const char* op) const {
+    require(num_blocks > 0 && ops::block_size_ok(block_size) && num_slots > 0 && kv_heads > 0 && head_dim > 0 &&
+                proxy_dim > 0,
+            op, "cache num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
+                    ", num_slots = " + std::to_string(num_slots) + ", kv_heads = " + std::to_string(kv_heads) +
+                    ", head_dim = " + std::to_string(head_dim) + ", proxy_dim = " + std::to_string(proxy_dim) +
+                    "; expected positive counts and a block size of LayerCache::create");
+    const auto check = [&](const char* name, std::size_t have, std::size_t want, const char* shape) {
+      require(have == want, op, std::string("cache ") + name + " has " + std::to_string(have) + " elements, expected " +
+                                    shape + " = " + std::to_string(want));
+    };
+    check("k_cache", k_cache.size(), kv_elems(), "num_blocks x block_size x kv_heads x head_dim");
+    check("v_cache", v_cache.size(), kv_elems(), "num_blocks x block_size x kv_heads x head_dim");
+    check("summary_cache", summary_cache.size(), summary_elems(), "num_blocks x block_size/8 x proxy_dim");
+    check("tail", tail.size(), tail_elems(), "num_slots x 8 x 2 x proxy_dim");
   }
 };
 

@@ -66,27 +66,27 @@ struct LayerIntermediates {
   std::vector<bf16> gated;            ///< [T, Hl, D]
 };
 
-/// Steps 2–8 of SPEC §4 from a given fused projection output `C [T, ldc]` (column blocks per
-/// `rank.shards` and `rank.indexer_w`, ARCHITECTURE.md) — lets tests feed saved projections.
-/// Updates `cache` (KV rows, summaries, tails) and returns the bf16 partial `[T, hidden]`.
-inline std::vector<bf16> forward_from_projection(const LayerWeights& w, LayerCache& cache, const StepBatch& step,
-                                                 const bf16* C, int ldc, int topk, LayerIntermediates* inter = nullptr,
-                                                 int regions_per_tile = 0) {
+/// Every check of a layer step's inputs, before anything is read through them: the weights
+/// (validate_weights), the StepBatch's vector sizes, the cache (its layout and its buffers'
+/// sizes, LayerCache::validate), then the shared step validation (ops::validate_step, as the
+/// GPU's launchers) with `topk`, the RoPE tables' max_position and the projection's `ldc`.
+/// Throws `step5::Error` (kInvalidArgument) naming "forward" and the value.
+inline void check_forward_inputs(const LayerWeights& w, const LayerCache& cache, const StepBatch& step, int ldc, int topk) {
   validate_weights(w);
   const auto& r = w.rank;
   const auto& g = r.geometry;
-  using layout::Shard;
-  const BatchView batch = step.view();
-  require(static_cast<int>(step.cu_seqlens_q.size()) == batch.num_requests + 1 &&
-              static_cast<int>(step.tail_slot.size()) == batch.num_requests &&
-              step.block_table.size() == static_cast<std::size_t>(batch.num_requests) * step.max_blocks,
+  const std::size_t B = step.seq_lens.size();
+  require(step.cu_seqlens_q.size() == B + 1 && step.tail_slot.size() == B && step.max_blocks >= 0 &&
+              step.block_table.size() == B * static_cast<std::size_t>(step.max_blocks),
           "forward", "StepBatch sizes: cu_seqlens_q " + std::to_string(step.cu_seqlens_q.size()) + ", tail_slot " +
                          std::to_string(step.tail_slot.size()) + ", block_table " + std::to_string(step.block_table.size()) +
-                         " for " + std::to_string(batch.num_requests) + " requests x max_blocks " + std::to_string(step.max_blocks));
+                         " for " + std::to_string(B) + " requests (seq_lens) x max_blocks " + std::to_string(step.max_blocks));
   require(cache.kv_heads == r.local_kv_heads && cache.head_dim == g.head_dim && cache.proxy_dim == g.proxy_dim, "forward",
           "cache was created for kv_heads " + std::to_string(cache.kv_heads) + ", head_dim " +
               std::to_string(cache.head_dim) + ", proxy_dim " + std::to_string(cache.proxy_dim) + "; expected " +
               std::to_string(r.local_kv_heads) + ", " + std::to_string(g.head_dim) + ", " + std::to_string(g.proxy_dim));
+  cache.validate("forward");
+  const BatchView batch = step.view();
   const BlockTableView bt = step.blocks(cache);
   // the shared step validation (the GPU's dsa_layer_forward / launchers call the same function)
   ops::StepCheck check = step_check("forward", batch, bt);
@@ -94,6 +94,20 @@ inline std::vector<bf16> forward_from_projection(const LayerWeights& w, LayerCac
   check.max_position = std::min(w.rope_main.max_position, w.rope_idx.max_position);
   check.widths[0] = {"ldc", ldc, r.rows_with_w, "rows_with_w", 1};
   require_valid(check);
+}
+
+/// Steps 2–8 of SPEC §4 from a given fused projection output `C [T, ldc]` (column blocks per
+/// `rank.shards` and `rank.indexer_w`, ARCHITECTURE.md) — lets tests feed saved projections.
+/// Updates `cache` (KV rows, summaries, tails) and returns the bf16 partial `[T, hidden]`.
+inline std::vector<bf16> forward_from_projection(const LayerWeights& w, LayerCache& cache, const StepBatch& step,
+                                                 const bf16* C, int ldc, int topk, LayerIntermediates* inter = nullptr,
+                                                 int regions_per_tile = 0) {
+  check_forward_inputs(w, cache, step, ldc, topk);
+  const auto& r = w.rank;
+  const auto& g = r.geometry;
+  using layout::Shard;
+  const BatchView batch = step.view();
+  const BlockTableView bt = step.blocks(cache);
   const int T = batch.num_tokens(), D = g.head_dim, P = g.proxy_dim, Hl = r.local_heads, KVl = r.local_kv_heads;
   const int lg = r.local_kv_groups, Il = r.index_local_heads;
   LayerIntermediates local;
@@ -158,9 +172,9 @@ inline std::vector<bf16> forward_from_projection(const LayerWeights& w, LayerCac
 /// `topk` is the run-time value (1..1024). `inter` (optional) receives every intermediate.
 inline std::vector<bf16> forward(const LayerWeights& w, LayerCache& cache, const StepBatch& step, const bf16* X, int topk,
                                  LayerIntermediates* inter = nullptr, int regions_per_tile = 0) {
-  validate_weights(w);
-  const int T = step.view().num_tokens();
   const int ldc = w.rank.padded_rows;
+  check_forward_inputs(w, cache, step, ldc, topk);  // before num_tokens reads cu_seqlens_q
+  const int T = step.view().num_tokens();
   std::vector<bf16> C(static_cast<std::size_t>(T) * ldc);
   gemm_bf16(T, ldc, w.hidden, X, w.hidden, w.fused.data(), w.hidden, C.data(), ldc);
   std::vector<bf16> partial = forward_from_projection(w, cache, step, C.data(), ldc, topk, inter, regions_per_tile);
