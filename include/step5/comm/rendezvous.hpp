@@ -63,6 +63,8 @@ struct DistEnv {
 
 /// The largest WORLD_SIZE accepted (a sanity bound, far above any TP group).
 inline constexpr int kMaxWorldSize = 65536;
+/// The largest TCP port (MASTER_PORT and DistEnv::master_port are in [1, kMaxMasterPort]).
+inline constexpr int kMaxMasterPort = 65535;
 
 /// Looks a variable up (std::getenv in production; a map in tests). Returns nullptr when unset.
 using EnvLookup = std::function<const char*(const char*)>;
@@ -111,7 +113,7 @@ inline DistEnv dist_env_from(const EnvLookup& get) {
   if (e.master_addr.empty() || e.master_addr.find_first_of(" \t\n") != std::string::npos)
     throw Error(StatusCode::kInvalidArgument, "environment variable MASTER_ADDR='" + e.master_addr +
                                                   "' is not a host name or IP address");
-  e.master_port = detail::env_int(get, "MASTER_PORT", 1, 65535);
+  e.master_port = detail::env_int(get, "MASTER_PORT", 1, kMaxMasterPort);
   return e;
 }
 
@@ -152,9 +154,9 @@ class TcpStore {
       throw Error(StatusCode::kInvalidArgument, "rendezvous: rank " + std::to_string(env.rank) + " of world size " +
                                                     std::to_string(env.world_size) + ": expected 0 <= rank < world size");
     if (env.world_size == 1) return;
-    if (env.master_port < 1 || env.master_port > 65535)
+    if (env.master_port < 1 || env.master_port > kMaxMasterPort)
       throw Error(StatusCode::kInvalidArgument, "rendezvous: master_port " + std::to_string(env.master_port) +
-                                                    ": expected [1, 65535]");
+                                                    ": expected [1, " + std::to_string(kMaxMasterPort) + "]");
     if (env.master_addr.empty())
       throw Error(StatusCode::kInvalidArgument, "rendezvous: master_addr is empty: expected the host name or IP address of rank 0");
     const auto deadline = Clock::now() + seconds(timeout_s);

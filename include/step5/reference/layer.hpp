@@ -96,13 +96,11 @@ inline void check_forward_inputs(const LayerWeights& w, const LayerCache& cache,
   require_valid(check);
 }
 
-/// Steps 2–8 of SPEC §4 from a given fused projection output `C [T, ldc]` (column blocks per
-/// `rank.shards` and `rank.indexer_w`, ARCHITECTURE.md) — lets tests feed saved projections.
-/// Updates `cache` (KV rows, summaries, tails) and returns the bf16 partial `[T, hidden]`.
-inline std::vector<bf16> forward_from_projection(const LayerWeights& w, LayerCache& cache, const StepBatch& step,
-                                                 const bf16* C, int ldc, int topk, LayerIntermediates* inter = nullptr,
-                                                 int regions_per_tile = 0) {
-  check_forward_inputs(w, cache, step, ldc, topk);
+namespace detail {
+/// forward_from_projection after check_forward_inputs (forward checks once, before its GEMM).
+inline std::vector<bf16> forward_from_projection_unchecked(const LayerWeights& w, LayerCache& cache,
+                                                           const StepBatch& step, const bf16* C, int ldc, int topk,
+                                                           LayerIntermediates* inter, int regions_per_tile) {
   const auto& r = w.rank;
   const auto& g = r.geometry;
   using layout::Shard;
@@ -166,6 +164,17 @@ inline std::vector<bf16> forward_from_projection(const LayerWeights& w, LayerCac
   gemm_bf16(T, w.hidden, Hl * D, I.gated.data(), Hl * D, w.o_proj.data(), Hl * D, partial.data(), w.hidden);
   return partial;
 }
+}  // namespace detail
+
+/// Steps 2–8 of SPEC §4 from a given fused projection output `C [T, ldc]` (column blocks per
+/// `rank.shards` and `rank.indexer_w`, ARCHITECTURE.md) — lets tests feed saved projections.
+/// Updates `cache` (KV rows, summaries, tails) and returns the bf16 partial `[T, hidden]`.
+inline std::vector<bf16> forward_from_projection(const LayerWeights& w, LayerCache& cache, const StepBatch& step,
+                                                 const bf16* C, int ldc, int topk, LayerIntermediates* inter = nullptr,
+                                                 int regions_per_tile = 0) {
+  check_forward_inputs(w, cache, step, ldc, topk);
+  return detail::forward_from_projection_unchecked(w, cache, step, C, ldc, topk, inter, regions_per_tile);
+}
 
 /// One DSA layer on one rank (SPEC §4): `X [T, hidden]` bf16 → bf16 partial `[T, hidden]`
 /// (this rank's o_proj columns; sum the ranks with `simulated_all_reduce`). Updates `cache`.
@@ -177,7 +186,8 @@ inline std::vector<bf16> forward(const LayerWeights& w, LayerCache& cache, const
   const int T = step.view().num_tokens();
   std::vector<bf16> C(static_cast<std::size_t>(T) * ldc);
   gemm_bf16(T, ldc, w.hidden, X, w.hidden, w.fused.data(), w.hidden, C.data(), ldc);
-  std::vector<bf16> partial = forward_from_projection(w, cache, step, C.data(), ldc, topk, inter, regions_per_tile);
+  std::vector<bf16> partial =
+      detail::forward_from_projection_unchecked(w, cache, step, C.data(), ldc, topk, inter, regions_per_tile);
   if (inter) {
     inter->fused_out = std::move(C);
     inter->ldc = ldc;
