@@ -215,6 +215,21 @@ std::vector<float> reference_all_rows(int T, int N, int K, const std::vector<bf1
   return ref;
 }
 
+/// A kGemv kernel (config) forced on x / w (rows ld apart) into c (poisoned first, rows ldc
+/// apart), synchronised.
+step5::Status gemv_forced(const DevBuf& dx, const DevBuf& dw, DevBuf& dc, int T, int N, int K, int ld, int ldc,
+                          int config) {
+  GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * ldc * 2));
+  GemmParams p;
+  p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
+  p.tokens = T, p.n = N, p.k = K, p.ldx = ld, p.ldw = ld, p.ldc = ldc;
+  p.path = GemmPath::kGemv;
+  p.config = config;
+  const step5::Status st = step5::ops::gemm_bf16(p, nullptr);
+  GPU_CHECK(cudaDeviceSynchronize());
+  return st;
+}
+
 /// The k-tiles of K for a wgmma tile kind config (1-based; 0 = 64-wide k-tiles): 64 · k_boxes wide.
 int wgmma_k_tiles(int K, int config) {
   const int bk = 64 * (config > 0 ? step5::ops::kGemmWgmmaTiles[config - 1].k_boxes : 1);
@@ -891,20 +906,6 @@ GPU_CASE("gemm: K = 0: forced gemv is refused naming k, kAuto writes zeros; both
       for (int n = 0; n < 302; ++n) bad += hc[static_cast<std::size_t>(t) * 302 + n] != (n < 300 ? 0x0000 : 0xFFFF);
     EXPECT(bad == 0, "kAuto K = 0 T=%d: %d outputs not 0 (or padding not left poisoned)", T, bad);
   }
-  // a kGemv kernel (config) forced on x / w (rows ld apart) into c (poisoned first, rows ldc
-  // apart), synchronised
-  const auto gemv_forced = [](const DevBuf& dx, const DevBuf& dw, DevBuf& dc, int T, int N, int K, int ld, int ldc,
-                              int config) {
-    GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * ldc * 2));
-    GemmParams p;
-    p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
-    p.tokens = T, p.n = N, p.k = K, p.ldx = ld, p.ldw = ld, p.ldc = ldc;
-    p.path = GemmPath::kGemv;
-    p.config = config;
-    const step5::Status st = step5::ops::gemm_bf16(p, nullptr);
-    GPU_CHECK(cudaDeviceSynchronize());
-    return st;
-  };
   constexpr int kCuda = step5::ops::kGemmGemvCudaCores, kTensor = step5::ops::kGemmGemvTensorCores,
                 kWin = step5::ops::kGemmGemvTensorCoresWindowed;
   // Fewer rows than a ring stage holds: N = 7 (CUDA cores: one CTA per row, 7 of 8 consumer warps
@@ -1020,15 +1021,8 @@ GPU_CASE("gemm: gemv tensor cores: a tile's last half k16 step reads no stale ri
     DevBuf dw(hw.size() * 2), dx(hx.size() * 2), dc(static_cast<std::size_t>(T) * ldc * 2);
     GPU_CHECK(cudaMemcpy(dw.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
     GPU_CHECK(cudaMemcpy(dx.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-    GPU_CHECK(cudaMemset(dc.p, 0xff, static_cast<std::size_t>(T) * ldc * 2));
-    GemmParams p;
-    p.x = dx.as<bf16>(), p.w = dw.as<bf16>(), p.c = dc.as<bf16>();
-    p.tokens = T, p.n = N, p.k = K, p.ldx = K, p.ldw = K, p.ldc = ldc;
-    p.path = GemmPath::kGemv;
-    p.config = config;
-    const step5::Status st = step5::ops::gemm_bf16(p, nullptr);
+    const step5::Status st = gemv_forced(dx, dw, dc, T, N, K, K, ldc, config);
     EXPECT(st.ok(), "gemv config %d T=%d N=%d K=%d: %s", config, T, N, K, st.to_string().c_str());
-    GPU_CHECK(cudaDeviceSynchronize());
     std::vector<bf16> hc(static_cast<std::size_t>(T) * ldc);
     GPU_CHECK(cudaMemcpy(hc.data(), dc.p, hc.size() * 2, cudaMemcpyDeviceToHost));
     std::vector<int> rows;
