@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 
 #include "reference_test_util.hpp"
 
@@ -253,6 +254,33 @@ TEST_CASE("attention: an empty row gives 0 and -inf; softmax weights follow the 
   CHECK_THROWS_WITH_AS(ref::sparse_attention(batch, bt, 1, 1, D, 1, q.data(), kc.data(), vc.data(), ids.data(),
                                              counts.data(), out.data(), lse.data()),
                        doctest::Contains("current region 0"), step5::Error);
+}
+
+TEST_CASE("attention and select_topk: topk outside [1, 1024] is refused naming it (a topk past 2^30 hung)") {
+  // regions per tile: min(16, next_pow2(topk + 1)), bounded for every int
+  CHECK(ref::default_regions_per_tile(1) == 2);
+  CHECK(ref::default_regions_per_tile(7) == 8);
+  CHECK(ref::default_regions_per_tile(8) == 16);
+  CHECK(ref::default_regions_per_tile(1024) == 16);
+  CHECK(ref::default_regions_per_tile(0) == 1);
+  CHECK(ref::default_regions_per_tile(1500000000) == 16);  // looped for ever at p = 0
+  CHECK(ref::default_regions_per_tile(std::numeric_limits<int>::max()) == 16);
+  constexpr int D = 4;
+  std::vector<std::int32_t> cu = {0, 1}, seqs = {2}, table = {0};
+  ref::BatchView batch{1, cu.data(), seqs.data()};
+  ref::BlockTableView bt{table.data(), 1, 8, 1};
+  std::vector<bf16> kc(8 * D, to_bf16(0.0f)), vc(8 * D, to_bf16(0.0f)), q(D, to_bf16(0.0f)), out(D);
+  std::vector<std::int32_t> ids(4, -1), counts = {0}, positions = {1};
+  std::vector<float> lse(1), scores(4, 0.0f);
+  for (const int topk : {0, -3, 1025, 1500000000, std::numeric_limits<int>::max()}) {
+    INFO("topk " << topk);
+    const std::string want = "topk = " + std::to_string(topk) + ", expected in [1, 1024]";
+    CHECK_THROWS_WITH_AS(ref::sparse_attention(batch, bt, 1, 1, D, topk, q.data(), kc.data(), vc.data(), ids.data(),
+                                               counts.data(), out.data(), lse.data()),
+                         doctest::Contains(("sparse_attention: " + want).c_str()), step5::Error);
+    CHECK_THROWS_WITH_AS(ref::select_topk(1, 1, scores.data(), 4, positions.data(), topk, ids.data(), counts.data()),
+                         doctest::Contains(("select_topk: " + want).c_str()), step5::Error);
+  }
 }
 
 TEST_CASE("gate: bf16(sigmoid(bf16 g)) then bf16(o * gate)") {
