@@ -145,6 +145,28 @@ TEST_CASE("region summary: known z/k") {
   }
 }
 
+TEST_CASE("region summary: a step ending at position 2^31 - 2 completes no region (no signed overflow)") {
+  // seq_len = INT_MAX within a block-table row of 2048 blocks of 2^20 tokens: the last region
+  // (positions 2^31 - 8 .. 2^31 - 1) is incomplete. (r + 1) * 8 overflowed for it: the region counted
+  // as complete, read index_k past its one row, and the loop ran on with negative positions.
+  constexpr int P = 2, kBlockSize = 1 << 20, kMaxBlocks = 2048;
+  std::vector<std::int32_t> cu = {0, 1}, seqs = {std::numeric_limits<int>::max()}, table(kMaxBlocks), slot = {0};
+  for (int i = 0; i < kMaxBlocks; ++i) table[static_cast<std::size_t>(i)] = i;
+  ref::BatchView batch{1, cu.data(), seqs.data()};
+  ref::BlockTableView bt{table.data(), kMaxBlocks, kBlockSize, kMaxBlocks};
+  std::vector<bf16> k = {to_bf16(1.0f), to_bf16(2.0f)}, z = {to_bf16(3.0f), to_bf16(4.0f)};
+  std::vector<bf16> tail(8 * 2 * P, to_bf16(0.0f));
+  std::vector<std::uint8_t> summary(16, 0xab);  // never written: no region completes
+  std::vector<ref::CompletedRegion> done;
+  ref::update_summaries(batch, bt, P, k.data(), P, z.data(), P, tail.data(), 1, slot.data(), summary.data(), &done);
+  CHECK(done.empty());
+  for (std::uint8_t b : summary) CHECK(b == 0xab);
+  // the token (position 2^31 - 2) is row 6 of its region: (k, z) pairs in tail slot 0
+  const std::size_t row = 6;
+  CHECK(to_float(tail[(row * 2 + 0) * P + 1]) == 2.0f);
+  CHECK(to_float(tail[(row * 2 + 1) * P + 0]) == 3.0f);
+}
+
 TEST_CASE("scores: ReLU per head, negative weights, heads summed in order") {
   constexpr int P = 4;
   auto e = [](float v) { return step5::float_to_e4m3_bits(v); };
