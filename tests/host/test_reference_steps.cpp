@@ -394,6 +394,25 @@ TEST_CASE("indexer: q RMSNorm with bf16(w) + 1, k LayerNorm with E[x^2] - E[x]^2
   }
 }
 
+TEST_CASE("indexer q/k heads: rot outside [0, proxy_dim] or odd is refused naming it (main_qk_head's rule)") {
+  // rot 4000 rotated past the heads' 1024-float stack buffer (ASan/UBSan); rot 8 on P = 4 rotated
+  // uninitialised values into the output; rot 3 paired dims (0, 1) silently
+  constexpr int P = 4;
+  std::vector<bf16> x(P, to_bf16(1.0f)), out(P), cs(2048, to_bf16(1.0f)), sn(2048, to_bf16(0.5f));
+  std::vector<float> w(P, 0.0f), b(P, 0.0f);
+  for (const int rot : {3, 8, 4000, -2}) {
+    INFO("rot " << rot);
+    const std::string want = "rot = " + std::to_string(rot) + ", expected even and <= proxy_dim 4";
+    CHECK_THROWS_WITH_AS(ref::index_q_head(x.data(), out.data(), P, w.data(), 1e-5f, rot, cs.data(), sn.data()),
+                         doctest::Contains(("index_q_head: " + want).c_str()), step5::Error);
+    CHECK_THROWS_WITH_AS(
+        ref::index_k_head(x.data(), out.data(), P, w.data(), b.data(), 1e-5f, rot, cs.data(), sn.data()),
+        doctest::Contains(("index_k_head: " + want).c_str()), step5::Error);
+  }
+  ref::index_q_head(x.data(), out.data(), P, w.data(), 1e-5f, P, cs.data(), sn.data());  // rot = P is fine
+  ref::index_k_head(x.data(), out.data(), P, w.data(), b.data(), 1e-5f, 0, nullptr, nullptr);
+}
+
 TEST_CASE("batch metadata: positions, validation messages") {
   const std::vector<std::int32_t> cu = {0, 3, 4, 4}, seq = {3, 10, 5};
   ref::BatchView b{3, cu.data(), seq.data()};
