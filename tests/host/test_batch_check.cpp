@@ -219,6 +219,15 @@ TEST_CASE("launchers' step checks require the device batch arrays (indexer ops, 
   expect_refused(step5::ops::attention_step_check(a, true), {"sparse_attention: seq_lens is null"});
   CHECK(validate_step(step5::ops::attention_step_check(a, false)).ok());  // planning: sizes only
 }
+
+TEST_CASE("indexer_select_chunks: a RankLayout of no KV groups gives one chunk, no division by zero") {
+  // a default (not make_rank_layout) RankLayout has local_kv_groups = 0: 0 score bytes per token,
+  // which divided the workspace (SIGFPE); the launchers refuse such a rank, the helper must not crash
+  const step5::layout::RankLayout none{};
+  const step5::ops::SelectChunks c = step5::ops::indexer_select_chunks(none, 10, 100, 1, std::size_t{1} << 20);
+  CHECK(c.count == 1);
+  CHECK(c.max_tokens() == 10);
+}
 #endif  // __has_include(<cuda_runtime_api.h>)
 
 TEST_CASE("validate_step: a block written by the step belongs to one request (rule 4, host copy of the table)") {

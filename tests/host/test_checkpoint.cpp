@@ -667,8 +667,16 @@ TEST_CASE("rope tables: max_position in [1, kMaxRopePositions], theta a positive
   model::Llama3Scaling inf_factor;
   inf_factor.factor = std::numeric_limits<float>::infinity();
   expect_error([&] { model::rope_inv_freq(1e4, 4, inf_factor); }, StatusCode::kInvalidArgument, {"invalid llama3 scaling"});
+  // each value in range, yet an inverse frequency past FLT_MAX (its table row 0 was NaN = 0 * inf)
+  expect_error([] { model::make_rope_table(4, 128, 1e-40); }, StatusCode::kInvalidArgument,
+               {"rope_inv_freq", "theta = 1e-40", "rot = 128", "inv_freq[62] = inf", "expected finite"});
+  model::Llama3Scaling tiny_factor;
+  tiny_factor.factor = std::numeric_limits<float>::denorm_min();
+  expect_error([&] { model::make_rope_table(4, 128, 5e6, tiny_factor); }, StatusCode::kInvalidArgument,
+               {"rope_inv_freq", "llama3 factor = 1.40129846e-45", "= inf", "expected finite"});
   // the bounds themselves pass
   for (float f : model::rope_inv_freq(std::numeric_limits<float>::max(), 4)) CHECK(std::isfinite(f));
+  for (float f : model::rope_inv_freq(1e-30, 128)) CHECK(std::isfinite(f));
   const model::RopeTable t = model::make_rope_table(3, 4, 1e4);
   CHECK(t.max_position == 3);
   CHECK(t.cos.size() == 6);

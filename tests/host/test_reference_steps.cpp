@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string>
 
 #include "reference_test_util.hpp"
 
@@ -144,6 +145,28 @@ TEST_CASE("region summary: known z/k") {
   }
 }
 
+TEST_CASE("region summary: a step ending at position 2^31 - 2 completes no region (no signed overflow)") {
+  // seq_len = INT_MAX within a block-table row of 2048 blocks of 2^20 tokens: the last region
+  // (positions 2^31 - 8 .. 2^31 - 1) is incomplete. (r + 1) * 8 overflowed for it: the region counted
+  // as complete, read index_k past its one row, and the loop ran on with negative positions.
+  constexpr int P = 2, kBlockSize = 1 << 20, kMaxBlocks = 2048;
+  std::vector<std::int32_t> cu = {0, 1}, seqs = {std::numeric_limits<int>::max()}, table(kMaxBlocks), slot = {0};
+  for (int i = 0; i < kMaxBlocks; ++i) table[static_cast<std::size_t>(i)] = i;
+  ref::BatchView batch{1, cu.data(), seqs.data()};
+  ref::BlockTableView bt{table.data(), kMaxBlocks, kBlockSize, kMaxBlocks};
+  std::vector<bf16> k = {to_bf16(1.0f), to_bf16(2.0f)}, z = {to_bf16(3.0f), to_bf16(4.0f)};
+  std::vector<bf16> tail(8 * 2 * P, to_bf16(0.0f));
+  std::vector<std::uint8_t> summary(16, 0xab);  // never written: no region completes
+  std::vector<ref::CompletedRegion> done;
+  ref::update_summaries(batch, bt, P, k.data(), P, z.data(), P, tail.data(), 1, slot.data(), summary.data(), &done);
+  CHECK(done.empty());
+  for (std::uint8_t b : summary) CHECK(b == 0xab);
+  // the token (position 2^31 - 2) is row 6 of its region: (k, z) pairs in tail slot 0
+  const std::size_t row = 6;
+  CHECK(to_float(tail[(row * 2 + 0) * P + 1]) == 2.0f);
+  CHECK(to_float(tail[(row * 2 + 1) * P + 0]) == 3.0f);
+}
+
 TEST_CASE("scores: ReLU per head, negative weights, heads summed in order") {
   constexpr int P = 4;
   auto e = [](float v) { return step5::float_to_e4m3_bits(v); };
@@ -255,6 +278,33 @@ TEST_CASE("attention: an empty row gives 0 and -inf; softmax weights follow the 
                        doctest::Contains("current region 0"), step5::Error);
 }
 
+TEST_CASE("attention and select_topk: topk outside [1, 1024] is refused naming it (a topk past 2^30 hung)") {
+  // regions per tile: min(16, next_pow2(topk + 1)), bounded for every int
+  CHECK(ref::default_regions_per_tile(1) == 2);
+  CHECK(ref::default_regions_per_tile(7) == 8);
+  CHECK(ref::default_regions_per_tile(8) == 16);
+  CHECK(ref::default_regions_per_tile(1024) == 16);
+  CHECK(ref::default_regions_per_tile(0) == 1);
+  CHECK(ref::default_regions_per_tile(1500000000) == 16);  // looped for ever at p = 0
+  CHECK(ref::default_regions_per_tile(std::numeric_limits<int>::max()) == 16);
+  constexpr int D = 4;
+  std::vector<std::int32_t> cu = {0, 1}, seqs = {2}, table = {0};
+  ref::BatchView batch{1, cu.data(), seqs.data()};
+  ref::BlockTableView bt{table.data(), 1, 8, 1};
+  std::vector<bf16> kc(8 * D, to_bf16(0.0f)), vc(8 * D, to_bf16(0.0f)), q(D, to_bf16(0.0f)), out(D);
+  std::vector<std::int32_t> ids(4, -1), counts = {0}, positions = {1};
+  std::vector<float> lse(1), scores(4, 0.0f);
+  for (const int topk : {0, -3, 1025, 1500000000, std::numeric_limits<int>::max()}) {
+    INFO("topk " << topk);
+    const std::string want = "topk = " + std::to_string(topk) + ", expected in [1, 1024]";
+    CHECK_THROWS_WITH_AS(ref::sparse_attention(batch, bt, 1, 1, D, topk, q.data(), kc.data(), vc.data(), ids.data(),
+                                               counts.data(), out.data(), lse.data()),
+                         doctest::Contains(("sparse_attention: " + want).c_str()), step5::Error);
+    CHECK_THROWS_WITH_AS(ref::select_topk(1, 1, scores.data(), 4, positions.data(), topk, ids.data(), counts.data()),
+                         doctest::Contains(("select_topk: " + want).c_str()), step5::Error);
+  }
+}
+
 TEST_CASE("gate: bf16(sigmoid(bf16 g)) then bf16(o * gate)") {
   CHECK(ref::gate_value(to_bf16(0.0f)) == 0.5f);
   CHECK(ref::gate_value(to_bf16(2.0f)) == 0.87890625f);  // sigmoid(2) = 0.880797 -> bf16 0.87890625
@@ -342,6 +392,25 @@ TEST_CASE("indexer: q RMSNorm with bf16(w) + 1, k LayerNorm with E[x^2] - E[x]^2
     CHECK(to_float(k_out[d]) == (d % 2 ? 1.5f : -0.5f));
     CHECK(z_out[d].bits == z_raw[d].bits);
   }
+}
+
+TEST_CASE("indexer q/k heads: rot outside [0, proxy_dim] or odd is refused naming it (main_qk_head's rule)") {
+  // rot 4000 rotated past the heads' 1024-float stack buffer (ASan/UBSan); rot 8 on P = 4 rotated
+  // uninitialised values into the output; rot 3 paired dims (0, 1) silently
+  constexpr int P = 4;
+  std::vector<bf16> x(P, to_bf16(1.0f)), out(P), cs(2048, to_bf16(1.0f)), sn(2048, to_bf16(0.5f));
+  std::vector<float> w(P, 0.0f), b(P, 0.0f);
+  for (const int rot : {3, 8, 4000, -2}) {
+    INFO("rot " << rot);
+    const std::string want = "rot = " + std::to_string(rot) + ", expected even and <= proxy_dim 4";
+    CHECK_THROWS_WITH_AS(ref::index_q_head(x.data(), out.data(), P, w.data(), 1e-5f, rot, cs.data(), sn.data()),
+                         doctest::Contains(("index_q_head: " + want).c_str()), step5::Error);
+    CHECK_THROWS_WITH_AS(
+        ref::index_k_head(x.data(), out.data(), P, w.data(), b.data(), 1e-5f, rot, cs.data(), sn.data()),
+        doctest::Contains(("index_k_head: " + want).c_str()), step5::Error);
+  }
+  ref::index_q_head(x.data(), out.data(), P, w.data(), 1e-5f, P, cs.data(), sn.data());  // rot = P is fine
+  ref::index_k_head(x.data(), out.data(), P, w.data(), b.data(), 1e-5f, 0, nullptr, nullptr);
 }
 
 TEST_CASE("batch metadata: positions, validation messages") {

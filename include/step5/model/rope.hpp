@@ -67,7 +67,8 @@ struct RopeTable {
 /// `inv_freq [rot/2]` fp32: `1 / theta^(arange(0, rot, 2) / rot)`, then llama3 scaling if given.
 /// Throws `step5::Error` (kInvalidArgument) when rot is not positive and even, theta is not a
 /// positive fp32 value (theta <= 0, NaN, above FLT_MAX — it would become inf — or so small it
-/// rounds to 0), or a llama3 factor is not finite.
+/// rounds to 0), a llama3 factor is not finite, or an inverse frequency overflows to inf (a
+/// theta or llama3 factor so small that 1 / theta^(2i/rot) or inv_freq / factor exceeds FLT_MAX).
 inline std::vector<float> rope_inv_freq(double theta, int rot, const std::optional<Llama3Scaling>& scaling = std::nullopt) {
   require(rot > 0 && rot % 2 == 0, "rope_inv_freq", "rot = " + std::to_string(rot) + ", expected positive and even");
   require(is_positive_fp32(theta), "rope_inv_freq",
@@ -100,6 +101,15 @@ inline std::vector<float> rope_inv_freq(double theta, int rot, const std::option
       inv[i] = medium ? smoothed : llama;
     }
   }
+  // theta and the llama3 factor pass their checks one by one yet can still overflow fp32 here
+  // (1 / theta^(2i/rot) for a theta below 1, f / factor for a tiny factor): an inf inverse
+  // frequency would make row 0 of the tables NaN (0 * inf) and every other row meaningless
+  for (int i = 0; i < half; ++i)
+    require(std::isfinite(inv[i]), "rope_inv_freq",
+            "theta = " + detail::rope_num_text(theta) + ", rot = " + std::to_string(rot) +
+                (scaling ? ", llama3 factor = " + detail::rope_num_text(scaling->factor) : std::string()) +
+                " give inv_freq[" + std::to_string(i) + "] = " + detail::rope_num_text(inv[i]) +
+                ", expected finite inverse frequencies (theta or the llama3 factor is too small)");
   return inv;
 }
 

@@ -370,7 +370,9 @@ inline std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank
 inline SelectChunks indexer_select_chunks(const layout::RankLayout& rank, int num_tokens, int max_seq_len,
                                           int num_requests, std::size_t workspace_bytes) {
   const std::size_t plan = detail::plan_bytes(num_requests > 0 ? num_requests : 0);
-  const std::size_t per_token = indexer_select_token_bytes(rank, max_seq_len);
+  // at least 1, as dsa_layer's workspace map: a RankLayout of 0 KV groups (not one of
+  // make_rank_layout, which the launchers refuse) gave 0 and a division by zero (SIGFPE)
+  const std::size_t bytes = indexer_select_token_bytes(rank, max_seq_len), per_token = bytes > 0 ? bytes : 1;
   return select_chunks(num_tokens, workspace_bytes > plan ? (workspace_bytes - plan) / per_token : 0);
 }
 

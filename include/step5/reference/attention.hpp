@@ -25,11 +25,13 @@
 
 namespace step5::reference {
 
-/// `min(16, next_pow2(topk + 1))`: the reference kernel's regions per prefill tile.
+/// `min(16, next_pow2(topk + 1))`: the reference kernel's regions per prefill tile (1 for
+/// topk <= 0). The doubling stops at 16 (it ran past 2^30 into a signed overflow, then looped
+/// for ever at 0, for a topk above 2^30).
 inline int default_regions_per_tile(int topk) {
   int p = 1;
-  while (p < topk + 1) p <<= 1;
-  return std::min(16, p);
+  while (p < 16 && p <= topk) p <<= 1;
+  return p;
 }
 
 /// Sparse attention of one step. Inputs:
@@ -38,8 +40,9 @@ inline int default_regions_per_tile(int topk) {
 ///   serves local group g), addressed through `bt`;
 /// - `topk_ids [lg, T, topk + 1]`, `counts [lg, T]` from `select_topk`.
 /// Outputs `out [T, Hl, D]` bf16 (before the gate) and `lse [T, Hl]` fp32 (may be null).
-/// `regions_per_tile <= 0` selects `default_regions_per_tile(topk)`. Throws when an id lies
-/// outside [0, p/8] or a count outside [0, topk + 1].
+/// `regions_per_tile <= 0` selects `default_regions_per_tile(topk)`. Throws when topk is outside
+/// [1, 1024] (ops::check_topk, as the GPU launcher), an id lies outside [0, p/8] or a count
+/// outside [0, topk + 1].
 inline void sparse_attention(const BatchView& batch, const BlockTableView& bt, int lg, int hpg_q, int D, int topk,
                              const bf16* q, const bf16* k_cache, const bf16* v_cache, const std::int32_t* topk_ids,
                              const std::int32_t* counts, bf16* out, float* lse, int regions_per_tile = 0) {
@@ -47,6 +50,7 @@ inline void sparse_attention(const BatchView& batch, const BlockTableView& bt, i
   require(lg > 0 && hpg_q > 0 && D > 0, "sparse_attention",
           "lg = " + std::to_string(lg) + ", hpg_q = " + std::to_string(hpg_q) + ", D = " + std::to_string(D) +
               ", expected all > 0");
+  throw_if_error(ops::check_topk("sparse_attention", topk));  // before topk + 1 (a row's width)
   if (regions_per_tile <= 0) regions_per_tile = default_regions_per_tile(topk);
   const int T = batch.num_tokens(), Hl = lg * hpg_q, KVl = lg, W = topk + 1;
   const std::vector<std::int32_t> pos = token_positions(batch);

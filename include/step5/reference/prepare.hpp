@@ -48,6 +48,13 @@ inline float main_norm_sum_squares(const float* x, int D) {
   return lane[0];
 }
 
+/// The rotated dims of one head of `dim` values (`dim_name` = its name): even and in [0, dim],
+/// the rule of the three head functions below (apply_neox_rope reads and writes x[0, rot)).
+inline void require_head_rot(const char* where, int rot, int dim, const char* dim_name) {
+  require(rot >= 0 && rot <= dim && rot % 2 == 0, where,
+          "rot = " + std::to_string(rot) + ", expected even and <= " + dim_name + " " + std::to_string(dim));
+}
+
 /// One main q or k head (SPEC §4.2): `out = rope(bf16(x * rsqrt(mean(x²) + eps) * (1 + w)))`.
 /// x: D bf16 values (raw projection); w: [D] fp32 norm weight (`q_norm` / `k_norm`); rope rows of
 /// the token's position (`rot/2` bf16 each; rot may be 0). out: D bf16 (may alias x).
@@ -55,8 +62,7 @@ inline void main_qk_head(const bf16* x, bf16* out, int D, const float* w, float 
                          const bf16* sin_row) {
   float buf[1024];
   require(D > 0 && D <= 1024, "main_qk_head", "head_dim = " + std::to_string(D) + ", expected in [1, 1024]");
-  require(rot >= 0 && rot <= D && rot % 2 == 0, "main_qk_head",
-          "rot = " + std::to_string(rot) + ", expected even and <= head_dim " + std::to_string(D));
+  require_head_rot("main_qk_head", rot, D, "head_dim");
   for (int d = 0; d < D; ++d) buf[d] = to_float(x[d]);
   const float mean = main_norm_sum_squares(buf, D) / static_cast<float>(D);
   const float rinv = 1.0f / std::sqrt(mean + eps);
@@ -114,6 +120,7 @@ inline void index_q_head(const bf16* x, bf16* out, int P, const float* w, float 
                          const bf16* sin_row) {
   float buf[1024];
   require(P > 0 && P <= 1024, "index_q_head", "proxy_dim = " + std::to_string(P) + ", expected in [1, 1024]");
+  require_head_rot("index_q_head", rot, P, "proxy_dim");
   float ss = 0.0f;
   for (int d = 0; d < P; ++d) {
     buf[d] = to_float(x[d]);
@@ -131,6 +138,7 @@ inline void index_k_head(const bf16* x, bf16* out, int P, const float* w, const 
                          const bf16* cos_row, const bf16* sin_row) {
   float buf[1024];
   require(P > 0 && P <= 1024, "index_k_head", "proxy_dim = " + std::to_string(P) + ", expected in [1, 1024]");
+  require_head_rot("index_k_head", rot, P, "proxy_dim");
   // Signed zero (SPEC §4 "Signed zero"): Σx starts from its first term (Triton tl.sum), so a row of
   // −0.0 has mean −0.0 and x − mean = +0.0 (starting from +0.0 would give mean +0.0, x − mean = −0.0).
   buf[0] = to_float(x[0]);

@@ -50,9 +50,11 @@ inline int select_row(const float* scores, int num_history, int topk, int curren
 /// Selection of every (group, token) row: `scores [lg, T, ld_scores]` fp32 (row g*T + t holds
 /// the scores of regions 0 .. positions[t]/8 − 1; other columns are ignored), positions [T].
 /// Outputs `topk_ids [lg, T, topk + 1]` int32 and `counts [lg, T]` int32 (group-major, like the
-/// golden data and ARCHITECTURE.md). Throws when a row needs more than `ld_scores` columns.
+/// golden data and ARCHITECTURE.md). Throws when topk is outside [1, 1024] or a row needs more
+/// than `ld_scores` columns.
 inline void select_topk(int lg, int T, const float* scores, int ld_scores, const std::int32_t* positions, int topk,
                         std::int32_t* topk_ids, std::int32_t* counts) {
+  throw_if_error(ops::check_topk("select_topk", topk));  // before topk + 1 (the rows' stride)
   for (int t = 0; t < T; ++t)
     require(positions[t] >= 0 && positions[t] / layout::kRegionSize <= ld_scores, "select_topk",
             "token " + std::to_string(t) + " at position " + std::to_string(positions[t]) + " needs " +

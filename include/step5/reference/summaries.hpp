@@ -92,7 +92,7 @@ inline void update_summaries(const BatchView& batch, const BlockTableView& bt, i
     auto z_at = [&](int pos) -> const bf16* {
       return pos < past ? tail_row(slot, pos % R, 1) : index_z + static_cast<std::size_t>(t0 + pos - past) * ld_z;
     };
-    for (int r = past / R; (r + 1) * R <= len; ++r) {
+    for (int r = past / R; r < len / R; ++r) {  // (r + 1) * R <= len, without its overflow near INT_MAX
       const bf16* kr[R];
       const bf16* zr[R];
       for (int i = 0; i < R; ++i) {
