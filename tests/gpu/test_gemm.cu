@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <iterator>
@@ -34,6 +35,7 @@
 #include "step5/kernels/sm90/gemm_wgmma.cuh"
 #include "step5/layout/static_layout.hpp"
 #include "step5/ops/gemm.hpp"
+#include "step5/ops/pdl.hpp"
 #include "step5/reference/gemm.hpp"
 
 using step5::bf16;
@@ -1341,6 +1343,33 @@ GPU_CASE("gemm: preconditions return Status naming the values") {
     GemmParams p = good; p.tokens = 0; p.x = nullptr; p.c = nullptr;
     const step5::Status s = step5::ops::gemm_bf16(p, nullptr);
     EXPECT(s.ok(), "T == 0 should be a no-op, got %s", s.to_string().c_str());
+  }
+  {  // a STEP5_PDL that is neither 0 nor 1: refused naming it on every path, cuBLASLt's included
+     // (its launch does not pass through the library's launch_kernel, which refuses it), nothing
+     // launched (c keeps its poison)
+    const char* env = std::getenv("STEP5_PDL");
+    const std::string saved = env != nullptr ? env : "";
+    const int state = step5::ops::detail::pdl_state().load();
+    setenv("STEP5_PDL", "on", 1);
+    step5::ops::detail::pdl_state().store(-1);  // read the environment again, on first use
+    GPU_CHECK(cudaMemset(good.c, 0x7f, 4 * 16 * sizeof(bf16)));
+    std::vector<GemmPath> paths = {GemmPath::kAuto, GemmPath::kGeneric, GemmPath::kSplitK, GemmPath::kGemv};
+#if !defined(STEP5_NO_CUBLASLT)
+    paths.push_back(GemmPath::kCublasLt);
+#endif
+    for (GemmPath path : paths) {
+      GemmParams p = good; p.path = path;
+      const std::string what = "bad STEP5_PDL, path " + std::to_string(static_cast<int>(path));
+      expect_err(p, step5::StatusCode::kInvalidArgument, "STEP5_PDL = 'on'", what.c_str());
+    }
+    if (env != nullptr) setenv("STEP5_PDL", saved.c_str(), 1);
+    else unsetenv("STEP5_PDL");
+    step5::ops::detail::pdl_state().store(state);
+    GPU_CHECK(cudaDeviceSynchronize());
+    std::vector<std::uint16_t> h(4 * 16);
+    GPU_CHECK(cudaMemcpy(h.data(), good.c, h.size() * 2, cudaMemcpyDeviceToHost));
+    EXPECT(std::all_of(h.begin(), h.end(), [](std::uint16_t v) { return v == 0x7f7f; }),
+           "a refused GEMM wrote c");
   }
   GPU_CHECK(cudaDeviceSynchronize());
 }

@@ -11,10 +11,13 @@
 ///    any capture: queries the device (SM count), lays out the workspace (`plan.workspace_bytes`),
 ///    picks the GEMM path (cuBLASLt where it has an algorithm, unless `DsaLayerOptions::
 ///    gemm_allow_cublaslt` is false) / tile configuration / split-K factor for every planned token
-///    count, bounds the attention split-KV space, and sets the kernels' shared-memory attributes;
+///    count, bounds the attention split-KV space, and sets the GEMM kernels' shared-memory
+///    attributes (the attention, score and top-k launchers set their fixed per-kernel limits on
+///    each launch: a host call, capture-safe);
 ///  * `dsa_layer_run(plan, weights, caches, step, x, partial, workspace, bytes, stream)` per step:
 ///    host-only validation of the step (`validate_step`, no device read, no synchronisation), then
-///    the launches. No device allocation, no re-planning: safe inside `cudaStreamBeginCapture`
+///    the launches, on the plan's device (`plan.facts.device`, made current for the call and
+///    restored after it, as the GEMM and attention launchers do; `stream` must belong to it). No device allocation, no re-planning: safe inside `cudaStreamBeginCapture`
 ///    (the cuBLASLt path builds its descriptors and picks its algorithm on the first run of each
 ///    token count and workspace size: host work, cached for the process, capture-safe).
 ///  * `dsa_layer_forward(...)` = plan + run in one call (convenience for one-off calls and tests;
@@ -46,6 +49,7 @@
 #include "step5/ops/attention.hpp"
 #include "step5/ops/gemm.hpp"
 #include "step5/ops/indexer.hpp"
+#include "step5/ops/pdl.hpp"
 
 namespace step5::ops {
 
@@ -387,7 +391,7 @@ inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan
 /// aligned (256 lets the GEMMs' cuBLASLt plans use their share); x, partial and the weights are
 /// 16-byte aligned (cudaMalloc). Errors: `dsa_layer_check_step` (step vs
 /// capacity, validate_step with w.max_position; a step of no tokens still needs valid sizes and
-/// topk, as every launcher), STEP5_TOPK (`topk_env_status`), a too small or misaligned
+/// topk, as every launcher), STEP5_TOPK (`topk_env_status`), STEP5_PDL (`pdl_env_status`), a too small or misaligned
 /// workspace, every stage's pointers (x, partial, w.fused, w.o_proj 16-byte aligned; the caches
 /// as DsaLayerCaches says; step.tail_slot) and, with step.tail_slot_host, validate_step's rule 5
 /// (all before the first launch), and every launcher's own checks (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.
@@ -396,6 +400,9 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
                             std::size_t workspace_bytes, cudaStream_t stream, DsaLayerHook* hook = nullptr) {
   STEP5_RETURN_IF_ERROR(dsa_layer_check_step(plan, step, w.max_position));
   STEP5_RETURN_IF_ERROR(topk_env_status());  // STEP5_TOPK: refused before anything is launched
+  // STEP5_PDL: every step5 kernel launch refuses a bad value, the cuBLASLt GEMM launch does not
+  // look: refused here, before the fused GEMM runs
+  STEP5_RETURN_IF_ERROR(pdl_env_status());
   const int T = step.batch.num_tokens;
   if (T == 0) return Status::Ok();
   const detail::LayerWorkspaceMap& m = plan.map;
@@ -451,6 +458,11 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   auto mark = [&](const char* s) {
     if (hook) hook->after(s, stream);
   };
+
+  // Every launch on the plan's device: the indexer launchers launch on the current one (the GEMM
+  // and attention launchers switch to their `device` themselves).
+  const DeviceScope on_device(plan.facts.device, "dsa_layer_run: plan.facts.device");
+  STEP5_RETURN_IF_ERROR(on_device.status);
 
   // 1. Fused projection (SPEC §3 "Forward"), sparse_indexer_w rows included.
   GemmParams g1;

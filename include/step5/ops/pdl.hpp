@@ -7,8 +7,10 @@
 /// anything a predecessor wrote (step5/kernels/sm90/pdl.cuh, docs/ARCHITECTURE.md "Programmatic
 /// dependent launch"). Results are bit-identical either way; the switch exists for comparisons
 /// (tests, benchmarks) and debugging. Process-wide; read at each launch (a CUDA graph keeps the
-/// edges it was captured with). The environment variable STEP5_PDL=0 turns it off at start-up;
-/// a value other than 0, 1 or empty is refused by every launch (`pdl_env_status`).
+/// edges it was captured with). The environment variable STEP5_PDL=0 turns it off (read once, on
+/// first use); a value other than 0, 1 or empty is refused (`pdl_env_status`, kInvalidArgument
+/// naming it, nothing launched) by every step5 kernel launch, by `gemm_bf16` on every path
+/// (cuBLASLt included) and by `dsa_layer_run` before its first launch.
 /// Host-only (g++-compilable).
 #include <atomic>
 #include <cstdlib>

@@ -796,6 +796,9 @@ inline Status launch(const GemmParams& p, cudaStream_t stream) {
   FullPlan fp;
   STEP5_RETURN_IF_ERROR(make_plan(p, &fp));
   if (p.tokens == 0 || p.n == 0) return Status::Ok();
+  // a bad STEP5_PDL: refused on every path, as the library's own kernels' launches refuse it
+  // (the cuBLASLt launch does not pass through launch_kernel)
+  STEP5_RETURN_IF_ERROR(pdl_env_status());
   const DeviceScope scope(fp.device);  // p.device when set (the stream's device), as cuBLASLt's path
   STEP5_RETURN_IF_ERROR(scope.status);
   switch (fp.plan.path) {
