@@ -1152,6 +1152,22 @@ GPU_CASE("launcher preconditions return Status with the value") {
   const std::int32_t long_seq[1] = {1025};  // capacity 64 x 16 = 1024 positions
   q.seq_lens_host = long_seq;
   expect_err(q, "request 0: position 1024", "position past the block-table row");
+  {  // the pointers' alignment (the kernels' loads: a misaligned one is a sticky device fault);
+     // device stand-ins, never read
+    DevBuf<unsigned char> buf(1 << 20);
+    unsigned char* b = buf.p;
+    q = p;
+    q.q = reinterpret_cast<const step5::bf16*>(b);
+    q.k_cache = reinterpret_cast<const step5::bf16*>(b + 4096);
+    q.v_cache = reinterpret_cast<const step5::bf16*>(b + 8192);
+    q.topk_ids = reinterpret_cast<const std::int32_t*>(b + 12288);
+    q.counts = reinterpret_cast<const std::int32_t*>(b + 16384);
+    q.out = reinterpret_cast<step5::bf16*>(b + 20480);
+    q.gate = reinterpret_cast<const step5::bf16*>(b + 24577);
+    expect_err(q, "gate must be 2-byte aligned", "gate at an odd address");
+    q.q = reinterpret_cast<const step5::bf16*>(b + 2);
+    expect_err(q, "q must be 4-byte aligned", "q at 2 mod 4");
+  }
 }
 
 STEP5_GPU_TEST_MAIN()

@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "step5/ops/elementwise.hpp"
 #include "step5/ops/layer.hpp"
 
 namespace ops = step5::ops;
@@ -415,14 +416,12 @@ TEST_CASE("run's checks: steps beyond the plan's capacity are refused naming the
   }
 }
 
-TEST_CASE("run's checks: a STEP5_TOPK other than radix, candidates or empty is refused before anything is launched") {
-  CHECK(ops::topk_env_status().ok() == (std::getenv("STEP5_TOPK") == nullptr || std::string(std::getenv("STEP5_TOPK")).empty() ||
-                                        std::string(std::getenv("STEP5_TOPK")) == "radix" ||
-                                        std::string(std::getenv("STEP5_TOPK")) == "candidates"));
-  ops::TopkAlgo a = ops::TopkAlgo::kRadix;
-  CHECK((ops::topk_algo_from_env(nullptr, &a).ok() && a == ops::TopkAlgo::kDefault));
-  CHECK((ops::topk_algo_from_env("candidates", &a).ok() && a == ops::TopkAlgo::kCandidates));
-  const layout::RankLayout r = rank_of("dsa_h64_kv8_d128", 4, 1);
+/// dsa_layer_run of a valid plan (`geometry` at tp 8 / rank 0 or tp 4 / rank 1) and step with null
+/// weights, caches, x and workspace while the environment variable `name` holds `value`, read
+/// afresh (the PDL switch is read on first use: its state is reset, then restored with the
+/// variable): an environment refusal comes before any of those is touched.
+static step5::Status run_with_env(const char* geometry, int tp, int rank, const char* name, const char* value) {
+  const layout::RankLayout r = rank_of(geometry, tp, rank);
   const ops::DsaLayerCapacity cap = engine_capacity();
   ops::DsaLayerPlan plan;
   REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
@@ -430,15 +429,34 @@ TEST_CASE("run's checks: a STEP5_TOPK other than radix, candidates or empty is r
   ops::DsaLayerWeights w;
   w.max_position = 32768;
   const ops::DsaLayerCaches caches;
-  const char* env = std::getenv("STEP5_TOPK");
+  const char* env = std::getenv(name);
   const std::string saved = env != nullptr ? env : "";
-  setenv("STEP5_TOPK", "fast", 1);
-  // null weights, caches, x and workspace: the refusal comes before any of them is touched
+  const int pdl_state = ops::detail::pdl_state().load();
+  setenv(name, value, 1);
+  ops::detail::pdl_state().store(-1);
   const step5::Status s = ops::dsa_layer_run(plan, w, caches, st.s, nullptr, nullptr, nullptr, 0, nullptr);
-  if (env != nullptr) setenv("STEP5_TOPK", saved.c_str(), 1);
-  else unsetenv("STEP5_TOPK");
+  if (env != nullptr) setenv(name, saved.c_str(), 1);
+  else unsetenv(name);
+  ops::detail::pdl_state().store(pdl_state);
+  return s;
+}
+
+TEST_CASE("run's checks: a STEP5_TOPK other than radix, candidates or empty is refused before anything is launched") {
+  CHECK(ops::topk_env_status().ok() == (std::getenv("STEP5_TOPK") == nullptr || std::string(std::getenv("STEP5_TOPK")).empty() ||
+                                        std::string(std::getenv("STEP5_TOPK")) == "radix" ||
+                                        std::string(std::getenv("STEP5_TOPK")) == "candidates"));
+  ops::TopkAlgo a = ops::TopkAlgo::kRadix;
+  CHECK((ops::topk_algo_from_env(nullptr, &a).ok() && a == ops::TopkAlgo::kDefault));
+  CHECK((ops::topk_algo_from_env("candidates", &a).ok() && a == ops::TopkAlgo::kCandidates));
+  const step5::Status s = run_with_env("dsa_h64_kv8_d128", 4, 1, "STEP5_TOPK", "fast");
   CHECK(s.code() == StatusCode::kInvalidArgument);
   CHECK(s.message().find("STEP5_TOPK = 'fast'") != std::string::npos);
+}
+
+TEST_CASE("run's checks: a STEP5_PDL other than 0, 1 or empty is refused before anything is launched (the fused GEMM's cuBLASLt path does not look)") {
+  const step5::Status s = run_with_env("step5_preview", 8, 0, "STEP5_PDL", "on");
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK(s.message().find("STEP5_PDL = 'on'") != std::string::npos);
 }
 
 TEST_CASE("run's checks: every stage's pointers are checked before the first launch (nothing is written by a refused step)") {
@@ -899,6 +917,59 @@ TEST_CASE("indexer_select: a workspace not 16-byte aligned is refused naming it,
   }
 }
 
+TEST_CASE("indexer_prepare: norm weights not 4-byte and RoPE tables not 2-byte aligned are refused naming them, before any launch") {
+  // the kernel's element loads (a misaligned one is a sticky device fault); host stand-ins for
+  // every pointer (never read: the refusal comes before the launch), the geometry's launcher
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  std::vector<std::int32_t> cu = {0, 1}, lens = {1000}, table(16, 0);
+  static const std::int32_t kDevice[1] = {0};
+  alignas(64) static unsigned char buf[4096];
+  ops::IndexerPrepareParams p;
+  p.rank = r;
+  p.batch = {kDevice, kDevice, 1, 1, cu.data(), lens.data()};
+  p.table.block_table = table.data(), p.table.block_size = 64, p.table.max_blocks = 16, p.table.num_blocks = 16;
+  p.max_position = 32768;
+  p.c = reinterpret_cast<const step5::bf16*>(buf), p.ldc = r.rows_with_w + r.rows_with_w % 2;
+  auto* f = reinterpret_cast<float*>(buf + 1024);
+  auto* h = reinterpret_cast<step5::bf16*>(buf + 2048);
+  p.q_norm = p.k_norm = p.index_q_norm = p.index_k_norm_w = p.index_k_norm_b = f;
+  p.cos_main = p.sin_main = p.cos_idx = p.sin_idx = h;
+  p.q_out = p.k_cache = p.v_cache = p.index_k = h;
+  p.index_q = buf + 3072, p.weights = reinterpret_cast<float*>(buf + 3072);
+  struct Case {
+    const char* name;
+    int off, align;
+    std::function<void(ops::IndexerPrepareParams&, int)> misalign;
+  };
+  const Case cases[] = {
+      {"q_norm", 2, 4, [&](ops::IndexerPrepareParams& q, int o) { q.q_norm = reinterpret_cast<const float*>(buf + 1024 + o); }},
+      {"k_norm", 1, 4, [&](ops::IndexerPrepareParams& q, int o) { q.k_norm = reinterpret_cast<const float*>(buf + 1024 + o); }},
+      {"index_q_norm", 3, 4,
+       [&](ops::IndexerPrepareParams& q, int o) { q.index_q_norm = reinterpret_cast<const float*>(buf + 1024 + o); }},
+      {"index_k_norm_w", 2, 4,
+       [&](ops::IndexerPrepareParams& q, int o) { q.index_k_norm_w = reinterpret_cast<const float*>(buf + 1024 + o); }},
+      {"index_k_norm_b", 2, 4,
+       [&](ops::IndexerPrepareParams& q, int o) { q.index_k_norm_b = reinterpret_cast<const float*>(buf + 1024 + o); }},
+      {"cos_main", 1, 2, [&](ops::IndexerPrepareParams& q, int o) { q.cos_main = reinterpret_cast<const step5::bf16*>(buf + 2048 + o); }},
+      {"sin_main", 1, 2, [&](ops::IndexerPrepareParams& q, int o) { q.sin_main = reinterpret_cast<const step5::bf16*>(buf + 2048 + o); }},
+      {"cos_idx", 1, 2, [&](ops::IndexerPrepareParams& q, int o) { q.cos_idx = reinterpret_cast<const step5::bf16*>(buf + 2048 + o); }},
+      {"sin_idx", 1, 2, [&](ops::IndexerPrepareParams& q, int o) { q.sin_idx = reinterpret_cast<const step5::bf16*>(buf + 2048 + o); }},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    ops::IndexerPrepareParams q = p;
+    c.misalign(q, c.off);
+    const step5::Status s = ops::detail::indexer_prepare_for<layout::GeometryId::step5_preview>(q, nullptr);
+    if (s.code() == StatusCode::kUnsupported && s.message().find("was not built") != std::string::npos) {
+      MESSAGE("step5_preview not built: skipped");
+      return;
+    }
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find(std::string("indexer_prepare: ") + c.name + " is at an address = " + std::to_string(c.off) +
+                           " mod " + std::to_string(c.align)) != std::string::npos);
+  }
+}
+
 TEST_CASE("attention plan: head_dim outside the kernels' range is refused naming it") {
   ops::SparseAttentionParams a;
   a.num_requests = 1, a.num_tokens = 1, a.num_kv_groups = 1, a.num_local_heads = 8, a.topk = 64;
@@ -919,6 +990,37 @@ TEST_CASE("attention plan: head_dim outside the kernels' range is refused naming
     CHECK(s.code() == StatusCode::kInvalidArgument);
     CHECK(s.message().find("head_dim = " + std::to_string(d) + ", expected a positive multiple of 64, at most 256") !=
           std::string::npos);
+  }
+}
+TEST_CASE("elementwise: a residual, x or partials array the kernels cannot load element by element is refused naming it, before any CUDA call") {
+  // host stand-ins (never read: every refusal comes before the device check and the launch)
+  alignas(16) static unsigned char buf[256];
+  auto* residual = reinterpret_cast<float*>(buf);
+  auto* x = reinterpret_cast<step5::bf16*>(buf + 64);
+  auto* partials = reinterpret_cast<const step5::bf16* const*>(buf + 128);
+  for (int off : {1, 2, 3}) {
+    CAPTURE(off);
+    step5::Status s = ops::residual_to_bf16(reinterpret_cast<const float*>(buf + off), x, 16, nullptr);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("residual_to_bf16: residual is at an address = " + std::to_string(off) + " mod 4") !=
+          std::string::npos);
+    s = ops::add_partials_to_residual(partials, 2, reinterpret_cast<float*>(buf + off), 16, nullptr);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("add_partials_to_residual: residual is at an address = " + std::to_string(off) +
+                           " mod 4") != std::string::npos);
+  }
+  {
+    const step5::Status s = ops::residual_to_bf16(residual, reinterpret_cast<step5::bf16*>(buf + 65), 16, nullptr);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("residual_to_bf16: x is at an address = 1 mod 2") != std::string::npos);
+  }
+  for (int off : {1, 4}) {
+    CAPTURE(off);
+    const step5::Status s = ops::add_partials_to_residual(
+        reinterpret_cast<const step5::bf16* const*>(buf + 128 + off), 2, residual, 16, nullptr);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK(s.message().find("add_partials_to_residual: partials is at an address = " + std::to_string(off) +
+                           " mod 8") != std::string::npos);
   }
 }
 #endif  // __has_include(<cuda_runtime_api.h>)

@@ -84,7 +84,8 @@ struct SparseAttentionParams {
   const std::int32_t* topk_ids = nullptr;
   const std::int32_t* counts = nullptr;       ///< `[lg, T]` valid entries per row, in [0, topk+1]
   /// Gate logits (SPEC §4.8): row t holds Hl bf16 values at `gate + t*gate_row_stride` (the
-  /// index_g columns of the fused GEMM output, or a separate `[T, Hl]`); nullptr = no gate.
+  /// index_g columns of the fused GEMM output, or a separate `[T, Hl]`), 2-byte aligned; nullptr =
+  /// no gate.
   const bf16* gate = nullptr;
   std::int64_t gate_row_stride = 0;  ///< elements; 0 = Hl
   bf16* out = nullptr;               ///< `[T, Hl, D]` bf16, row stride `out_row_stride`

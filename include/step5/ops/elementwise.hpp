@@ -14,15 +14,16 @@
 
 namespace step5::ops {
 
-/// `x[i] = bf16(residual[i])` (round-to-nearest-even) for i < n. Errors: null pointer with n > 0.
+/// `x[i] = bf16(residual[i])` (round-to-nearest-even) for i < n. Errors (kInvalidArgument, nothing
+/// launched): a null pointer with n > 0, residual not 4-byte or x not 2-byte aligned.
 Status residual_to_bf16(const float* residual, bf16* x, std::size_t n, cudaStream_t stream);
 
 /// The TP sum and residual add of SPEC §4.8 for `num_partials` bf16 arrays of n elements
 /// (`partials`: a device array of device pointers): `residual[i] += float(bf16(Σ_r float(p_r[i])))`,
 /// the sum in fp32 in rank order, rounded once to bf16 (as `reference::simulated_all_reduce`).
 /// With one partial (already all-reduced by NCCL) this is `residual[i] += float(p[i])`.
-/// Errors (kInvalidArgument, nothing launched): null pointers, num_partials < 1, a `partials`
-/// array the device cannot read (a plain host array, unless the device reads pageable memory:
+/// Errors (kInvalidArgument, nothing launched): null pointers, num_partials < 1, `partials` not
+/// 8-byte or residual not 4-byte aligned, a `partials` array the device cannot read (a plain host array, unless the device reads pageable memory:
 /// cudaDevAttrPageableMemoryAccess; cudaPointerGetAttributes).
 Status add_partials_to_residual(const bf16* const* partials, int num_partials, float* residual, std::size_t n,
                                 cudaStream_t stream);

@@ -185,7 +185,8 @@ struct IndexerPrepareParams {
   IndexerBatch batch{};
   PagedTable table{};
   const bf16* c = nullptr;    ///< fused GEMM output [T, ldc] bf16 (sparse_indexer_w columns included), 4-byte aligned
-  std::int64_t ldc = 0;       ///< >= rank.rows_with_w
+  std::int64_t ldc = 0;       ///< >= rank.rows_with_w, even
+  // the norm weights 4-byte, the RoPE tables 2-byte aligned (the kernel's element loads)
   const float* q_norm = nullptr;        ///< [D] fp32 (`q_norm`, used as 1 + w)
   const float* k_norm = nullptr;        ///< [D] fp32 (`k_norm`)
   const float* index_q_norm = nullptr;  ///< [P] fp32 checkpoint value (rounded to bf16 in the kernel)

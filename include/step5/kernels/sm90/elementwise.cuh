@@ -64,6 +64,9 @@ inline Status residual_to_bf16(const float* residual, bf16* x, std::size_t n, cu
   if (n == 0) return Status::Ok();
   if (residual == nullptr || x == nullptr)
     return invalid_argument("residual_to_bf16: null pointer with n = " + std::to_string(n));
+  // the kernel's element loads and stores (a misaligned one is a sticky device fault)
+  STEP5_RETURN_IF_ERROR(require_aligned("residual_to_bf16", alignof(float), {{"residual", residual}}));
+  STEP5_RETURN_IF_ERROR(require_aligned("residual_to_bf16", alignof(bf16), {{"x", x}}));
   STEP5_RETURN_IF_ERROR(check_device("residual_to_bf16"));
   return kernels::sm90::launch_kernel("residual_to_bf16 launch", &kernels::sm90::residual_to_bf16_kernel<>,
                                       {dim3(grid_for(n)), dim3(kernels::sm90::kElementwiseThreads)}, stream, residual,
@@ -78,6 +81,9 @@ inline Status add_partials_to_residual(const bf16* const* partials, int num_part
                             ", expected >= 1");
   if (partials == nullptr || residual == nullptr)
     return invalid_argument("add_partials_to_residual: null pointer with n = " + std::to_string(n));
+  // the kernel's loads of the pointer array and of residual (a misaligned one is a sticky device fault)
+  STEP5_RETURN_IF_ERROR(require_aligned("add_partials_to_residual", alignof(const bf16*), {{"partials", partials}}));
+  STEP5_RETURN_IF_ERROR(require_aligned("add_partials_to_residual", alignof(float), {{"residual", residual}}));
   STEP5_RETURN_IF_ERROR(check_device("add_partials_to_residual"));
   // the kernel reads the pointer array itself: a host array (the easy mistake, NCCL and most APIs
   // take host arrays of device pointers) would be a sticky illegal-address fault

@@ -410,6 +410,13 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
   STEP5_RETURN_IF_ERROR(require_aligned(op, 4, {{"c", p.c}, {"q_out", p.q_out}, {"k_cache", p.k_cache},
                                                 {"v_cache", p.v_cache}, {"index_k", p.index_k}, {"weights", p.weights}}));
   STEP5_RETURN_IF_ERROR(require_aligned(op, 2, {{"index_q", p.index_q}}));
+  // its element loads of the norm weights (fp32) and the RoPE tables (bf16)
+  STEP5_RETURN_IF_ERROR(require_aligned(op, alignof(float),
+                                        {{"q_norm", p.q_norm}, {"k_norm", p.k_norm}, {"index_q_norm", p.index_q_norm},
+                                         {"index_k_norm_w", p.index_k_norm_w}, {"index_k_norm_b", p.index_k_norm_b}}));
+  STEP5_RETURN_IF_ERROR(require_aligned(op, alignof(bf16),
+                                        {{"cos_main", p.cos_main}, {"sin_main", p.sin_main}, {"cos_idx", p.cos_idx},
+                                         {"sin_idx", p.sin_idx}}));
   STEP5_RETURN_IF_ERROR(check_norm_eps(p.eps, "indexer_prepare: eps"));
   // step 4 too (p.summaries, any field set; a missing one is named): the indexer_summaries
   // arguments of this step
