@@ -40,7 +40,8 @@
 ///  * `kSplitK` — tensor-core (mma.sync) kernel with a cp.async pipeline and split-K that
 ///                streams W at memory speed for small T (decode); tiles: `kGemmSplitKTiles`;
 ///  * `kGeneric`— a simple tiled kernel for any shape/stride/alignment (slow, always correct).
-/// The fast paths need 16-byte aligned X, W, C, ldx/ldw/ldc multiples of 8 and K a multiple of 8.
+/// The fast paths need 16-byte aligned X and W, 4-byte aligned C, K, ldx and ldw multiples of 8
+/// and an even ldc.
 ///
 /// Declarations (compiles with g++); the launcher is step5/kernels/sm90/gemm_launch.cuh and the
 /// definitions are emitted by step5/instantiate.cuh (library step5::kernels, or one .cu of the
