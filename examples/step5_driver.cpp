@@ -54,7 +54,7 @@ struct Options {
   bool json = false;
   bool quiet = false;
   std::uint64_t seed = 1234;
-  bool multiprocess = false;  // one process per GPU (also when WORLD_SIZE > 1 is set)
+  bool multiprocess = false;  // one process per GPU (also when WORLD_SIZE is set and not 1)
   int dist_timeout = 300;     // seconds: rendezvous, NCCL init, each step's wait
   int rank = 0;               // this process's rank (one process per GPU), else 0
 };
@@ -464,7 +464,7 @@ int run_driver(int argc, char** argv, Options& opt) {
   app.add_option("--seed", opt.seed, "seed of the input embeddings")->check(int_in<std::uint64_t>(0));
   app.add_flag("--quiet", opt.quiet, "no progress lines");
   app.add_flag("--multiprocess", opt.multiprocess,
-               "one process per GPU (set by tools/launch_tp.sh: WORLD_SIZE > 1 turns it on): this process is rank "
+               "one process per GPU (set by tools/launch_tp.sh: WORLD_SIZE set and not 1 turns it on): this process is rank "
                "RANK of WORLD_SIZE = --tp on GPU LOCAL_RANK, meeting the others at MASTER_ADDR:MASTER_PORT");
   app.add_option("--dist-timeout", opt.dist_timeout,
                  "one process per GPU: seconds to wait for the other ranks (rendezvous, NCCL init, each step)")

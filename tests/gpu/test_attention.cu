@@ -1164,7 +1164,7 @@ GPU_CASE("launcher preconditions return Status with the value") {
     q.counts = reinterpret_cast<const std::int32_t*>(b + 16384);
     q.out = reinterpret_cast<step5::bf16*>(b + 20480);
     q.gate = reinterpret_cast<const step5::bf16*>(b + 24577);
-    expect_err(q, "gate must be 2-byte aligned", "gate at an odd address");
+    expect_err(q, "sparse_attention: gate is at an address = 1 mod 2, expected 2-byte aligned", "gate at an odd address");
     q.q = reinterpret_cast<const step5::bf16*>(b + 2);
     expect_err(q, "q must be 4-byte aligned", "q at 2 mod 4");
   }

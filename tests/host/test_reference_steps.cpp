@@ -402,7 +402,7 @@ TEST_CASE("indexer q/k heads: rot outside [0, proxy_dim] or odd is refused namin
   std::vector<float> w(P, 0.0f), b(P, 0.0f);
   for (const int rot : {3, 8, 4000, -2}) {
     INFO("rot " << rot);
-    const std::string want = "rot = " + std::to_string(rot) + ", expected even and <= proxy_dim 4";
+    const std::string want = "rot = " + std::to_string(rot) + ", expected even and in [0, proxy_dim 4]";
     CHECK_THROWS_WITH_AS(ref::index_q_head(x.data(), out.data(), P, w.data(), 1e-5f, rot, cs.data(), sn.data()),
                          doctest::Contains(("index_q_head: " + want).c_str()), step5::Error);
     CHECK_THROWS_WITH_AS(

@@ -473,7 +473,8 @@ Status gemm_plan(const GemmParams& p, GemmPlan* plan);
 std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::int64_t k, int device = -1);
 
 /// Launches `C = X @ W^T` on `stream` (asynchronous). Errors (as Status, nothing launched):
-/// kInvalidArgument for null pointers (when tokens > 0), negative sizes, ld < row length,
+/// kInvalidArgument for a STEP5_PDL other than 0, 1 or empty (`pdl_env_status`, checked first,
+/// whatever the path and sizes), null pointers (when tokens > 0), negative sizes, ld < row length,
 /// a forced fast path whose alignment rules fail, a config out of range, a too small workspace
 /// (the message names the bytes needed and given), a forced kGemv outside `gemm_gemv_eligible`
 /// (T above kGemmGemvMaxTokens, K above kGemmGemvMaxK, X's gemm_gemv_smem_bytes beyond

@@ -186,7 +186,7 @@ struct IndexerPrepareParams {
   PagedTable table{};
   const bf16* c = nullptr;    ///< fused GEMM output [T, ldc] bf16 (sparse_indexer_w columns included), 4-byte aligned
   std::int64_t ldc = 0;       ///< >= rank.rows_with_w, even
-  // the norm weights 4-byte, the RoPE tables 2-byte aligned (the kernel's element loads)
+  /// The norm weights 4-byte, the RoPE tables 2-byte aligned (the kernel's element loads).
   const float* q_norm = nullptr;        ///< [D] fp32 (`q_norm`, used as 1 + w)
   const float* k_norm = nullptr;        ///< [D] fp32 (`k_norm`)
   const float* index_q_norm = nullptr;  ///< [P] fp32 checkpoint value (rounded to bf16 in the kernel)
@@ -348,6 +348,15 @@ constexpr SelectChunks select_chunks(int num_tokens, std::size_t fit) {
 inline std::size_t indexer_select_token_bytes(const layout::RankLayout& rank, int max_seq_len) {
   return static_cast<std::size_t>(rank.local_kv_groups) * static_cast<std::size_t>(detail::score_ld(max_seq_len)) * 4;
 }
+namespace detail {
+/// indexer_select_token_bytes, at least 1: the divisor of the chunk sizes (`indexer_select_chunks`,
+/// dsa_layer's workspace map). A RankLayout of 0 KV groups (not one of make_rank_layout, which
+/// the launchers refuse) gave 0 and a division by zero (SIGFPE).
+inline std::size_t select_token_bytes_divisor(const layout::RankLayout& rank, int max_seq_len) {
+  const std::size_t b = indexer_select_token_bytes(rank, max_seq_len);
+  return b > 0 ? b : 1;
+}
+}  // namespace detail
 
 /// Workspace bytes of `indexer_select` that process `max_tokens` tokens in one score chunk.
 /// The launcher processes the tokens in chunks of at most `floor((workspace_bytes - fixed) /
@@ -371,9 +380,7 @@ inline std::size_t indexer_select_workspace_bytes(const layout::RankLayout& rank
 inline SelectChunks indexer_select_chunks(const layout::RankLayout& rank, int num_tokens, int max_seq_len,
                                           int num_requests, std::size_t workspace_bytes) {
   const std::size_t plan = detail::plan_bytes(num_requests > 0 ? num_requests : 0);
-  // at least 1, as dsa_layer's workspace map: a RankLayout of 0 KV groups (not one of
-  // make_rank_layout, which the launchers refuse) gave 0 and a division by zero (SIGFPE)
-  const std::size_t bytes = indexer_select_token_bytes(rank, max_seq_len), per_token = bytes > 0 ? bytes : 1;
+  const std::size_t per_token = detail::select_token_bytes_divisor(rank, max_seq_len);
   return select_chunks(num_tokens, workspace_bytes > plan ? (workspace_bytes - plan) / per_token : 0);
 }
 
@@ -398,7 +405,9 @@ struct TopkSelectParams {
 /// Launches SPEC §4.2–4.3 for every packed token (asynchronous), and §4.4 when `p.summaries` is
 /// set (see there). Errors: kInvalidArgument (every rule of `validate_step` with max_position and
 /// ldc, e.g. a position >= max_blocks * block_size or >= max_position; a null pointer or host
-/// mirror; with `summaries`: those of `indexer_summaries`), kUnsupported (geometry not built, > 1
+/// mirror; a pointer not aligned as IndexerPrepareParams says: c, q_out, k_cache, v_cache,
+/// index_k, weights and the norm weights 4-byte, index_q and the RoPE tables 2-byte; with
+/// `summaries`: those of `indexer_summaries`), kUnsupported (geometry not built, > 1
 /// local indexer k head), kCudaError (launch). Device values: see the file comment.
 Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
 

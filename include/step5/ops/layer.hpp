@@ -190,7 +190,7 @@ inline Status layer_workspace_map(const layout::RankLayout& r, int hidden, const
   // (measured on an H200: 64-token chunks made a 32K-token prefill's selection 170x its floor,
   // most of it per-chunk launches).
   constexpr std::size_t kSelectWorkspaceTarget = std::size_t{256} << 20;
-  const std::size_t per_token = std::max<std::size_t>(indexer_select_token_bytes(r, cap.max_seq_len), 1);
+  const std::size_t per_token = detail::select_token_bytes_divisor(r, cap.max_seq_len);
   const std::size_t fit = kSelectWorkspaceTarget / per_token;
   const int chunk = static_cast<int>(std::clamp<std::size_t>(fit, std::min<std::size_t>(64, T), T));
   m->select_bytes = indexer_select_workspace_bytes(r, chunk, cap.max_seq_len, cap.max_requests);

@@ -9,8 +9,8 @@
 /// (tests, benchmarks) and debugging. Process-wide; read at each launch (a CUDA graph keeps the
 /// edges it was captured with). The environment variable STEP5_PDL=0 turns it off (read once, on
 /// first use); a value other than 0, 1 or empty is refused (`pdl_env_status`, kInvalidArgument
-/// naming it, nothing launched) by every step5 kernel launch, by `gemm_bf16` on every path
-/// (cuBLASLt included) and by `dsa_layer_run` before its first launch.
+/// naming it, nothing launched) by every step5 kernel launch, by `gemm_bf16` first, whatever the
+/// path (cuBLASLt included), and by `dsa_layer_run` before its first launch.
 /// Host-only (g++-compilable).
 #include <atomic>
 #include <cstdlib>

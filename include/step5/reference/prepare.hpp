@@ -52,7 +52,7 @@ inline float main_norm_sum_squares(const float* x, int D) {
 /// the rule of the three head functions below (apply_neox_rope reads and writes x[0, rot)).
 inline void require_head_rot(const char* where, int rot, int dim, const char* dim_name) {
   require(rot >= 0 && rot <= dim && rot % 2 == 0, where,
-          "rot = " + std::to_string(rot) + ", expected even and <= " + dim_name + " " + std::to_string(dim));
+          "rot = " + std::to_string(rot) + ", expected even and in [0, " + dim_name + " " + std::to_string(dim) + "]");
 }
 
 /// One main q or k head (SPEC §4.2): `out = rope(bf16(x * rsqrt(mean(x²) + eps) * (1 + w)))`.

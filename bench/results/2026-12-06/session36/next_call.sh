@@ -22,23 +22,23 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 . tools/device_build.sh test_gemm bench_gemm > $O/l/build.log 2>&1
 echo "$(el) build: $(tail -n 1 $O/l/build.log)"
 for nb in 2 3; do
-  STEP5_EXP_XBUFS=$nb STEP5_GPU_TEST_QUICK=1 timeout 60 build-device/tests/test_gemm > $O/l/test_gemm_nb$nb.txt 2>&1
-  echo "$(el) test_gemm NB=$nb rc=$? $(grep -E 'passed, .* failed' $O/l/test_gemm_nb$nb.txt | tail -1)"; grep -E "ERROR|FAIL" $O/l/test_gemm_nb$nb.txt | head -5
+  STEP5_EXP_XBUFS=$nb STEP5_GPU_TEST_QUICK=1 timeout 60 build-device/tests/test_gemm > $O/l/test_gemm_nb$nb.txt 2>&1; rc=$?
+  echo "$(el) test_gemm NB=$nb rc=$rc $(grep -E 'passed, .* failed' $O/l/test_gemm_nb$nb.txt | tail -1)"; grep -E "ERROR|FAIL" $O/l/test_gemm_nb$nb.txt | head -5
 done
 for nb in 3; do
-  STEP5_EXP_XBUFS=$nb STEP5_GPU_TEST_QUICK=1 timeout 40 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/tests/test_gemm "stale ring bytes" > $O/l/race_nb$nb.txt 2>&1
-  echo "$(el) racecheck NB=$nb rc=$? $(grep -E 'RACECHECK SUMMARY' $O/l/race_nb$nb.txt | tail -1)"
+  STEP5_EXP_XBUFS=$nb STEP5_GPU_TEST_QUICK=1 timeout 40 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/tests/test_gemm "stale ring bytes" > $O/l/race_nb$nb.txt 2>&1; rc=$?
+  echo "$(el) racecheck NB=$nb rc=$rc $(grep -E 'RACECHECK SUMMARY' $O/l/race_nb$nb.txt | tail -1)"
 done
 F='^(cublaslt|gemm_auto|gemm_gemv_win)/(step5_preview|dsa_h64_kv8_d128)/tp:(1|2|4|8)/tokens:(4|8|16)/'
 for nb in 2 3; do
-  STEP5_EXP_XBUFS=$nb timeout 60 build-device/bench/bench_gemm --benchmark_filter="$F" > $O/l/bench_nb$nb.txt 2>&1
-  echo "-- NB $nb (rc $?)"; grep -E "^(cublaslt|gemm_)" $O/l/bench_nb$nb.txt | awk '{print $1, $2, $NF}' | sed 's#/min_time:0.020/manual_time##'
+  STEP5_EXP_XBUFS=$nb timeout 60 build-device/bench/bench_gemm --benchmark_filter="$F" > $O/l/bench_nb$nb.txt 2>&1; rc=$?
+  echo "-- NB $nb (rc $rc)"; grep -E "^(cublaslt|gemm_)" $O/l/bench_nb$nb.txt | awk '{print $1, $2, $NF}' | sed 's#/min_time:0.020/manual_time##'
 done
 # the grid at tp 8 (STEP5_EXP_GEMV_GRID, the same patch): call 2 read 14.5 against 14.9 us at 120 CTAs
 F8='^(gemm_gemv|gemm_gemv_win)/(step5_preview|dsa_h64_kv8_d128)/tp:8/tokens:(8|16)/'
 for v in "3 120"; do
   set -- $v
-  STEP5_EXP_XBUFS=$1 STEP5_EXP_GEMV_GRID=$2 timeout 40 build-device/bench/bench_gemm --benchmark_filter="$F8" > $O/l/bench_nb$1_grid$2.txt 2>&1
-  echo "-- NB $1 grid $2 (rc $?)"; grep -E "^gemm_" $O/l/bench_nb$1_grid$2.txt | awk '{print $1, $2, $NF}' | sed 's#/min_time:0.020/manual_time##'
+  STEP5_EXP_XBUFS=$1 STEP5_EXP_GEMV_GRID=$2 timeout 40 build-device/bench/bench_gemm --benchmark_filter="$F8" > $O/l/bench_nb$1_grid$2.txt 2>&1; rc=$?
+  echo "-- NB $1 grid $2 (rc $rc)"; grep -E "^gemm_" $O/l/bench_nb$1_grid$2.txt | awk '{print $1, $2, $NF}' | sed 's#/min_time:0.020/manual_time##'
 done
 echo "$(el) done"

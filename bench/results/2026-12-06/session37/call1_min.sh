@@ -19,16 +19,16 @@ nvidia-smi --query-gpu=name --format=csv,noheader
 . tools/device_build.sh test_gemm bench_gemm > $O/l/build.log 2>&1
 echo "$(el) build: $(tail -n 1 $O/l/build.log)"
 gemv_tests() {
-  STEP5_EXP_XBUFS=$1 STEP5_GPU_TEST_QUICK=1 timeout 40 build-device/tests/test_gemm gemv > $O/l/test_gemm_nb$1.txt 2>&1
-  echo "$(el) test_gemm [gemv] NB=$1 rc=$? $(grep -E 'passed, .* failed' $O/l/test_gemm_nb$1.txt | tail -1)"; grep -E "ERROR|FAIL" $O/l/test_gemm_nb$1.txt | head -5
+  STEP5_EXP_XBUFS=$1 STEP5_GPU_TEST_QUICK=1 timeout 40 build-device/tests/test_gemm gemv > $O/l/test_gemm_nb$1.txt 2>&1; rc=$?
+  echo "$(el) test_gemm [gemv] NB=$1 rc=$rc $(grep -E 'passed, .* failed' $O/l/test_gemm_nb$1.txt | tail -1)"; grep -E "ERROR|FAIL" $O/l/test_gemm_nb$1.txt | head -5
 }
 gemv_tests 3
 F='^(cublaslt|gemm_auto|gemm_gemv_win)/(step5_preview|dsa_h64_kv8_d128)/tp:(1|2|8)/tokens:16/'
 for nb in 2 3; do
-  STEP5_EXP_XBUFS=$nb timeout 40 build-device/bench/bench_gemm --benchmark_filter="$F" > $O/l/bench_nb$nb.txt 2>&1
-  echo "-- NB $nb (rc $?)"; grep -E "^(cublaslt|gemm_)" $O/l/bench_nb$nb.txt | awk '{print $1, $2, $NF}' | sed 's#/min_time:0.020/manual_time##'
+  STEP5_EXP_XBUFS=$nb timeout 40 build-device/bench/bench_gemm --benchmark_filter="$F" > $O/l/bench_nb$nb.txt 2>&1; rc=$?
+  echo "-- NB $nb (rc $rc)"; grep -E "^(cublaslt|gemm_)" $O/l/bench_nb$nb.txt | awk '{print $1, $2, $NF}' | sed 's#/min_time:0.020/manual_time##'
 done
-STEP5_EXP_XBUFS=3 STEP5_GPU_TEST_QUICK=1 timeout 40 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/tests/test_gemm "stale ring bytes" > $O/l/race_nb3.txt 2>&1
-echo "$(el) racecheck NB=3 rc=$? $(grep -E 'RACECHECK SUMMARY' $O/l/race_nb3.txt | tail -1)"
+STEP5_EXP_XBUFS=3 STEP5_GPU_TEST_QUICK=1 timeout 40 compute-sanitizer --tool racecheck --error-exitcode 9 build-device/tests/test_gemm "stale ring bytes" > $O/l/race_nb3.txt 2>&1; rc=$?
+echo "$(el) racecheck NB=3 rc=$rc $(grep -E 'RACECHECK SUMMARY' $O/l/race_nb3.txt | tail -1)"
 gemv_tests 2
 echo "$(el) done"

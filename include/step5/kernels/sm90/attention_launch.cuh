@@ -215,7 +215,7 @@ Status sparse_attention_checked_launch(const ops::SparseAttentionParams& p, cons
   if (!attn_detail::aligned(p.k_cache, 16) || !attn_detail::aligned(p.v_cache, 16))
     return invalid_argument("sparse_attention: k_cache and v_cache must be 16-byte aligned (cp.async)");
   if (p.lse != nullptr && !attn_detail::aligned(p.lse, 4)) return invalid_argument("sparse_attention: lse must be 4-byte aligned");
-  if (p.gate != nullptr && !attn_detail::aligned(p.gate, 2)) return invalid_argument("sparse_attention: gate must be 2-byte aligned");
+  if (p.gate != nullptr) STEP5_RETURN_IF_ERROR(require_aligned("sparse_attention", alignof(bf16), {{"gate", p.gate}}));
   if (plan.workspace_bytes > 0 && !attn_detail::aligned(workspace, 16))
     return invalid_argument("sparse_attention: workspace must be 16-byte aligned");
   return launch_sparse_attention<D, HPG>(p, plan, workspace, stream);

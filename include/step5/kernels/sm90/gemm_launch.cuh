@@ -793,12 +793,12 @@ inline std::size_t workspace_bytes(std::int64_t max_tokens, std::int64_t n, std:
 }
 
 inline Status launch(const GemmParams& p, cudaStream_t stream) {
+  // a bad STEP5_PDL: refused first, whatever the path (the cuBLASLt launch does not pass through
+  // the library's launch_kernel, which refuses it) and the sizes, as dsa_layer_run does
+  STEP5_RETURN_IF_ERROR(pdl_env_status());
   FullPlan fp;
   STEP5_RETURN_IF_ERROR(make_plan(p, &fp));
   if (p.tokens == 0 || p.n == 0) return Status::Ok();
-  // a bad STEP5_PDL: refused on every path, as the library's own kernels' launches refuse it
-  // (the cuBLASLt launch does not pass through launch_kernel)
-  STEP5_RETURN_IF_ERROR(pdl_env_status());
   const DeviceScope scope(fp.device);  // p.device when set (the stream's device), as cuBLASLt's path
   STEP5_RETURN_IF_ERROR(scope.status);
   switch (fp.plan.path) {
