@@ -23,8 +23,9 @@ Status residual_to_bf16(const float* residual, bf16* x, std::size_t n, cudaStrea
 /// the sum in fp32 in rank order, rounded once to bf16 (as `reference::simulated_all_reduce`).
 /// With one partial (already all-reduced by NCCL) this is `residual[i] += float(p[i])`.
 /// Errors (kInvalidArgument, nothing launched): null pointers, num_partials < 1, `partials` not
-/// 8-byte or residual not 4-byte aligned, a `partials` array the device cannot read (a plain host array, unless the device reads pageable memory:
-/// cudaDevAttrPageableMemoryAccess; cudaPointerGetAttributes).
+/// 8-byte or residual not 4-byte aligned, a `partials` array the device cannot read (a plain host
+/// array, unless the device reads pageable memory: cudaDevAttrPageableMemoryAccess;
+/// cudaPointerGetAttributes).
 Status add_partials_to_residual(const bf16* const* partials, int num_partials, float* residual, std::size_t n,
                                 cudaStream_t stream);
 

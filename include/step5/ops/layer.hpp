@@ -17,7 +17,8 @@
 ///  * `dsa_layer_run(plan, weights, caches, step, x, partial, workspace, bytes, stream)` per step:
 ///    host-only validation of the step (`validate_step`, no device read, no synchronisation), then
 ///    the launches, on the plan's device (`plan.facts.device`, made current for the call and
-///    restored after it, as the GEMM and attention launchers do; `stream` must belong to it). No device allocation, no re-planning: safe inside `cudaStreamBeginCapture`
+///    restored after it, as the GEMM and attention launchers do; `stream` must belong to it). No
+///    device allocation, no re-planning: safe inside `cudaStreamBeginCapture`
 ///    (the cuBLASLt path builds its descriptors and picks its algorithm on the first run of each
 ///    token count and workspace size: host work, cached for the process, capture-safe).
 ///  * `dsa_layer_forward(...)` = plan + run in one call (convenience for one-off calls and tests;
@@ -391,8 +392,8 @@ inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan
 /// aligned (256 lets the GEMMs' cuBLASLt plans use their share); x, partial and the weights are
 /// 16-byte aligned (cudaMalloc). Errors: `dsa_layer_check_step` (step vs
 /// capacity, validate_step with w.max_position; a step of no tokens still needs valid sizes and
-/// topk, as every launcher), STEP5_TOPK (`topk_env_status`), STEP5_PDL (`pdl_env_status`), a too small or misaligned
-/// workspace, every stage's pointers (x, partial, w.fused, w.o_proj 16-byte aligned; the caches
+/// topk, as every launcher), STEP5_TOPK (`topk_env_status`), STEP5_PDL (`pdl_env_status`), a too
+/// small or misaligned workspace, every stage's pointers (x, partial, w.fused, w.o_proj 16-byte aligned; the caches
 /// as DsaLayerCaches says; step.tail_slot) and, with step.tail_slot_host, validate_step's rule 5
 /// (all before the first launch), and every launcher's own checks (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.
 inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, const DsaLayerCaches& caches,
@@ -400,8 +401,8 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
                             std::size_t workspace_bytes, cudaStream_t stream, DsaLayerHook* hook = nullptr) {
   STEP5_RETURN_IF_ERROR(dsa_layer_check_step(plan, step, w.max_position));
   STEP5_RETURN_IF_ERROR(topk_env_status());  // STEP5_TOPK: refused before anything is launched
-  // STEP5_PDL: every step5 kernel launch refuses a bad value, the cuBLASLt GEMM launch does not
-  // look: refused here, before the fused GEMM runs
+  // STEP5_PDL, as STEP5_TOPK: refused whatever the step (gemm_bf16 refuses it too, but a step of
+  // no tokens returns below before any launcher, and the pointer checks would name a pointer first)
   STEP5_RETURN_IF_ERROR(pdl_env_status());
   const int T = step.batch.num_tokens;
   if (T == 0) return Status::Ok();
