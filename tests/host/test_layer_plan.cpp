@@ -423,6 +423,30 @@ TEST_CASE("gemm: tokens, n or k above kGemmMaxDim are refused naming them, befor
   CHECK_MESSAGE(s.message().find("kGemmMaxDim") == std::string::npos, s.message());
 }
 
+TEST_CASE("topk_select: ld above kTopkMaxLd is refused naming it, before any CUDA call") {
+  // The selection kernel's int32 key indices run past a row by up to a stride: ld = 2^31 - 1 (the
+  // old bound, INT32_MAX) overflowed them. The pointers are never read (refused before a launch).
+  alignas(16) static unsigned char mem[4][64];
+  ops::TopkSelectParams p;
+  p.scores = reinterpret_cast<const float*>(mem[0]);
+  p.history = reinterpret_cast<const std::int32_t*>(mem[1]);
+  p.ids = reinterpret_cast<std::int32_t*>(mem[2]);
+  p.counts = reinterpret_cast<std::int32_t*>(mem[3]);
+  p.rows = 1;
+  p.topk = 4;
+  p.ld_ids = 5;
+  CHECK(ops::kTopkMaxLd == std::int64_t{1} << 30);
+  for (const std::int64_t ld : {ops::kTopkMaxLd + 1, std::int64_t{0x7fffffff} - 4095, std::int64_t{0x7fffffff}}) {
+    p.ld = ld;
+    const step5::Status s = ops::topk_select(p, nullptr);
+    CAPTURE(ld);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(s.message().find("topk_select: ld = " + std::to_string(ld) + ", expected 1 .. 1073741824 (kTopkMaxLd") !=
+                      std::string::npos,
+                  s.message());
+  }
+}
+
 TEST_CASE("run's checks: steps beyond the plan's capacity are refused naming the step's and the capacity's numbers") {
   const layout::RankLayout r = rank_of("dsa_h64_kv8_d128", 4, 1);
   const ops::DsaLayerCapacity cap = engine_capacity();
