@@ -156,9 +156,9 @@ Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
   // the kernel's 4-byte loads and stores (a misaligned one is a sticky device fault)
   STEP5_RETURN_IF_ERROR(require_aligned(
       "topk_select", 4, {{"scores", p.scores}, {"history", p.history}, {"ids", p.ids}, {"counts", p.counts}}));
-  if (p.ld < 1 || p.ld > std::numeric_limits<std::int32_t>::max())
+  if (p.ld < 1 || p.ld > kTopkMaxLd)
     return invalid_argument("topk_select: ld = " + std::to_string(p.ld) + ", expected 1 .. " +
-                            std::to_string(std::numeric_limits<std::int32_t>::max()) + " (region ids are int32)");
+                            std::to_string(kTopkMaxLd) + " (kTopkMaxLd: the kernel's int32 key indices)");
   if (p.ld_ids < p.topk + 1)
     return invalid_argument("topk_select: ld_ids = " + std::to_string(p.ld_ids) + ", expected >= topk + 1 = " +
                             std::to_string(p.topk + 1));

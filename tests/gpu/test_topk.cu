@@ -767,7 +767,7 @@ HOST_CASE("topk: invalid arguments are refused with a message (before any device
   p.topk = 1025;
   const step5::Status s1025 = step5::ops::topk_select(p, nullptr);
   EXPECT(!s1025.ok() && s1025.message().find("1025") != std::string::npos, "topk 1025: %s", s1025.to_string().c_str());
-  // rows, null pointers, ld (1 .. INT32_MAX: region ids are int32) and ld_ids, each named with its value
+  // rows, null pointers, ld (1 .. kTopkMaxLd = 2^30: the kernel's int32 key indices) and ld_ids, each named with its value
   // (pointers that are never dereferenced: every refusal comes before a launch)
   p.topk = 512;
   p.rows = -1;
@@ -783,11 +783,12 @@ HOST_CASE("topk: invalid arguments are refused with a message (before any device
   p.ids = reinterpret_cast<std::int32_t*>(16);
   p.counts = reinterpret_cast<std::int32_t*>(16);
   p.ld_ids = 513;
-  for (const std::int64_t ld : {std::int64_t{0}, std::int64_t{-5}, std::int64_t{1} << 31, std::int64_t{1} << 40}) {
+  for (const std::int64_t ld : {std::int64_t{0}, std::int64_t{-5}, step5::ops::kTopkMaxLd + 1, std::int64_t{0x7fffffff},
+                                std::int64_t{1} << 31, std::int64_t{1} << 40}) {
     p.ld = ld;
     const step5::Status sld = step5::ops::topk_select(p, nullptr);
     EXPECT(sld.code() == step5::StatusCode::kInvalidArgument &&
-               sld.message().find("ld = " + std::to_string(ld) + ", expected 1 .. 2147483647") != std::string::npos,
+               sld.message().find("ld = " + std::to_string(ld) + ", expected 1 .. 1073741824") != std::string::npos,
            "ld %lld: %s", static_cast<long long>(ld), sld.to_string().c_str());
   }
   p.ld = 2048;

@@ -376,6 +376,77 @@ TEST_CASE("topk_select: a pointer not 4-byte aligned is refused naming it, befor
   }
 }
 
+TEST_CASE("gemm: tokens, n or k above kGemmMaxDim are refused naming them, before any device query") {
+  // The split-K and wgmma kernels hold the sizes rounded up to whole tiles in int32: k = 2^31 - 8
+  // overflowed their k-tile count (no K tile ran: C = 0), and n = 2^31 - 1 the last 152-row weight
+  // tile's column index (a negative index passed the n < N store test). Both were accepted (the
+  // old rule was < 2^31); the pointers are never read (the refusal comes before the plan).
+  CHECK(ops::kGemmMaxDim == (std::int64_t{1} << 31) - 256);
+  alignas(16) static step5::bf16 buf[64];
+  const std::int64_t big = std::int64_t{0x7fffffff};
+  struct Case {
+    std::int64_t tokens, n, k;
+  };
+  for (const Case c : {Case{1, big, 8}, Case{1, 8, big - 7}, Case{1, ops::kGemmMaxDim + 1, 8},
+                       Case{1, 8, ops::kGemmMaxDim + 8}}) {
+    for (const ops::GemmPath path : {ops::GemmPath::kAuto, ops::GemmPath::kWgmma, ops::GemmPath::kSplitK}) {
+      ops::GemmParams gp;
+      gp.tokens = c.tokens, gp.n = c.n, gp.k = c.k;
+      gp.ldx = gp.ldw = c.k, gp.ldc = (c.n + 1) / 2 * 2;
+      gp.x = gp.w = buf;
+      gp.c = buf;
+      gp.path = path;
+      gp.config = path == ops::GemmPath::kWgmma ? 3 : 0;  // the 152-row tile kind
+      ops::GemmPlan plan;
+      const step5::Status s = ops::gemm_plan(gp, &plan);
+      CAPTURE(c.n);
+      CAPTURE(c.k);
+      CAPTURE(static_cast<int>(path));
+      CHECK(s.code() == StatusCode::kInvalidArgument);
+      CHECK_MESSAGE(s.message().find("gemm_bf16: tokens, n, k must each be <= 2147483392 (kGemmMaxDim") !=
+                        std::string::npos,
+                    s.message());
+      CHECK_MESSAGE(s.message().find("got 1, " + std::to_string(c.n) + ", " + std::to_string(c.k)) != std::string::npos,
+                    s.message());
+      CHECK(step5::ops::gemm_bf16(gp, nullptr).code() == StatusCode::kInvalidArgument);
+    }
+  }
+  // the largest sizes pass this rule (whatever the device says next)
+  ops::GemmParams gp;
+  gp.tokens = 1, gp.n = ops::kGemmMaxDim, gp.k = ops::kGemmMaxDim;
+  gp.allow_cublaslt = false;
+  gp.ldx = gp.ldw = gp.k, gp.ldc = gp.n;
+  gp.x = gp.w = buf;
+  gp.c = buf;
+  ops::GemmPlan plan;
+  const step5::Status s = ops::gemm_plan(gp, &plan);
+  CHECK_MESSAGE(s.message().find("kGemmMaxDim") == std::string::npos, s.message());
+}
+
+TEST_CASE("topk_select: ld above kTopkMaxLd is refused naming it, before any CUDA call") {
+  // The selection kernel's int32 key indices run past a row by up to a stride: ld = 2^31 - 1 (the
+  // old bound, INT32_MAX) overflowed them. The pointers are never read (refused before a launch).
+  alignas(16) static unsigned char mem[4][64];
+  ops::TopkSelectParams p;
+  p.scores = reinterpret_cast<const float*>(mem[0]);
+  p.history = reinterpret_cast<const std::int32_t*>(mem[1]);
+  p.ids = reinterpret_cast<std::int32_t*>(mem[2]);
+  p.counts = reinterpret_cast<std::int32_t*>(mem[3]);
+  p.rows = 1;
+  p.topk = 4;
+  p.ld_ids = 5;
+  CHECK(ops::kTopkMaxLd == std::int64_t{1} << 30);
+  for (const std::int64_t ld : {ops::kTopkMaxLd + 1, std::int64_t{0x7fffffff} - 4095, std::int64_t{0x7fffffff}}) {
+    p.ld = ld;
+    const step5::Status s = ops::topk_select(p, nullptr);
+    CAPTURE(ld);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(s.message().find("topk_select: ld = " + std::to_string(ld) + ", expected 1 .. 1073741824 (kTopkMaxLd") !=
+                      std::string::npos,
+                  s.message());
+  }
+}
+
 TEST_CASE("run's checks: steps beyond the plan's capacity are refused naming the step's and the capacity's numbers") {
   const layout::RankLayout r = rank_of("dsa_h64_kv8_d128", 4, 1);
   const ops::DsaLayerCapacity cap = engine_capacity();

@@ -400,6 +400,30 @@ inline constexpr GemmWgmmaTile kGemmWgmmaTiles[] = {
     {128, 128, 1, 6}, {128, 256, 1, 4}, {128, 152, 1, 6}, {64, 256, 1, 5},
     {64, 128, 1, 9},  {64, 128, 2, 4},  {64, 64, 1, 14},  {64, 64, 2, 7}};
 
+/// The widest extent, in any dimension, of a tile of this library's GEMM kernels: the split-K
+/// tiles' weight rows and tokens, the wgmma tiles' tokens, weight rows and K stages (64 ·
+/// k_boxes), the generic kernel's 64 × 64 tiles (256: the 256-row wgmma kinds).
+constexpr std::int64_t gemm_max_tile_extent() {
+  std::int64_t e = 64;
+  for (const GemmTile& t : kGemmSplitKTiles) {
+    if (t.w_rows > e) e = t.w_rows;
+    if (t.tokens > e) e = t.tokens;
+  }
+  for (const GemmWgmmaTile& t : kGemmWgmmaTiles) {
+    if (t.tokens > e) e = t.tokens;
+    if (t.w_rows > e) e = t.w_rows;
+    if (64 * t.k_boxes > e) e = 64 * t.k_boxes;
+  }
+  return e;
+}
+/// The largest tokens, n and k `gemm_bf16` takes (each): the split-K and wgmma kernels hold the
+/// sizes, and the sizes rounded up to whole tiles (K + 64 · k_boxes - 1 for the K stages, the
+/// column of a 152-row weight tile past N), in int32, so every size plus a tile extent less one
+/// must stay within INT32_MAX: 2^31 - 256. (Larger n or k, e.g. a K of 2^31 - 8, overflowed the
+/// kernels' k-tile count — no K tile ran and C came out 0 — or the last 152-row weight tile's
+/// column index, whose wrapped negative value passed the `n < N` store test.)
+inline constexpr std::int64_t kGemmMaxDim = std::int64_t{0x7fffffff} - (gemm_max_tile_extent() - 1);
+static_assert(kGemmMaxDim == (std::int64_t{1} << 31) - 256, "the widest tile extent is 256");
 /// The short name of a wgmma tile kind, for labels and benchmark names: "128", "256", "152" (the
 /// 128-token kinds of one box per stage, named by their width as before), else "m64n256",
 /// "m64n128", "m64n128k128" (token rows, weight rows, K per stage when not 64).
@@ -474,7 +498,8 @@ std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::i
 
 /// Launches `C = X @ W^T` on `stream` (asynchronous). Errors (as Status, nothing launched):
 /// kInvalidArgument for a STEP5_PDL other than 0, 1 or empty (`pdl_env_status`, checked first,
-/// whatever the path and sizes), null pointers (when tokens > 0), negative sizes, ld < row length,
+/// whatever the path and sizes), null pointers (when tokens > 0), negative sizes, tokens, n or k
+/// above kGemmMaxDim (when tokens, n > 0), ld < row length,
 /// a forced fast path whose alignment rules fail, a config out of range, a too small workspace
 /// (the message names the bytes needed and given), a forced kGemv outside `gemm_gemv_eligible`
 /// (T above kGemmGemvMaxTokens, K above kGemmGemvMaxK, X's gemm_gemv_smem_bytes beyond

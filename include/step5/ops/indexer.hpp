@@ -384,13 +384,21 @@ inline SelectChunks indexer_select_chunks(const layout::RankLayout& rank, int nu
   return select_chunks(num_tokens, workspace_bytes > plan ? (workspace_bytes - plan) / per_token : 0);
 }
 
+/// The longest score row `topk_select` takes (TopkSelectParams::ld): 2^30 regions. The selection
+/// kernel walks a row's keys with int32 indices that run past the row's end by up to a CTA's
+/// stride (4096 keys) and rounds the row up to whole strides and cluster slices; rows near
+/// INT32_MAX overflowed them (ld = history = 2^31 - 1: (n + 7) / 8 and (len + 511) / 512 wrapped
+/// negative, no key was counted and the ids written were not the row's top-k). indexer_select's
+/// own rows are at most score_ld(kMaxIndexerSeqLen) (about 2^27) regions.
+inline constexpr std::int64_t kTopkMaxLd = std::int64_t{1} << 30;
+
 /// Step 6 alone on given fp32 scores (SPEC §4.6). Row r: `history[r]` = p/8 regions with scores at
 /// `scores[r*ld + 0 .. history[r])`; writes `ids[r*ld_ids + 0 .. topk]` (the top min(topk, p/8)
 /// ids ascending, then `history[r]` as the current region, then -1) and `counts[r]`.
 /// Ties go to the lower id, NaN ranks above +inf, -0 == +0; bit-identical on every run.
 struct TopkSelectParams {
   const float* scores = nullptr;
-  std::int64_t ld = 0;               ///< row stride of scores (elements), >= max history; 1 .. INT32_MAX
+  std::int64_t ld = 0;               ///< row stride of scores (elements), >= max history; 1 .. kTopkMaxLd
   /// [rows] int32, the regions of each row, in [0, ld]; a value outside (a negative one read as
   /// unsigned) is cut to ld on the device (kernels::sm90::topk_row, as indexer_select's own
   /// rows): the selection then reads the row's ld scores and nothing past them
@@ -425,7 +433,7 @@ Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream);
 
 /// Launches step 6 alone (see TopkSelectParams). Errors: kInvalidArgument (topk outside 1..1024,
-/// rows < 0, a null or not 4-byte aligned pointer, ld or ld_ids out of range), kUnsupported (not
+/// rows < 0, a null or not 4-byte aligned pointer, ld outside 1 .. kTopkMaxLd, ld_ids < topk + 1), kUnsupported (not
 /// an sm_90 device), kCudaError (launch).
 Status topk_select(const TopkSelectParams& p, cudaStream_t stream);
 

@@ -614,10 +614,10 @@ inline Status check_params(const GemmParams& p, bool* fast, std::string* why) {
   if (p.x == nullptr && p.k > 0) return invalid_argument("gemm_bf16: x is null (tokens = " + s(p.tokens) + ")");
   if (p.w == nullptr && p.k > 0) return invalid_argument("gemm_bf16: w is null (n = " + s(p.n) + ")");
   if (p.c == nullptr) return invalid_argument("gemm_bf16: c is null (tokens = " + s(p.tokens) + ")");
-  constexpr std::int64_t kIntMax = 0x7fffffff;
-  if (p.tokens > kIntMax || p.n > kIntMax || p.k > kIntMax)
-    return invalid_argument("gemm_bf16: tokens, n, k must each be < 2^31, got " + s(p.tokens) + ", " + s(p.n) +
-                            ", " + s(p.k));
+  if (p.tokens > kGemmMaxDim || p.n > kGemmMaxDim || p.k > kGemmMaxDim)
+    return invalid_argument("gemm_bf16: tokens, n, k must each be <= " + s(kGemmMaxDim) +
+                            " (kGemmMaxDim: the kernels round them up to whole tiles in int32), got " + s(p.tokens) +
+                            ", " + s(p.n) + ", " + s(p.k));
   if ((p.tokens + 63) / 64 > 65535)
     return invalid_argument("gemm_bf16: tokens = " + s(p.tokens) + " exceeds the supported maximum " + s(65535 * 64));
   *why = "";
