@@ -1094,4 +1094,47 @@ TEST_CASE("elementwise: a residual, x or partials array the kernels cannot load 
                            " mod 8") != std::string::npos);
   }
 }
+
+namespace {
+/// A fake device address (never dereferenced: the overlap checks refuse before any device call).
+template <class T>
+T* fake(std::uintptr_t a) {
+  return reinterpret_cast<T*>(a);
+}
+bool names_overlap(const step5::Status& s, const std::string& op, const std::string& a, const std::string& b) {
+  return s.code() == StatusCode::kInvalidArgument && s.message().find(op + ": " + a + " [") != std::string::npos &&
+         s.message().find("overlaps " + b + " [") != std::string::npos &&
+         s.message().find("expected disjoint buffers") != std::string::npos;
+}
+bool no_overlap_error(const step5::Status& s) { return s.message().find("overlaps") == std::string::npos; }
+/// `f()` with STEP5_PDL = "bad": where the overlap check lets fake addresses through, the library's
+/// kernel launch refuses the variable (on a machine with a GPU), so nothing is launched on them.
+template <class F>
+step5::Status with_bad_pdl(F&& f) {
+  const char* env = std::getenv("STEP5_PDL");
+  const std::string saved = env != nullptr ? env : "";
+  const int pdl_state = ops::detail::pdl_state().load();
+  setenv("STEP5_PDL", "bad", 1);
+  ops::detail::pdl_state().store(-1);
+  const step5::Status s = f();
+  if (env != nullptr) setenv("STEP5_PDL", saved.c_str(), 1);
+  else unsetenv("STEP5_PDL");
+  ops::detail::pdl_state().store(pdl_state);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("require_disjoint: byte ranges [ptr, ptr + bytes), touching ranges, null and empty ranges pass") {
+  using step5::require_disjoint;
+  const void* a = fake<void>(0x10000);
+  CHECK(require_disjoint("op", {{"o", a, 16}}, {{"i", fake<void>(0x10010), 16}}).ok());  // touching
+  CHECK(require_disjoint("op", {{"o", a, 16}}, {{"i", fake<void>(0xfff0), 16}}).ok());
+  CHECK(names_overlap(require_disjoint("op", {{"o", a, 17}}, {{"i", fake<void>(0x10010), 16}}), "op", "o", "i"));
+  CHECK(names_overlap(require_disjoint("op", {{"o", a, 16}}, {{"i", fake<void>(0xfff0), 17}}), "op", "o", "i"));
+  CHECK(require_disjoint("op", {{"o", a, 16}}, {{"i", nullptr, 16}, {"j", a, 0}}).ok());
+  // two outputs
+  const step5::Status s = require_disjoint("op", {{"o1", a, 8}, {"o2", fake<void>(0x10004), 8}}, {});
+  CHECK(names_overlap(s, "op", "o1", "o2"));
+  CHECK(s.message().find("both are written") != std::string::npos);
+}
 #endif  // __has_include(<cuda_runtime_api.h>)
