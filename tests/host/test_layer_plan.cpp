@@ -1137,4 +1137,21 @@ TEST_CASE("require_disjoint: byte ranges [ptr, ptr + bytes), touching ranges, nu
   CHECK(names_overlap(s, "op", "o1", "o2"));
   CHECK(s.message().find("both are written") != std::string::npos);
 }
+
+TEST_CASE("elementwise: x over residual and residual over the partials array are refused naming both, before any CUDA call") {
+  // residual_to_bf16: x[i] (2 bytes) lands inside residual[i / 2], which another thread may not
+  // have read yet; x == residual is no in-place form
+  const float* r = fake<const float>(0x100000);
+  CHECK(names_overlap(ops::residual_to_bf16(r, fake<step5::bf16>(0x100000), 16, nullptr), "residual_to_bf16", "x",
+                      "residual"));
+  CHECK(names_overlap(ops::residual_to_bf16(r, fake<step5::bf16>(0x100000 + 62), 16, nullptr), "residual_to_bf16",
+                      "x", "residual"));
+  CHECK(no_overlap_error(with_bad_pdl([&] { return ops::residual_to_bf16(r, fake<step5::bf16>(0x100000 + 64), 16, nullptr); })));
+  // add_partials_to_residual: every thread reads the pointer array while others write residual
+  const step5::bf16* const* parts = fake<const step5::bf16* const>(0x200000);
+  CHECK(names_overlap(ops::add_partials_to_residual(parts, 2, fake<float>(0x200000 + 12), 16, nullptr),
+                      "add_partials_to_residual", "residual", "partials"));
+  CHECK(no_overlap_error(
+      with_bad_pdl([&] { return ops::add_partials_to_residual(parts, 2, fake<float>(0x200000 + 16), 16, nullptr); })));
+}
 #endif  // __has_include(<cuda_runtime_api.h>)
