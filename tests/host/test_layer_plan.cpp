@@ -1268,4 +1268,55 @@ TEST_CASE("indexer launchers: outputs over C, index_q, the caches or each other 
   sel2.counts = fake<std::int32_t>(0x50000000 + 4);
   CHECK(names_overlap(select(sel2), "indexer_select", "topk_ids", "counts"));
 }
+
+TEST_CASE("run's checks: the workspace, the partial and the caches over each other, the weights or x are refused before any launch") {
+  // o_proj would refuse its C (the partial) over its X (the attention output in the workspace)
+  // only after indexer_prepare had written the caches: refused up front instead
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  const ops::DsaLayerCapacity cap = engine_capacity();
+  ops::DsaLayerPlan plan;
+  REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
+  Step st(8, 1000, 64, cap);
+  st.s.batch.cu_seqlens_q = fake<const std::int32_t>(0x1000), st.s.batch.seq_lens = fake<const std::int32_t>(0x2000);
+  st.s.table.block_table = fake<const std::int32_t>(0x3000), st.s.tail_slot = fake<const std::int32_t>(0x4000);
+  // the disjoint cases below pass every check and would launch on the fake addresses: run only
+  // where there is no device (then the plan's device scope fails, nothing is launched)
+  int devices = 0;
+  const bool no_device = cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0;
+  (void)cudaGetLastError();
+  const std::uintptr_t kWs = 0x100000000;
+  ops::DsaLayerWeights w;
+  w.max_position = 32768;
+  w.fused = fake<const step5::bf16>(0x200000000), w.o_proj = fake<const step5::bf16>(0x300000000);
+  ops::DsaLayerCaches caches;
+  caches.k_cache = fake<step5::bf16>(0x400000000), caches.v_cache = fake<step5::bf16>(0x500000000);
+  caches.summary_cache = fake<std::uint8_t>(0x600000000), caches.tail = fake<step5::bf16>(0x700000000);
+  caches.num_slots = 8;
+  const step5::bf16* x = fake<const step5::bf16>(0x800000000);
+  step5::bf16* partial = fake<step5::bf16>(0x900000000);
+  const auto run = [&](const ops::DsaLayerWeights& ww, const ops::DsaLayerCaches& cc, const step5::bf16* xx,
+                       step5::bf16* pp, std::uintptr_t ws) {
+    return ops::dsa_layer_run(plan, ww, cc, st.s, xx, pp, fake<void>(ws), plan.map.total, nullptr);
+  };
+  if (no_device) {
+    const step5::Status s = run(w, caches, x, partial, kWs);
+    CHECK_MESSAGE((!s.ok() && no_overlap_error(s)), s.message());
+  }
+  // the partial over the attention output (o_proj's X) in the workspace
+  CHECK(names_overlap(run(w, caches, x, fake<step5::bf16>(kWs + plan.map.attn), kWs), "dsa_layer_run", "workspace",
+                      "partial"));
+  ops::DsaLayerCaches cc = caches;
+  cc.k_cache = fake<step5::bf16>(kWs + plan.map.total - 16);
+  CHECK(names_overlap(run(w, cc, x, partial, kWs), "dsa_layer_run", "workspace", "caches.k_cache"));
+  cc = caches;
+  cc.tail = fake<step5::bf16>(0x300000000);
+  CHECK(names_overlap(run(w, cc, x, partial, kWs), "dsa_layer_run", "caches.tail", "w.o_proj"));
+  CHECK(names_overlap(run(w, caches, fake<const step5::bf16>(kWs + 256), partial, kWs), "dsa_layer_run", "workspace",
+                      "x"));
+  // the partial over x is allowed: x is read by the first GEMM only
+  if (no_device) {
+    const step5::Status s = run(w, caches, x, const_cast<step5::bf16*>(x), kWs);
+    CHECK_MESSAGE((!s.ok() && no_overlap_error(s)), s.message());
+  }
+}
 #endif  // __has_include(<cuda_runtime_api.h>)
