@@ -162,6 +162,18 @@ Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
   if (p.ld_ids < p.topk + 1)
     return invalid_argument("topk_select: ld_ids = " + std::to_string(p.ld_ids) + ", expected >= topk + 1 = " +
                             std::to_string(p.topk + 1));
+  STEP5_RETURN_IF_ERROR(topk_env_status());  // STEP5_TOPK (the launch's own check): named before the overlap
+  {
+    // each row's CTA (or cluster) writes its ids and count while other rows' CTAs still read their
+    // scores and history (ids of row r over row r + 1's scores: that row selects from ids).
+    // Scores: rows of ld, the last one read up to its device-held history <= ld.
+    const std::uint64_t rows = static_cast<std::uint64_t>(p.rows);
+    STEP5_RETURN_IF_ERROR(require_disjoint(
+        "topk_select",
+        {{"ids", p.ids, ((rows - 1) * static_cast<std::uint64_t>(p.ld_ids) + static_cast<std::uint64_t>(p.topk) + 1) * 4},
+         {"counts", p.counts, rows * 4}},
+        {{"scores", p.scores, rows * static_cast<std::uint64_t>(p.ld) * 4}, {"history", p.history, rows * 4}}));
+  }
   STEP5_RETURN_IF_ERROR(instantiate_detail::check_current_device("topk_select"));
   return kernels::sm90::launch_topk(detail::topk_args(p), p.rows, stream);
 }

@@ -1168,6 +1168,37 @@ GPU_CASE("launcher preconditions return Status with the value") {
     q.q = reinterpret_cast<const step5::bf16*>(b + 2);
     expect_err(q, "q must be 4-byte aligned", "q at 2 mod 4");
   }
+  {  // outputs over inputs or each other (require_disjoint; fake addresses, never read: every case
+     // is refused before the launch). Each CTA writes its tile's out rows while other CTAs still
+     // read the q rows of other tiles, the caches, the selection rows; out == q with the same
+     // stride is the supported in-place call (not launched here)
+    const auto at = [](std::uintptr_t a) { return reinterpret_cast<void*>(a); };
+    const std::uintptr_t kQ = 0x10000000, kRow = 64 * 192 * 2;  // one token's q row: 24576 bytes
+    q = p;
+    q.q = static_cast<const step5::bf16*>(at(kQ));
+    q.k_cache = static_cast<const step5::bf16*>(at(0x20000000));
+    q.v_cache = static_cast<const step5::bf16*>(at(0x30000000));
+    q.topk_ids = static_cast<const std::int32_t*>(at(0x40000000));
+    q.counts = static_cast<const std::int32_t*>(at(0x50000000));
+    q.out = static_cast<step5::bf16*>(at(kQ + kRow));  // token t's output over token t + 1's q
+    expect_err(q, "sparse_attention: out [", "out shifted one token over q");
+    expect_err(q, "overlaps q [", "out shifted one token over q");
+    auto r = q;
+    r.out = static_cast<step5::bf16*>(at(kQ));
+    r.out_row_stride = 2 * 64 * 192;  // same start, another stride: not the in-place call
+    expect_err(r, "overlaps q [", "out over q with another row stride");
+    r = q;
+    r.out = static_cast<step5::bf16*>(at(0x20000000 + 4096));
+    expect_err(r, "overlaps k_cache [", "out over the K cache");
+    r = q;
+    r.out = static_cast<step5::bf16*>(at(0x60000000));
+    r.lse = static_cast<float*>(at(0x50000000));
+    expect_err(r, "sparse_attention: lse [", "lse over counts");
+    expect_err(r, "overlaps counts [", "lse over counts");
+    r = q;
+    r.out = static_cast<step5::bf16*>(at(0x40000000 + 64));
+    expect_err(r, "overlaps topk_ids [", "out over the selection rows");
+  }
 }
 
 STEP5_GPU_TEST_MAIN()

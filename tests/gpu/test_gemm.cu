@@ -1228,6 +1228,54 @@ GPU_CASE("gemm: plans and launches for device 1 made while device 0 is current (
   GPU_CHECK(cudaSetDevice(0));
 }
 
+GPU_CASE("gemm: C over X or W, or the workspace over X, W or C, is refused naming both, nothing launched") {
+  // Every path writes C tile by tile while other CTAs (or cuBLASLt) still read X and W: C == X at
+  // T = 2, N = K = 64 lets one weight tile's CTA write C's row 1 (X's row 1) before another reads
+  // it. Refused after the plan, before the launch: X stays as it was (no kernel ran).
+  DevBuf buf(1 << 20);
+  bf16* b = buf.as<bf16>();
+  GPU_CHECK(cudaMemset(b, 0x3c, 1 << 20));
+  GemmParams p;
+  p.tokens = 2, p.n = 64, p.k = 64, p.ldx = 64, p.ldw = 64, p.ldc = 64;
+  p.x = b, p.w = b + 16384;  // X: 256 bytes, W: 8 KiB at 32 KiB
+  const auto refused = [&](const GemmParams& q, const char* a, const char* o, const char* what) {
+    const step5::Status s = step5::ops::gemm_bf16(q, nullptr);
+    const std::string m = s.message();
+    EXPECT(s.code() == step5::StatusCode::kInvalidArgument && m.find(std::string("gemm_bf16: ") + a + " [") != std::string::npos &&
+               m.find(std::string("overlaps ") + o + " [") != std::string::npos,
+           "%s: %s", what, s.to_string().c_str());
+  };
+  for (const GemmPath path : {GemmPath::kAuto, GemmPath::kGeneric, GemmPath::kSplitK, GemmPath::kGemv}) {
+    GemmParams q = p;
+    q.path = path;
+    q.split_k = path == GemmPath::kSplitK ? 1 : 0;  // no workspace needed
+    q.c = b;  // in place over X
+    refused(q, "c", "x", step5::ops::gemm_path_name(path));
+    q.c = b + 126;  // over X's last two elements (C 4-byte aligned, as the fast paths need)
+    refused(q, "c", "x", step5::ops::gemm_path_name(path));
+    q.c = b + 16384 + 64 * 64 - 2;  // over W's last element
+    refused(q, "c", "w", step5::ops::gemm_path_name(path));
+  }
+  // different columns of one strided buffer: the range test refuses them too (documented)
+  GemmParams q = p;
+  q.ldx = q.ldc = 128, q.c = b + 64;
+  refused(q, "c", "x", "C beside X in one strided buffer");
+  // the split-K workspace over W (its partials would be read back as weights)
+  q = p;
+  q.path = GemmPath::kSplitK, q.split_k = 2, q.c = b + 8192, q.k = q.ldx = q.ldw = 512;  // W: 64 KiB at 32 KiB
+  step5::ops::GemmPlan plan;
+  const step5::Status ps = step5::ops::gemm_plan(q, &plan);  // the plan does not look at the overlap
+  EXPECT(ps.ok() && plan.workspace_bytes > 0, "split-K plan: %s (workspace %zu)", ps.to_string().c_str(),
+         plan.workspace_bytes);
+  q.workspace = b + 16384 + 8192, q.workspace_bytes = plan.workspace_bytes;  // 16-byte aligned, inside W
+  refused(q, "workspace", "w", "split-K workspace over W");
+  std::vector<bf16> h(128);
+  GPU_CHECK(cudaMemcpy(h.data(), b, 256, cudaMemcpyDeviceToHost));
+  bool untouched = true;
+  for (const bf16& v : h) untouched = untouched && std::memcmp(&v, "\x3c\x3c", 2) == 0;
+  EXPECT(untouched, "X changed by a refused call");
+}
+
 GPU_CASE("gemm: preconditions return Status naming the values") {
   DevBuf buf(1 << 20);
   GemmParams good;

@@ -1094,4 +1094,229 @@ TEST_CASE("elementwise: a residual, x or partials array the kernels cannot load 
                            " mod 8") != std::string::npos);
   }
 }
+
+namespace {
+/// A fake device address (never dereferenced: the overlap checks refuse before any device call).
+template <class T>
+T* fake(std::uintptr_t a) {
+  return reinterpret_cast<T*>(a);
+}
+bool names_overlap(const step5::Status& s, const std::string& op, const std::string& a, const std::string& b) {
+  return s.code() == StatusCode::kInvalidArgument && s.message().find(op + ": " + a + " [") != std::string::npos &&
+         s.message().find("overlaps " + b + " [") != std::string::npos &&
+         s.message().find("expected disjoint buffers") != std::string::npos;
+}
+bool no_overlap_error(const step5::Status& s) { return s.message().find("overlaps") == std::string::npos; }
+/// `f()` with STEP5_PDL = "bad": where the overlap check lets fake addresses through, the library's
+/// kernel launch refuses the variable (on a machine with a GPU), so nothing is launched on them.
+template <class F>
+step5::Status with_bad_pdl(F&& f) {
+  const char* env = std::getenv("STEP5_PDL");
+  const std::string saved = env != nullptr ? env : "";
+  const int pdl_state = ops::detail::pdl_state().load();
+  setenv("STEP5_PDL", "bad", 1);
+  ops::detail::pdl_state().store(-1);
+  const step5::Status s = f();
+  if (env != nullptr) setenv("STEP5_PDL", saved.c_str(), 1);
+  else unsetenv("STEP5_PDL");
+  ops::detail::pdl_state().store(pdl_state);
+  return s;
+}
+}  // namespace
+
+TEST_CASE("require_disjoint: byte ranges [ptr, ptr + bytes), touching ranges, null and empty ranges pass") {
+  using step5::require_disjoint;
+  const void* a = fake<void>(0x10000);
+  CHECK(require_disjoint("op", {{"o", a, 16}}, {{"i", fake<void>(0x10010), 16}}).ok());  // touching
+  CHECK(require_disjoint("op", {{"o", a, 16}}, {{"i", fake<void>(0xfff0), 16}}).ok());
+  CHECK(names_overlap(require_disjoint("op", {{"o", a, 17}}, {{"i", fake<void>(0x10010), 16}}), "op", "o", "i"));
+  CHECK(names_overlap(require_disjoint("op", {{"o", a, 16}}, {{"i", fake<void>(0xfff0), 17}}), "op", "o", "i"));
+  CHECK(require_disjoint("op", {{"o", a, 16}}, {{"i", nullptr, 16}, {"j", a, 0}}).ok());
+  // two outputs
+  const step5::Status s = require_disjoint("op", {{"o1", a, 8}, {"o2", fake<void>(0x10004), 8}}, {});
+  CHECK(names_overlap(s, "op", "o1", "o2"));
+  CHECK(s.message().find("both are written") != std::string::npos);
+}
+
+TEST_CASE("elementwise: x over residual and residual over the partials array are refused naming both, before any CUDA call") {
+  // residual_to_bf16: x[i] (2 bytes) lands inside residual[i / 2], which another thread may not
+  // have read yet; x == residual is no in-place form
+  const float* r = fake<const float>(0x100000);
+  CHECK(names_overlap(ops::residual_to_bf16(r, fake<step5::bf16>(0x100000), 16, nullptr), "residual_to_bf16", "x",
+                      "residual"));
+  CHECK(names_overlap(ops::residual_to_bf16(r, fake<step5::bf16>(0x100000 + 62), 16, nullptr), "residual_to_bf16",
+                      "x", "residual"));
+  CHECK(no_overlap_error(with_bad_pdl([&] { return ops::residual_to_bf16(r, fake<step5::bf16>(0x100000 + 64), 16, nullptr); })));
+  // add_partials_to_residual: every thread reads the pointer array while others write residual
+  const step5::bf16* const* parts = fake<const step5::bf16* const>(0x200000);
+  CHECK(names_overlap(ops::add_partials_to_residual(parts, 2, fake<float>(0x200000 + 12), 16, nullptr),
+                      "add_partials_to_residual", "residual", "partials"));
+  CHECK(no_overlap_error(
+      with_bad_pdl([&] { return ops::add_partials_to_residual(parts, 2, fake<float>(0x200000 + 16), 16, nullptr); })));
+}
+
+TEST_CASE("topk_select: ids or counts over scores, history or each other are refused naming both, before any CUDA call") {
+  // a row's CTA writes its ids while other rows' CTAs still select from their scores: ids of row 0
+  // over row 1's scores changes what row 1 selects
+  ops::TopkSelectParams p;
+  p.rows = 2, p.topk = 4, p.ld = 8, p.ld_ids = 5;
+  p.scores = fake<const float>(0x100000);        // 2 rows x 8: 64 bytes
+  p.history = fake<const std::int32_t>(0x200000);  // 8 bytes
+  p.ids = fake<std::int32_t>(0x300000);            // (1 * 5 + 5) * 4 = 40 bytes
+  p.counts = fake<std::int32_t>(0x400000);         // 8 bytes
+  CHECK(no_overlap_error(with_bad_pdl([&] { return ops::topk_select(p, nullptr); })));
+  ops::TopkSelectParams q = p;
+  q.ids = fake<std::int32_t>(0x100000 + 32);  // row 0's ids over row 1's scores
+  CHECK(names_overlap(ops::topk_select(q, nullptr), "topk_select", "ids", "scores"));
+  q = p;
+  q.counts = fake<std::int32_t>(0x200000 + 4);
+  CHECK(names_overlap(ops::topk_select(q, nullptr), "topk_select", "counts", "history"));
+  q = p;
+  q.counts = fake<std::int32_t>(0x300000 + 36);  // the last id of row 1
+  CHECK(names_overlap(ops::topk_select(q, nullptr), "topk_select", "ids", "counts"));
+  q = p;
+  q.ids = fake<std::int32_t>(0x100000 + 64);  // right after the scores
+  CHECK(no_overlap_error(with_bad_pdl([&] { return ops::topk_select(q, nullptr); })));
+}
+
+TEST_CASE("indexer launchers: outputs over C, index_q, the caches or each other are refused naming both, before any launch") {
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  std::vector<std::int32_t> cu = {0, 1, 2}, lens = {1000, 1000}, table(32, 0);
+  const std::uintptr_t kC = 0x10000000;
+  const std::int64_t ldc = r.rows_with_w + r.rows_with_w % 2;
+  const std::uintptr_t c_bytes = static_cast<std::uintptr_t>(ldc + r.rows_with_w) * 2;  // two tokens
+  ops::IndexerPrepareParams p;
+  p.rank = r;
+  p.batch = {fake<const std::int32_t>(0x1000), fake<const std::int32_t>(0x2000), 2, 2, cu.data(), lens.data()};
+  p.table.block_table = fake<const std::int32_t>(0x3000), p.table.block_size = 64, p.table.max_blocks = 16;
+  p.table.num_blocks = 16;
+  p.max_position = 32768;
+  p.c = fake<const step5::bf16>(kC), p.ldc = ldc;
+  p.q_norm = fake<const float>(0x20000000), p.k_norm = fake<const float>(0x20010000);
+  p.index_q_norm = fake<const float>(0x20020000), p.index_k_norm_w = fake<const float>(0x20030000);
+  p.index_k_norm_b = fake<const float>(0x20040000);
+  p.cos_main = fake<const step5::bf16>(0x21000000), p.sin_main = fake<const step5::bf16>(0x22000000);
+  p.cos_idx = fake<const step5::bf16>(0x23000000), p.sin_idx = fake<const step5::bf16>(0x24000000);
+  p.q_out = fake<step5::bf16>(0x30000000), p.k_cache = fake<step5::bf16>(0x31000000);
+  p.v_cache = fake<step5::bf16>(0x32000000), p.index_q = fake<std::uint8_t>(0x33000000);
+  p.weights = fake<float>(0x34000000), p.index_k = fake<step5::bf16>(0x35000000);
+  const auto prepare = [](const ops::IndexerPrepareParams& q) {
+    return ops::detail::indexer_prepare_for<layout::GeometryId::step5_preview>(q, nullptr);
+  };
+  {
+    const step5::Status s = with_bad_pdl([&] { return prepare(p); });
+    if (s.code() == StatusCode::kUnsupported && s.message().find("was not built") != std::string::npos) {
+      MESSAGE("step5_preview not built: skipped");
+      return;
+    }
+    CHECK_MESSAGE(no_overlap_error(s), s.message());  // disjoint: refused later (no device) or launched
+  }
+  // q prepared in place over C: token 1's q rows land on token 0's k, v and indexer columns
+  ops::IndexerPrepareParams q = p;
+  q.q_out = fake<step5::bf16>(kC);
+  CHECK(names_overlap(prepare(q), "indexer_prepare", "q_out", "c"));
+  q = p;
+  q.index_k = fake<step5::bf16>((kC + c_bytes - 1) & ~std::uintptr_t{3});  // over C's last byte read (4-byte aligned)
+  CHECK(names_overlap(prepare(q), "indexer_prepare", "index_k", "c"));
+  q = p;
+  q.index_k = fake<step5::bf16>((kC + c_bytes + 3) & ~std::uintptr_t{3});  // after it
+  CHECK(no_overlap_error(with_bad_pdl([&] { return prepare(q); })));
+  q = p;
+  q.v_cache = q.k_cache;
+  CHECK(names_overlap(prepare(q), "indexer_prepare", "k_cache", "v_cache"));
+  q = p;
+  q.weights = fake<float>(0x20000000);
+  CHECK(names_overlap(prepare(q), "indexer_prepare", "weights", "q_norm"));
+  q = p;
+  q.index_q = fake<std::uint8_t>(0x3000);  // over the block table
+  CHECK(names_overlap(prepare(q), "indexer_prepare", "index_q", "table.block_table"));
+
+  // indexer_summaries: the tail over C's rows
+  ops::IndexerSummaryParams s = ops::indexer_summary_params(p, {});
+  s.summary_cache = fake<std::uint8_t>(0x40000000), s.tail = fake<step5::bf16>(0x41000000);
+  s.tail_slot = fake<const std::int32_t>(0x4000), s.num_slots = 4;
+  const auto summaries = [](const ops::IndexerSummaryParams& x) {
+    return ops::detail::indexer_summaries_for<layout::GeometryId::step5_preview>(x, nullptr);
+  };
+  CHECK(no_overlap_error(with_bad_pdl([&] { return summaries(s); })));
+  ops::IndexerSummaryParams s2 = s;
+  s2.tail = fake<step5::bf16>(kC + 16);
+  CHECK(names_overlap(summaries(s2), "indexer_summaries", "tail", "c"));
+  s2 = s;
+  s2.summary_cache = fake<std::uint8_t>(0x35000000);  // over index_k
+  CHECK(names_overlap(summaries(s2), "indexer_summaries", "summary_cache", "index_k"));
+
+  // indexer_select: ids over index_q, the workspace over the weights
+  ops::IndexerSelectParams sel;
+  sel.rank = r, sel.batch = p.batch, sel.table = p.table;
+  sel.index_q = fake<const std::uint8_t>(0x33000000), sel.weights = fake<const float>(0x34000000);
+  sel.summary_cache = fake<const std::uint8_t>(0x40000000);
+  sel.topk = 64, sel.max_seq_len = 1000;
+  sel.topk_ids = fake<std::int32_t>(0x50000000), sel.counts = fake<std::int32_t>(0x51000000);
+  sel.workspace = fake<void>(0x52000000);
+  sel.workspace_bytes = ops::indexer_select_workspace_bytes(r, 2, 1000, 2);
+  const auto select = [](const ops::IndexerSelectParams& x) {
+    return ops::detail::indexer_select_for<layout::GeometryId::step5_preview>(x, nullptr);
+  };
+  ops::IndexerSelectParams sel2 = sel;
+  sel2.topk_ids = fake<std::int32_t>(0x33000000);
+  CHECK(names_overlap(select(sel2), "indexer_select", "topk_ids", "index_q"));
+  sel2 = sel;
+  sel2.workspace = fake<void>(0x34000000 - 256);  // its scores over the weights
+  CHECK(names_overlap(select(sel2), "indexer_select", "workspace", "weights"));
+  sel2 = sel;
+  sel2.counts = fake<std::int32_t>(0x50000000 + 4);
+  CHECK(names_overlap(select(sel2), "indexer_select", "topk_ids", "counts"));
+}
+
+TEST_CASE("run's checks: the workspace, the partial and the caches over each other, the weights or x are refused before any launch") {
+  // o_proj would refuse its C (the partial) over its X (the attention output in the workspace)
+  // only after indexer_prepare had written the caches: refused up front instead
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  const ops::DsaLayerCapacity cap = engine_capacity();
+  ops::DsaLayerPlan plan;
+  REQUIRE(ops::dsa_layer_plan_for(r, 4096, cap, h200_facts(), &plan).ok());
+  Step st(8, 1000, 64, cap);
+  st.s.batch.cu_seqlens_q = fake<const std::int32_t>(0x1000), st.s.batch.seq_lens = fake<const std::int32_t>(0x2000);
+  st.s.table.block_table = fake<const std::int32_t>(0x3000), st.s.tail_slot = fake<const std::int32_t>(0x4000);
+  // the disjoint cases below pass every check and would launch on the fake addresses: run only
+  // where there is no device (then the plan's device scope fails, nothing is launched)
+  int devices = 0;
+  const bool no_device = cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0;
+  (void)cudaGetLastError();
+  const std::uintptr_t kWs = 0x100000000;
+  ops::DsaLayerWeights w;
+  w.max_position = 32768;
+  w.fused = fake<const step5::bf16>(0x200000000), w.o_proj = fake<const step5::bf16>(0x300000000);
+  ops::DsaLayerCaches caches;
+  caches.k_cache = fake<step5::bf16>(0x400000000), caches.v_cache = fake<step5::bf16>(0x500000000);
+  caches.summary_cache = fake<std::uint8_t>(0x600000000), caches.tail = fake<step5::bf16>(0x700000000);
+  caches.num_slots = 8;
+  const step5::bf16* x = fake<const step5::bf16>(0x800000000);
+  step5::bf16* partial = fake<step5::bf16>(0x900000000);
+  const auto run = [&](const ops::DsaLayerWeights& ww, const ops::DsaLayerCaches& cc, const step5::bf16* xx,
+                       step5::bf16* pp, std::uintptr_t ws) {
+    return ops::dsa_layer_run(plan, ww, cc, st.s, xx, pp, fake<void>(ws), plan.map.total, nullptr);
+  };
+  if (no_device) {
+    const step5::Status s = run(w, caches, x, partial, kWs);
+    CHECK_MESSAGE((!s.ok() && no_overlap_error(s)), s.message());
+  }
+  // the partial over the attention output (o_proj's X) in the workspace
+  CHECK(names_overlap(run(w, caches, x, fake<step5::bf16>(kWs + plan.map.attn), kWs), "dsa_layer_run", "workspace",
+                      "partial"));
+  ops::DsaLayerCaches cc = caches;
+  cc.k_cache = fake<step5::bf16>(kWs + plan.map.total - 16);
+  CHECK(names_overlap(run(w, cc, x, partial, kWs), "dsa_layer_run", "workspace", "caches.k_cache"));
+  cc = caches;
+  cc.tail = fake<step5::bf16>(0x300000000);
+  CHECK(names_overlap(run(w, cc, x, partial, kWs), "dsa_layer_run", "caches.tail", "w.o_proj"));
+  CHECK(names_overlap(run(w, caches, fake<const step5::bf16>(kWs + 256), partial, kWs), "dsa_layer_run", "workspace",
+                      "x"));
+  // the partial over x is allowed: x is read by the first GEMM only
+  if (no_device) {
+    const step5::Status s = run(w, caches, x, const_cast<step5::bf16*>(x), kWs);
+    CHECK_MESSAGE((!s.ok() && no_overlap_error(s)), s.message());
+  }
+}
 #endif  // __has_include(<cuda_runtime_api.h>)

@@ -91,6 +91,50 @@ inline Status require_aligned(const char* op, std::uintptr_t align, std::initial
   }
   return Status::Ok();
 }
+/// A named device buffer for `require_disjoint`: the bytes [ptr, ptr + bytes) an operation
+/// accesses (its first to its last byte, from the shapes and strides it validates).
+struct NamedRange {
+  const char* name;
+  const void* ptr;
+  std::uint64_t bytes;
+};
+/// kInvalidArgument "<op>: <out> [0x.., +N bytes) overlaps <other> [0x.., +M bytes), expected
+/// disjoint buffers" for the first output of `outputs` whose byte range overlaps an input of
+/// `inputs` or a later output of `outputs`, else Ok. A null pointer or 0 bytes is an empty range
+/// (the callers check null pointers themselves). For the outputs a kernel writes while other
+/// threads or CTAs may still read the inputs (a partial or whole overlap gives silently wrong
+/// results); an op whose kernel reads each element before it writes it in the same thread, and
+/// thus supports an exact in-place call, does not list that pair. A range test: two strided
+/// views interleaved in one buffer (different columns of the same rows) count as overlapping.
+inline Status require_disjoint(const char* op, std::initializer_list<NamedRange> outputs,
+                               std::initializer_list<NamedRange> inputs) {
+  const auto begin = [](const NamedRange& r) { return reinterpret_cast<std::uintptr_t>(r.ptr); };
+  const auto end = [&](const NamedRange& r) {  // saturating: a range past the address space ends there
+    const std::uintptr_t b = begin(r);
+    return r.bytes > UINTPTR_MAX - b ? UINTPTR_MAX : b + static_cast<std::uintptr_t>(r.bytes);
+  };
+  const auto text = [&](const NamedRange& r) {
+    char b[64];
+    std::snprintf(b, sizeof b, " [%p, +%llu bytes)", r.ptr, static_cast<unsigned long long>(r.bytes));
+    return std::string(r.name) + b;
+  };
+  const auto overlap = [&](const NamedRange& a, const NamedRange& b) {
+    return a.ptr != nullptr && b.ptr != nullptr && a.bytes > 0 && b.bytes > 0 && begin(a) < end(b) &&
+           begin(b) < end(a);
+  };
+  for (auto o = outputs.begin(); o != outputs.end(); ++o) {
+    for (const NamedRange& i : inputs)
+      if (overlap(*o, i))
+        return invalid_argument(std::string(op) + ": " + text(*o) + " overlaps " + text(i) +
+                                ", expected disjoint buffers (" + o->name + " is written while " + i.name +
+                                " is read)");
+    for (auto o2 = o + 1; o2 != outputs.end(); ++o2)
+      if (overlap(*o, *o2))
+        return invalid_argument(std::string(op) + ": " + text(*o) + " overlaps " + text(*o2) +
+                                ", expected disjoint buffers (both are written)");
+  }
+  return Status::Ok();
+}
 inline Status unsupported(std::string m) { return {StatusCode::kUnsupported, std::move(m)}; }
 
 /// Exception thrown by host-side I/O and loading code (never by launchers).

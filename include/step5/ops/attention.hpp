@@ -594,7 +594,11 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
 /// Errors (nothing launched): kInvalidArgument for every rule of `validate_step` (ops/batch_check.hpp:
 /// cu_seqlens_q / seq_lens host mirrors or device arrays null, mirrors inconsistent, a position >= max_blocks *
 /// block_size, topk, a too small workspace), null pointers (when T > 0), bad strides or
-/// alignment; kUnsupported for a layout not listed for `Id`,
+/// alignment, out, lse or the workspace bytes of the plan overlapping each other or an input (q,
+/// the caches, topk_ids, counts, gate, block_table, cu_seqlens_q, seq_lens; rows [0, T) from the
+/// first to the last byte, `require_disjoint`) — except out == q with the same row stride, the
+/// supported in-place call (each q element is read only by the CTAs of its token tile and KV
+/// group, and written by the last of them); kUnsupported for a layout not listed for `Id`,
 /// a device that is not sm_90, a context too long for the shared-memory bitmaps or caches of more
 /// than kAttentionMaxCacheRows rows (num_blocks * block_size * num_kv_groups); kCudaError
 /// for a failed launch. T == 0 returns Ok without launching (after the size checks). Defined for every built

@@ -476,7 +476,8 @@ struct GemmParams {
 };
 
 /// The path and split-K factor `gemm_bf16` uses for `p` (path kAuto resolved), without
-/// launching. Returns an error Status for invalid parameters (same checks as `gemm_bf16`).
+/// launching. Returns an error Status for invalid parameters (same checks as `gemm_bf16`, except
+/// the overlap of C, X, W and the workspace: the plan reads only the pointers' alignment).
 struct GemmPlan {
   GemmPath path = GemmPath::kGeneric;
   int split_k = 1;                 ///< K splits (either path); >1: partials reduced through the workspace
@@ -505,7 +506,11 @@ std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::i
 /// (T above kGemmGemvMaxTokens, K above kGemmGemvMaxK, X's gemm_gemv_smem_bytes beyond
 /// kGemmGemvMaxSmem, config out of 0..3 or the CUDA-core kernel at T > kGemmGemvCudaCoreMaxTokens),
 /// with more than kGemmGemvMaxRows rows or with split_k >
-/// 1; kUnsupported for a
+/// 1, and (after the plan and the workspace checks, before the launch; not checked by gemm_plan)
+/// C overlapping X or W (`require_disjoint`: C is written while other CTAs still read X and W, so
+/// no in-place GEMM; the byte ranges from the first to the last byte of rows [0, tokens) of X and
+/// C and [0, n) of W, so X and C interleaved as different columns of one strided buffer are
+/// refused too) or the workspace bytes the planned path writes overlapping X, W or C; kUnsupported for a
 /// device that is not sm_90, or a forced kCublasLt when built without cuBLASLt or when it has no
 /// algorithm for the shape; kCudaError for a failed launch, driver or cuBLASLt call (the message
 /// names it). tokens == 0 (or n == 0) returns Ok without launching. When k == 0, C = 0.

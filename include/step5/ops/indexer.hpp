@@ -415,25 +415,39 @@ struct TopkSelectParams {
 /// ldc, e.g. a position >= max_blocks * block_size or >= max_position; a null pointer or host
 /// mirror; a pointer not aligned as IndexerPrepareParams says: c, q_out, k_cache, v_cache,
 /// index_k, weights and the norm weights 4-byte, index_q and the RoPE tables 2-byte; with
-/// `summaries`: those of `indexer_summaries`), kUnsupported (geometry not built, > 1
+/// `summaries`: those of `indexer_summaries`; an output — q_out, k_cache, v_cache, index_q,
+/// weights, index_k and step 4's summary_cache / tail — overlapping another output or an input:
+/// C (rows [0, T) up to column rows_with_w), the norm weights, the RoPE tables, the batch arrays,
+/// the block table, tail_slot — `require_disjoint`: each token's CTAs write while other tokens'
+/// CTAs still read, e.g. q prepared over C puts token t's q on an earlier token's k, v and
+/// indexer columns), kUnsupported (geometry not built, > 1
 /// local indexer k head), kCudaError (launch). Device values: see the file comment.
 Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
 
 /// Launches SPEC §4.4: summaries of every region completed by this step into the summary cache,
 /// then the leftover rows of each request into its tail slot. Must run after `indexer_prepare`
 /// of the same step and before `indexer_select` (stream order). Errors: `validate_step` (batch,
-/// table, ldc), null pointers, num_slots <= 0 (kInvalidArgument); kCudaError (launch).
+/// table, ldc), null pointers, num_slots <= 0, summary_cache or tail overlapping each other,
+/// index_k, C, tail_slot, the batch arrays or the block table (`require_disjoint`)
+/// (kInvalidArgument); kCudaError (launch).
 Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 
 /// Launches SPEC §4.5–4.6 for every (token, local group). Errors: `validate_step` (batch, table,
 /// topk in [1, kMaxTopk], seq_lens <= max_seq_len <= kMaxIndexerSeqLen, workspace_bytes, the device
 /// cu_seqlens_q / seq_lens non-null), null pointers, index_q / summary_cache / workspace not
-/// 16-byte or weights not 4-byte aligned, a selection chunk of 2^31 rows or more, STEP5_TOPK
+/// 16-byte or weights not 4-byte aligned, a selection chunk of 2^31 rows or more, the workspace
+/// bytes it writes (the plan and the longest chunk's scores), topk_ids or counts overlapping each
+/// other, index_q, weights, the summary cache, the batch arrays or the block table
+/// (`require_disjoint`), STEP5_TOPK
 /// (`topk_env_status`) (kInvalidArgument, nothing launched); kUnsupported; kCudaError (launch).
 Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream);
 
 /// Launches step 6 alone (see TopkSelectParams). Errors: kInvalidArgument (topk outside 1..1024,
-/// rows < 0, a null or not 4-byte aligned pointer, ld outside 1 .. kTopkMaxLd, ld_ids < topk + 1), kUnsupported (not
+/// rows < 0, a null or not 4-byte aligned pointer, ld outside 1 .. kTopkMaxLd, ld_ids < topk + 1,
+/// ids (rows [0, rows) up to topk + 1) or counts overlapping each other, scores (rows * ld values:
+/// the last row's length is a device value <= ld) or history — `require_disjoint`: a row's CTA
+/// writes while other rows' CTAs still read; also ids over the same row's scores, not proven
+/// unsafe for every kernel variant, is refused), kUnsupported (not
 /// an sm_90 device), kCudaError (launch).
 Status topk_select(const TopkSelectParams& p, cudaStream_t stream);
 

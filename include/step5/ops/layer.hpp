@@ -395,7 +395,10 @@ inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan
 /// topk, as every launcher), STEP5_TOPK (`topk_env_status`), STEP5_PDL (`pdl_env_status`), a too
 /// small or misaligned workspace, every stage's pointers (x, partial, w.fused, w.o_proj 16-byte aligned; the caches
 /// as DsaLayerCaches says; step.tail_slot) and, with step.tail_slot_host, validate_step's rule 5
-/// (all before the first launch), and every launcher's own checks (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.
+/// (all before the first launch), the workspace's plan.workspace_bytes, partial, the caches
+/// overlapping each other, the weights w.fused / w.o_proj or the step's device arrays, and the
+/// workspace overlapping x (`require_disjoint`; partial over x is allowed: x is read by the first
+/// GEMM only), and every launcher's own checks (kInvalidArgument/kUnsupported). Device values and the checked mode: ops/indexer.hpp.
 inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, const DsaLayerCaches& caches,
                             const DsaLayerStep& step, const bf16* x, bf16* partial, void* workspace,
                             std::size_t workspace_bytes, cudaStream_t stream, DsaLayerHook* hook = nullptr) {
@@ -438,6 +441,36 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
     tails.block_table_host = nullptr;
     tails.tail_slot_host = step.tail_slot_host, tails.num_slots = caches.num_slots;
     STEP5_RETURN_IF_ERROR(detail::check_cross_request(tails));
+  }
+  {
+    // The buffers the step writes (the workspace's map, the partial, the caches) must not overlap
+    // each other or what the stages read (the weights, the step's arrays): the launchers refuse
+    // such overlaps themselves, but o_proj's (partial over the attention output in the workspace)
+    // or the attention's would only do so after indexer_prepare wrote the caches. x is read by the
+    // first GEMM only: the workspace must not overlap it; the partial may (x is read before it is
+    // written, in stream order).
+    using U = std::uint64_t;
+    const U P = static_cast<U>(plan.rank.geometry.proxy_dim);
+    const U blocks = static_cast<U>(step.table.num_blocks > 0 ? step.table.num_blocks : 0);
+    const U bsize = static_cast<U>(step.table.block_size > 0 ? step.table.block_size : 0);
+    const U cache = blocks * bsize * static_cast<U>(plan.rank.local_kv_heads) * static_cast<U>(plan.rank.geometry.head_dim) * 2;
+    const U B = static_cast<U>(step.batch.num_requests);
+    const NamedRange ws{"workspace", workspace, m.total};
+    STEP5_RETURN_IF_ERROR(require_disjoint(
+        "dsa_layer_run",
+        {ws, {"partial", partial, static_cast<U>(T) * static_cast<U>(plan.hidden) * 2},
+         {"caches.k_cache", caches.k_cache, cache}, {"caches.v_cache", caches.v_cache, cache},
+         {"caches.summary_cache", caches.summary_cache, blocks * (bsize / layout::kRegionSize) * P},
+         {"caches.tail", caches.tail, static_cast<U>(caches.num_slots) * 8 * 2 * P * 2}},
+        {{"w.fused", w.fused, static_cast<U>(plan.rank.padded_rows) * static_cast<U>(plan.hidden) * 2},
+         {"w.o_proj", w.o_proj,
+          static_cast<U>(plan.hidden) * static_cast<U>(plan.rank.local_heads) * static_cast<U>(plan.rank.geometry.head_dim) * 2},
+         {"step.tail_slot", step.tail_slot, B * 4},
+         {"step.batch.cu_seqlens_q", step.batch.cu_seqlens_q, (B + 1) * 4},
+         {"step.batch.seq_lens", step.batch.seq_lens, B * 4},
+         {"step.table.block_table", step.table.block_table, B * static_cast<U>(step.table.max_blocks) * 4}}));
+    STEP5_RETURN_IF_ERROR(
+        require_disjoint("dsa_layer_run", {ws}, {{"x", x, static_cast<U>(T) * static_cast<U>(plan.hidden) * 2}}));
   }
   // the launchers below check the step again; the host copies' rules 4 and 5 ran once above
   PagedTable table = step.table;

@@ -125,7 +125,8 @@ inline float gate_value(bf16 g) { return round_bf16(1.0f / (1.0f + std::exp(-to_
 
 /// Applies the gate (SPEC §4.8): `out[t, h, :] = bf16(attn[t, h, :] * gate_value(g[t, h]))`.
 /// `attn [T, Hl, D]` bf16; `g` row t has Hl bf16 values at `g + t*ld_g` (the index_g columns of
-/// the fused GEMM output; gl == Hl); `gate_out [T, Hl]` bf16 (may be null); `out` may alias attn.
+/// the fused GEMM output; gl == Hl); `gate_out [T, Hl]` bf16 (may be null); `out` may be attn itself
+/// (the same pointer: each element is read before it is written), not a shifted overlap.
 inline void apply_gate(int T, int Hl, int D, const bf16* attn, const bf16* g, int ld_g, bf16* out, bf16* gate_out = nullptr) {
   for (int t = 0; t < T; ++t)
     for (int h = 0; h < Hl; ++h) {

@@ -162,6 +162,38 @@ Status launch_sparse_attention(const ops::SparseAttentionParams& p, const ops::S
 
 namespace attn_detail {
 inline bool aligned(const void* p, std::size_t n) { return (reinterpret_cast<std::uintptr_t>(p) % n) == 0; }
+/// The outputs (out, lse, the workspace's counters and partials) must not overlap any input nor
+/// each other: each CTA writes its tile's rows while other CTAs still read q rows of other tiles,
+/// the caches, the selection rows, the gate and the step's arrays. The one overlap the kernel
+/// supports is out == q with the same row stride (in place): an element of q is read only by the
+/// CTAs of its (token tile, KV group), and only the last of them to finish (the merging split)
+/// writes it. Exact byte ranges from the first to the last byte of the rows [0, T).
+inline Status check_disjoint(const ops::SparseAttentionParams& p, int D, const void* workspace,
+                             std::size_t workspace_bytes) {
+  using U = std::uint64_t;
+  const U T = static_cast<U>(p.num_tokens), Hl = static_cast<U>(p.num_local_heads), row = Hl * static_cast<U>(D);
+  const U lg = static_cast<U>(p.num_kv_groups), B = static_cast<U>(p.num_requests);
+  const U qs = p.q_row_stride != 0 ? static_cast<U>(p.q_row_stride) : row;
+  const U os = p.out_row_stride != 0 ? static_cast<U>(p.out_row_stride) : row;
+  const U gs = p.gate_row_stride != 0 ? static_cast<U>(p.gate_row_stride) : Hl;
+  const U cache = static_cast<U>(p.num_blocks) * static_cast<U>(p.block_size) * lg * static_cast<U>(D) * 2;
+  const NamedRange out{"out", p.out, ((T - 1) * os + row) * 2};
+  const NamedRange q{"q", p.q, ((T - 1) * qs + row) * 2};
+  STEP5_RETURN_IF_ERROR(require_disjoint(
+      "sparse_attention", {out, {"lse", p.lse, T * Hl * 4}, {"workspace", workspace, workspace_bytes}},
+      {{"k_cache", p.k_cache, cache},
+       {"v_cache", p.v_cache, cache},
+       {"topk_ids", p.topk_ids, lg * T * (static_cast<U>(p.topk) + 1) * 4},
+       {"counts", p.counts, lg * T * 4},
+       {"gate", p.gate, ((T - 1) * gs + Hl) * 2},
+       {"block_table", p.block_table, B * static_cast<U>(p.max_blocks) * 4},
+       {"cu_seqlens_q", p.cu_seqlens_q, (B + 1) * 4},
+       {"seq_lens", p.seq_lens, B * 4}}));
+  STEP5_RETURN_IF_ERROR(
+      require_disjoint("sparse_attention", {{"lse", p.lse, T * Hl * 4}, {"workspace", workspace, workspace_bytes}}, {q}));
+  if (static_cast<const void*>(p.out) == static_cast<const void*>(p.q) && os == qs) return Status::Ok();  // in place
+  return require_disjoint("sparse_attention", {out}, {q});
+}
 }  // namespace attn_detail
 
 /// The checks of `ops::sparse_attention` that hold for every layout of a geometry of head
@@ -218,6 +250,8 @@ Status sparse_attention_checked_launch(const ops::SparseAttentionParams& p, cons
   if (p.gate != nullptr) STEP5_RETURN_IF_ERROR(require_aligned("sparse_attention", alignof(bf16), {{"gate", p.gate}}));
   if (plan.workspace_bytes > 0 && !attn_detail::aligned(workspace, 16))
     return invalid_argument("sparse_attention: workspace must be 16-byte aligned");
+  STEP5_RETURN_IF_ERROR(attn_detail::check_disjoint(p, D, plan.workspace_bytes > 0 ? workspace : nullptr,
+                                                     plan.workspace_bytes));
   return launch_sparse_attention<D, HPG>(p, plan, workspace, stream);
 }
 

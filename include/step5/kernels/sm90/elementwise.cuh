@@ -67,6 +67,11 @@ inline Status residual_to_bf16(const float* residual, bf16* x, std::size_t n, cu
   // the kernel's element loads and stores (a misaligned one is a sticky device fault)
   STEP5_RETURN_IF_ERROR(require_aligned("residual_to_bf16", alignof(float), {{"residual", residual}}));
   STEP5_RETURN_IF_ERROR(require_aligned("residual_to_bf16", alignof(bf16), {{"x", x}}));
+  // x[i] (2 bytes) lands inside residual[i / 2] when they overlap: thread i may overwrite a value
+  // another thread has not read yet (x == residual: thread 2j writes over residual[j]), no exact
+  // in-place form exists (the element sizes differ)
+  STEP5_RETURN_IF_ERROR(require_disjoint("residual_to_bf16", {{"x", x, static_cast<std::uint64_t>(n) * 2}},
+                                         {{"residual", residual, static_cast<std::uint64_t>(n) * 4}}));
   STEP5_RETURN_IF_ERROR(check_device("residual_to_bf16"));
   return kernels::sm90::launch_kernel("residual_to_bf16 launch", &kernels::sm90::residual_to_bf16_kernel<>,
                                       {dim3(grid_for(n)), dim3(kernels::sm90::kElementwiseThreads)}, stream, residual,
@@ -84,6 +89,12 @@ inline Status add_partials_to_residual(const bf16* const* partials, int num_part
   // the kernel's loads of the pointer array and of residual (a misaligned one is a sticky device fault)
   STEP5_RETURN_IF_ERROR(require_aligned("add_partials_to_residual", alignof(const bf16*), {{"partials", partials}}));
   STEP5_RETURN_IF_ERROR(require_aligned("add_partials_to_residual", alignof(float), {{"residual", residual}}));
+  // every thread reads the whole pointer array while others write residual: residual over it would
+  // turn later threads' partial pointers into fp32 sums (the partial arrays themselves live on the
+  // device and cannot be checked here; see ops/elementwise.hpp)
+  STEP5_RETURN_IF_ERROR(require_disjoint(
+      "add_partials_to_residual", {{"residual", residual, static_cast<std::uint64_t>(n) * 4}},
+      {{"partials", partials, static_cast<std::uint64_t>(num_partials) * sizeof(const bf16*)}}));
   STEP5_RETURN_IF_ERROR(check_device("add_partials_to_residual"));
   // the kernel reads the pointer array itself: a host array (the easy mistake, NCCL and most APIs
   // take host arrays of device pointers) would be a sticky illegal-address fault

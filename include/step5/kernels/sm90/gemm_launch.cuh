@@ -598,6 +598,12 @@ inline Status launch_generic(const GemmParams& p, cudaStream_t stream) {
   return k90::launch_kernel("gemm_generic_kernel launch", &k90::gemm_generic_kernel<>, {grid, dim3(256)}, stream, a);
 }
 
+/// Bytes from the first to the last element of rows [0, rows) of `width` bf16 values, `ld` apart
+/// (rows, width > 0; ld >= width, not bounded: unsigned, so a huge ld wraps instead of overflowing).
+inline std::uint64_t rows_bytes(std::int64_t rows, std::int64_t ld, std::int64_t width) {
+  return (static_cast<std::uint64_t>(rows - 1) * static_cast<std::uint64_t>(ld) + static_cast<std::uint64_t>(width)) * 2;
+}
+
 /// Checks sizes and pointers (not the device). Sets *fast to whether the fast paths apply and
 /// *why to the first fast-path rule that fails.
 inline Status check_params(const GemmParams& p, bool* fast, std::string* why) {
@@ -792,6 +798,27 @@ inline std::size_t workspace_bytes(std::int64_t max_tokens, std::int64_t n, std:
   return best;
 }
 
+/// C must not overlap X or W: every path writes C tile by tile while other CTAs (or cuBLASLt)
+/// still read X and W (C == X at T = 2, N = K = 64: the CTA of one weight tile writes C's row 1,
+/// X's row 1, before the CTA of another reads it). Nor may the workspace bytes the planned path
+/// writes (split paths: counters and partials, [workspace, + plan bytes); cuBLASLt: its
+/// algorithm's bytes after the counters) overlap X, W or C. Exact ranges, from the first to the
+/// last byte of rows [0, T) of X and C and [0, N) of W. Checked after the plan and the workspace
+/// checks (gemm_plan, which reads only the pointers' alignment, does not check it), before the
+/// launch. kInvalidArgument naming both, nothing launched.
+inline Status check_disjoint(const GemmParams& p, const FullPlan& fp) {
+  const void* ws = nullptr;
+  std::uint64_t ws_bytes = 0;
+  if (fp.plan.path == GemmPath::kSplitK || fp.plan.path == GemmPath::kWgmma) ws = p.workspace, ws_bytes = fp.plan.workspace_bytes;
+#if !defined(STEP5_NO_CUBLASLT)
+  if (fp.plan.path == GemmPath::kCublasLt && fp.lt != nullptr && fp.lt->workspace > 0)
+    ws = static_cast<const char*>(p.workspace) + kGemmCounterBytes, ws_bytes = fp.lt->workspace;
+#endif
+  return require_disjoint("gemm_bf16", {{"c", p.c, rows_bytes(p.tokens, p.ldc, p.n)}, {"workspace", ws, ws_bytes}},
+                          {{"x", p.k > 0 ? p.x : nullptr, rows_bytes(p.tokens, p.ldx, p.k)},
+                           {"w", p.k > 0 ? p.w : nullptr, rows_bytes(p.n, p.ldw, p.k)}});
+}
+
 inline Status launch(const GemmParams& p, cudaStream_t stream) {
   // a bad STEP5_PDL: refused first, whatever the path (the cuBLASLt launch does not pass through
   // the library's launch_kernel, which refuses it) and the sizes, as dsa_layer_run does
@@ -801,15 +828,14 @@ inline Status launch(const GemmParams& p, cudaStream_t stream) {
   if (p.tokens == 0 || p.n == 0) return Status::Ok();
   const DeviceScope scope(fp.device);  // p.device when set (the stream's device), as cuBLASLt's path
   STEP5_RETURN_IF_ERROR(scope.status);
+  if (fp.plan.path == GemmPath::kSplitK) STEP5_RETURN_IF_ERROR(check_workspace(p, fp.stream.workspace, "split-K"));
+  if (fp.plan.path == GemmPath::kWgmma) STEP5_RETURN_IF_ERROR(check_workspace(p, fp.wgmma.workspace, "wgmma split-K"));
+  STEP5_RETURN_IF_ERROR(check_disjoint(p, fp));
   switch (fp.plan.path) {
     case GemmPath::kGeneric: return launch_generic(p, stream);
     case GemmPath::kGemv: return launch_gemv(p, fp.plan.config, fp.device, fp.sms, stream);
-    case GemmPath::kSplitK:
-      STEP5_RETURN_IF_ERROR(check_workspace(p, fp.stream.workspace, "split-K"));
-      return launch_stream(p, fp.stream, stream);
-    case GemmPath::kWgmma:
-      STEP5_RETURN_IF_ERROR(check_workspace(p, fp.wgmma.workspace, "wgmma split-K"));
-      return launch_wgmma(p, fp.wgmma, fp.device, fp.sms, stream);
+    case GemmPath::kSplitK: return launch_stream(p, fp.stream, stream);
+    case GemmPath::kWgmma: return launch_wgmma(p, fp.wgmma, fp.device, fp.sms, stream);
 #if !defined(STEP5_NO_CUBLASLT)
     case GemmPath::kCublasLt: return launch_cublaslt(p, *fp.lt, fp.lt_handle, stream);
 #endif

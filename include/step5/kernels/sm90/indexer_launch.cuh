@@ -360,6 +360,24 @@ inline Status check_summary_outputs(const char* op, const IndexerSummaryParams& 
   return Status::Ok();
 }
 
+/// Bytes of step 4's outputs (the summary cache [num_blocks, block_size/8, P] e4m3, the tail
+/// [num_slots, 8, 2, P] bf16) and of the step's device batch / table arrays, for require_disjoint.
+inline std::uint64_t summary_cache_bytes(const PagedTable& t, int proxy_dim) {
+  return static_cast<std::uint64_t>(t.num_blocks > 0 ? t.num_blocks : 0) *
+         static_cast<std::uint64_t>(t.block_size > 0 ? t.block_size / layout::kRegionSize : 0) *
+         static_cast<std::uint64_t>(proxy_dim);
+}
+inline std::uint64_t tail_bytes(int num_slots, int proxy_dim) {
+  return static_cast<std::uint64_t>(num_slots > 0 ? num_slots : 0) * 8 * 2 * static_cast<std::uint64_t>(proxy_dim) * 2;
+}
+inline std::uint64_t int32s(std::int64_t n) { return n > 0 ? static_cast<std::uint64_t>(n) * 4 : 0; }
+/// The rows [0, T) of a [T, ld] bf16 matrix read up to column `width`: first to last byte.
+inline std::uint64_t bf16_rows_bytes(int tokens, std::int64_t ld, std::int64_t width) {
+  return tokens > 0 ? (static_cast<std::uint64_t>(tokens - 1) * static_cast<std::uint64_t>(ld) +
+                       static_cast<std::uint64_t>(width)) * 2
+                    : 0;
+}
+
 /// Launches the summaries kernel for `p` (checked by the caller).
 template <layout::GeometryId Id>
 Status launch_summaries(const IndexerSummaryParams& p, cudaStream_t stream) {
@@ -384,6 +402,15 @@ Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream)
   STEP5_RETURN_IF_ERROR(validate_step(check));
   if (p.batch.num_tokens == 0) return Status::Ok();
   STEP5_RETURN_IF_ERROR(check_summary_outputs(op, p));
+  // the summary cache and the tail are written while other CTAs (other requests, other regions)
+  // read index_k, C's index_z columns, the batch arrays and the block table
+  const int T = p.batch.num_tokens, B = p.batch.num_requests;
+  STEP5_RETURN_IF_ERROR(require_disjoint(
+      op, {{"summary_cache", p.summary_cache, summary_cache_bytes(p.table, G.proxy_dim)}, {"tail", p.tail, tail_bytes(p.num_slots, G.proxy_dim)}},
+      {{"index_k", p.index_k, bf16_rows_bytes(T, G.proxy_dim, G.proxy_dim)}, {"c", p.c, bf16_rows_bytes(T, p.ldc, p.rank.rows_with_w)},
+       {"tail_slot", p.tail_slot, int32s(B)}, {"batch.cu_seqlens_q", p.batch.cu_seqlens_q, int32s(B + 1)},
+       {"batch.seq_lens", p.batch.seq_lens, int32s(B)},
+       {"table.block_table", p.table.block_table, int32s(static_cast<std::int64_t>(B) * p.table.max_blocks)}}));
   return launch_summaries<Id>(p, stream);
 }
 
@@ -424,6 +451,43 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
                      p.summaries.tail_slot != nullptr || p.summaries.num_slots != 0;
   const IndexerSummaryParams sp = indexer_summary_params(p, p.summaries);
   if (step4) STEP5_RETURN_IF_ERROR(check_summary_outputs(op, sp));
+  {
+    // every output is written by one token's CTAs while other tokens' CTAs still read C (q_out
+    // over C: token t's q rows land on C's row t * Hl * D / ldc, an earlier token's k, v and
+    // indexer columns), the norm weights, the RoPE tables and the step's arrays; the outputs are
+    // distinct tensors (step 4 reads index_k back)
+    const int T = p.batch.num_tokens, B = p.batch.num_requests;
+    const std::uint64_t t = static_cast<std::uint64_t>(T);
+    const std::uint64_t cache = static_cast<std::uint64_t>(p.table.num_blocks > 0 ? p.table.num_blocks : 0) *
+                                static_cast<std::uint64_t>(p.table.block_size > 0 ? p.table.block_size : 0) *
+                                static_cast<std::uint64_t>(p.rank.local_kv_heads) * G.head_dim * 2;
+    const std::uint64_t rope_main = static_cast<std::uint64_t>(p.max_position) * (G.rot_main / 2) * 2;
+    const std::uint64_t rope_idx = static_cast<std::uint64_t>(p.max_position) * (G.rot_idx / 2) * 2;
+    STEP5_RETURN_IF_ERROR(require_disjoint(
+        op,
+        {{"q_out", p.q_out, t * static_cast<std::uint64_t>(p.rank.local_heads) * G.head_dim * 2},
+         {"k_cache", p.k_cache, cache},
+         {"v_cache", p.v_cache, cache},
+         {"index_q", p.index_q, t * static_cast<std::uint64_t>(p.rank.index_local_heads) * G.proxy_dim},
+         {"weights", p.weights, t * static_cast<std::uint64_t>(p.rank.index_local_heads) * 4},
+         {"index_k", p.index_k, t * G.proxy_dim * 2},
+         {"summaries.summary_cache", step4 ? p.summaries.summary_cache : nullptr, summary_cache_bytes(p.table, G.proxy_dim)},
+         {"summaries.tail", step4 ? p.summaries.tail : nullptr, tail_bytes(p.summaries.num_slots, G.proxy_dim)}},
+        {{"c", p.c, bf16_rows_bytes(T, p.ldc, p.rank.rows_with_w)},
+         {"q_norm", p.q_norm, static_cast<std::uint64_t>(G.head_dim) * 4},
+         {"k_norm", p.k_norm, static_cast<std::uint64_t>(G.head_dim) * 4},
+         {"index_q_norm", p.index_q_norm, static_cast<std::uint64_t>(G.proxy_dim) * 4},
+         {"index_k_norm_w", p.index_k_norm_w, static_cast<std::uint64_t>(G.proxy_dim) * 4},
+         {"index_k_norm_b", p.index_k_norm_b, static_cast<std::uint64_t>(G.proxy_dim) * 4},
+         {"cos_main", p.cos_main, rope_main},
+         {"sin_main", p.sin_main, rope_main},
+         {"cos_idx", p.cos_idx, rope_idx},
+         {"sin_idx", p.sin_idx, rope_idx},
+         {"batch.cu_seqlens_q", p.batch.cu_seqlens_q, int32s(B + 1)},
+         {"batch.seq_lens", p.batch.seq_lens, int32s(B)},
+         {"table.block_table", p.table.block_table, int32s(static_cast<std::int64_t>(B) * p.table.max_blocks)},
+         {"summaries.tail_slot", step4 ? p.summaries.tail_slot : nullptr, int32s(B)}}));
+  }
   kernels::sm90::PrepareArgs a{};
   a.c = reinterpret_cast<const __nv_bfloat16*>(p.c);
   a.ldc = p.ldc;
@@ -519,6 +583,26 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
     return invalid_argument("indexer_select: a chunk of " + num(chunks.max_tokens()) + " tokens x " + num(lg) +
                             " local KV groups = " + num(static_cast<std::int64_t>(chunks.max_tokens()) * lg) +
                             " selection rows, expected < 2^31");
+  {
+    // the score launches write fp32 scores into the workspace while other CTAs read index_q, the
+    // weights and the summary cache; each chunk's top-k writes ids and counts while later chunks'
+    // score launches still read them, and reads the workspace's scores
+    const std::uint64_t rows = static_cast<std::uint64_t>(lg) * static_cast<std::uint64_t>(T);
+    // the bytes written: the plan, then the longest chunk's scores
+    const std::uint64_t ws_used = fixed + static_cast<std::uint64_t>(chunks.max_tokens()) *
+                                              indexer_select_token_bytes(p.rank, p.max_seq_len);
+    STEP5_RETURN_IF_ERROR(require_disjoint(
+        op,
+        {{"workspace", p.workspace, ws_used},
+         {"topk_ids", p.topk_ids, rows * static_cast<std::uint64_t>(p.topk + 1) * 4},
+         {"counts", p.counts, rows * 4}},
+        {{"index_q", p.index_q, static_cast<std::uint64_t>(T) * static_cast<std::uint64_t>(Il) * G.proxy_dim},
+         {"weights", p.weights, static_cast<std::uint64_t>(T) * static_cast<std::uint64_t>(Il) * 4},
+         {"summary_cache", p.summary_cache, summary_cache_bytes(p.table, G.proxy_dim)},
+         {"batch.cu_seqlens_q", p.batch.cu_seqlens_q, int32s(B + 1)},
+         {"batch.seq_lens", p.batch.seq_lens, int32s(B)},
+         {"table.block_table", p.table.block_table, int32s(static_cast<std::int64_t>(B) * p.table.max_blocks)}}));
+  }
   float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
   int dev = 0, sms = 0;
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
