@@ -15,6 +15,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -349,7 +350,10 @@ TEST_CASE("device: -1 is the current device; any other negative device is refuse
   CHECK_MESSAGE(s.message().find("sparse_attention: device = -5") != std::string::npos, s.message());
 }
 
-TEST_CASE("topk_select: a pointer not 4-byte aligned is refused naming it, before any CUDA call") {
+/// One row of topk_select on host buffers of 64 bytes each (scores, history, ids, counts), topk 4,
+/// ld 8: the arguments the refusal cases below vary one at a time (never launched: each refusal
+/// comes before any CUDA call).
+static ops::TopkSelectParams small_topk_params() {
   alignas(16) static unsigned char mem[4][64];
   ops::TopkSelectParams p;
   p.scores = reinterpret_cast<const float*>(mem[0]);
@@ -360,13 +364,22 @@ TEST_CASE("topk_select: a pointer not 4-byte aligned is refused naming it, befor
   p.topk = 4;
   p.ld = 8;
   p.ld_ids = 5;
+  return p;
+}
+
+TEST_CASE("topk_select: a pointer not 4-byte aligned is refused naming it, before any CUDA call") {
+  const ops::TopkSelectParams p = small_topk_params();
   const char* names[] = {"scores", "history", "ids", "counts"};
   for (int which = 0; which < 4; ++which) {
     ops::TopkSelectParams q = p;
-    if (which == 0) q.scores = reinterpret_cast<const float*>(mem[0] + 2);
-    if (which == 1) q.history = reinterpret_cast<const std::int32_t*>(mem[1] + 1);
-    if (which == 2) q.ids = reinterpret_cast<std::int32_t*>(mem[2] + 3);
-    if (which == 3) q.counts = reinterpret_cast<std::int32_t*>(mem[3] + 2);
+    const auto shifted = [](auto* ptr, int bytes) {  // ptr moved by `bytes` (same type)
+      using Byte = std::conditional_t<std::is_const_v<std::remove_pointer_t<decltype(ptr)>>, const char, char>;
+      return reinterpret_cast<decltype(ptr)>(reinterpret_cast<Byte*>(ptr) + bytes);
+    };
+    if (which == 0) q.scores = shifted(p.scores, 2);
+    if (which == 1) q.history = shifted(p.history, 1);
+    if (which == 2) q.ids = shifted(p.ids, 3);
+    if (which == 3) q.counts = shifted(p.counts, 2);
     const step5::Status s = ops::topk_select(q, nullptr);
     CAPTURE(which);
     CHECK(s.code() == StatusCode::kInvalidArgument);
@@ -426,15 +439,7 @@ TEST_CASE("gemm: tokens, n or k above kGemmMaxDim are refused naming them, befor
 TEST_CASE("topk_select: ld above kTopkMaxLd is refused naming it, before any CUDA call") {
   // The selection kernel's int32 key indices run past a row by up to a stride: ld = 2^31 - 1 (the
   // old bound, INT32_MAX) overflowed them. The pointers are never read (refused before a launch).
-  alignas(16) static unsigned char mem[4][64];
-  ops::TopkSelectParams p;
-  p.scores = reinterpret_cast<const float*>(mem[0]);
-  p.history = reinterpret_cast<const std::int32_t*>(mem[1]);
-  p.ids = reinterpret_cast<std::int32_t*>(mem[2]);
-  p.counts = reinterpret_cast<std::int32_t*>(mem[3]);
-  p.rows = 1;
-  p.topk = 4;
-  p.ld_ids = 5;
+  ops::TopkSelectParams p = small_topk_params();
   CHECK(ops::kTopkMaxLd == std::int64_t{1} << 30);
   for (const std::int64_t ld : {ops::kTopkMaxLd + 1, std::int64_t{0x7fffffff} - 4095, std::int64_t{0x7fffffff}}) {
     p.ld = ld;
