@@ -1129,7 +1129,7 @@ step5::Status with_bad_pdl(F&& f) {
 }
 }  // namespace
 
-TEST_CASE("require_disjoint: byte ranges [ptr, ptr + bytes), touching ranges, null and empty ranges pass") {
+TEST_CASE("require_disjoint: byte ranges from ptr to ptr + bytes (end excluded), touching ranges, null and empty ranges pass") {
   using step5::require_disjoint;
   const void* a = fake<void>(0x10000);
   CHECK(require_disjoint("op", {{"o", a, 16}}, {{"i", fake<void>(0x10010), 16}}).ok());  // touching
