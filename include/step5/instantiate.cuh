@@ -170,7 +170,7 @@ Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
     const std::uint64_t rows = static_cast<std::uint64_t>(p.rows);
     STEP5_RETURN_IF_ERROR(require_disjoint(
         "topk_select",
-        {{"ids", p.ids, ((rows - 1) * static_cast<std::uint64_t>(p.ld_ids) + static_cast<std::uint64_t>(p.topk) + 1) * 4},
+        {{"ids", p.ids, strided_rows_bytes(p.rows, p.ld_ids, p.topk + 1, 4)},
          {"counts", p.counts, rows * 4}},
         {{"scores", p.scores, rows * static_cast<std::uint64_t>(p.ld) * 4}, {"history", p.history, rows * 4}}));
   }

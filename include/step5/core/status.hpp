@@ -98,6 +98,16 @@ struct NamedRange {
   const void* ptr;
   std::uint64_t bytes;
 };
+/// The bytes `require_disjoint` tests for rows [0, rows) of `width` elements of `elem_bytes`
+/// bytes, `stride` elements apart: from the first to the last element, (rows − 1) · stride +
+/// width elements; 0 (an empty range) when rows or width is not positive. Unsigned: a huge
+/// stride wraps instead of overflowing (the callers have validated the sizes).
+inline std::uint64_t strided_rows_bytes(std::int64_t rows, std::int64_t stride, std::int64_t width,
+                                        std::uint64_t elem_bytes) {
+  if (rows <= 0 || width <= 0) return 0;
+  return (static_cast<std::uint64_t>(rows - 1) * static_cast<std::uint64_t>(stride) + static_cast<std::uint64_t>(width)) *
+         elem_bytes;
+}
 /// kInvalidArgument "<op>: <out> [0x.., +N bytes) overlaps <other> [0x.., +M bytes), expected
 /// disjoint buffers" for the first output of `outputs` whose byte range overlaps an input of
 /// `inputs` or a later output of `outputs`, else Ok. A null pointer or 0 bytes is an empty range

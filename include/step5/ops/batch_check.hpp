@@ -73,6 +73,15 @@ struct StepCheck {
   int num_slots = 0;                               ///< tail slots (with tail_slot_host)
 };
 
+/// Bytes of one paged KV cache, [num_blocks, block_size, kv_heads, head_dim] bf16 (SPEC §5), the
+/// extent `require_disjoint` tests for k_cache and v_cache; 0 for non-positive sizes.
+inline std::uint64_t kv_cache_bytes(std::int64_t num_blocks, std::int64_t block_size, std::int64_t kv_heads,
+                                    std::int64_t head_dim) {
+  if (num_blocks <= 0 || block_size <= 0 || kv_heads <= 0 || head_dim <= 0) return 0;
+  return static_cast<std::uint64_t>(num_blocks) * static_cast<std::uint64_t>(block_size) *
+         static_cast<std::uint64_t>(kv_heads) * static_cast<std::uint64_t>(head_dim) * 2;
+}
+
 /// The largest block_size (tokens per KV-cache block) a step takes: the score kernels address
 /// the pages of a region chunk with int32 region offsets (up to 64 pages of block_size / 8 regions
 /// past a region id below 2^27), safe up to 2^27; 2^20 keeps a wide margin (engines use 16-256).

@@ -450,25 +450,24 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
     // first GEMM only: the workspace must not overlap it; the partial may (x is read before it is
     // written, in stream order).
     using U = std::uint64_t;
-    const U P = static_cast<U>(plan.rank.geometry.proxy_dim);
-    const U blocks = static_cast<U>(step.table.num_blocks > 0 ? step.table.num_blocks : 0);
-    const U bsize = static_cast<U>(step.table.block_size > 0 ? step.table.block_size : 0);
-    const U cache = blocks * bsize * static_cast<U>(plan.rank.local_kv_heads) * static_cast<U>(plan.rank.geometry.head_dim) * 2;
-    const U B = static_cast<U>(step.batch.num_requests);
+    const int P = plan.rank.geometry.proxy_dim;
+    const U cache = kv_cache_bytes(step.table.num_blocks, step.table.block_size, plan.rank.local_kv_heads,
+                                   plan.rank.geometry.head_dim);
+    const std::int64_t B = step.batch.num_requests;
     const NamedRange ws{"workspace", workspace, m.total};
     STEP5_RETURN_IF_ERROR(require_disjoint(
         "dsa_layer_run",
         {ws, {"partial", partial, static_cast<U>(T) * static_cast<U>(plan.hidden) * 2},
          {"caches.k_cache", caches.k_cache, cache}, {"caches.v_cache", caches.v_cache, cache},
-         {"caches.summary_cache", caches.summary_cache, blocks * (bsize / layout::kRegionSize) * P},
-         {"caches.tail", caches.tail, static_cast<U>(caches.num_slots) * 8 * 2 * P * 2}},
+         {"caches.summary_cache", caches.summary_cache, detail::summary_cache_bytes(step.table, P)},
+         {"caches.tail", caches.tail, detail::tail_bytes(caches.num_slots, P)}},
         {{"w.fused", w.fused, static_cast<U>(plan.rank.padded_rows) * static_cast<U>(plan.hidden) * 2},
          {"w.o_proj", w.o_proj,
           static_cast<U>(plan.hidden) * static_cast<U>(plan.rank.local_heads) * static_cast<U>(plan.rank.geometry.head_dim) * 2},
-         {"step.tail_slot", step.tail_slot, B * 4},
-         {"step.batch.cu_seqlens_q", step.batch.cu_seqlens_q, (B + 1) * 4},
-         {"step.batch.seq_lens", step.batch.seq_lens, B * 4},
-         {"step.table.block_table", step.table.block_table, B * static_cast<U>(step.table.max_blocks) * 4}}));
+         {"step.tail_slot", step.tail_slot, detail::int32s(B)},
+         {"step.batch.cu_seqlens_q", step.batch.cu_seqlens_q, detail::int32s(B + 1)},
+         {"step.batch.seq_lens", step.batch.seq_lens, detail::int32s(B)},
+         {"step.table.block_table", step.table.block_table, detail::int32s(B * step.table.max_blocks)}}));
     STEP5_RETURN_IF_ERROR(
         require_disjoint("dsa_layer_run", {ws}, {{"x", x, static_cast<U>(T) * static_cast<U>(plan.hidden) * 2}}));
   }

@@ -176,16 +176,16 @@ inline Status check_disjoint(const ops::SparseAttentionParams& p, int D, const v
   const U qs = p.q_row_stride != 0 ? static_cast<U>(p.q_row_stride) : row;
   const U os = p.out_row_stride != 0 ? static_cast<U>(p.out_row_stride) : row;
   const U gs = p.gate_row_stride != 0 ? static_cast<U>(p.gate_row_stride) : Hl;
-  const U cache = static_cast<U>(p.num_blocks) * static_cast<U>(p.block_size) * lg * static_cast<U>(D) * 2;
-  const NamedRange out{"out", p.out, ((T - 1) * os + row) * 2};
-  const NamedRange q{"q", p.q, ((T - 1) * qs + row) * 2};
+  const U cache = ops::kv_cache_bytes(p.num_blocks, p.block_size, p.num_kv_groups, D);
+  const NamedRange out{"out", p.out, strided_rows_bytes(p.num_tokens, os, row, 2)};
+  const NamedRange q{"q", p.q, strided_rows_bytes(p.num_tokens, qs, row, 2)};
   STEP5_RETURN_IF_ERROR(require_disjoint(
       "sparse_attention", {out, {"lse", p.lse, T * Hl * 4}, {"workspace", workspace, workspace_bytes}},
       {{"k_cache", p.k_cache, cache},
        {"v_cache", p.v_cache, cache},
        {"topk_ids", p.topk_ids, lg * T * (static_cast<U>(p.topk) + 1) * 4},
        {"counts", p.counts, lg * T * 4},
-       {"gate", p.gate, ((T - 1) * gs + Hl) * 2},
+       {"gate", p.gate, strided_rows_bytes(p.num_tokens, gs, Hl, 2)},
        {"block_table", p.block_table, B * static_cast<U>(p.max_blocks) * 4},
        {"cu_seqlens_q", p.cu_seqlens_q, (B + 1) * 4},
        {"seq_lens", p.seq_lens, B * 4}}));

@@ -598,12 +598,6 @@ inline Status launch_generic(const GemmParams& p, cudaStream_t stream) {
   return k90::launch_kernel("gemm_generic_kernel launch", &k90::gemm_generic_kernel<>, {grid, dim3(256)}, stream, a);
 }
 
-/// Bytes from the first to the last element of rows [0, rows) of `width` bf16 values, `ld` apart
-/// (rows, width > 0; ld >= width, not bounded: unsigned, so a huge ld wraps instead of overflowing).
-inline std::uint64_t rows_bytes(std::int64_t rows, std::int64_t ld, std::int64_t width) {
-  return (static_cast<std::uint64_t>(rows - 1) * static_cast<std::uint64_t>(ld) + static_cast<std::uint64_t>(width)) * 2;
-}
-
 /// Checks sizes and pointers (not the device). Sets *fast to whether the fast paths apply and
 /// *why to the first fast-path rule that fails.
 inline Status check_params(const GemmParams& p, bool* fast, std::string* why) {
@@ -814,9 +808,9 @@ inline Status check_disjoint(const GemmParams& p, const FullPlan& fp) {
   if (fp.plan.path == GemmPath::kCublasLt && fp.lt != nullptr && fp.lt->workspace > 0)
     ws = static_cast<const char*>(p.workspace) + kGemmCounterBytes, ws_bytes = fp.lt->workspace;
 #endif
-  return require_disjoint("gemm_bf16", {{"c", p.c, rows_bytes(p.tokens, p.ldc, p.n)}, {"workspace", ws, ws_bytes}},
-                          {{"x", p.k > 0 ? p.x : nullptr, rows_bytes(p.tokens, p.ldx, p.k)},
-                           {"w", p.k > 0 ? p.w : nullptr, rows_bytes(p.n, p.ldw, p.k)}});
+  return require_disjoint("gemm_bf16", {{"c", p.c, strided_rows_bytes(p.tokens, p.ldc, p.n, 2)}, {"workspace", ws, ws_bytes}},
+                          {{"x", p.x, strided_rows_bytes(p.tokens, p.ldx, p.k, 2)},
+                           {"w", p.w, strided_rows_bytes(p.n, p.ldw, p.k, 2)}});
 }
 
 inline Status launch(const GemmParams& p, cudaStream_t stream) {

@@ -360,23 +360,6 @@ inline Status check_summary_outputs(const char* op, const IndexerSummaryParams& 
   return Status::Ok();
 }
 
-/// Bytes of step 4's outputs (the summary cache [num_blocks, block_size/8, P] e4m3, the tail
-/// [num_slots, 8, 2, P] bf16) and of the step's device batch / table arrays, for require_disjoint.
-inline std::uint64_t summary_cache_bytes(const PagedTable& t, int proxy_dim) {
-  return static_cast<std::uint64_t>(t.num_blocks > 0 ? t.num_blocks : 0) *
-         static_cast<std::uint64_t>(t.block_size > 0 ? t.block_size / layout::kRegionSize : 0) *
-         static_cast<std::uint64_t>(proxy_dim);
-}
-inline std::uint64_t tail_bytes(int num_slots, int proxy_dim) {
-  return static_cast<std::uint64_t>(num_slots > 0 ? num_slots : 0) * 8 * 2 * static_cast<std::uint64_t>(proxy_dim) * 2;
-}
-inline std::uint64_t int32s(std::int64_t n) { return n > 0 ? static_cast<std::uint64_t>(n) * 4 : 0; }
-/// The rows [0, T) of a [T, ld] bf16 matrix read up to column `width`: first to last byte.
-inline std::uint64_t bf16_rows_bytes(int tokens, std::int64_t ld, std::int64_t width) {
-  return tokens > 0 ? (static_cast<std::uint64_t>(tokens - 1) * static_cast<std::uint64_t>(ld) +
-                       static_cast<std::uint64_t>(width)) * 2
-                    : 0;
-}
 
 /// Launches the summaries kernel for `p` (checked by the caller).
 template <layout::GeometryId Id>
@@ -407,7 +390,7 @@ Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream)
   const int T = p.batch.num_tokens, B = p.batch.num_requests;
   STEP5_RETURN_IF_ERROR(require_disjoint(
       op, {{"summary_cache", p.summary_cache, summary_cache_bytes(p.table, G.proxy_dim)}, {"tail", p.tail, tail_bytes(p.num_slots, G.proxy_dim)}},
-      {{"index_k", p.index_k, bf16_rows_bytes(T, G.proxy_dim, G.proxy_dim)}, {"c", p.c, bf16_rows_bytes(T, p.ldc, p.rank.rows_with_w)},
+      {{"index_k", p.index_k, strided_rows_bytes(T, G.proxy_dim, G.proxy_dim, 2)}, {"c", p.c, strided_rows_bytes(T, p.ldc, p.rank.rows_with_w, 2)},
        {"tail_slot", p.tail_slot, int32s(B)}, {"batch.cu_seqlens_q", p.batch.cu_seqlens_q, int32s(B + 1)},
        {"batch.seq_lens", p.batch.seq_lens, int32s(B)},
        {"table.block_table", p.table.block_table, int32s(static_cast<std::int64_t>(B) * p.table.max_blocks)}}));
@@ -458,9 +441,7 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
     // distinct tensors (step 4 reads index_k back)
     const int T = p.batch.num_tokens, B = p.batch.num_requests;
     const std::uint64_t t = static_cast<std::uint64_t>(T);
-    const std::uint64_t cache = static_cast<std::uint64_t>(p.table.num_blocks > 0 ? p.table.num_blocks : 0) *
-                                static_cast<std::uint64_t>(p.table.block_size > 0 ? p.table.block_size : 0) *
-                                static_cast<std::uint64_t>(p.rank.local_kv_heads) * G.head_dim * 2;
+    const std::uint64_t cache = kv_cache_bytes(p.table.num_blocks, p.table.block_size, p.rank.local_kv_heads, G.head_dim);
     const std::uint64_t rope_main = static_cast<std::uint64_t>(p.max_position) * (G.rot_main / 2) * 2;
     const std::uint64_t rope_idx = static_cast<std::uint64_t>(p.max_position) * (G.rot_idx / 2) * 2;
     STEP5_RETURN_IF_ERROR(require_disjoint(
@@ -473,7 +454,7 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
          {"index_k", p.index_k, t * G.proxy_dim * 2},
          {"summaries.summary_cache", step4 ? p.summaries.summary_cache : nullptr, summary_cache_bytes(p.table, G.proxy_dim)},
          {"summaries.tail", step4 ? p.summaries.tail : nullptr, tail_bytes(p.summaries.num_slots, G.proxy_dim)}},
-        {{"c", p.c, bf16_rows_bytes(T, p.ldc, p.rank.rows_with_w)},
+        {{"c", p.c, strided_rows_bytes(T, p.ldc, p.rank.rows_with_w, 2)},
          {"q_norm", p.q_norm, static_cast<std::uint64_t>(G.head_dim) * 4},
          {"k_norm", p.k_norm, static_cast<std::uint64_t>(G.head_dim) * 4},
          {"index_q_norm", p.index_q_norm, static_cast<std::uint64_t>(G.proxy_dim) * 4},
