@@ -7,7 +7,7 @@
 # (cp.async.bulk.prefetch.L2) while q is staged. Same stores, same bits.
 # Here first: `git apply bench/results/2026-12-07/session39/prologue_prefetch.patch` and
 # `bash tools/device_ab.sh prepare HEAD` (the old tree, before the patch: HEAD must not contain it).
-# Device, carry [".deps", "build-abold"], about 420 s:
+# Device, carry [".deps", "build-abold"], about 500 s (two library builds: new, then old):
 #   1. test_indexer and test_topk quick on the patched tree (every case against the CPU reference);
 #   2. memcheck of test_indexer quick;
 #   3. A/B bench_indexer decode rows (old = HEAD, new = patched), 3 rounds;
@@ -24,7 +24,7 @@ for t in test_indexer test_topk; do
 done
 STEP5_GPU_TEST_QUICK=1 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/tests/test_indexer > $O/memcheck.txt 2>&1; rc=$?
 echo "$(el) memcheck test_indexer rc=$rc $(grep -E 'ERROR SUMMARY' $O/memcheck.txt | tail -1)"
-timeout 200 bash tools/device_ab.sh run bench_indexer '^(scores_decode|indexer_decode|read/summaries)/' 3 2>&1 | tail -40
+timeout 300 bash tools/device_ab.sh run bench_indexer '^(scores_decode|indexer_decode|read/summaries)/' 3 2>&1 | tail -40
 timeout 60 ncu --clock-control none -k regex:indexer_scores --launch-skip 2 --launch-count 1 --metrics \
   sm__cycles_active.avg,sm__cycles_elapsed.avg,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum \
   build-device/bench/bench_indexer --benchmark_filter='scores_decode/tp:1/batch:16/' > $O/ncu.txt 2>&1
