@@ -20,6 +20,9 @@
 //                                              sees long histories: score_wide_tiles_pay) at every
 //                                              scores_prefill shape
 //   scores_decode/tp:N/batch:B/ctx:C           the score kernel alone on decode rows
+//   {indexer,scores}_decode/tp:N/batch:B/ctx:C/mixed   the same, request b at C · (b + 1) / B
+//                                              (an engine's batch at mixed depths; GB/s over the
+//                                              batch's own summary bytes)
 //   read/summaries/batch:B/ctx:C               read ceiling of that traffic: every byte of the same
 //                                              summary cache read once by a plain streaming kernel
 //                                              (16-byte loads, 8 in flight per thread); GB/s read
@@ -269,11 +272,23 @@ struct SelectSetup {
   }
 };
 
-void bm_decode(benchmark::State& st, int tp, int batch, int ctx) {
-  SelectSetup s(tp, std::vector<int>(batch, 1), std::vector<int>(batch, ctx), 512, ctx);
+/// Context lengths of a decode batch: every request at `ctx`, or (`mixed`) request b at
+/// ctx · (b + 1) / batch, as an engine's batch of requests at different depths (the score grid is
+/// planned for the longest; GB/s counts the bytes the batch's own histories hold).
+std::vector<int> decode_lengths(int batch, int ctx, bool mixed) {
+  std::vector<int> lens(batch, ctx);
+  if (mixed)
+    for (int b = 0; b < batch; ++b) lens[b] = static_cast<int>(static_cast<std::int64_t>(ctx) * (b + 1) / batch);
+  return lens;
+}
+/// "/ctx:C", "/ctx:C/mixed" for decode_lengths' mixed batch.
+std::string ctx_tag(int ctx, bool mixed) { return "/ctx:" + std::to_string(ctx) + (mixed ? "/mixed" : ""); }
+
+void bm_decode(benchmark::State& st, int tp, int batch, int ctx, bool mixed = false) {
+  SelectSetup s(tp, std::vector<int>(batch, 1), decode_lengths(batch, ctx, mixed), 512, ctx);
   const double sec = time_it([&] { CKS(step5::ops::indexer_select(s.p, g_stream)); }, 20);
-  const std::string name = "indexer_decode/step5_preview/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) +
-                           "/ctx:" + std::to_string(ctx);
+  const std::string name =
+      "indexer_decode/step5_preview/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + ctx_tag(ctx, mixed);
   record(st, name, sec, s.summary_bytes / sec / 1e9, "GB/s");
 }
 
@@ -313,11 +328,11 @@ double time_scores_only(SelectSetup& s, step5::ops::detail::ScorePath want = ste
       3);
 }
 
-void bm_scores_decode(benchmark::State& st, int tp, int batch, int ctx) {
-  SelectSetup s(tp, std::vector<int>(batch, 1), std::vector<int>(batch, ctx), 512, ctx);
+void bm_scores_decode(benchmark::State& st, int tp, int batch, int ctx, bool mixed = false) {
+  SelectSetup s(tp, std::vector<int>(batch, 1), decode_lengths(batch, ctx, mixed), 512, ctx);
   const double sec = time_scores_only(s);
-  record(st, "scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + "/ctx:" + std::to_string(ctx),
-         sec, s.summary_bytes / sec / 1e9, "GB/s");
+  record(st, "scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + ctx_tag(ctx, mixed), sec,
+         s.summary_bytes / sec / 1e9, "GB/s");
 }
 
 /// Read ceiling of the decode score kernel's traffic: every byte of the summary cache read once
@@ -564,6 +579,13 @@ int main(int argc, char** argv) {
     for (int batch : {16, 64})
       reg("scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + "/ctx:131072",
           [=](benchmark::State& st) { bm_scores_decode(st, tp, batch, 131072); });
+  // a batch at mixed depths (decode_lengths): the score grid is planned for the longest request
+  for (int tp : {1, 8})
+    for (int batch : {16, 64}) {
+      const std::string tail = "/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + ctx_tag(131072, true);
+      reg("indexer_decode" + tail, [=](benchmark::State& st) { bm_decode(st, tp, batch, 131072, true); });
+      reg("scores_decode" + tail, [=](benchmark::State& st) { bm_scores_decode(st, tp, batch, 131072, true); });
+    }
   for (int batch : {16, 64})
     reg("read/summaries/batch:" + std::to_string(batch) + "/ctx:131072",
         [=](benchmark::State& st) { bm_read_ceiling(st, batch, 131072); });
