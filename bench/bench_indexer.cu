@@ -23,6 +23,11 @@
 //   {indexer,scores}_decode/tp:N/batch:B/ctx:C/mixed   the same, request b at C · (b + 1) / B
 //                                              (an engine's batch at mixed depths; GB/s over the
 //                                              batch's own summary bytes)
+//   {indexer,scores}_decode/tp:N/batch:B/ctx:C/q:2     an MTP step: 2 query tokens per request
+//                                              (GB/s over one row's summary bytes per request)
+//   {indexer,scores}_prefill/tokens:T/ctx:H/requests:R  the prefill chunk as R requests of T / R
+//                                              tokens each after H tokens of history (an engine's
+//                                              batch of several prompts' chunks)
 //   read/summaries/batch:B/ctx:C               read ceiling of that traffic: every byte of the same
 //                                              summary cache read once by a plain streaming kernel
 //                                              (16-byte loads, 8 in flight per thread); GB/s read
@@ -281,14 +286,17 @@ std::vector<int> decode_lengths(int batch, int ctx, bool mixed) {
     for (int b = 0; b < batch; ++b) lens[b] = static_cast<int>(static_cast<std::int64_t>(ctx) * (b + 1) / batch);
   return lens;
 }
-/// "/ctx:C", "/ctx:C/mixed" for decode_lengths' mixed batch.
-std::string ctx_tag(int ctx, bool mixed) { return "/ctx:" + std::to_string(ctx) + (mixed ? "/mixed" : ""); }
+/// "/ctx:C", "/ctx:C/mixed" for decode_lengths' mixed batch, then "/q:N" for N > 1 query tokens
+/// per request (an MTP step).
+std::string ctx_tag(int ctx, bool mixed, int q = 1) {
+  return "/ctx:" + std::to_string(ctx) + (mixed ? "/mixed" : "") + (q > 1 ? "/q:" + std::to_string(q) : "");
+}
 
-void bm_decode(benchmark::State& st, int tp, int batch, int ctx, bool mixed = false) {
-  SelectSetup s(tp, std::vector<int>(batch, 1), decode_lengths(batch, ctx, mixed), 512, ctx);
+void bm_decode(benchmark::State& st, int tp, int batch, int ctx, bool mixed = false, int q = 1) {
+  SelectSetup s(tp, std::vector<int>(batch, q), decode_lengths(batch, ctx, mixed), 512, ctx);
   const double sec = time_it([&] { CKS(step5::ops::indexer_select(s.p, g_stream)); }, 20);
   const std::string name =
-      "indexer_decode/step5_preview/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + ctx_tag(ctx, mixed);
+      "indexer_decode/step5_preview/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + ctx_tag(ctx, mixed, q);
   record(st, name, sec, s.summary_bytes / sec / 1e9, "GB/s");
 }
 
@@ -328,10 +336,10 @@ double time_scores_only(SelectSetup& s, step5::ops::detail::ScorePath want = ste
       3);
 }
 
-void bm_scores_decode(benchmark::State& st, int tp, int batch, int ctx, bool mixed = false) {
-  SelectSetup s(tp, std::vector<int>(batch, 1), decode_lengths(batch, ctx, mixed), 512, ctx);
+void bm_scores_decode(benchmark::State& st, int tp, int batch, int ctx, bool mixed = false, int q = 1) {
+  SelectSetup s(tp, std::vector<int>(batch, q), decode_lengths(batch, ctx, mixed), 512, ctx);
   const double sec = time_scores_only(s);
-  record(st, "scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + ctx_tag(ctx, mixed), sec,
+  record(st, "scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + ctx_tag(ctx, mixed, q), sec,
          s.summary_bytes / sec / 1e9, "GB/s");
 }
 
@@ -372,14 +380,18 @@ void bm_read_ceiling(benchmark::State& st, int batch, int ctx) {
          static_cast<double>(s.summaries_size) / sec / 1e9, "GB/s");
 }
 
-void bm_prefill(benchmark::State& st, int tp, int tokens, int hist, bool scores_only) {
-  SelectSetup s(tp, {tokens}, {hist + tokens}, 512, hist + tokens);
+/// A prefill chunk of `tokens` query tokens after `hist` tokens of history, as one request or
+/// (requests > 1, "/requests:R") as R requests of tokens / R each, as an engine batches several
+/// prompts' chunks (score tiles of several requests: the decode guess of a tile's request misses).
+void bm_prefill(benchmark::State& st, int tp, int tokens, int hist, bool scores_only, int requests = 1) {
+  const int q = tokens / requests;
+  SelectSetup s(tp, std::vector<int>(requests, q), std::vector<int>(requests, hist + q), 512, hist + q);
   step5::ops::detail::ScorePath taken = step5::ops::detail::ScorePath::kAuto;
   const double sec = scores_only ? time_scores_only(s, step5::ops::detail::ScorePath::kAuto, &taken)
                                  : time_it([&] { CKS(step5::ops::indexer_select(s.p, g_stream)); }, 3);
   const std::string name = std::string(scores_only ? "scores_prefill" : "indexer_prefill") +
                            "/step5_preview/tp:" + std::to_string(tp) + "/tokens:" + std::to_string(tokens) +
-                           "/ctx:" + std::to_string(hist);
+                           "/ctx:" + std::to_string(hist) + (requests > 1 ? "/requests:" + std::to_string(requests) : "");
   record(st, name, sec, s.score_flops / sec / 1e12, "TFLOP/s");
   if (scores_only) st.counters["path"] = static_cast<double>(static_cast<int>(taken));
 }
@@ -565,6 +577,11 @@ int main(int argc, char** argv) {
       reg("scores_prefill/tokens:" + std::to_string(tokens) + "/ctx:" + std::to_string(hist),
           [=](benchmark::State& st) { bm_prefill(st, 1, tokens, hist, true); });
     }
+  for (int requests : {4, 16}) {
+    const std::string tail = "/tokens:4096/ctx:32768/requests:" + std::to_string(requests);
+    reg("indexer_prefill" + tail, [=](benchmark::State& st) { bm_prefill(st, 1, 4096, 32768, false, requests); });
+    reg("scores_prefill" + tail, [=](benchmark::State& st) { bm_prefill(st, 1, 4096, 32768, true, requests); });
+  }
   for (auto path : {step5::ops::detail::ScorePath::kMma, step5::ops::detail::ScorePath::kWgmmaF16,
                     step5::ops::detail::ScorePath::kWgmmaE4m3})
     reg(std::string("scores_prefill_path/") + step5::ops::detail::score_path_name(path) + "/tokens:16384/ctx:32768",
@@ -579,13 +596,18 @@ int main(int argc, char** argv) {
     for (int batch : {16, 64})
       reg("scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + "/ctx:131072",
           [=](benchmark::State& st) { bm_scores_decode(st, tp, batch, 131072); });
-  // a batch at mixed depths (decode_lengths): the score grid is planned for the longest request
+  // a batch at mixed depths (decode_lengths: the score grid is planned for the longest request),
+  // and an MTP step of 2 query tokens per request (score tiles of 2 tokens)
   for (int tp : {1, 8})
-    for (int batch : {16, 64}) {
-      const std::string tail = "/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + ctx_tag(131072, true);
-      reg("indexer_decode" + tail, [=](benchmark::State& st) { bm_decode(st, tp, batch, 131072, true); });
-      reg("scores_decode" + tail, [=](benchmark::State& st) { bm_scores_decode(st, tp, batch, 131072, true); });
-    }
+    for (int batch : {16, 64})
+      for (const std::pair<bool, int> shape : {std::pair{true, 1}, std::pair{false, 2}}) {
+        const bool mixed = shape.first;
+        const int q = shape.second;
+        const std::string tail =
+            "/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + ctx_tag(131072, mixed, q);
+        reg("indexer_decode" + tail, [=](benchmark::State& st) { bm_decode(st, tp, batch, 131072, mixed, q); });
+        reg("scores_decode" + tail, [=](benchmark::State& st) { bm_scores_decode(st, tp, batch, 131072, mixed, q); });
+      }
   for (int batch : {16, 64})
     reg("read/summaries/batch:" + std::to_string(batch) + "/ctx:131072",
         [=](benchmark::State& st) { bm_read_ceiling(st, batch, 131072); });

@@ -11,10 +11,11 @@
 # Device, carry [".deps", "build-abold"], two calls:
 #   bash call9.sh test   (about 250 s) test_indexer and test_topk quick on the patched tree (every
 #                        case against the CPU reference), memcheck of test_indexer quick;
-#   bash call9.sh ab     (about 400 s) A/B of bench_indexer's decode rows (the mixed-depth rows
-#                        included) and prefill rows, whose tiles miss the guess (old = HEAD, new =
-#                        patched), 2 rounds; then the new score kernel's SM-active and DRAM shares
-#                        under Nsight Compute (call 5's figures: 79 %, 64.6 %).
+#   bash call9.sh ab     (about 400 s) A/B of bench_indexer's decode rows at 128K (uniform, mixed
+#                        depth, MTP q:2) and prefill rows (the requests:R rows miss the guess)
+#                        (old = HEAD, new = patched), 2 rounds; then the new score kernel's
+#                        SM-active and DRAM shares under Nsight Compute (call 5's figures: 79 %,
+#                        64.6 %; sm__cycles_active.avg over the section's elapsed cycles).
 # Land (a) and (b) if the tests pass and no decode or prefill row slows (beyond noise).
 set -u
 O=${OUT:-/tmp/o}; mkdir -p $O; T0=$(date +%s)
@@ -27,14 +28,14 @@ case ${1:-test} in
       STEP5_GPU_TEST_QUICK=1 timeout 150 build-device/tests/$t > $O/$t.txt 2>&1; rc=$?
       echo "$(el) $t rc=$rc $(grep -E 'passed, .* failed' $O/$t.txt | tail -1)"; grep -E "ERROR|FAIL" $O/$t.txt | head -5
     done
-    STEP5_GPU_TEST_QUICK=1 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/tests/test_indexer > $O/memcheck.txt 2>&1; rc=$?
+    STEP5_GPU_TEST_QUICK=1 timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 build-device/tests/test_indexer > $O/memcheck.txt 2>&1; rc=$?
     echo "$(el) memcheck test_indexer rc=$rc $(grep -E 'ERROR SUMMARY' $O/memcheck.txt | tail -1)"
     ;;
   ab)
-    timeout 400 bash tools/device_ab.sh run bench_indexer '^(scores_decode|indexer_decode|read/summaries|scores_prefill|indexer_prefill)/' 2 2>&1 | tail -50
+    timeout 400 bash tools/device_ab.sh run bench_indexer '^((scores|indexer)_decode/tp:(1|8)/batch:(16|64)/ctx:131072|read/summaries/|(scores|indexer)_prefill/)' 2 2>&1 | tail -50
     timeout 60 ncu --clock-control none -k regex:indexer_scores --launch-skip 2 --launch-count 1 --metrics \
       sm__cycles_active.avg,sm__cycles_elapsed.avg,dram__throughput.avg.pct_of_peak_sustained_elapsed,gpu__time_duration.sum \
-      build-device/bench/bench_indexer --benchmark_filter='scores_decode/tp:1/batch:16/' > $O/ncu.txt 2>&1
+      build-device/bench/bench_indexer --benchmark_filter='scores_decode/tp:1/batch:16/ctx:131072/' > $O/ncu.txt 2>&1
     echo "$(el) ncu rc=$?"; grep -E "sm__|dram__|gpu__time" $O/ncu.txt
     ;;
 esac
