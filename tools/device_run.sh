@@ -34,7 +34,8 @@ for phase in "$@"; do
       do_build() { . tools/device_build.sh ${BUILD_TARGETS:-}; }   # BUILD_TARGETS unset: every target
       do_build > "$OUT/build.log" 2>&1
       cp build-device.build.log "$OUT/build_full.log" 2>/dev/null
-      note "build: $(( $(date +%s) - t )) s, $(grep -E 'build exit code' "$OUT/build.log"), $(grep -c ' error' "$OUT/build.log") error lines, $(grep -ci 'spill' "$OUT/build.log") spill lines"
+      # counted over the whole build log (build.log holds device_build.sh's first 60 matching lines)
+      note "build: $(( $(date +%s) - t )) s, $(grep -E 'build exit code' "$OUT/build.log"), $(grep -c ' error' $B.build.log 2>/dev/null) error lines, $(grep -ci 'spill' $B.build.log 2>/dev/null) spill lines"
       ;;
     gpu|multigpu|consumer)
       if [ "$phase" = gpu ] && [ -n "${GPU_FILTER:-}" ]; then
