@@ -82,6 +82,30 @@ inline std::uint64_t kv_cache_bytes(std::int64_t num_blocks, std::int64_t block_
          static_cast<std::uint64_t>(kv_heads) * static_cast<std::uint64_t>(head_dim) * 2;
 }
 
+namespace detail {
+/// Bytes of n int32 values, 0 for n <= 0: the extents of a step's int32 device arrays for
+/// require_disjoint (step_array_ranges, tail_slot).
+inline std::uint64_t int32s(std::int64_t n) { return n > 0 ? static_cast<std::uint64_t>(n) * 4 : 0; }
+}  // namespace detail
+
+/// The names `step_array_ranges` gives a step's device arrays in a refusal (as the caller's
+/// parameters spell them).
+struct StepArrayNames {
+  const char* cu_seqlens_q = "batch.cu_seqlens_q";
+  const char* seq_lens = "batch.seq_lens";
+  const char* block_table = "table.block_table";
+};
+/// A step's device arrays as `require_disjoint` inputs (every launcher reads them while it
+/// writes): cu_seqlens_q [B + 1], seq_lens [B] and block_table [B, max_blocks] int32 (SPEC §5); 0
+/// bytes for a non-positive count.
+inline std::array<NamedRange, 3> step_array_ranges(const std::int32_t* cu_seqlens_q, const std::int32_t* seq_lens,
+                                                   const std::int32_t* block_table, std::int64_t num_requests,
+                                                   std::int64_t max_blocks, StepArrayNames names = {}) {
+  return {NamedRange{names.cu_seqlens_q, cu_seqlens_q, detail::int32s(num_requests + 1)},
+          NamedRange{names.seq_lens, seq_lens, detail::int32s(num_requests)},
+          NamedRange{names.block_table, block_table, detail::int32s(num_requests * max_blocks)}};
+}
+
 /// The largest block_size (tokens per KV-cache block) a step takes: the score kernels address
 /// the pages of a region chunk with int32 region offsets (up to 64 pages of block_size / 8 regions
 /// past a region id below 2^27), safe up to 2^27; 2^20 keeps a wide margin (engines use 16-256).

@@ -453,8 +453,7 @@ Status topk_select(const TopkSelectParams& p, cudaStream_t stream);
 
 namespace detail {
 /// Bytes of step 4's outputs (the summary cache [num_blocks, block_size/8, P] e4m3, the tail
-/// [num_slots, 8, 2, P] bf16) and of the step's device batch / table arrays, for require_disjoint
-/// (the indexer launchers and dsa_layer_run).
+/// [num_slots, 8, 2, P] bf16), for require_disjoint (the indexer launchers and dsa_layer_run).
 inline std::uint64_t summary_cache_bytes(const PagedTable& t, int proxy_dim) {
   return static_cast<std::uint64_t>(t.num_blocks > 0 ? t.num_blocks : 0) *
          static_cast<std::uint64_t>(t.block_size > 0 ? t.block_size / layout::kRegionSize : 0) *
@@ -463,7 +462,6 @@ inline std::uint64_t summary_cache_bytes(const PagedTable& t, int proxy_dim) {
 inline std::uint64_t tail_bytes(int num_slots, int proxy_dim) {
   return static_cast<std::uint64_t>(num_slots > 0 ? num_slots : 0) * 8 * 2 * static_cast<std::uint64_t>(proxy_dim) * 2;
 }
-inline std::uint64_t int32s(std::int64_t n) { return n > 0 ? static_cast<std::uint64_t>(n) * 4 : 0; }
 }  // namespace detail
 
 }  // namespace step5::ops

@@ -454,6 +454,9 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
     const U cache = kv_cache_bytes(step.table.num_blocks, step.table.block_size, plan.rank.local_kv_heads,
                                    plan.rank.geometry.head_dim);
     const std::int64_t B = step.batch.num_requests;
+    const auto arrays = step_array_ranges(step.batch.cu_seqlens_q, step.batch.seq_lens, step.table.block_table, B,
+                                          step.table.max_blocks,
+                                          {"step.batch.cu_seqlens_q", "step.batch.seq_lens", "step.table.block_table"});
     const NamedRange ws{"workspace", workspace, m.total};
     STEP5_RETURN_IF_ERROR(require_disjoint(
         "dsa_layer_run",
@@ -465,9 +468,9 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
          {"w.o_proj", w.o_proj,
           static_cast<U>(plan.hidden) * static_cast<U>(plan.rank.local_heads) * static_cast<U>(plan.rank.geometry.head_dim) * 2},
          {"step.tail_slot", step.tail_slot, detail::int32s(B)},
-         {"step.batch.cu_seqlens_q", step.batch.cu_seqlens_q, detail::int32s(B + 1)},
-         {"step.batch.seq_lens", step.batch.seq_lens, detail::int32s(B)},
-         {"step.table.block_table", step.table.block_table, detail::int32s(B * step.table.max_blocks)}}));
+         arrays[0],
+         arrays[1],
+         arrays[2]}));
     STEP5_RETURN_IF_ERROR(
         require_disjoint("dsa_layer_run", {ws}, {{"x", x, static_cast<U>(T) * static_cast<U>(plan.hidden) * 2}}));
   }

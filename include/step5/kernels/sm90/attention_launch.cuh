@@ -172,13 +172,15 @@ inline Status check_disjoint(const ops::SparseAttentionParams& p, int D, const v
                              std::size_t workspace_bytes) {
   using U = std::uint64_t;
   const U T = static_cast<U>(p.num_tokens), Hl = static_cast<U>(p.num_local_heads), row = Hl * static_cast<U>(D);
-  const U lg = static_cast<U>(p.num_kv_groups), B = static_cast<U>(p.num_requests);
+  const U lg = static_cast<U>(p.num_kv_groups);
   const U qs = p.q_row_stride != 0 ? static_cast<U>(p.q_row_stride) : row;
   const U os = p.out_row_stride != 0 ? static_cast<U>(p.out_row_stride) : row;
   const U gs = p.gate_row_stride != 0 ? static_cast<U>(p.gate_row_stride) : Hl;
   const U cache = ops::kv_cache_bytes(p.num_blocks, p.block_size, p.num_kv_groups, D);
   const NamedRange out{"out", p.out, strided_rows_bytes(p.num_tokens, os, row, 2)};
   const NamedRange q{"q", p.q, strided_rows_bytes(p.num_tokens, qs, row, 2)};
+  const auto step = ops::step_array_ranges(p.cu_seqlens_q, p.seq_lens, p.block_table, p.num_requests, p.max_blocks,
+                                           {"cu_seqlens_q", "seq_lens", "block_table"});
   STEP5_RETURN_IF_ERROR(require_disjoint(
       "sparse_attention", {out, {"lse", p.lse, T * Hl * 4}, {"workspace", workspace, workspace_bytes}},
       {{"k_cache", p.k_cache, cache},
@@ -186,9 +188,9 @@ inline Status check_disjoint(const ops::SparseAttentionParams& p, int D, const v
        {"topk_ids", p.topk_ids, lg * T * (static_cast<U>(p.topk) + 1) * 4},
        {"counts", p.counts, lg * T * 4},
        {"gate", p.gate, strided_rows_bytes(p.num_tokens, gs, Hl, 2)},
-       {"block_table", p.block_table, B * static_cast<U>(p.max_blocks) * 4},
-       {"cu_seqlens_q", p.cu_seqlens_q, (B + 1) * 4},
-       {"seq_lens", p.seq_lens, B * 4}}));
+       step[2],
+       step[0],
+       step[1]}));
   STEP5_RETURN_IF_ERROR(
       require_disjoint("sparse_attention", {{"lse", p.lse, T * Hl * 4}, {"workspace", workspace, workspace_bytes}}, {q}));
   if (static_cast<const void*>(p.out) == static_cast<const void*>(p.q) && os == qs) return Status::Ok();  // in place

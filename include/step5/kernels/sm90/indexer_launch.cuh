@@ -360,7 +360,6 @@ inline Status check_summary_outputs(const char* op, const IndexerSummaryParams& 
   return Status::Ok();
 }
 
-
 /// Launches the summaries kernel for `p` (checked by the caller).
 template <layout::GeometryId Id>
 Status launch_summaries(const IndexerSummaryParams& p, cudaStream_t stream) {
@@ -388,12 +387,11 @@ Status indexer_summaries_for(const IndexerSummaryParams& p, cudaStream_t stream)
   // the summary cache and the tail are written while other CTAs (other requests, other regions)
   // read index_k, C's index_z columns, the batch arrays and the block table
   const int T = p.batch.num_tokens, B = p.batch.num_requests;
+  const auto step = step_array_ranges(p.batch.cu_seqlens_q, p.batch.seq_lens, p.table.block_table, B, p.table.max_blocks);
   STEP5_RETURN_IF_ERROR(require_disjoint(
       op, {{"summary_cache", p.summary_cache, summary_cache_bytes(p.table, G.proxy_dim)}, {"tail", p.tail, tail_bytes(p.num_slots, G.proxy_dim)}},
       {{"index_k", p.index_k, strided_rows_bytes(T, G.proxy_dim, G.proxy_dim, 2)}, {"c", p.c, strided_rows_bytes(T, p.ldc, p.rank.rows_with_w, 2)},
-       {"tail_slot", p.tail_slot, int32s(B)}, {"batch.cu_seqlens_q", p.batch.cu_seqlens_q, int32s(B + 1)},
-       {"batch.seq_lens", p.batch.seq_lens, int32s(B)},
-       {"table.block_table", p.table.block_table, int32s(static_cast<std::int64_t>(B) * p.table.max_blocks)}}));
+       {"tail_slot", p.tail_slot, int32s(B)}, step[0], step[1], step[2]}));
   return launch_summaries<Id>(p, stream);
 }
 
@@ -444,6 +442,7 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
     const std::uint64_t cache = kv_cache_bytes(p.table.num_blocks, p.table.block_size, p.rank.local_kv_heads, G.head_dim);
     const std::uint64_t rope_main = static_cast<std::uint64_t>(p.max_position) * (G.rot_main / 2) * 2;
     const std::uint64_t rope_idx = static_cast<std::uint64_t>(p.max_position) * (G.rot_idx / 2) * 2;
+    const auto step = step_array_ranges(p.batch.cu_seqlens_q, p.batch.seq_lens, p.table.block_table, B, p.table.max_blocks);
     STEP5_RETURN_IF_ERROR(require_disjoint(
         op,
         {{"q_out", p.q_out, t * static_cast<std::uint64_t>(p.rank.local_heads) * G.head_dim * 2},
@@ -464,9 +463,9 @@ Status indexer_prepare_for(const IndexerPrepareParams& p, cudaStream_t stream) {
          {"sin_main", p.sin_main, rope_main},
          {"cos_idx", p.cos_idx, rope_idx},
          {"sin_idx", p.sin_idx, rope_idx},
-         {"batch.cu_seqlens_q", p.batch.cu_seqlens_q, int32s(B + 1)},
-         {"batch.seq_lens", p.batch.seq_lens, int32s(B)},
-         {"table.block_table", p.table.block_table, int32s(static_cast<std::int64_t>(B) * p.table.max_blocks)},
+         step[0],
+         step[1],
+         step[2],
          {"summaries.tail_slot", step4 ? p.summaries.tail_slot : nullptr, int32s(B)}}));
   }
   kernels::sm90::PrepareArgs a{};
@@ -572,6 +571,7 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
     // the bytes written: the plan, then the longest chunk's scores
     const std::uint64_t ws_used = fixed + static_cast<std::uint64_t>(chunks.max_tokens()) *
                                               indexer_select_token_bytes(p.rank, p.max_seq_len);
+    const auto step = step_array_ranges(p.batch.cu_seqlens_q, p.batch.seq_lens, p.table.block_table, B, p.table.max_blocks);
     STEP5_RETURN_IF_ERROR(require_disjoint(
         op,
         {{"workspace", p.workspace, ws_used},
@@ -580,9 +580,9 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
         {{"index_q", p.index_q, static_cast<std::uint64_t>(T) * static_cast<std::uint64_t>(Il) * G.proxy_dim},
          {"weights", p.weights, static_cast<std::uint64_t>(T) * static_cast<std::uint64_t>(Il) * 4},
          {"summary_cache", p.summary_cache, summary_cache_bytes(p.table, G.proxy_dim)},
-         {"batch.cu_seqlens_q", p.batch.cu_seqlens_q, int32s(B + 1)},
-         {"batch.seq_lens", p.batch.seq_lens, int32s(B)},
-         {"table.block_table", p.table.block_table, int32s(static_cast<std::int64_t>(B) * p.table.max_blocks)}}));
+         step[0],
+         step[1],
+         step[2]}));
   }
   float* scores = reinterpret_cast<float*>(static_cast<char*>(p.workspace) + fixed);
   int dev = 0, sms = 0;
