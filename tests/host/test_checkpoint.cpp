@@ -541,6 +541,17 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
                                               "'sliding_attention'", "'full_attention'"});
   // an extra type no layer has, next to a real one, is accepted
   CHECK(parse(mutate([](auto& t) { t["yarn_only_types"] = {"full_attention", "chunked_attention"}; })).rope_scaling_applies(3));
+  // an empty yarn_only_types restricts nothing, as an absent one (the reference engine's
+  // `if yarn_only_types and layer_type not in yarn_only_types`; SPEC §6 treats an empty
+  // layer_types_with_mtp the same way): the llama3 scaling applies to every layer, never to none
+  {
+    const ModelConfig y = parse(mutate([](auto& t) { t["yarn_only_types"] = nlohmann::json::array(); }));
+    REQUIRE(y.rope_scaling.has_value());
+    CHECK(y.rope_scaling_applies(3));
+    CHECK(y.rope_scaling_applies(0));
+    const ModelConfig absent = parse(mutate([](auto& t) { t.erase("yarn_only_types"); }));
+    CHECK(absent.rope_scaling_applies(3));
+  }
   // other spellings of the same norms, and the fields absent, are accepted
   CHECK(parse(mutate([](auto& t) {
           t["sparse_config"]["sparse_indexer_q_norm_type"] = "RMSNorm";

@@ -21,7 +21,8 @@
 ///    `factor`, `low_freq_factor`, `high_freq_factor`, `original_max_position_embeddings`;
 ///    "default" means none; any other type is refused (kUnsupported).
 ///  - `yarn_only_types` (optional array of strings): the layer types the rope scaling applies
-///    to (absent: every layer); a non-empty one must name at least one layer's type.
+///    to (absent or empty: every layer, as the reference engine); a non-empty one must name at
+///    least one layer's type.
 ///  - `sparse_config`: `num_provider_groups` (= index_tp_size), `proxy_dim`, `topk` (1..1024),
 ///    `sparse_indexer_rope_dim`, `region_block_size`, `sparse_indexer_num_heads`,
 ///    `sparse_indexer_num_k_heads`, `apply_to_layer_types` (array of strings). Optional fields
@@ -138,10 +139,11 @@ struct ModelConfig {
     return rope_theta[static_cast<std::size_t>(layer)];
   }
   /// True when `rope_scaling` applies to `layer` (its type is in `yarn_only_types`, or
-  /// `yarn_only_types` is absent).
+  /// `yarn_only_types` is absent or empty: an empty list restricts nothing, as in the reference
+  /// engine's `if yarn_only_types and layer_type not in yarn_only_types`).
   bool rope_scaling_applies(int layer) const {
     if (!rope_scaling) return false;
-    if (!yarn_only_types) return true;
+    if (!yarn_only_types || yarn_only_types->empty()) return true;
     const auto t = attention_layer_types();
     if (layer < 0 || layer >= static_cast<int>(t.size())) return false;
     for (const auto& y : *yarn_only_types)
