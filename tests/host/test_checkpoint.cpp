@@ -578,6 +578,27 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
   expect_error([&] { parse(mutate([](auto& t) { t["rope_scaling"].erase("low_freq_factor"); })); }, StatusCode::kNotFound,
                {"low_freq_factor", "rope_scaling"});
   expect_error([&] { parse(mutate([](auto& t) { t.erase("layer_types"); })); }, StatusCode::kNotFound, {"layer_types"});
+  // layer_types and layer_types_with_mtp both given must agree on the layers both cover (the
+  // reference config refuses "layer_types must match the dense prefix of layer_types_with_mtp");
+  // a contradiction used to be resolved silently in favour of layer_types_with_mtp, moving DSA
+  {
+    auto with_mtp = [](auto& t) {
+      t["num_nextn_predict_layers"] = 1;
+      auto v = t["layer_types"];
+      v.push_back("sliding_attention");
+      t["layer_types_with_mtp"] = v;
+    };
+    CHECK(parse(mutate(with_mtp)).dsa_layers() == std::vector<int>{3, 7});  // consistent: accepted
+    expect_error([&] { parse(mutate([&](auto& t) {
+                   with_mtp(t);
+                   t["layer_types_with_mtp"][7] = "sliding_attention";  // parsed with DSA on layer 3 only
+                 })); },
+                 StatusCode::kInvalidArgument,
+                 {"'text_config.layer_types[7]' = 'full_attention'", "'text_config.layer_types_with_mtp[7]' = 'sliding_attention'"});
+    // an empty layer_types_with_mtp is absent (SPEC §6): nothing to contradict
+    CHECK(parse(mutate([](auto& t) { t["layer_types_with_mtp"] = nlohmann::json::array(); })).dsa_layers() ==
+          std::vector<int>{3, 7});
+  }
   expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["apply_to_layer_types"] = {"dense"}; })); },
                StatusCode::kInvalidArgument, {"no layer has a type listed"});
   expect_error([&] { parse(mutate([](auto& t) { t.erase("use_head_wise_attn_gate"); })); }, StatusCode::kNotFound,

@@ -14,7 +14,8 @@
 ///  - `gate_output_size` (integer; in the text section or `sparse_config`), else
 ///    `use_head_wise_attn_gate` (bool: true → `num_attention_heads`, false → 0).
 ///  - `layer_types_with_mtp` / `layer_types` (arrays of strings; SPEC §6: the first non-empty
-///    one is the per-layer attention type list). At least one must be non-empty.
+///    one is the per-layer attention type list). At least one must be non-empty; where both
+///    are non-empty, `layer_types` must be a prefix of `layer_types_with_mtp`.
 ///  - `rope_theta`: array of numbers (one per layer, MTP layers included) or a number (all layers).
 ///  - `partial_rotary_factors`: array (one per layer), else `partial_rotary_factor` (number).
 ///  - `rope_scaling` (optional object or null): `rope_type` (or `type`) "llama3" with
@@ -412,13 +413,16 @@ inline void config_read_gate(const ConfigReader& r, ModelConfig& c, const Sparse
 }
 
 /// Step 4: the per-layer attention types (`layer_types`, `layer_types_with_mtp`; SPEC §6): at
-/// least one non-empty, each of a valid length.
+/// least one non-empty, each of a valid length, and where both are non-empty they agree on the
+/// layers both cover (the reference config refuses a `layer_types` that is not the dense prefix
+/// of `layer_types_with_mtp`; taking one silently would move DSA layers).
 inline void config_read_layer_types(const ConfigReader& r, ModelConfig& c) {
   const int total = c.total_layers();
-  std::string p;
+  std::string p, lt_path;
   if (const nlohmann::json* j = r.find("layer_types", &p)) {
     c.layer_types = r.as_strings(*j, p);
     if (!c.layer_types.empty()) config_check_layer_count(r, c, c.layer_types.size(), p);
+    lt_path = p;
   }
   if (const nlohmann::json* j = r.find("layer_types_with_mtp", &p)) {
     c.layer_types_with_mtp = r.as_strings(*j, p);
@@ -426,6 +430,13 @@ inline void config_read_layer_types(const ConfigReader& r, ModelConfig& c) {
       r.fail(StatusCode::kInvalidArgument, "field '" + p + "' has " + std::to_string(c.layer_types_with_mtp.size()) +
                                                " entries, expected num_hidden_layers + num_nextn_predict_layers = " +
                                                std::to_string(total));
+    if (!c.layer_types_with_mtp.empty())
+      for (std::size_t i = 0; i < c.layer_types.size(); ++i)  // layer_types has at most `total` entries
+        if (c.layer_types[i] != c.layer_types_with_mtp[i])
+          r.fail(StatusCode::kInvalidArgument,
+                 "field '" + lt_path + "[" + std::to_string(i) + "]' = '" + c.layer_types[i] + "' contradicts '" + p +
+                     "[" + std::to_string(i) + "]' = '" + c.layer_types_with_mtp[i] +
+                     "': layer_types must be the prefix of layer_types_with_mtp (the same layer types)");
   }
   if (c.attention_layer_types().empty())
     r.fail(StatusCode::kNotFound, "missing field 'layer_types_with_mtp' or 'layer_types' (looked " + r.where() +
