@@ -519,6 +519,12 @@ TEST_CASE("config: errors name the field, where it was looked for, expected and 
                {"text_config.head_dim", "must be an integer", "string"});
   expect_error([&] { parse(mutate([](auto& t) { t["num_hidden_layers"] = -1; })); }, StatusCode::kInvalidArgument,
                {"num_hidden_layers", "= -1", "outside"});
+  // an integer above INT64_MAX where another type is expected is named with its value (it was
+  // printed through int64 as "integer -1")
+  expect_error([&] { parse(mutate([](auto& t) { t["layer_types"][0] = 18446744073709551615ull; })); },
+               StatusCode::kInvalidArgument, {"'text_config.layer_types[0]' must be a string, got integer 18446744073709551615"});
+  expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["enabled"] = 9223372036854775808ull; })); },
+               StatusCode::kInvalidArgument, {"enabled' must be a boolean, got integer 9223372036854775808"});
   expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"].erase("topk"); })); }, StatusCode::kNotFound,
                {"missing field 'topk'", "text_config.sparse_config"});
   expect_error([&] { parse(mutate([](auto& t) { t["sparse_config"]["topk"] = 2048; })); }, StatusCode::kInvalidArgument,

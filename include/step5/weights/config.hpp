@@ -202,8 +202,10 @@ class ConfigReader {
 
   static std::string describe(const nlohmann::json& j) {
     if (j.is_number_float()) return "number " + num_text(j.get<double>());
-    if (j.is_number_integer()) return "integer " + std::to_string(j.get<std::int64_t>());
+    // unsigned first: is_number_integer() is true for unsigned values too, and one above
+    // INT64_MAX read as int64 would be named as a negative number
     if (j.is_number_unsigned()) return "integer " + std::to_string(j.get<std::uint64_t>());
+    if (j.is_number_integer()) return "integer " + std::to_string(j.get<std::int64_t>());
     if (j.is_boolean()) return j.get<bool>() ? "true" : "false";
     return std::string("a JSON ") + j.type_name();
   }
