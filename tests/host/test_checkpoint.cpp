@@ -778,6 +778,12 @@ TEST_CASE("load_layer_weights: max_position bounds and config values used as fp3
   expect_error([&] { load_layer_weights(ck, cfg, 9, rl, 16); }, StatusCode::kInvalidArgument,
                {"layer 9", "outside the 4 layers", "DSA layers [3]"});
   expect_error([&] { load_layer_weights(ck, cfg, -1, rl, 16); }, StatusCode::kInvalidArgument, {"layer -1"});
+  // a config hidden_size the tensors do not have, large enough that the fused matrix cannot be
+  // allocated: the shape error naming q_proj, not std::bad_alloc
+  bad = cfg;
+  bad.hidden_size = 1 << 24;
+  expect_error([&] { load_layer_weights(ck, bad, 3, rl, 16); }, StatusCode::kInvalidArgument,
+               {"model.layers.3.self_attn.q_proj.weight", "shape [12288, 64]; expected [12288, 16777216]"});
   // a RankLayout that is not make_rank_layout's
   layout::RankLayout edited = rl;
   edited.shards[0].src_row += 8;

@@ -291,6 +291,27 @@ TEST_CASE("wrong shape, dtype, quantized, pre-fused and unknown shards are refus
   }
 }
 
+TEST_CASE("a hidden size the tensors do not have is refused by shape, before the matrix is allocated") {
+  // hidden 2^24 (parse_model_config's bound of hidden_size) with tensors of hidden 64: the
+  // loader allocated [padded_rows, hidden] bf16 (about 620 GB at tp 1) in its constructor, so a
+  // config.json whose hidden_size the tensors do not have gave std::bad_alloc (or a huge
+  // zero-fill) instead of the shape error naming the tensor
+  const Globals glob(kPreview);
+  const int huge = 1 << 24;
+  std::string m;
+  CHECK_NOTHROW(m = error_of([&] {
+                  step5::FusedWeightLoader ld(layout_of(kPreview, 1, 0), huge);
+                  ld.load("q", glob.view(0));
+                }));
+  CHECK_MESSAGE(has(m, "q_proj.weight"), m);
+  CHECK_MESSAGE(has(m, "shape [12288, 64]; expected [12288, 16777216]"), m);
+  // the normal hidden still loads and exposes the full matrix
+  step5::FusedWeightLoader ld(layout_of(kPreview, 1, 0), kHidden);
+  load_all(ld, glob);
+  ld.assert_fully_loaded("model.layers.3.self_attn");
+  CHECK(ld.weight().size() == static_cast<std::size_t>(ld.rows()) * kHidden);
+}
+
 TEST_CASE("checkpoint names map to shard ids") {
   using step5::checkpoint_shard_id;
   CHECK(checkpoint_shard_id("model.layers.3.self_attn.q_proj.weight") == "q");

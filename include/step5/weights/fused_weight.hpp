@@ -109,13 +109,14 @@ class FusedWeightLoader {
   /// `rank`: a valid layout (from `make_rank_layout`/`rank_layout`); `hidden` > 0 (GEMM K).
   /// Throws `Error(kInvalidArgument)` on a non-positive hidden or a layout that is not exactly
   /// make_rank_layout's (`layout::check_rank_layout`: an edited shard offset would make the copies
-  /// read past a tensor or write past the fused matrix).
+  /// read past a tensor or write past the fused matrix). The matrix is allocated when the first
+  /// tensor passes its checks (`load`), so a `hidden` the tensors do not have is refused by their
+  /// shape instead of by an allocation of `rank.padded_rows × hidden` that cannot succeed.
   FusedWeightLoader(const layout::RankLayout& rank, int hidden) : rank_(rank), hidden_(hidden) {
     if (hidden <= 0)
       throw Error(StatusCode::kInvalidArgument,
                   "FusedWeightLoader: hidden must be > 0, got " + std::to_string(hidden));
     throw_if_error(layout::check_rank_layout(rank, "FusedWeightLoader"));
-    matrix_.assign(static_cast<std::size_t>(rank.padded_rows) * static_cast<std::size_t>(hidden), bf16{});
   }
 
   const layout::RankLayout& rank() const { return rank_; }
@@ -309,7 +310,7 @@ class FusedWeightLoader {
   }
   void begin_load_if_needed() {
     if (loading_) return;
-    std::fill(matrix_.begin(), matrix_.end(), bf16{});
+    matrix_.assign(static_cast<std::size_t>(rank_.padded_rows) * static_cast<std::size_t>(hidden_), bf16{});
     loaded_.fill(false);
     ready_ = false;
     loading_ = true;
