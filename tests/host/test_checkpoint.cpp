@@ -410,7 +410,11 @@ TEST_CASE("reader: malformed files give clear errors and never crash") {
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors","u":"s1.safetensors"}})");
     expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError, {"'u'", "s1.safetensors", "has no such tensor"});
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s2.safetensors"}})");
-    expect_error([&] { Checkpoint c(d2); }, StatusCode::kNotFound, {"s2.safetensors"});
+    // a shard the index names that does not exist: named with the index and the tensor mapped
+    // to it (the message used to be the bare open failure, naming neither)
+    expect_error([&] { Checkpoint c(d2); }, StatusCode::kNotFound,
+                 {"s2.safetensors", "checkpoint index '" + d2 + "/model.safetensors.index.json'", "tensor 't'",
+                  "No such file"});
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":[1]})");
     expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError, {"'weight_map' must be an object"});
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":)");

@@ -152,7 +152,13 @@ class Checkpoint {
           detail::throw_io("checkpoint index '" + index_file + "': weight_map[" + detail::quote_name(it.key()) +
                            "] = " + detail::quote_name(fname) +
                            " must name a file inside the index's directory (no '..' component)");
-      const std::size_t id = add_file((dir / fname).string());
+      std::size_t id = 0;
+      try {
+        id = add_file((dir / fname).string());
+      } catch (const Error& e) {  // a missing or malformed shard: say which index and tensor name it
+        throw Error(e.code(), "checkpoint index '" + index_file + "' maps tensor " + detail::quote_name(it.key()) +
+                                  " to " + detail::quote_name(fname) + ": " + e.what());
+      }
       if (!files_[id]->contains(it.key()))
         detail::throw_io("checkpoint index '" + index_file + "' maps tensor " + detail::quote_name(it.key()) +
                          " to '" + files_[id]->path() + "', which has no such tensor");
