@@ -45,7 +45,7 @@ struct Options {
   int tokens = 512;
   int chunk = 256;
   int decode_steps = 8;
-  int topk = 16;
+  int topk = 16;  // --topk; not given: the checkpoint's sparse_config.topk, or 16 on the embedded default
   int requests = 2;
   int block_size = 64;
   std::string backend = "auto";
@@ -448,7 +448,9 @@ int run_driver(int argc, char** argv, Options& opt) {
   app.add_option("--tokens", opt.tokens, "prompt length of the longest request")->check(int_in(1, static_cast<int>(kMaxPositions)));
   app.add_option("--chunk", opt.chunk, "prefill chunk (tokens per request per step)")->check(int_in(1, static_cast<int>(kMaxPositions)));
   app.add_option("--decode-steps", opt.decode_steps, "decode steps after the prefill")->check(int_in(0, static_cast<int>(kMaxPositions)));
-  app.add_option("--topk", opt.topk, "regions selected per (token, KV group) (SPEC §1)")->check(int_in(1, step5::layout::kMaxTopk));
+  app.add_option("--topk", opt.topk,
+                 "regions selected per (token, KV group) (SPEC §1); default: the checkpoint's sparse_config.topk, "
+                 "16 on the embedded default (its short default workload)")->check(int_in(1, step5::layout::kMaxTopk));
   app.add_option("--requests", opt.requests,
                  "requests batched together (lengths tokens, tokens*(R-1)/R, ...); at most " +
                      std::to_string(step5::driver::kMaxRequests) + " (the GPU kernels' limit per step)")
@@ -530,6 +532,10 @@ int run_driver(int argc, char** argv, Options& opt) {
   ModelConfig cfg = use_default ? parse_model_config(make_checkpoint_config(default_checkpoint_options(opt)),
                                                      "the generated default's config.json")
                                 : load_model_config(given.config.string());
+  // SPEC §1: topk is the run-time sparse_config.topk. A given checkpoint runs with its own unless
+  // --topk overrides it; the embedded default keeps the workload's 16 (at its default 512 tokens a
+  // topk of 512 would select every history region).
+  if (!use_default && app.count("--topk") == 0) opt.topk = cfg.sparse.topk;
   // The tp must be a row of the geometry list (one mechanism: the run-time dispatch).
   throw_if_error(layout::dispatch_layout(cfg.geometry_name, opt.tp, [](auto) { return Status::Ok(); }));
   if (static_cast<int>(cfg.dsa_layers().size()) < opt.layers)
