@@ -7,7 +7,7 @@
 # (1) test_indexer quick on the candidate (every case against the CPU reference), (2) A/B of
 # bench_indexer's scores_decode rows at 128K (uniform, mixed depth, MTP q:2) and the 4096-token
 # scores_prefill rows (requests:4 / 16 miss the guess), side 0 = main's prologue, side 1 = the
-# candidate, alternating, 2 rounds, (3) memcheck of test_indexer quick, (4) the regions-per-CTA
+# candidate, alternating, ROUNDS (default 2) rounds, (3) memcheck of test_indexer quick, (4) the regions-per-CTA
 # sweep (STEP5_EXP_SCORE_RPC), (5) test_topk quick. Device, carry [".deps"].
 set -u
 O=${OUT:-/tmp/o}; mkdir -p $O/ab; T0=$(date +%s)
@@ -19,7 +19,7 @@ STEP5_GPU_TEST_QUICK=1 timeout $(( $(left) - 60 )) build-device/tests/test_index
 echo "$(el) test_indexer rc=$rc $(grep -E 'test cases' $O/test_indexer.txt | tail -1)"; grep -E "ERROR|FAIL" $O/test_indexer.txt | head -5
 B=build-device/bench/bench_indexer
 F='^(scores_decode/tp:(1|8)/batch:(16|64)/ctx:131072|scores_prefill/tokens:4096/ctx:32768)'
-for i in 1 2; do
+for i in $(seq 1 ${ROUNDS:-2}); do
   for side in 0 1; do
     [ $(left) -gt 40 ] || { echo "skip ab $side round $i: time"; continue; }
     STEP5_EXP_PROLOGUE=$side timeout 60 $B --benchmark_filter="$F" --benchmark_out=$O/ab/side${side}_$i.json \
