@@ -450,7 +450,9 @@ int run_driver(int argc, char** argv, Options& opt) {
   app.add_option("--decode-steps", opt.decode_steps, "decode steps after the prefill")->check(int_in(0, static_cast<int>(kMaxPositions)));
   app.add_option("--topk", opt.topk,
                  "regions selected per (token, KV group) (SPEC §1); default: the checkpoint's sparse_config.topk, "
-                 "16 on the embedded default (its short default workload)")->check(int_in(1, step5::layout::kMaxTopk));
+                 "16 on the embedded default (its short default workload)")
+      ->default_str("the checkpoint's sparse_config.topk; 16 on the embedded default")
+      ->check(int_in(1, step5::layout::kMaxTopk));
   app.add_option("--requests", opt.requests,
                  "requests batched together (lengths tokens, tokens*(R-1)/R, ...); at most " +
                      std::to_string(step5::driver::kMaxRequests) + " (the GPU kernels' limit per step)")
@@ -560,9 +562,11 @@ int run_driver(int argc, char** argv, Options& opt) {
     const double avail = host_available_bytes();
     if (avail > 0 && he.total() > 0.9 * avail)
       throw Error(StatusCode::kInvalidArgument,
-                  "the run needs about " + gb(he.total()) + " of host memory (weights " + gb(he.weights) + ", paged caches " +
+                  "the run needs about " + gb(he.total()) + " of host memory (weights " + gb(he.weights) + " at hidden_size " +
+                      std::to_string(cfg.hidden_size) + " of " + cfg.source + ", paged caches " +
                       gb(he.caches) + ", one step's intermediates " + gb(he.step) + ", residuals " + gb(he.residuals) +
-                      ", batch metadata " + gb(he.metadata) + "), " + gb(avail) + " are available (MemAvailable): use fewer --tokens, --requests, --layers or --chunk");
+                      ", batch metadata " + gb(he.metadata) + "), " + gb(avail) + " are available (MemAvailable): use fewer --tokens, --requests, --layers or --chunk (or a config "
+                      "whose hidden_size the checkpoint's tensors have)");
     if (!opt.quiet && !opt.json)
       std::fprintf(stderr, "[step5] host memory: about %s needed, %s available\n", gb(he.total()).c_str(), gb(avail).c_str());
   }
