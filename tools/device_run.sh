@@ -36,7 +36,7 @@ for phase in "$@"; do
       t=$(date +%s)
       do_build() { . tools/device_build.sh ${BUILD_TARGETS:-}; }   # BUILD_TARGETS unset: every target
       do_build > "$OUT/build.log" 2>&1
-      cp build-device.build.log "$OUT/build_full.log" 2>/dev/null
+      cp $B.build.log "$OUT/build_full.log" 2>/dev/null
       # counted over the whole build log (build.log holds device_build.sh's first 60 matching lines)
       note "build: $(( $(date +%s) - t )) s, $(grep -E 'build exit code' "$OUT/build.log"), $(grep -c ' error' $B.build.log 2>/dev/null) error lines, $(grep -ci 'spill' $B.build.log 2>/dev/null) spill lines"
       ;;
