@@ -50,7 +50,8 @@
 /// num_attention_groups, list length != number of layers, DSA layers with different rotary
 /// factors, `layer_types` not the prefix of `layer_types_with_mtp`), geometry not in the list
 /// (kUnsupported), malformed JSON, a field given twice in one object, a config file that is not a
-/// regular file or is above kMaxConfigBytes (kIoError), a missing file (kNotFound). Never crashes on arbitrary input (fuzzed by tests/fuzz/fuzz_config.cpp).
+/// regular file or is above kMaxConfigBytes (kIoError), a missing file (kNotFound). Never crashes
+/// on arbitrary input (fuzzed by tests/fuzz/fuzz_config.cpp).
 ///
 /// Host only (g++); needs nlohmann-json.
 #include <algorithm>  // std::find (yarn_only_types)
