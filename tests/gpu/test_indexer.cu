@@ -1383,15 +1383,48 @@ HOST_CASE("indexer: the automatic score tile (mma.sync for decode, wgmma 256 col
   }
 }
 
+HOST_CASE("indexer: decode score plans take kScoreDecodeLongRegionsPerCta where the fill rule keeps the longest chunk; MTP tiles and shorter chunks keep the fill rule (the bench_indexer shapes, 132 SMs)") {
+  // score_plan's region chunks at the shapes bench_indexer measured the rule on (kScoreDecode-
+  // LongRegionsPerCta's comment has the figures): decode batches of 64 and 128 at 128K, where the
+  // fill rule keeps 2048, take 256; where it stops shorter (batch 16 at 128K: 512; batch 64 / 128
+  // at 32K: 512 / 1024; batch 1: 128) and for MTP steps of 2 tokens (2048) it stands. Rows longer
+  // than kMaxGridDimY chunks of 256 regions (up to kMaxIndexerSeqLen) keep 2048.
+  constexpr auto kId = step5::layout::GeometryId::step5_preview;
+  const auto& e = step5::layout::entry_of(kId);
+  struct Shape {
+    int tp, T, B, max_seq, expect;
+  };
+  constexpr int kLongest = 8 * step5::kMaxGridDimY * 256;  // the longest row that takes 256
+  const Shape shapes[] = {
+      {1, 16, 16, 131072, 512},   {1, 64, 64, 131072, 256},    {8, 16, 16, 131072, 512},
+      {8, 64, 64, 131072, 256},   {1, 128, 128, 131072, 256},  {1, 64, 64, 32768, 512},
+      {1, 128, 128, 32768, 1024}, {1, 1, 1, 131072, 128},      {8, 1, 1, 131072, 128},
+      {1, 16, 16, 32768, 128},    {1, 128, 64, 131072, 2048},  {8, 128, 64, 131072, 2048},
+      {1, 1, 1, kLongest, 256},   {1, 1, 1, kLongest + 8, 2048}, {1, 1, 1, step5::ops::kMaxIndexerSeqLen, 2048},
+  };
+  for (const Shape& sh : shapes) {
+    const int Il = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, sh.tp), 0)
+                       .layout.index_local_heads;
+    const std::int64_t ld = detail_ns::score_ld(sh.max_seq);
+    const detail_ns::ScorePlan sp = detail_ns::score_plan<kId>(Il, sh.T, sh.B, ld, 64, 132);
+    EXPECT(sp.path == detail_ns::ScorePath::kMma && sp.regions_per_cta == sh.expect &&
+               sp.region_chunks == (ld + sh.expect - 1) / sh.expect,
+           "tp %d, T = %d, B = %d, max_seq_len = %d: %s plan of %d regions per CTA (%lld chunks), expected mma.sync, %d",
+           sh.tp, sh.T, sh.B, sh.max_seq, detail_ns::score_path_name(sp.path), sp.regions_per_cta,
+           static_cast<long long>(sp.region_chunks), sh.expect);
+  }
+}
+
 GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SMs: up to kScoreMaxRegionsPerCta regions per CTA), block sizes 8, 16 and 64, MTP, every geometry at its smallest and largest tp") {
   // The mma.sync score kernel walks up to kScoreMaxRegionsPerCta regions per CTA (16 m-tiles per
   // warp) when the grid still fills the GPU; the engine-sized cases above plan for this GPU and
   // mostly get short chunks. Planning for fewer SMs gives the long ones on small batches: every
   // warp walks many m-tiles across pages, chunk ends cut m-tiles, and histories end mid-chunk.
-  // Exact inputs bit for bit, random inputs within the select tolerance; a plan for 1 SM must
-  // take the longest chunks (block_size 8: the largest staged block table), one for 16 SMs shorter
-  // ones (512 regions: 8 tiles x 8 chunks fill 90 % of 64 slots); MTP steps of 2 tokens and of
-  // 128 columns (tokens x local index heads) per tile take the longest chunks too.
+  // Exact inputs bit for bit, random inputs within the select tolerance; a decode plan for 1 or 4
+  // SMs, where the fill rule keeps the longest chunks, takes kScoreDecodeLongRegionsPerCta (256),
+  // one for 16 SMs 512 regions (8 tiles x 8 chunks fill 90 % of 64 slots); MTP steps of 2 tokens
+  // and of 128 columns (tokens x local index heads) per tile take the longest chunks (the latter
+  // at block_size 8: the largest staged block table).
   using detail_ns::ScorePath;
   const std::vector<int> seq = {32768 + 3, 20001, 8 * 300 + 5, 4, 16384, 9, 32760, 1};
   const std::vector<int> q1(seq.size(), 1), q2(seq.size(), 2);
@@ -1415,10 +1448,9 @@ GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SM
                                    name + " random", sms);
             std::printf("  %s: %d regions per CTA, %lld region chunks\n", name.c_str(), sp.regions_per_cta,
                         static_cast<long long>(sp.region_chunks));
-            const int expect = sms == 1 ? step5::kernels::sm90::kScoreMaxRegionsPerCta : sms == 16 ? 512 : 0;
-            if (expect > 0)
-              EXPECT(sp.regions_per_cta == expect, "%s: %d regions per CTA, expected %d", name.c_str(),
-                     sp.regions_per_cta, expect);
+            const int expect = sms == 16 ? 512 : step5::kernels::sm90::kScoreDecodeLongRegionsPerCta;
+            EXPECT(sp.regions_per_cta == expect, "%s: %d regions per CTA, expected %d", name.c_str(),
+                   sp.regions_per_cta, expect);
           }
         const std::string mtp = std::string(e.name) + " tp " + std::to_string(tp) + " MTP plan for 1 SM";
         detail_ns::ScorePlan sp;

@@ -108,7 +108,9 @@ inline bool score_wide_tiles_pay(std::int64_t ld, int mean_q, int regions_per_ct
 /// follows the mean query length, so decode tiles stage only their own columns; region chunks
 /// (at most kScoreMaxRegionsPerCta regions) halve until the grid fills 90 % of the resident CTA
 /// slots (CTAs per SM × `num_sms`, the device's SM count: `device_sm_count`), counting
-/// max(B, ceil(T / tok_tile)) tiles (the fewest a batch without empty requests has). wgmma paths:
+/// max(B, ceil(T / tok_tile)) tiles (the fewest a batch without empty requests has); with one
+/// token per tile (decode), where that rule keeps the longest chunk, kScoreDecodeLongRegionsPerCta
+/// instead. wgmma paths:
 /// tok_tile = N / Il (a full tile of N = 128 columns, 256 for kWgmmaF16N256), region chunks of up
 /// to 4096 regions (multiples of 128), halved until the grid covers 2 × `num_sms` CTAs (one CTA
 /// per SM).
@@ -179,10 +181,11 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
       s.tok_tile == 1 ? T : std::max<std::int64_t>(B, (static_cast<std::int64_t>(T) + s.tok_tile - 1) / s.tok_tile);
   // region chunks: the longest (fewest CTAs, each walking its summaries in one stream) whose grid
   // still fills 90 % of the resident CTA slots (CTAs per SM from the register bound and shared
-  // memory); halved down to one m-tile per warp. Measured (bench_indexer scores_decode, 128K
-  // context, batch 64, same binary): 2048 regions per CTA (512 CTAs, one wave) 77.5 / 73.6 µs at
-  // tp 1 / 8 against 82.4 / 78.4 µs for 512 regions (2048 CTAs); batch 16 keeps 512
-  // (bench/RESULTS.md, seventh session).
+  // memory); halved down to one m-tile per warp. The seventh session measured 2048 regions per
+  // CTA ahead of 512 at batch 64 (77.5 / 82.4 µs at tp 1, before the score kernel's later
+  // changes). Decode tiles that keep the longest chunk take kScoreDecodeLongRegionsPerCta instead
+  // (its comment has the forty-first session's figures; MTP tiles of 2 tokens keep 2048: 256
+  // measured 113.9 → 116.7 µs at tp 1 batch 64).
   for (int rpc = kernels::sm90::kScoreMaxRegionsPerCta;; rpc /= 2) {
     s.regions_per_cta = rpc;
     s.region_chunks = (ld + rpc - 1) / rpc;
@@ -192,6 +195,14 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
                                 kSm90SmemPerSm / (s.smem_bytes + kSm90SmemReservedPerCta));
     if (rpc <= kernels::sm90::kScoreMinRegionsPerCta || tiles_lower * s.region_chunks * 10 >= 9ll * per_sm * num_sms)
       break;
+  }
+  // (rows past kMaxGridDimY chunks of it, up to kMaxIndexerSeqLen, keep 2048)
+  if (s.tok_tile == 1 && s.regions_per_cta == kernels::sm90::kScoreMaxRegionsPerCta &&
+      ld <= static_cast<std::int64_t>(kMaxGridDimY) * kernels::sm90::kScoreDecodeLongRegionsPerCta) {
+    s.regions_per_cta = kernels::sm90::kScoreDecodeLongRegionsPerCta;
+    s.region_chunks = (ld + s.regions_per_cta - 1) / s.regions_per_cta;
+    s.bt_cap = kernels::sm90::score_bt_cap(s.regions_per_cta, block_size);
+    s.smem_bytes = kernels::sm90::score_smem_bytes(G.proxy_dim, s.cols_cap, s.bt_cap);
   }
   return s;
 }
