@@ -612,7 +612,8 @@ int main(int argc, char** argv) {
     reg("read/summaries/batch:" + std::to_string(batch) + "/ctx:131072",
         [=](benchmark::State& st) { bm_read_ceiling(st, batch, 131072); });
   const int kC = step5::kernels::sm90::kTopkCluster;
-  for (int rows : {16, 64, 512}) {
+  // 256 rows: decode batch 64 at tp 1 (two 512-thread CTAs per SM, one wave); 128: one CTA per SM
+  for (int rows : {16, 64, 128, 256, 512}) {
     reg("topk/cub/rows:" + std::to_string(rows), [=](benchmark::State& st) { bm_topk(st, rows, 16384, -1); });
     for (int v : {0, 1, kC})
       reg("topk/" + std::to_string(v) + "/rows:" + std::to_string(rows),
@@ -626,7 +627,7 @@ int main(int argc, char** argv) {
   for (TopkAlgo algo : {TopkAlgo::kRadix, TopkAlgo::kCandidates})
     for (int v : {1, kC}) {
       const std::string tag = std::string(algo == TopkAlgo::kRadix ? "radix" : "cand") + (v == 1 ? "_cta" : "_cluster");
-      for (int rows : {1, 16, 64, 512})
+      for (int rows : {1, 16, 64, 128, 256, 512})
         reg("topk/" + tag + "/rows:" + std::to_string(rows),
             [=](benchmark::State& st) { bm_topk(st, rows, 16384, v, algo); });
       reg("topk/" + tag + "/rows:64/131072", [=](benchmark::State& st) { bm_topk(st, 64, 131072, v, algo); });
