@@ -1072,12 +1072,14 @@ namespace detail_ns = step5::ops::detail;
 /// Inputs::kExact), every column >= p/8 still the poison (nothing written past the history).
 /// Checks that the plan took the path asked for. Returns the scores of columns r < p/8, in
 /// (token, group, column) order, for comparisons between paths. `num_sms` > 0 plans for a GPU of
-/// that many SMs instead of this one (longer region chunks per CTA); `plan_out` receives the plan.
+/// that many SMs instead of this one (longer region chunks per CTA); `regions_per_cta` > 0 (an
+/// mma.sync plan) replaces the plan's region chunk (ops::detail::set_score_chunk); `plan_out`
+/// receives the plan.
 template <step5::layout::GeometryId Id>
 std::vector<float> check_scores_path(int tp, const std::vector<int>& q_lens, const std::vector<int>& seq_lens, int chunk,
                        Inputs inputs, detail_ns::ScorePath want, int block_size, float tol, double rms_tol,
                        std::uint32_t seed, const std::string& what, int num_sms = 0,
-                       detail_ns::ScorePlan* plan_out = nullptr) {
+                       detail_ns::ScorePlan* plan_out = nullptr, int regions_per_cta = 0) {
   const auto& e = step5::layout::entry_of(Id);
   const auto rl = step5::layout::make_rank_layout(e.geometry, step5::layout::standard_layout(e.geometry, tp), 0).layout;
   const int P = rl.geometry.proxy_dim, lg = rl.local_kv_groups, hpg = rl.hpg_i, Il = rl.index_local_heads;
@@ -1095,7 +1097,8 @@ std::vector<float> check_scores_path(int tp, const std::vector<int>& q_lens, con
   GPU_CHECK(cudaGetDevice(&dev));
   EXPECT(step5::device_sm_count(dev, &sms).ok(), "device_sm_count");
   if (num_sms > 0) sms = num_sms;
-  const detail_ns::ScorePlan sp = detail_ns::score_plan<Id>(Il, T, B, ld, block_size, sms, want);
+  detail_ns::ScorePlan sp = detail_ns::score_plan<Id>(Il, T, B, ld, block_size, sms, want);
+  if (regions_per_cta > 0) detail_ns::set_score_chunk(sp, regions_per_cta, ld, block_size, P);
   if (plan_out) *plan_out = sp;
   EXPECT(sp.path == want, "%s: the plan took path %s, asked for %s", what.c_str(), detail_ns::score_path_name(sp.path),
          detail_ns::score_path_name(want));
@@ -1384,9 +1387,9 @@ HOST_CASE("indexer: the automatic score tile (mma.sync for decode, wgmma 256 col
 }
 
 HOST_CASE("indexer: decode score plans take kScoreDecodeLongRegionsPerCta where the fill rule keeps the longest chunk; MTP tiles and shorter chunks keep the fill rule (the bench_indexer shapes, 132 SMs)") {
-  // score_plan's region chunks at the shapes bench_indexer measured the rule on (kScoreDecode-
-  // LongRegionsPerCta's comment has the figures): decode batches of 64 and 128 at 128K, where the
-  // fill rule keeps 2048, take 256; where it stops shorter (batch 16 at 128K: 512; batch 64 / 128
+  // score_plan's region chunks at the shapes bench_indexer measured the rule on, and around them
+  // (kScoreDecodeLongRegionsPerCta's comment has the figures): decode batches of 64 (measured) and
+  // 128 at 128K, where the fill rule keeps 2048, take 256; where it stops shorter (batch 16 at 128K: 512; batch 64 / 128
   // at 32K: 512 / 1024; batch 1: 128) and for MTP steps of 2 tokens (2048) it stands. Rows longer
   // than kMaxGridDimY chunks of 256 regions (up to kMaxIndexerSeqLen) keep 2048.
   constexpr auto kId = step5::layout::GeometryId::step5_preview;
@@ -1415,16 +1418,18 @@ HOST_CASE("indexer: decode score plans take kScoreDecodeLongRegionsPerCta where 
   }
 }
 
-GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SMs: up to kScoreMaxRegionsPerCta regions per CTA), block sizes 8, 16 and 64, MTP, every geometry at its smallest and largest tp") {
+GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SMs; kScoreMaxRegionsPerCta regions per CTA for MTP and forced for decode), block sizes 8, 16 and 64, MTP, every geometry at its smallest and largest tp") {
   // The mma.sync score kernel walks up to kScoreMaxRegionsPerCta regions per CTA (16 m-tiles per
   // warp) when the grid still fills the GPU; the engine-sized cases above plan for this GPU and
-  // mostly get short chunks. Planning for fewer SMs gives the long ones on small batches: every
+  // mostly get short chunks. Planning for fewer SMs gives longer ones on small batches: every
   // warp walks many m-tiles across pages, chunk ends cut m-tiles, and histories end mid-chunk.
   // Exact inputs bit for bit, random inputs within the select tolerance; a decode plan for 1 or 4
   // SMs, where the fill rule keeps the longest chunks, takes kScoreDecodeLongRegionsPerCta (256),
-  // one for 16 SMs 512 regions (8 tiles x 8 chunks fill 90 % of 64 slots); MTP steps of 2 tokens
-  // and of 128 columns (tokens x local index heads) per tile take the longest chunks (the latter
-  // at block_size 8: the largest staged block table).
+  // one for 16 SMs 512 regions (8 tiles x 8 chunks fill 90 % of 64 slots); decode CTAs of the
+  // longest chunk (the plan of rows past 65535 chunks of 256 regions, too long to build here) are
+  // forced at block sizes 8 and 16; MTP steps of 2 tokens and of 128 columns (tokens x local index
+  // heads) per tile take the longest chunks (the latter at block_size 8: the largest staged block
+  // table).
   using detail_ns::ScorePath;
   const std::vector<int> seq = {32768 + 3, 20001, 8 * 300 + 5, 4, 16384, 9, 32760, 1};
   const std::vector<int> q1(seq.size(), 1), q2(seq.size(), 2);
@@ -1451,6 +1456,15 @@ GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SM
             const int expect = sms == 16 ? 512 : step5::kernels::sm90::kScoreDecodeLongRegionsPerCta;
             EXPECT(sp.regions_per_cta == expect, "%s: %d regions per CTA, expected %d", name.c_str(),
                    sp.regions_per_cta, expect);
+            if (sms == 1 && bs <= 16) {
+              constexpr int kLongest = step5::kernels::sm90::kScoreMaxRegionsPerCta;
+              check_scores_path<kId>(tp, q1, seq, 8, Inputs::kExact, ScorePath::kMma, bs, 0.f, 0.0, seed + 2,
+                                     name + ", decode CTAs of " + std::to_string(kLongest) + " regions (forced), exact",
+                                     sms, &sp, kLongest);
+              // rows of 4096 regions (the longest request, 32771 positions): 2 chunks of 2048
+              EXPECT(sp.regions_per_cta == kLongest && sp.region_chunks == 2, "%s: forced plan of %d regions per CTA, %lld chunks",
+                     name.c_str(), sp.regions_per_cta, static_cast<long long>(sp.region_chunks));
+            }
           }
         const std::string mtp = std::string(e.name) + " tp " + std::to_string(tp) + " MTP plan for 1 SM";
         detail_ns::ScorePlan sp;

@@ -109,8 +109,9 @@ inline bool score_wide_tiles_pay(std::int64_t ld, int mean_q, int regions_per_ct
 /// (at most kScoreMaxRegionsPerCta regions) halve until the grid fills 90 % of the resident CTA
 /// slots (CTAs per SM × `num_sms`, the device's SM count: `device_sm_count`), counting
 /// max(B, ceil(T / tok_tile)) tiles (the fewest a batch without empty requests has); with one
-/// token per tile (decode), where that rule keeps the longest chunk, kScoreDecodeLongRegionsPerCta
-/// instead. wgmma paths:
+/// token per request (decode), where that rule keeps the longest chunk,
+/// kScoreDecodeLongRegionsPerCta instead (unless the rows need more than kMaxGridDimY chunks of
+/// it). wgmma paths:
 /// tok_tile = N / Il (a full tile of N = 128 columns, 256 for kWgmmaF16N256), region chunks of up
 /// to 4096 regions (multiples of 128), halved until the grid covers 2 × `num_sms` CTAs (one CTA
 /// per SM).
@@ -127,6 +128,15 @@ struct ScorePlan {
   /// to a few SMs). The same CTAs and stores in another order: the bits are the same.
   bool longest_first = false;
 };
+/// Sets an mma.sync plan's region chunk to `regions_per_cta` and the fields that follow from it
+/// (region_chunks of rows of `ld` regions, the staged block-table entries at `block_size`, the
+/// shared memory for proxy dim `proxy_dim`): score_plan's one rule, and tests that force a chunk.
+inline void set_score_chunk(ScorePlan& s, int regions_per_cta, std::int64_t ld, int block_size, int proxy_dim) {
+  s.regions_per_cta = regions_per_cta;
+  s.region_chunks = (ld + regions_per_cta - 1) / regions_per_cta;
+  s.bt_cap = kernels::sm90::score_bt_cap(regions_per_cta, block_size);
+  s.smem_bytes = kernels::sm90::score_smem_bytes(proxy_dim, s.cols_cap, s.bt_cap);
+}
 template <layout::GeometryId Id>
 ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int block_size, int num_sms,
                      ScorePath want = ScorePath::kAuto) {
@@ -183,27 +193,22 @@ ScorePlan score_plan(int index_local_heads, int T, int B, std::int64_t ld, int b
   // still fills 90 % of the resident CTA slots (CTAs per SM from the register bound and shared
   // memory); halved down to one m-tile per warp. The seventh session measured 2048 regions per
   // CTA ahead of 512 at batch 64 (77.5 / 82.4 µs at tp 1, before the score kernel's later
-  // changes). Decode tiles that keep the longest chunk take kScoreDecodeLongRegionsPerCta instead
-  // (its comment has the forty-first session's figures; MTP tiles of 2 tokens keep 2048: 256
-  // measured 113.9 → 116.7 µs at tp 1 batch 64).
+  // changes). Decode plans (one token per request) that keep the longest chunk take
+  // kScoreDecodeLongRegionsPerCta instead (its comment has the forty-first session's figures; MTP
+  // steps of 2 tokens per request keep 2048: 256 read 113.9 → 116.7 µs at tp 1 batch 64 in that
+  // session's sweep, run on the score-prologue candidate's tree).
   for (int rpc = kernels::sm90::kScoreMaxRegionsPerCta;; rpc /= 2) {
-    s.regions_per_cta = rpc;
-    s.region_chunks = (ld + rpc - 1) / rpc;
-    s.bt_cap = kernels::sm90::score_bt_cap(rpc, block_size);
-    s.smem_bytes = kernels::sm90::score_smem_bytes(G.proxy_dim, s.cols_cap, s.bt_cap);
+    set_score_chunk(s, rpc, ld, block_size, G.proxy_dim);
     const int per_sm = std::min(kernels::sm90::score_min_ctas(G.proxy_dim),
                                 kSm90SmemPerSm / (s.smem_bytes + kSm90SmemReservedPerCta));
     if (rpc <= kernels::sm90::kScoreMinRegionsPerCta || tiles_lower * s.region_chunks * 10 >= 9ll * per_sm * num_sms)
       break;
   }
-  // (rows past kMaxGridDimY chunks of it, up to kMaxIndexerSeqLen, keep 2048)
-  if (s.tok_tile == 1 && s.regions_per_cta == kernels::sm90::kScoreMaxRegionsPerCta &&
-      ld <= static_cast<std::int64_t>(kMaxGridDimY) * kernels::sm90::kScoreDecodeLongRegionsPerCta) {
-    s.regions_per_cta = kernels::sm90::kScoreDecodeLongRegionsPerCta;
-    s.region_chunks = (ld + s.regions_per_cta - 1) / s.regions_per_cta;
-    s.bt_cap = kernels::sm90::score_bt_cap(s.regions_per_cta, block_size);
-    s.smem_bytes = kernels::sm90::score_smem_bytes(G.proxy_dim, s.cols_cap, s.bt_cap);
-  }
+  // rows of more than kMaxGridDimY chunks of kScoreDecodeLongRegionsPerCta regions (up to
+  // kMaxIndexerSeqLen) keep 2048
+  if (mean_q == 1 && s.regions_per_cta == kernels::sm90::kScoreMaxRegionsPerCta &&
+      ld <= static_cast<std::int64_t>(kMaxGridDimY) * kernels::sm90::kScoreDecodeLongRegionsPerCta)
+    set_score_chunk(s, kernels::sm90::kScoreDecodeLongRegionsPerCta, ld, block_size, G.proxy_dim);
   return s;
 }
 

@@ -66,15 +66,16 @@ inline constexpr int kScoreMaxRegionsPerCta = 16 * kScoreMinRegionsPerCta;
 inline constexpr int kScoreChunkRatio = kScoreMaxRegionsPerCta / kScoreMinRegionsPerCta;
 static_assert((kScoreChunkRatio & (kScoreChunkRatio - 1)) == 0,
               "the plan halves kScoreMaxRegionsPerCta down to kScoreMinRegionsPerCta: a power-of-two ratio");
-/// The region chunk of a decode plan (one token per tile) where the fill rule keeps the longest
-/// (kScoreMaxRegionsPerCta: long contexts at batch 64 and more, one wave of CTAs that each walk
-/// their 2048 regions for about 100 µs): 8 × as many CTAs balance unequal rows (requests at mixed
-/// depths, whose CTAs past a short row exit at once) over the SMs. Measured (bench_indexer, one
-/// binary, H100, medians of 3, bench/RESULTS.md forty-first session), 2048 → 256 at 128K batch 64:
-/// indexer_decode tp 1 135.7 → 134.5 µs, mixed depths 101.8 → 81.0; tp 8 124.6 → 115.0, mixed
-/// 88.5 → 71.1. Not where the fill rule stops shorter: 256 for all decode plans lost 3.4 % at tp 8
-/// batch 16 (512 → 256) and 4.6 % at tp 1 batch 128 with 32K (1024 → 256), gaining only on mixed
-/// depths there.
+/// The region chunk of a decode plan (one token per request) where the fill rule keeps the longest,
+/// kScoreMaxRegionsPerCta (at 132 SMs and 4 CTAs per SM: from batch 60 at 128K, 119 at 64K, 238
+/// at 32K, 476 at 16K or less; one wave of CTAs that each walk their 2048 regions, about 100 µs at
+/// 128K batch 64): 8 × as many CTAs balance unequal rows (requests at mixed depths, whose CTAs past
+/// a short row exit at once) over the SMs. Measured (bench_indexer, one binary, H100, medians of 3,
+/// bench/RESULTS.md forty-first session), 2048 → 256 at 128K batch 64: indexer_decode tp 1 135.7 →
+/// 134.5 µs, mixed depths 101.8 → 81.0; tp 8 124.6 → 115.0, mixed 88.5 → 71.1. Large batches at
+/// short contexts (batch 256 at 32K and the like) take it unmeasured. Not where the fill rule stops
+/// shorter: 256 for every decode plan lost 3.4 % at tp 8 batch 16 at 128K (512 → 256) and 4.6 % at
+/// tp 1 batch 128 at 32K (1024 → 256), and gained 5–6 % on mixed depths at batch 16.
 inline constexpr int kScoreDecodeLongRegionsPerCta = 2 * kScoreMinRegionsPerCta;
 static_assert(kScoreDecodeLongRegionsPerCta >= kScoreMinRegionsPerCta &&
                   kScoreDecodeLongRegionsPerCta < kScoreMaxRegionsPerCta &&
