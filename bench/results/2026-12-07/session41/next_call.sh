@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Prepared for the next session (not run): what two co-resident 512-thread selection CTAs share
+# (issue 14, tp 1 decode batch 64: 256 rows take 28.5 µs where 64 take 15.6, call 2). Device,
+# carry [".deps"], about 330 s after the machine starts. Stages:
+# (1) bench_indexer's selection on full 16384-key rows at 64 / 128 / 256 / 512 rows, the
+#     launcher's choice (topk/1), the forced algorithms on one CTA (cand_cta, radix_cta) and on
+#     clusters, and CUB (new rows: 128 and 256, 8c84a1b);
+# (2) Nsight Compute stall digests of topk/1/rows:64 and topk/1/rows:256 (tools/ncu_sass.sh), so
+#     that the instructions whose samples grow with the second CTA per SM are named;
+# (3) indexer_decode at 128K batch 64, tp 1 / 8 (equal and mixed depths), for the issue table.
+set -u
+O=${OUT:-/tmp/o}; mkdir -p $O; T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s]"; }
+. tools/device_build.sh bench_indexer > $O/build.log 2>&1
+echo "$(el) build: $(tail -n 1 $O/build.log)"
+B=build-device/bench/bench_indexer
+timeout 120 $B --benchmark_filter='^(copy/d2d|topk/(cub|0|1|8|cand_cta|radix_cta|cand_cluster|radix_cluster)/rows:(64|128|256|512)/(i|m))' \
+  > $O/topk_rows.txt 2>&1; echo "$(el) topk rows rc=$?"
+grep -E "^topk/" $O/topk_rows.txt | grep -v manual_time | cut -c1-110
+for r in 64 256; do
+  OUT=$O/sass_$r; mkdir -p $OUT
+  OUT=$OUT timeout 120 bash tools/ncu_sass.sh bench_indexer "topk/1/rows:$r/(i|m)" topk_select_kernel 2 1 14 > $O/sass_$r.txt 2>&1
+  echo "$(el) -- ncu_sass topk/1/rows:$r rc=$?"; head -40 $O/sass_$r.txt
+  rm -f $OUT/sass.csv
+done
+timeout 60 $B --benchmark_filter='^(copy/d2d|indexer_decode/tp:(1|8)/batch:64/ctx:131072/(i|m))' > $O/decode.txt 2>&1
+echo "$(el) decode rc=$?"; grep -E "^(indexer_decode|copy)" $O/decode.txt | grep -v manual_time | cut -c1-140
