@@ -7,7 +7,12 @@
 #     clusters, and CUB (new rows: 128 and 256, 8c84a1b);
 # (2) Nsight Compute stall digests of topk/1/rows:64 and topk/1/rows:256 (tools/ncu_sass.sh), so
 #     that the instructions whose samples grow with the second CTA per SM are named;
-# (3) indexer_decode at 128K batch 64, tp 1 / 8 (equal and mixed depths), for the issue table.
+# (3) indexer_decode at 128K batch 64, tp 1 / 8 (equal and mixed depths), for the issue table;
+# (4) with this folder's exp_match_hist.patch applied first (git apply; not to land as is): the
+#     candidates' first-digit histogram with one shared atomic per distinct bin of a warp
+#     (__match_any_sync; STEP5_EXP_MATCH_HIST=1) against one per key (0), in one binary: test_topk
+#     quick with it on, then the A/B of the selection rows and indexer_decode (stage 4 is skipped
+#     when the patch is not applied).
 set -u
 O=${OUT:-/tmp/o}; mkdir -p $O; T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s]"; }
@@ -25,3 +30,14 @@ for r in 64 256; do
 done
 timeout 60 $B --benchmark_filter='^(copy/d2d|indexer_decode/tp:(1|8)/batch:64/ctx:131072/(i|m))' > $O/decode.txt 2>&1
 echo "$(el) decode rc=$?"; grep -E "^(indexer_decode|copy)" $O/decode.txt | grep -v manual_time | cut -c1-140
+if grep -q STEP5_EXP_MATCH_HIST include/step5/kernels/sm90/indexer_topk.cuh; then
+  . tools/device_build.sh test_topk >> $O/build.log 2>&1
+  STEP5_EXP_MATCH_HIST=1 STEP5_GPU_TEST_QUICK=1 timeout 90 build-device/tests/test_topk > $O/test_topk_match.txt 2>&1
+  echo "$(el) test_topk quick, match histogram on: rc=$? $(tail -1 $O/test_topk_match.txt)"
+  F='^(topk/(1|cand_cta)/rows:(64|256)/(i|m)|indexer_decode/tp:(1|8)/batch:64/ctx:131072/(i|m))'
+  for i in 1 2; do for side in 0 1; do
+    STEP5_EXP_MATCH_HIST=$side timeout 60 $B --benchmark_filter="$F" > $O/match_${side}_$i.txt 2>&1
+  done; done
+  for side in 0 1; do echo "-- match histogram $side"; cat $O/match_${side}_*.txt | grep -E "^(topk|indexer_decode)" | grep -v manual_time | sort | cut -c1-100; done
+fi
+echo "$(el) all done"
