@@ -1388,10 +1388,11 @@ HOST_CASE("indexer: the automatic score tile (mma.sync for decode, wgmma 256 col
 
 HOST_CASE("indexer: decode score plans take kScoreDecodeLongRegionsPerCta where the fill rule keeps the longest chunk; MTP tiles and shorter chunks keep the fill rule (the bench_indexer shapes, 132 SMs)") {
   // score_plan's region chunks at the shapes bench_indexer measured the rule on, and around them
-  // (kScoreDecodeLongRegionsPerCta's comment has the figures): decode batches of 64 (measured) and
-  // 128 at 128K, where the fill rule keeps 2048, take 256; where it stops shorter (batch 16 at 128K: 512; batch 64 / 128
-  // at 32K: 512 / 1024; batch 1: 128) and for MTP steps of 2 tokens (2048) it stands. Rows longer
-  // than kMaxGridDimY chunks of 256 regions (up to kMaxIndexerSeqLen) keep 2048.
+  // (kScoreDecodeLongRegionsPerCta's comment has the figures): decode batches of 64 (measured)
+  // and 128 at 128K, where the fill rule keeps 2048, take 256; where it stops shorter (batch 16
+  // at 128K: 512; batch 64 / 128 at 32K: 512 / 1024; batch 1: 128) and for MTP steps of 2 tokens
+  // (2048) it stands. Rows longer than kMaxGridDimY chunks of 256 regions (up to
+  // kMaxIndexerSeqLen) keep 2048.
   constexpr auto kId = step5::layout::GeometryId::step5_preview;
   const auto& e = step5::layout::entry_of(kId);
   struct Shape {
@@ -1462,8 +1463,9 @@ GPU_CASE("indexer: decode scores in long region chunks (plans for 1, 4 and 16 SM
                                      name + ", decode CTAs of " + std::to_string(kLongest) + " regions (forced), exact",
                                      sms, &sp, kLongest);
               // rows of 4096 regions (the longest request, 32771 positions): 2 chunks of 2048
-              EXPECT(sp.regions_per_cta == kLongest && sp.region_chunks == 2, "%s: forced plan of %d regions per CTA, %lld chunks",
-                     name.c_str(), sp.regions_per_cta, static_cast<long long>(sp.region_chunks));
+              EXPECT(sp.regions_per_cta == kLongest && sp.region_chunks == 2,
+                     "%s: forced plan of %d regions per CTA, %lld chunks", name.c_str(), sp.regions_per_cta,
+                     static_cast<long long>(sp.region_chunks));
             }
           }
         const std::string mtp = std::string(e.name) + " tp " + std::to_string(tp) + " MTP plan for 1 SM";
