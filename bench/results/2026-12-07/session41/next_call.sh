@@ -7,7 +7,9 @@
 #     clusters, and CUB (new rows: 128 and 256, 8c84a1b);
 # (2) Nsight Compute stall digests of topk/1/rows:64 and topk/1/rows:256 (tools/ncu_sass.sh), so
 #     that the instructions whose samples grow with the second CTA per SM are named;
-# (3) indexer_decode at 128K batch 64, tp 1 / 8 (equal and mixed depths), for the issue table;
+# (3) indexer_decode at 128K batch 64, tp 1 / 8 (equal and mixed depths), for the issue table,
+#     and test_indexer's long-chunk case (1903822's forced decode CTAs of 2048 regions; not yet
+#     run on a GPU) and its plan cases;
 # (4) with this folder's exp_match_hist.patch applied first (git apply; not to land as is): the
 #     candidates' first-digit histogram with one shared atomic per distinct bin of a warp
 #     (__match_any_sync; STEP5_EXP_MATCH_HIST=1) against one per key (0), in one binary: test_topk
@@ -30,6 +32,12 @@ for r in 64 256; do
 done
 timeout 60 $B --benchmark_filter='^(copy/d2d|indexer_decode/tp:(1|8)/batch:64/ctx:131072/(i|m))' > $O/decode.txt 2>&1
 echo "$(el) decode rc=$?"; grep -E "^(indexer_decode|copy)" $O/decode.txt | grep -v manual_time | cut -c1-140
+. tools/device_build.sh test_indexer >> $O/build.log 2>&1
+for c in "long region chunks" "score plans"; do
+  STEP5_GPU_TEST_QUICK=1 timeout 120 build-device/tests/test_indexer "$c" > "$O/test_indexer_${c// /_}.txt" 2>&1
+  echo "$(el) test_indexer \"$c\" rc=$? $(tail -1 "$O/test_indexer_${c// /_}.txt")"
+  grep -E "FAIL|ERROR|forced" "$O/test_indexer_${c// /_}.txt" | head -6
+done
 if grep -q STEP5_EXP_MATCH_HIST include/step5/kernels/sm90/indexer_topk.cuh; then
   . tools/device_build.sh test_topk >> $O/build.log 2>&1
   STEP5_EXP_MATCH_HIST=1 STEP5_GPU_TEST_QUICK=1 timeout 90 build-device/tests/test_topk > $O/test_topk_match.txt 2>&1
