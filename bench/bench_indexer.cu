@@ -632,6 +632,14 @@ int main(int argc, char** argv) {
             [=](benchmark::State& st) { bm_topk(st, rows, 16384, v, algo); });
       reg("topk/" + tag + "/rows:64/131072", [=](benchmark::State& st) { bm_topk(st, 64, 131072, v, algo); });
     }
+  // full 16384-key rows on one CTA of a forced smaller size (more CTAs per SM: registers and
+  // shared memory allowing): topk/<radix|cand>_cta<T>/rows:R/full, against topk/<..>_cta/rows:R (512)
+  for (TopkAlgo algo : {TopkAlgo::kRadix, TopkAlgo::kCandidates})
+    for (int threads : {step5::kernels::sm90::kTopkShortThreads, step5::kernels::sm90::kTopkMidThreads})
+      for (int rows : {64, 256})
+        reg(std::string("topk/") + (algo == TopkAlgo::kRadix ? "radix" : "cand") + "_cta" + std::to_string(threads) +
+                "/rows:" + std::to_string(rows) + "/full",
+            [=](benchmark::State& st) { bm_topk(st, rows, 16384, 1, algo, threads); });
   // prefill-shaped rows (issue 15), the CTA size forced, for the short-row crossover in one run:
   // topk/ours/rows:R/ld:L (the launcher's choice) and topk/<radix|cand>_cta<T>/rows:R/ld:L
   // The last shape is the selection of scores_prefill/tokens:16384/ctx:32768 for one index group

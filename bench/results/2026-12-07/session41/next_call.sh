@@ -4,7 +4,8 @@
 # carry [".deps"], about 330 s after the machine starts. Stages:
 # (1) bench_indexer's selection on full 16384-key rows at 64 / 128 / 256 / 512 rows, the
 #     launcher's choice (topk/1), the forced algorithms on one CTA (cand_cta, radix_cta) and on
-#     clusters, and CUB (new rows: 128 and 256, 8c84a1b);
+#     clusters, CUB (new rows: 128 and 256, 8c84a1b), and one CTA of 128 / 256 threads on the
+#     full rows (topk/<algo>_cta<T>/rows:R/full);
 # (2) Nsight Compute stall digests of topk/1/rows:64 and topk/1/rows:256 (tools/ncu_sass.sh), so
 #     that the instructions whose samples grow with the second CTA per SM are named;
 # (3) indexer_decode at 128K batch 64, tp 1 / 8 (equal and mixed depths), for the issue table,
@@ -21,7 +22,7 @@ el() { echo "[$(( $(date +%s) - T0 )) s]"; }
 . tools/device_build.sh bench_indexer > $O/build.log 2>&1
 echo "$(el) build: $(tail -n 1 $O/build.log)"
 B=build-device/bench/bench_indexer
-timeout 120 $B --benchmark_filter='^(copy/d2d|topk/(cub|0|1|8|cand_cta|radix_cta|cand_cluster|radix_cluster)/rows:(64|128|256|512)/(i|m))' \
+timeout 150 $B --benchmark_filter='^(copy/d2d|topk/(cub|0|1|8|cand_cta|radix_cta|cand_cluster|radix_cluster)/rows:(64|128|256|512)/(i|m)|topk/(cand|radix)_cta(128|256)/rows:(64|256)/full)' \
   > $O/topk_rows.txt 2>&1; echo "$(el) topk rows rc=$?"
 grep -E "^topk/" $O/topk_rows.txt | grep -v manual_time | cut -c1-110
 for r in 64 256; do
