@@ -448,9 +448,7 @@ int run_driver(int argc, char** argv, Options& opt) {
   app.add_option("--tokens", opt.tokens, "prompt length of the longest request")->check(int_in(1, static_cast<int>(kMaxPositions)));
   app.add_option("--chunk", opt.chunk, "prefill chunk (tokens per request per step)")->check(int_in(1, static_cast<int>(kMaxPositions)));
   app.add_option("--decode-steps", opt.decode_steps, "decode steps after the prefill")->check(int_in(0, static_cast<int>(kMaxPositions)));
-  app.add_option("--topk", opt.topk,
-                 "regions selected per (token, KV group) (SPEC §1); default: the checkpoint's sparse_config.topk, "
-                 "16 on the embedded default (its short default workload)")
+  app.add_option("--topk", opt.topk, "regions selected per (token, KV group) (SPEC §1)")
       ->default_str("the checkpoint's sparse_config.topk; 16 on the embedded default")
       ->check(int_in(1, step5::layout::kMaxTopk));
   app.add_option("--requests", opt.requests,
