@@ -488,6 +488,16 @@ inline bool sm90_device_present() {
 /// SPEC §4.6: complete history regions before a token at position p (what its selection ranks).
 inline long long history_regions(long long p) { return p / ::step5::reference::kRegionSize; }
 
+/// Context lengths (cached tokens before the step) of a decode batch of `batch` requests: every
+/// request at `ctx`, or (`mixed`) request b at ctx · (b + 1) / batch, as an engine's batch of
+/// requests at different depths (bench_indexer's and bench_layer's `/mixed` rows).
+inline std::vector<int> decode_lengths(int batch, int ctx, bool mixed) {
+  std::vector<int> lens(batch, ctx);
+  if (mixed)
+    for (int b = 0; b < batch; ++b) lens[b] = static_cast<int>(static_cast<std::int64_t>(ctx) * (b + 1) / batch);
+  return lens;
+}
+
 /// Tokens a query at position p attends: min(topk, p / R) selected regions of R tokens plus the
 /// current region's p % R + 1 tokens (SPEC §4.6–4.7).
 inline double attended_tokens(long long p, int topk) {

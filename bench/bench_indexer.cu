@@ -277,23 +277,14 @@ struct SelectSetup {
   }
 };
 
-/// Context lengths of a decode batch: every request at `ctx`, or (`mixed`) request b at
-/// ctx · (b + 1) / batch, as an engine's batch of requests at different depths (the score grid is
-/// planned for the longest; GB/s counts the bytes the batch's own histories hold).
-std::vector<int> decode_lengths(int batch, int ctx, bool mixed) {
-  std::vector<int> lens(batch, ctx);
-  if (mixed)
-    for (int b = 0; b < batch; ++b) lens[b] = static_cast<int>(static_cast<std::int64_t>(ctx) * (b + 1) / batch);
-  return lens;
-}
-/// "/ctx:C", "/ctx:C/mixed" for decode_lengths' mixed batch, then "/q:N" for N > 1 query tokens
-/// per request (an MTP step).
+/// "/ctx:C", "/ctx:C/mixed" for bench_common.hpp decode_lengths' mixed batch, then "/q:N" for
+/// N > 1 query tokens per request (an MTP step).
 std::string ctx_tag(int ctx, bool mixed, int q = 1) {
   return "/ctx:" + std::to_string(ctx) + (mixed ? "/mixed" : "") + (q > 1 ? "/q:" + std::to_string(q) : "");
 }
 
 void bm_decode(benchmark::State& st, int tp, int batch, int ctx, bool mixed = false, int q = 1) {
-  SelectSetup s(tp, std::vector<int>(batch, q), decode_lengths(batch, ctx, mixed), 512, ctx);
+  SelectSetup s(tp, std::vector<int>(batch, q), step5::bench::decode_lengths(batch, ctx, mixed), 512, ctx);
   const double sec = time_it([&] { CKS(step5::ops::indexer_select(s.p, g_stream)); }, 20);
   const std::string name =
       "indexer_decode/step5_preview/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + ctx_tag(ctx, mixed, q);
@@ -337,7 +328,7 @@ double time_scores_only(SelectSetup& s, step5::ops::detail::ScorePath want = ste
 }
 
 void bm_scores_decode(benchmark::State& st, int tp, int batch, int ctx, bool mixed = false, int q = 1) {
-  SelectSetup s(tp, std::vector<int>(batch, q), decode_lengths(batch, ctx, mixed), 512, ctx);
+  SelectSetup s(tp, std::vector<int>(batch, q), step5::bench::decode_lengths(batch, ctx, mixed), 512, ctx);
   const double sec = time_scores_only(s);
   record(st, "scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + ctx_tag(ctx, mixed, q), sec,
          s.summary_bytes / sec / 1e9, "GB/s");
@@ -596,8 +587,8 @@ int main(int argc, char** argv) {
     for (int batch : {16, 64})
       reg("scores_decode/tp:" + std::to_string(tp) + "/batch:" + std::to_string(batch) + "/ctx:131072",
           [=](benchmark::State& st) { bm_scores_decode(st, tp, batch, 131072); });
-  // a batch at mixed depths (decode_lengths: the score grid is planned for the longest request),
-  // and an MTP step of 2 query tokens per request (score tiles of 2 tokens)
+  // a batch at mixed depths (bench_common.hpp decode_lengths: the score grid is planned for the
+  // longest request), and an MTP step of 2 query tokens per request (score tiles of 2 tokens)
   for (int tp : {1, 8})
     for (int batch : {16, 64})
       for (const std::pair<bool, int> shape : {std::pair{true, 1}, std::pair{false, 2}}) {

@@ -7,14 +7,17 @@
 //                       (positions 0..T-1, every region completed in the step, chunk = all tokens)
 //     decode:  ctx:C  — T requests (batch 1, 16, 64), one query row each at position C (C = 32768,
 //                       131072) after C cached tokens: seq_lens = C + 1
+//              ctx:C/mixed — T requests (batch 16, 64 at C = 131072) at mixed depths, request b after
+//                       C · (b + 1) / T cached tokens (bench_common.hpp decode_lengths, as
+//                       bench_indexer's /mixed rows): an engine's batch; the floors are per-request sums
 //
 // Data: random bf16 weights (fused [padded_rows, hidden], o_proj [hidden, Hl*D]), random fp32
 // norms, bf16 RoPE tables from reference::make_rope_table (theta 5e6), random bf16 x. The caches
 // hold random data for the whole context (k/v bf16, summaries finite e4m3 with |x| < 2, tail rows
 // bf16), so selection and attention read real data; block tables are a random permutation of just
-// enough blocks (block_size 64). Decode contexts are multiples of 8, so the decode row starts a new
-// region: it is written to the tail slot and no summary is completed (the tail's random rows are
-// not read). Every iteration rewrites the same cache rows with the same values (idempotent).
+// enough blocks for the longest request in every row (block_size 64). Decode contexts (mixed ones
+// too) are multiples of 8, so the decode row starts a new region: it is written to the tail slot
+// and no summary is completed (the tail's random rows are not read). Every iteration rewrites the same cache rows with the same values (idempotent).
 //
 // Timing: per iteration, the L2 is flushed and a 1–3 ms GPU spin is queued (so the host enqueues
 // the whole layer before the timed region starts: host launch overhead excluded), then CUDA events
@@ -23,7 +26,7 @@
 //   layer_us, floor_us (sum of the stage floors), x_floor = layer_us / floor_us,
 //   <stage>_us, <stage>_floor_us, <stage>_x_floor, <stage>_bytes, <stage>_flops, <stage>_GBps, <stage>_TFLOPs
 //   for stage in fused_gemm prepare summaries select attention o_proj_gemm, plus copy_GBps, gemm_TFLOPs,
-//   tp, tokens, ctx, batch, nonfinite_out (non-finite values among the first output rows; must be 0),
+//   tp, tokens, ctx, mixed (1: the /mixed depths), batch, nonfinite_out (non-finite values among the first output rows; must be 0),
 //   host_us: host time of one eager dsa_layer_run call (its checks, plans and launches, plus this
 //   bench's cudaEventRecord after each stage; measured while the GPU spins, so it is not in
 //   layer_us; an engine running eagerly pays it per layer), <stage>_host_us: its share per stage.
@@ -100,9 +103,12 @@ struct Case {
   int tp = 1;
   int batch = 1;   ///< requests
   int q_len = 1;   ///< new rows per request
-  int ctx = 0;     ///< cached tokens before the step (0 = prefill from scratch)
+  int ctx = 0;     ///< cached tokens before the step (0 = prefill from scratch); the deepest request's when mixed
+  bool mixed = false;  ///< request b after ctx · (b + 1) / batch cached tokens (decode_lengths) instead of ctx
   int tokens() const { return batch * q_len; }
-  int seq_len() const { return ctx + q_len; }
+  int seq_len() const { return ctx + q_len; }  ///< the longest request's
+  /// Cached tokens before the step of each request.
+  std::vector<int> contexts() const { return sb::decode_lengths(batch, ctx, mixed); }
 };
 
 /// Minimum traffic and FLOPs of one stage (SPEC §9).
@@ -110,12 +116,12 @@ struct StageCost {
   double bytes = 0, flops = 0;
 };
 
-/// SPEC §9 cost model of the six stages for rank `r` (see the file comment). Per request:
-/// positions p = ctx .. ctx+q_len-1; history regions hist(p) = p/8; selected min(topk, p/8);
-/// attended tokens = 8·selected + (p % 8 + 1).
+/// SPEC §9 cost model of the six stages for rank `r` (see the file comment). Per request b:
+/// positions p = ctx_b .. ctx_b+q_len-1 (ctx_b from Case::contexts); history regions hist(p) = p/8;
+/// selected min(topk, p/8); attended tokens = 8·selected + (p % 8 + 1).
 std::array<StageCost, kStages> layer_costs(const layout::RankLayout& r, int hidden, const Case& c) {
   using layout::Shard;
-  const double T = c.tokens(), B = c.batch, H = hidden;
+  const double T = c.tokens(), H = hidden;
   const double D = r.geometry.head_dim, P = r.geometry.proxy_dim, Hl = r.local_heads, KVl = r.local_kv_heads,
                lg = r.local_kv_groups, Il = r.index_local_heads, hpg = r.hpg_q, N1 = r.padded_rows;
   const double z_rows = r.shard(Shard::kIndexZ).rows, g_rows = r.shard(Shard::kIndexG).rows;
@@ -127,29 +133,37 @@ std::array<StageCost, kStages> layer_costs(const layout::RankLayout& r, int hidd
   // index_q (e4m3), weights (fp32), index_k (bf16).
   s[1].bytes = T * (r.rows_with_w - z_rows - g_rows) * 2 + T * Hl * D * 2 + T * 2 * KVl * D * 2 + T * Il * P +
                T * Il * 4 + T * P * 2;
-  // per-request sums over the new rows
-  double hist_sum = 0, attended_sum = 0;
-  for (int i = 0; i < c.q_len; ++i) {
-    const long long p = static_cast<long long>(c.ctx) + i;
-    hist_sum += static_cast<double>(step5::bench::history_regions(p));
-    attended_sum += step5::bench::attended_tokens(p, kTopk);
+  // per-request sums: history regions and attended tokens of the new rows, the summary stage's
+  // region and tail traffic, the history summaries read, the unique attended tokens
+  double hist_sum = 0, attended_sum = 0, summary_rows = 0, history_bytes = 0, unique_sum = 0;
+  for (const int ctx : c.contexts()) {
+    double attended = 0;
+    for (int i = 0; i < c.q_len; ++i) {
+      const long long p = static_cast<long long>(ctx) + i;
+      hist_sum += static_cast<double>(step5::bench::history_regions(p));
+      attended += step5::bench::attended_tokens(p, kTopk);
+    }
+    attended_sum += attended;
+    const long long prev = ctx, seq = prev + c.q_len;
+    // completed regions (e4m3) and tail rows (pending rows of a completed region read; new
+    // pending rows written, 2·P bf16 each)
+    const double completed = static_cast<double>(seq / kR - prev / kR);
+    const double prev_pending_read = completed > 0 ? static_cast<double>(prev % kR) : 0.0;
+    const double new_pending = static_cast<double>(std::min<long long>(c.q_len, seq % kR));
+    summary_rows += completed * P + (prev_pending_read + new_pending) * 2 * P * 2;
+    history_bytes += static_cast<double>((seq - 1) / kR) * P;
+    unique_sum += std::min(attended, static_cast<double>(seq));  // each token at most once
   }
-  const long long seq = c.seq_len(), prev = c.ctx;
-  // 4. summaries: index_k + index_z of the new rows, completed regions (e4m3), tail rows
-  // (pending rows of a completed region read; new pending rows written, 2·P bf16 each).
-  const double completed = static_cast<double>(seq / kR - prev / kR);
-  const double prev_pending_read = completed > 0 ? static_cast<double>(prev % kR) : 0.0;
-  const double new_pending = static_cast<double>(std::min<long long>(c.q_len, seq % kR));
-  s[2].bytes = T * P * 2 + T * z_rows * 2 + B * (completed * P + (prev_pending_read + new_pending) * 2 * P * 2);
+  // 4. summaries: index_k + index_z of the new rows, completed regions, tail rows.
+  s[2].bytes = T * P * 2 + T * z_rows * 2 + summary_rows;
   // 5-6. select: each request's history summaries once (shared by its local groups) + index_q,
   // weights, ids/counts out; score FLOPs 2·Il·P per (token, history region).
-  s[3].bytes = B * static_cast<double>((seq - 1) / kR) * P + T * Il * (P + 4) + lg * T * (kTopk + 2) * 4;
-  s[3].flops = B * 2 * Il * P * hist_sum;
+  s[3].bytes = history_bytes + T * Il * (P + 4) + lg * T * (kTopk + 2) * 4;
+  s[3].flops = 2 * Il * P * hist_sum;
   // 7-8. attention: per (request, KV group) the K/V of the attended tokens, each token at most once
   // (<= seq_len tokens), + q, gate, out, ids; FLOPs 4·hpg_q·D per (query head group, token).
-  const double unique = std::min(attended_sum, static_cast<double>(seq));
-  s[4].bytes = B * lg * unique * 2 * D * 2 + T * Hl * D * 2 * 2 + T * Hl * 2 + lg * T * (kTopk + 2) * 4;
-  s[4].flops = B * lg * 4 * hpg * D * attended_sum;
+  s[4].bytes = lg * unique_sum * 2 * D * 2 + T * Hl * D * 2 * 2 + T * Hl * 2 + lg * T * (kTopk + 2) * 4;
+  s[4].flops = lg * 4 * hpg * D * attended_sum;
   // 8. o_proj GEMM: weights + attn + partial.
   const double K2 = Hl * D;
   s[5].bytes = H * K2 * 2 + T * K2 * 2 + T * H * 2;
@@ -266,8 +280,10 @@ struct RankSetup {
     caches.k_cache = k_cache->p, caches.v_cache = v_cache->p, caches.summary_cache = summary->p, caches.tail = tail->p;
     caches.num_slots = B;
     // batch metadata
-    h_cu.resize(B + 1), h_seq.assign(B, seq), h_slot.resize(B), h_table.resize(static_cast<std::size_t>(num_blocks));
+    h_cu.resize(B + 1), h_seq.resize(B), h_slot.resize(B), h_table.resize(static_cast<std::size_t>(num_blocks));
     for (int b = 0; b <= B; ++b) h_cu[b] = b * c.q_len;
+    const std::vector<int> ctxs = c.contexts();
+    for (int b = 0; b < B; ++b) h_seq[b] = ctxs[b] + c.q_len;
     std::iota(h_slot.begin(), h_slot.end(), 0);
     std::iota(h_table.begin(), h_table.end(), 0);
     std::shuffle(h_table.begin(), h_table.end(), std::mt19937(1234u));
@@ -527,6 +543,7 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
   ctr["tp"] = c.tp;
   ctr["tokens"] = T;
   ctr["ctx"] = c.ctx;
+  ctr["mixed"] = c.mixed ? 1 : 0;
   ctr["batch"] = B;
   ctr["nonfinite_out"] = nonfinite;
   ctr["host_us"] = sb::median(host_v) * 1e6;
@@ -868,7 +885,8 @@ int main(int argc, char** argv) {
   for (int tp : {1, 8}) {
     auto reg = [&](Case c, int iters) {
       const std::string name = std::string("layer/") + kGeometryName + "/tp:" + std::to_string(tp) +
-                               "/tokens:" + std::to_string(c.tokens()) + "/ctx:" + std::to_string(c.ctx);
+                               "/tokens:" + std::to_string(c.tokens()) + "/ctx:" + std::to_string(c.ctx) +
+                               (c.mixed ? "/mixed" : "");
       cases.emplace_back(name, c);
       benchmark::RegisterBenchmark(name.c_str(), bm_layer, c, name)
           ->UseManualTime()->Iterations(iters)->Unit(benchmark::kMicrosecond);
@@ -876,6 +894,7 @@ int main(int argc, char** argv) {
     for (int T : {8192, 32768}) reg(Case{tp, 1, T, 0}, T > 8192 ? 3 : 5);
     for (int ctx : {32768, 131072})
       for (int batch : {1, 16, 64}) reg(Case{tp, batch, 1, ctx}, 20);
+    for (int batch : {16, 64}) reg(Case{tp, batch, 1, 131072, true}, 20);
   }
 #if defined(STEP5_BENCH_HAVE_NCCL)
   // tp 2 on two GPUs, registered after the single-GPU cases so that those run first, as before,
