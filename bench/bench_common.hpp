@@ -243,14 +243,14 @@ class L2Flusher {
 
 /// A tuning knob of a benchmark from the environment variable `var` (A/B without a rebuild):
 /// unset → true, *v untouched; an integer in [0, 1024] → *v, true; anything else → false and
-/// *error names the variable and its value.
-inline bool env_knob(const char* var, int* v, std::string* error) {
+/// *error names the variable, its value and what 0 means (`zero_means`).
+inline bool env_knob(const char* var, int* v, std::string* error, const char* zero_means = "the planner's") {
   const char* e = std::getenv(var);
   if (e == nullptr) return true;
   char* end = nullptr;
   const long x = std::strtol(e, &end, 10);
   if (end == e || *end != '\0' || x < 0 || x > 1024) {
-    *error = std::string(var) + " = '" + e + "', expected an integer 0 .. 1024 (0 = the planner's)";
+    *error = std::string(var) + " = '" + e + "', expected an integer 0 .. 1024 (0 = " + zero_means + ")";
     return false;
   }
   *v = static_cast<int>(x);

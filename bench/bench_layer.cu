@@ -44,6 +44,8 @@
 // on e4m3 tensor cores (2× the bf16 rate), its floor still uses the bf16 rate (it is
 // bandwidth-bound at decode, where it matters).
 // A table is printed last, then the layer targets of issues 14 and 15 (`kTargets` in print_table).
+// STEP5_BENCH_LAYER_WARMUP=n adds n untimed eager steps before the timed ones (default 0: one
+// warm-up step); STEP5_BENCH_LAYER_TRACE=1 prints every timed step's layer and stage µs on stderr.
 // STEP5_BENCH_LAYER_CUBLASLT=0 plans the two GEMMs on this library's kernels instead of kAuto's
 // cuBLASLt choice (ops::DsaLayerOptions; names and counters unchanged).
 //
@@ -472,6 +474,28 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
 
   sb::L2Flusher flusher;
   const double spin_us = T >= 4096 ? 3000 : 1000;
+  // STEP5_BENCH_LAYER_WARMUP=n: n more untimed eager steps (flushed and spun like a timed one)
+  // before the timed ones; STEP5_BENCH_LAYER_TRACE=1: every timed step's layer and stage times on
+  // stderr (the eager-order effect of bench/RESULTS.md, forty-second session)
+  int extra_warmup = 0, trace = 0;
+  if (std::string err; !sb::env_knob("STEP5_BENCH_LAYER_WARMUP", &extra_warmup, &err, "one warm-up step") ||
+                       !sb::env_knob("STEP5_BENCH_LAYER_TRACE", &trace, &err, "off")) {
+    state.SkipWithError(err.c_str());
+    return;
+  }
+  for (int i = 0; i < extra_warmup; ++i) {
+    flusher.flush(s);
+    sb::gpu_sleep(s, spin_us);
+    hook.begin(s);
+    if (const step5::Status st = forward(); !st.ok()) {
+      state.SkipWithError(st.to_string().c_str());
+      return;
+    }
+    if (!hook.read(&stage_s, &layer_s) || !hook.error.empty()) {
+      state.SkipWithError(hook.error.c_str());
+      return;
+    }
+  }
   std::vector<double> layer_v, host_v;
   std::array<std::vector<double>, kStages> stage_v, stage_host_v;
   for (auto _ : state) {
@@ -490,6 +514,11 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
       break;
     }
     state.SetIterationTime(layer_s);
+    if (trace != 0) {
+      std::fprintf(stderr, "trace %s step %zu layer_us %.1f", name.c_str(), layer_v.size(), layer_s * 1e6);
+      for (int i = 0; i < kStages; ++i) std::fprintf(stderr, " %s %.1f", kStageNames[i], stage_s[i] * 1e6);
+      std::fprintf(stderr, "\n");
+    }
     layer_v.push_back(layer_s);
     for (int i = 0; i < kStages; ++i) {
       stage_v[i].push_back(stage_s[i]);
