@@ -44,8 +44,12 @@
 // on e4m3 tensor cores (2× the bf16 rate), its floor still uses the bf16 rate (it is
 // bandwidth-bound at decode, where it matters).
 // A table is printed last, then the layer targets of issues 14 and 15 (`kTargets` in print_table).
-// STEP5_BENCH_LAYER_WARMUP=n adds n untimed eager steps before the timed ones (default 0: one
-// warm-up step); STEP5_BENCH_LAYER_TRACE=1 prints every timed step's layer and stage µs on stderr.
+// Warm-up: after the first step, untimed eager steps (flushed and spun like timed ones) run until
+// STEP5_BENCH_LAYER_WARMUP_MS (default 200; 0 = the first step only) ms have passed since the
+// first began: the first tens of ms of a case's steps could read 10-20 % slow (GEMM and attention
+// stages), depending on the case run before it (bench/RESULTS.md, forty-second session: 20 timed
+// steps after one warm-up step all slow, none after 41). STEP5_BENCH_LAYER_TRACE=1
+// prints every timed step's layer and stage µs on stderr.
 // STEP5_BENCH_LAYER_CUBLASLT=0 plans the two GEMMs on this library's kernels instead of kAuto's
 // cuBLASLt choice (ops::DsaLayerOptions; names and counters unchanged).
 //
@@ -454,6 +458,7 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
     return ops::dsa_layer_run(plan, w, caches, step, x.p, partial.p, ws.p, ws_bytes, s, &hook);
   };
   // warm-up (module loading, plans) + validity of the output
+  const auto warmup_begin = std::chrono::steady_clock::now();
   hook.begin(s);
   if (const step5::Status st = forward(); !st.ok()) {
     state.SkipWithError(st.to_string().c_str());
@@ -474,16 +479,14 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
 
   sb::L2Flusher flusher;
   const double spin_us = T >= 4096 ? 3000 : 1000;
-  // STEP5_BENCH_LAYER_WARMUP=n: n more untimed eager steps (flushed and spun like a timed one)
-  // before the timed ones; STEP5_BENCH_LAYER_TRACE=1: every timed step's layer and stage times on
-  // stderr (the eager-order effect of bench/RESULTS.md, forty-second session)
-  int extra_warmup = 0, trace = 0;
-  if (std::string err; !sb::env_knob("STEP5_BENCH_LAYER_WARMUP", &extra_warmup, &err, "one warm-up step") ||
+  // the warm-up steps and the trace (see the file comment)
+  int warmup_ms = 200, trace = 0;
+  if (std::string err; !sb::env_knob("STEP5_BENCH_LAYER_WARMUP_MS", &warmup_ms, &err, "the first step only") ||
                        !sb::env_knob("STEP5_BENCH_LAYER_TRACE", &trace, &err, "off")) {
     state.SkipWithError(err.c_str());
     return;
   }
-  for (int i = 0; i < extra_warmup; ++i) {
+  while (std::chrono::steady_clock::now() - warmup_begin < std::chrono::milliseconds(warmup_ms)) {
     flusher.flush(s);
     sb::gpu_sleep(s, spin_us);
     hook.begin(s);
