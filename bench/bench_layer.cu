@@ -17,7 +17,8 @@
 // bf16), so selection and attention read real data; block tables are a random permutation of just
 // enough blocks for the longest request in every row (block_size 64). Decode contexts (mixed ones
 // too) are multiples of 8, so the decode row starts a new region: it is written to the tail slot
-// and no summary is completed (the tail's random rows are not read). Every iteration rewrites the same cache rows with the same values (idempotent).
+// and no summary is completed (the tail's random rows are not read). Every iteration rewrites the
+// same cache rows with the same values (idempotent).
 //
 // Timing: per iteration, the L2 is flushed and a 1–3 ms GPU spin is queued (so the host enqueues
 // the whole layer before the timed region starts: host launch overhead excluded), then CUDA events
@@ -26,7 +27,8 @@
 //   layer_us, floor_us (sum of the stage floors), x_floor = layer_us / floor_us,
 //   <stage>_us, <stage>_floor_us, <stage>_x_floor, <stage>_bytes, <stage>_flops, <stage>_GBps, <stage>_TFLOPs
 //   for stage in fused_gemm prepare summaries select attention o_proj_gemm, plus copy_GBps, gemm_TFLOPs,
-//   tp, tokens, ctx, mixed (1: the /mixed depths), batch, nonfinite_out (non-finite values among the first output rows; must be 0),
+//   tp, tokens, ctx (the deepest request's when mixed), mixed (1: the /mixed depths), batch,
+//   nonfinite_out (non-finite values among the first output rows; must be 0),
 //   host_us: host time of one eager dsa_layer_run call (its checks, plans and launches, plus this
 //   bench's cudaEventRecord after each stage; measured while the GPU spins, so it is not in
 //   layer_us; an engine running eagerly pays it per layer), <stage>_host_us: its share per stage.
@@ -110,7 +112,7 @@ struct Case {
   int batch = 1;   ///< requests
   int q_len = 1;   ///< new rows per request
   int ctx = 0;     ///< cached tokens before the step (0 = prefill from scratch); the deepest request's when mixed
-  bool mixed = false;  ///< request b after ctx · (b + 1) / batch cached tokens (decode_lengths) instead of ctx
+  bool mixed = false;  ///< requests at decode_lengths' mixed depths instead of all at ctx
   int tokens() const { return batch * q_len; }
   int seq_len() const { return ctx + q_len; }  ///< the longest request's
   /// Cached tokens before the step of each request.
@@ -157,7 +159,7 @@ std::array<StageCost, kStages> layer_costs(const layout::RankLayout& r, int hidd
     const double prev_pending_read = completed > 0 ? static_cast<double>(prev % kR) : 0.0;
     const double new_pending = static_cast<double>(std::min<long long>(c.q_len, seq % kR));
     summary_rows += completed * P + (prev_pending_read + new_pending) * 2 * P * 2;
-    history_bytes += static_cast<double>((seq - 1) / kR) * P;
+    history_bytes += static_cast<double>(step5::bench::history_regions(seq - 1)) * P;
     unique_sum += std::min(attended, static_cast<double>(seq));  // each token at most once
   }
   // 4. summaries: index_k + index_z of the new rows, completed regions, tail rows.
