@@ -488,36 +488,35 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
     state.SkipWithError(err.c_str());
     return;
   }
-  while (std::chrono::steady_clock::now() - warmup_begin < std::chrono::milliseconds(warmup_ms)) {
+  // one eager step as it is timed: L2 flush, GPU spin, the layer with the stage events, read back;
+  // host_s: the host time of the dsa_layer_run call. Returns an error message, empty on success.
+  auto eager_step = [&](double* host_s) -> std::string {
     flusher.flush(s);
     sb::gpu_sleep(s, spin_us);
     hook.begin(s);
-    if (const step5::Status st = forward(); !st.ok()) {
-      state.SkipWithError(st.to_string().c_str());
-      return;
-    }
-    if (!hook.read(&stage_s, &layer_s) || !hook.error.empty()) {
-      state.SkipWithError(hook.error.c_str());
+    const auto host0 = std::chrono::steady_clock::now();
+    const step5::Status st = forward();
+    *host_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - host0).count();
+    if (!st.ok()) return st.to_string();
+    if (!hook.read(&stage_s, &layer_s) || !hook.error.empty()) return hook.error;
+    return {};
+  };
+  while (std::chrono::steady_clock::now() - warmup_begin < std::chrono::milliseconds(warmup_ms)) {
+    double host_s = 0;
+    if (const std::string e = eager_step(&host_s); !e.empty()) {
+      state.SkipWithError(e.c_str());
       return;
     }
   }
   std::vector<double> layer_v, host_v;
   std::array<std::vector<double>, kStages> stage_v, stage_host_v;
   for (auto _ : state) {
-    flusher.flush(s);
-    sb::gpu_sleep(s, spin_us);
-    hook.begin(s);
-    const auto host0 = std::chrono::steady_clock::now();
-    const step5::Status st = forward();
-    host_v.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - host0).count());
-    if (!st.ok()) {
-      state.SkipWithError(st.to_string().c_str());
+    double host_s = 0;
+    if (const std::string e = eager_step(&host_s); !e.empty()) {
+      state.SkipWithError(e.c_str());
       break;
     }
-    if (!hook.read(&stage_s, &layer_s) || !hook.error.empty()) {
-      state.SkipWithError(hook.error.c_str());
-      break;
-    }
+    host_v.push_back(host_s);
     state.SetIterationTime(layer_s);
     if (trace != 0) {
       std::fprintf(stderr, "trace %s step %zu layer_us %.1f", name.c_str(), layer_v.size(), layer_s * 1e6);
