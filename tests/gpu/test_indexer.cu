@@ -1398,7 +1398,8 @@ HOST_CASE("indexer: decode score plans take kScoreDecodeLongRegionsPerCta where 
   struct Shape {
     int tp, T, B, max_seq, expect;
   };
-  constexpr int kLongest = 8 * step5::kMaxGridDimY * 256;  // the longest row that takes 256
+  // the longest row that takes 256
+  constexpr int kLongest = kR * step5::kMaxGridDimY * step5::kernels::sm90::kScoreDecodeLongRegionsPerCta;
   const Shape shapes[] = {
       {1, 16, 16, 131072, 512},   {1, 64, 64, 131072, 256},    {8, 16, 16, 131072, 512},
       {8, 64, 64, 131072, 256},   {1, 128, 128, 131072, 256},  {1, 64, 64, 32768, 512},
