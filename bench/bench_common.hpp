@@ -28,6 +28,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -255,6 +256,22 @@ inline bool env_knob(const char* var, int* v, std::string* error, const char* ze
   }
   *v = static_cast<int>(x);
   return true;
+}
+
+/// Untimed warm-up of a benchmark case before its timed launches: runs `step` (one untimed launch
+/// as the case times it, synchronised; returns an error message, empty when fine) until
+/// STEP5_BENCH_WARMUP_MS (default 200; 0 = none) ms have passed since `begin` (the case's first
+/// launch). Why: for its first tens of ms after setup, a case's launches could read 10-20 % slow,
+/// depending on the case run before it (bench/RESULTS.md, forty-second session, bench_layer: 20
+/// timed steps after one warm-up step all slow, none after 41). Returns the first error, or the
+/// knob's.
+template <class Step>
+std::string warm_up(std::chrono::steady_clock::time_point begin, Step&& step) {
+  int ms = 200;
+  if (std::string error; !env_knob("STEP5_BENCH_WARMUP_MS", &ms, &error, "none")) return error;
+  while (std::chrono::steady_clock::now() - begin < std::chrono::milliseconds(ms))
+    if (std::string e = step(); !e.empty()) return e;
+  return {};
 }
 
 inline double median(std::vector<double> v) {

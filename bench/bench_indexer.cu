@@ -52,7 +52,8 @@
 // STEP5_BENCH_SCORE_TILES_FORWARD=1: the scores_prefill rows run the wgmma grid's tiles first to
 // last (ScorePlan::longest_first off; an A/B of the grid order in one binary).
 // Timing: CUDA events around `iters` back-to-back launches queued behind a GPU spin (no host
-// launch overhead timed), median of 5 repetitions; UseManualTime.
+// launch overhead timed), median of 5 repetitions, after untimed launches for bench_common.hpp
+// warm_up's STEP5_BENCH_WARMUP_MS (default 200 ms); UseManualTime.
 // A table with the ratios (to the copy bandwidth, to the tensor-core rate, to CUB) is printed last.
 #include <benchmark/benchmark.h>
 #include <cublasLt.h>
@@ -62,6 +63,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <chrono>
 #include <cstdlib>
 #include <cub/device/device_segmented_radix_sort.cuh>
 #include <functional>
@@ -95,10 +97,20 @@ std::map<std::string, double> g_result;  // name -> main figure
 std::map<std::string, double> g_us;      // name -> microseconds
 std::vector<std::string> g_order;
 
-/// Seconds per call of `fn` (median over 5 repetitions of `iters` calls).
+/// Seconds per call of `fn` (median over 5 repetitions of `iters` calls), after bench_common.hpp's
+/// warm_up.
 double time_it(const std::function<void()>& fn, int iters) {
-  fn();
-  CK(cudaStreamSynchronize(g_stream));
+  const auto begin = std::chrono::steady_clock::now();
+  auto once = [&] {
+    fn();
+    CK(cudaStreamSynchronize(g_stream));
+    return std::string();
+  };
+  once();
+  if (const std::string e = step5::bench::warm_up(begin, once); !e.empty()) {
+    std::fprintf(stderr, "%s\n", e.c_str());  // a bad STEP5_BENCH_WARMUP_MS: exit as CK does
+    std::exit(1);
+  }
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));

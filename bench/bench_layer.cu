@@ -46,11 +46,8 @@
 // on e4m3 tensor cores (2× the bf16 rate), its floor still uses the bf16 rate (it is
 // bandwidth-bound at decode, where it matters).
 // A table is printed last, then the layer targets of issues 14 and 15 (`kTargets` in print_table).
-// Warm-up: after the first step, untimed eager steps (flushed and spun like timed ones) run until
-// STEP5_BENCH_LAYER_WARMUP_MS (default 200; 0 = the first step only) ms have passed since the
-// first began: the first tens of ms of a case's steps could read 10-20 % slow (GEMM and attention
-// stages), depending on the case run before it (bench/RESULTS.md, forty-second session: 20 timed
-// steps after one warm-up step all slow, none after 41). STEP5_BENCH_LAYER_TRACE=1
+// Warm-up: after the first step, untimed eager steps (flushed and spun like timed ones) for
+// STEP5_BENCH_WARMUP_MS (bench_common.hpp warm_up; default 200 ms). STEP5_BENCH_LAYER_TRACE=1
 // prints every timed step's layer and stage µs on stderr.
 // STEP5_BENCH_LAYER_CUBLASLT=0 plans the two GEMMs on this library's kernels instead of kAuto's
 // cuBLASLt choice (ops::DsaLayerOptions; names and counters unchanged).
@@ -481,10 +478,8 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
 
   sb::L2Flusher flusher;
   const double spin_us = T >= 4096 ? 3000 : 1000;
-  // the warm-up steps and the trace (see the file comment)
-  int warmup_ms = 200, trace = 0;
-  if (std::string err; !sb::env_knob("STEP5_BENCH_LAYER_WARMUP_MS", &warmup_ms, &err, "the first step only") ||
-                       !sb::env_knob("STEP5_BENCH_LAYER_TRACE", &trace, &err, "off")) {
+  int trace = 0;  // STEP5_BENCH_LAYER_TRACE (see the file comment)
+  if (std::string err; !sb::env_knob("STEP5_BENCH_LAYER_TRACE", &trace, &err, "off")) {
     state.SkipWithError(err.c_str());
     return;
   }
@@ -501,12 +496,10 @@ void bm_layer(benchmark::State& state, Case c, std::string name) {
     if (!hook.read(&stage_s, &layer_s) || !hook.error.empty()) return hook.error;
     return {};
   };
-  while (std::chrono::steady_clock::now() - warmup_begin < std::chrono::milliseconds(warmup_ms)) {
-    double host_s = 0;
-    if (const std::string e = eager_step(&host_s); !e.empty()) {
-      state.SkipWithError(e.c_str());
-      return;
-    }
+  if (const std::string e = sb::warm_up(warmup_begin, [&] { double host_s = 0; return eager_step(&host_s); });
+      !e.empty()) {
+    state.SkipWithError(e.c_str());
+    return;
   }
   std::vector<double> layer_v, host_v;
   std::array<std::vector<double>, kStages> stage_v, stage_host_v;
