@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -200,6 +201,35 @@ TEST_CASE("a rank that never arrives: rank 0 errors out within the timeout, nami
   const std::string many = error_of([&] { TcpStore s(env_of(0, 40, free_port()), 0.3); });
   CHECK_MESSAGE(contains(many, "missing rank(s): 1, 2, 3,"), many);
   CHECK_MESSAGE(contains(many, ", 31, 32 and 7 more (not started"), many);
+}
+
+TEST_CASE("rank 0 out of file descriptors: the rendezvous still times out, naming the failed accept") {
+  // a pending connection that accept refuses (EMFILE) made poll answer at once, for ever: rank 0
+  // spun at 100 % CPU past its 1 s timeout (killed here by wait_child's bound)
+  const int port = free_port();
+  const Child root = spawn([&] {
+    const int lowest_free = ::dup(0);  // the listener takes this one; accept finds none left
+    ::close(lowest_free);
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    const rlimit before = rl;
+    rl.rlim_cur = static_cast<rlim_t>(lowest_free + 1);
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) return 3;
+    try {
+      TcpStore s(env_of(0, 2, port), 1.0);
+    } catch (...) {
+      ::setrlimit(RLIMIT_NOFILE, &before);  // (the sanitizers' reports need descriptors)
+      throw;
+    }
+    return 4;  // must not meet rank 1
+  });
+  const std::string m1 = error_of([&] { TcpStore s(env_of(1, 2, port), 8.0); });
+  const Exit e = wait_child(root, 6.0);
+  CHECK_MESSAGE(e.code == 100, e.code);
+  CHECK_MESSAGE(contains(e.message, "rank 0 of 2: only 1 of 2 ranks arrived at the rendezvous on 127.0.0.1:" +
+                                        std::to_string(port) + " within 1."), e.message);
+  CHECK_MESSAGE(contains(e.message, "the last accept() failed: Too many open files"), e.message);
+  CHECK_MESSAGE(contains(m1, "rank 1 of 2: rendezvous at 127.0.0.1:" + std::to_string(port)), m1);
 }
 
 TEST_CASE("rank 0 never starts: rank 1 errors out within the timeout, naming the address") {

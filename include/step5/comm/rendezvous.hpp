@@ -319,30 +319,38 @@ class TcpStore {
       throw Error(StatusCode::kIoError, who() + ": listen on " + address() + " failed: " + errno_text(errno));
     peers_.assign(env_.world_size, -1);
     int arrived = 1;
+    std::string accept_error;  // the last failed accept (named if the rendezvous times out)
     while (arrived < env_.world_size) {
       pollfd p{lfd, POLLIN, 0};
       const int pr = ::poll(&p, 1, std::min(remaining_ms(deadline), 200));
       if (pr < 0 && errno != EINTR) throw Error(StatusCode::kIoError, who() + ": poll on " + address() + ": " + errno_text(errno));
-      if (pr <= 0) {
-        if (Clock::now() >= deadline) {
-          std::string missing;  // the first 32 missing ranks, then how many more
-          int listed = 0, more = 0;
-          for (int r = 1; r < env_.world_size; ++r)
-            if (peers_[r] < 0) {
-              if (listed < 32) missing += (listed++ ? ", " : "") + std::to_string(r);
-              else ++more;
-            }
-          if (more > 0) missing += " and " + std::to_string(more) + " more";
-          close_all();
-          throw Error(StatusCode::kIoError, who() + ": only " + std::to_string(arrived) + " of " +
-                                                std::to_string(env_.world_size) + " ranks arrived at the rendezvous on " +
-                                                address() + " within " + fmt_s(since(t0)) + "; missing rank(s): " + missing +
-                                                " (not started, crashed, or given another MASTER_ADDR/MASTER_PORT)");
-        }
+      // the deadline bounds every pass, not only an idle one: a pending connection that accept
+      // keeps refusing (EMFILE: no descriptor left) made poll answer at once, for ever
+      if (Clock::now() >= deadline) {
+        std::string missing;  // the first 32 missing ranks, then how many more
+        int listed = 0, more = 0;
+        for (int r = 1; r < env_.world_size; ++r)
+          if (peers_[r] < 0) {
+            if (listed < 32) missing += (listed++ ? ", " : "") + std::to_string(r);
+            else ++more;
+          }
+        if (more > 0) missing += " and " + std::to_string(more) + " more";
+        close_all();
+        throw Error(StatusCode::kIoError, who() + ": only " + std::to_string(arrived) + " of " +
+                                              std::to_string(env_.world_size) + " ranks arrived at the rendezvous on " +
+                                              address() + " within " + fmt_s(since(t0)) + "; missing rank(s): " + missing +
+                                              " (not started, crashed, or given another MASTER_ADDR/MASTER_PORT)" +
+                                              (accept_error.empty() ? std::string()
+                                                                    : "; the last accept() failed: " + accept_error));
+      }
+      if (pr <= 0) continue;
+      const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {  // the peer gave up between poll and accept, or no descriptor is left: keep
+                     // waiting (not spinning) until the deadline
+        accept_error = errno_text(errno);
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(10, remaining_ms(deadline) + 1)));
         continue;
       }
-      const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;  // the peer gave up between poll and accept: keep waiting
       tune(fd);
       // The hello: magic, version, rank, world size. A connection that says something else (a
       // stray client, another job on this port) is dropped and named.
