@@ -372,6 +372,29 @@ TEST_CASE("a port in use is refused by rank 0, naming the address") {
   ::close(fd);
 }
 
+TEST_CASE("a store moved from is refused by its collectives and peers_alive, naming it (no null read)") {
+  // it kept world size 2 with an empty peer table: allgather read peers_[1] of it (SIGSEGV)
+  // and peers_alive reported every peer alive
+  const int port = free_port();
+  const Child c = spawn([&] {
+    TcpStore s(env_of(1, 2, port), 20.0);
+    s.barrier();
+    return 0;
+  });
+  TcpStore a(env_of(0, 2, port), 20.0);
+  TcpStore b = std::move(a);
+  const std::string m = error_of([&] { a.barrier(0.5); });
+  CHECK_MESSAGE(contains(m, "rank 0 of 2: this TcpStore was moved from: it holds no connection to the rendezvous at 127.0.0.1:" +
+                                std::to_string(port)), m);
+  const step5::Status alive = a.peers_alive();
+  CHECK(alive.code() == StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(contains(alive.message(), "this TcpStore was moved from"), alive.message());
+  CHECK(b.peers_alive().ok());
+  b.barrier();  // the store it was moved to still works
+  const Exit e = wait_child(c, 20.0);
+  CHECK_MESSAGE(e.code == 0, e.message);
+}
+
 TEST_CASE("world size 1 needs no socket; collectives return its own blob") {
   TcpStore s(env_of(0, 1, 1), 1.0);
   const auto all = s.allgather({1, 2, 3});

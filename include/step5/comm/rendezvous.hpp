@@ -193,12 +193,13 @@ class TcpStore {
   /// called it, at most `timeout_s` seconds (the store's timeout when <= 0). Errors (step5::Error
   /// kIoError): a peer closed its connection (exited or was killed), sent nothing in time, or
   /// called a different collective; a blob over kMaxBlobBytes, a timeout above kMaxTimeoutS or
-  /// NaN (kInvalidArgument).
+  /// NaN, a store that was moved from (kInvalidArgument).
   std::vector<Blob> allgather(const Blob& mine, double timeout_s = 0) {
     if (timeout_s > 0 || std::isnan(timeout_s)) check_timeout(timeout_s, who() + ": collective timeout");
     if (mine.size() > kMaxBlobBytes)
       throw Error(StatusCode::kInvalidArgument, who() + ": allgather of " + std::to_string(mine.size()) +
                                                     " bytes: at most " + std::to_string(kMaxBlobBytes) + " bytes per rank");
+    throw_if_error(check_connected());
     const std::uint32_t seq = ++seq_;
     std::vector<Blob> all(env_.world_size);
     all[env_.rank] = mine;
@@ -229,9 +230,11 @@ class TcpStore {
   /// Without waiting: Ok while every connection this rank holds is open, else kIoError naming the
   /// rank whose connection closed (it exited or was killed). Rank 0 watches every rank; the others
   /// watch rank 0 (which, when it errors out, closes every connection: the failure spreads).
+  /// kInvalidArgument for a store that was moved from.
   /// For watchdogs: poll it while waiting on something that a dead peer would block (a GPU
   /// collective).
   Status peers_alive() const {
+    STEP5_RETURN_IF_ERROR(check_connected());
     for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
       const int fd = peers_[r];
       if (fd < 0) continue;
@@ -270,6 +273,14 @@ class TcpStore {
     char b[32];
     std::snprintf(b, sizeof b, "%.1f s", s);
     return b;
+  }
+  // A store moved from holds no connection (its world size is still > 1): kInvalidArgument
+  // instead of indexing its empty peer table (a null read) or reporting its peers alive.
+  Status check_connected() const {
+    if (env_.world_size > 1 && peers_.empty())
+      return invalid_argument(who() + ": this TcpStore was moved from: it holds no connection to the rendezvous at " +
+                              address() + " (use the store it was moved to)");
+    return Status::Ok();
   }
   std::string who() const { return "rank " + std::to_string(env_.rank) + " of " + std::to_string(env_.world_size); }
   static std::string errno_text(int e) { return std::strerror(e); }
