@@ -709,6 +709,16 @@ TEST_CASE("rope tables: max_position in [1, kMaxRopePositions], theta a positive
   model::Llama3Scaling inf_factor;
   inf_factor.factor = std::numeric_limits<float>::infinity();
   expect_error([&] { model::rope_inv_freq(1e4, 4, inf_factor); }, StatusCode::kInvalidArgument, {"invalid llama3 scaling"});
+  // the config parser's rule, 0 < low_freq_factor < high_freq_factor: low 4 > high 1, low 0 and
+  // low -1 used to give tables silently (no smoothed band: a step at low_wavelen)
+  for (const auto& [low, high] : {std::pair<float, float>{4.0f, 1.0f}, {0.0f, 4.0f}, {-1.0f, 4.0f}, {2.0f, 2.0f}}) {
+    INFO("low " << low << " high " << high);
+    const model::Llama3Scaling bad{8.0f, low, high, 8192};
+    expect_error([&] { model::rope_inv_freq(5e5, 128, bad); }, StatusCode::kInvalidArgument,
+                 {"rope_inv_freq: invalid llama3 scaling (factor 8, low_freq_factor " + model::detail::rope_num_text(low) +
+                      ", high_freq_factor " + model::detail::rope_num_text(high) + ", original_max_position_embeddings 8192)",
+                  "expected a finite factor > 0, finite 0 < low_freq_factor < high_freq_factor"});
+  }
   // each value in range, yet an inverse frequency past FLT_MAX (its table row 0 was NaN = 0 * inf)
   expect_error([] { model::make_rope_table(4, 128, 1e-40); }, StatusCode::kInvalidArgument,
                {"rope_inv_freq", "theta = 1e-40", "rot = 128", "inv_freq[62] = inf", "expected finite"});

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -202,6 +203,35 @@ TEST_CASE("a rank that never arrives: rank 0 errors out within the timeout, nami
   CHECK_MESSAGE(contains(many, ", 31, 32 and 7 more (not started"), many);
 }
 
+TEST_CASE("rank 0 out of file descriptors: the rendezvous still times out, naming the failed accept") {
+  // a pending connection that accept refuses (EMFILE) made poll answer at once, for ever: rank 0
+  // spun at 100 % CPU past its 1 s timeout (killed here by wait_child's bound)
+  const int port = free_port();
+  const Child root = spawn([&] {
+    const int lowest_free = ::dup(0);  // the listener takes this one; accept finds none left
+    ::close(lowest_free);
+    rlimit rl{};
+    ::getrlimit(RLIMIT_NOFILE, &rl);
+    const rlimit before = rl;
+    rl.rlim_cur = static_cast<rlim_t>(lowest_free + 1);
+    if (::setrlimit(RLIMIT_NOFILE, &rl) != 0) return 3;
+    try {
+      TcpStore s(env_of(0, 2, port), 1.0);
+    } catch (...) {
+      ::setrlimit(RLIMIT_NOFILE, &before);  // (the sanitizers' reports need descriptors)
+      throw;
+    }
+    return 4;  // must not meet rank 1
+  });
+  const std::string m1 = error_of([&] { TcpStore s(env_of(1, 2, port), 8.0); });
+  const Exit e = wait_child(root, 6.0);
+  CHECK_MESSAGE(e.code == 100, e.code);
+  CHECK_MESSAGE(contains(e.message, "rank 0 of 2: only 1 of 2 ranks arrived at the rendezvous on 127.0.0.1:" +
+                                        std::to_string(port) + " within 1."), e.message);
+  CHECK_MESSAGE(contains(e.message, "the last accept() failed: Too many open files"), e.message);
+  CHECK_MESSAGE(contains(m1, "rank 1 of 2: rendezvous at 127.0.0.1:" + std::to_string(port)), m1);
+}
+
 TEST_CASE("rank 0 never starts: rank 1 errors out within the timeout, naming the address") {
   const int port = free_port();
   const auto t0 = Clock::now();
@@ -340,6 +370,29 @@ TEST_CASE("a port in use is refused by rank 0, naming the address") {
   const std::string m = error_of([&] { TcpStore s(env_of(0, 2, port), 1.0); });
   CHECK_MESSAGE(contains(m, "rank 0 of 2: cannot listen on 127.0.0.1:" + std::to_string(port) + ": bind failed"), m);
   ::close(fd);
+}
+
+TEST_CASE("a store moved from is refused by its collectives and peers_alive, naming it (no null read)") {
+  // it kept world size 2 with an empty peer table: allgather read peers_[1] of it (SIGSEGV)
+  // and peers_alive reported every peer alive
+  const int port = free_port();
+  const Child c = spawn([&] {
+    TcpStore s(env_of(1, 2, port), 20.0);
+    s.barrier();
+    return 0;
+  });
+  TcpStore a(env_of(0, 2, port), 20.0);
+  TcpStore b = std::move(a);
+  const std::string m = error_of([&] { a.barrier(0.5); });
+  CHECK_MESSAGE(contains(m, "rank 0 of 2: this TcpStore was moved from: it holds no connection to the rendezvous at 127.0.0.1:" +
+                                std::to_string(port)), m);
+  const step5::Status alive = a.peers_alive();
+  CHECK(alive.code() == StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(contains(alive.message(), "this TcpStore was moved from"), alive.message());
+  CHECK(b.peers_alive().ok());
+  b.barrier();  // the store it was moved to still works
+  const Exit e = wait_child(c, 20.0);
+  CHECK_MESSAGE(e.code == 0, e.message);
 }
 
 TEST_CASE("world size 1 needs no socket; collectives return its own blob") {

@@ -193,12 +193,13 @@ class TcpStore {
   /// called it, at most `timeout_s` seconds (the store's timeout when <= 0). Errors (step5::Error
   /// kIoError): a peer closed its connection (exited or was killed), sent nothing in time, or
   /// called a different collective; a blob over kMaxBlobBytes, a timeout above kMaxTimeoutS or
-  /// NaN (kInvalidArgument).
+  /// NaN, a store that was moved from (kInvalidArgument).
   std::vector<Blob> allgather(const Blob& mine, double timeout_s = 0) {
     if (timeout_s > 0 || std::isnan(timeout_s)) check_timeout(timeout_s, who() + ": collective timeout");
     if (mine.size() > kMaxBlobBytes)
       throw Error(StatusCode::kInvalidArgument, who() + ": allgather of " + std::to_string(mine.size()) +
                                                     " bytes: at most " + std::to_string(kMaxBlobBytes) + " bytes per rank");
+    throw_if_error(check_connected());
     const std::uint32_t seq = ++seq_;
     std::vector<Blob> all(env_.world_size);
     all[env_.rank] = mine;
@@ -229,9 +230,11 @@ class TcpStore {
   /// Without waiting: Ok while every connection this rank holds is open, else kIoError naming the
   /// rank whose connection closed (it exited or was killed). Rank 0 watches every rank; the others
   /// watch rank 0 (which, when it errors out, closes every connection: the failure spreads).
+  /// kInvalidArgument for a store that was moved from.
   /// For watchdogs: poll it while waiting on something that a dead peer would block (a GPU
   /// collective).
   Status peers_alive() const {
+    STEP5_RETURN_IF_ERROR(check_connected());
     for (int r = 0; r < static_cast<int>(peers_.size()); ++r) {
       const int fd = peers_[r];
       if (fd < 0) continue;
@@ -270,6 +273,14 @@ class TcpStore {
     char b[32];
     std::snprintf(b, sizeof b, "%.1f s", s);
     return b;
+  }
+  // A store moved from holds no connection (its world size is still > 1): kInvalidArgument
+  // instead of indexing its empty peer table (a null read) or reporting its peers alive.
+  Status check_connected() const {
+    if (env_.world_size > 1 && peers_.empty())
+      return invalid_argument(who() + ": this TcpStore was moved from: it holds no connection to the rendezvous at " +
+                              address() + " (use the store it was moved to)");
+    return Status::Ok();
   }
   std::string who() const { return "rank " + std::to_string(env_.rank) + " of " + std::to_string(env_.world_size); }
   static std::string errno_text(int e) { return std::strerror(e); }
@@ -319,30 +330,38 @@ class TcpStore {
       throw Error(StatusCode::kIoError, who() + ": listen on " + address() + " failed: " + errno_text(errno));
     peers_.assign(env_.world_size, -1);
     int arrived = 1;
+    std::string accept_error;  // the last failed accept (named if the rendezvous times out)
     while (arrived < env_.world_size) {
       pollfd p{lfd, POLLIN, 0};
       const int pr = ::poll(&p, 1, std::min(remaining_ms(deadline), 200));
       if (pr < 0 && errno != EINTR) throw Error(StatusCode::kIoError, who() + ": poll on " + address() + ": " + errno_text(errno));
-      if (pr <= 0) {
-        if (Clock::now() >= deadline) {
-          std::string missing;  // the first 32 missing ranks, then how many more
-          int listed = 0, more = 0;
-          for (int r = 1; r < env_.world_size; ++r)
-            if (peers_[r] < 0) {
-              if (listed < 32) missing += (listed++ ? ", " : "") + std::to_string(r);
-              else ++more;
-            }
-          if (more > 0) missing += " and " + std::to_string(more) + " more";
-          close_all();
-          throw Error(StatusCode::kIoError, who() + ": only " + std::to_string(arrived) + " of " +
-                                                std::to_string(env_.world_size) + " ranks arrived at the rendezvous on " +
-                                                address() + " within " + fmt_s(since(t0)) + "; missing rank(s): " + missing +
-                                                " (not started, crashed, or given another MASTER_ADDR/MASTER_PORT)");
-        }
+      // the deadline bounds every pass, not only an idle one: a pending connection that accept
+      // keeps refusing (EMFILE: no descriptor left) made poll answer at once, for ever
+      if (Clock::now() >= deadline) {
+        std::string missing;  // the first 32 missing ranks, then how many more
+        int listed = 0, more = 0;
+        for (int r = 1; r < env_.world_size; ++r)
+          if (peers_[r] < 0) {
+            if (listed < 32) missing += (listed++ ? ", " : "") + std::to_string(r);
+            else ++more;
+          }
+        if (more > 0) missing += " and " + std::to_string(more) + " more";
+        close_all();
+        throw Error(StatusCode::kIoError, who() + ": only " + std::to_string(arrived) + " of " +
+                                              std::to_string(env_.world_size) + " ranks arrived at the rendezvous on " +
+                                              address() + " within " + fmt_s(since(t0)) + "; missing rank(s): " + missing +
+                                              " (not started, crashed, or given another MASTER_ADDR/MASTER_PORT)" +
+                                              (accept_error.empty() ? std::string()
+                                                                    : "; the last accept() failed: " + accept_error));
+      }
+      if (pr <= 0) continue;
+      const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {  // the peer gave up between poll and accept, or no descriptor is left: keep
+                     // waiting (not spinning) until the deadline
+        accept_error = errno_text(errno);
+        std::this_thread::sleep_for(std::chrono::milliseconds(std::min(10, remaining_ms(deadline) + 1)));
         continue;
       }
-      const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;  // the peer gave up between poll and accept: keep waiting
       tune(fd);
       // The hello: magic, version, rank, world size. A connection that says something else (a
       // stray client, another job on this port) is dropped and named.

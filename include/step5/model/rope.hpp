@@ -67,8 +67,10 @@ struct RopeTable {
 /// `inv_freq [rot/2]` fp32: `1 / theta^(arange(0, rot, 2) / rot)`, then llama3 scaling if given.
 /// Throws `step5::Error` (kInvalidArgument) when rot is not positive and even, theta is not a
 /// positive fp32 value (theta <= 0, NaN, above FLT_MAX — it would become inf — or so small it
-/// rounds to 0), a llama3 factor is not finite, or an inverse frequency overflows to inf (a
-/// theta or llama3 factor so small that 1 / theta^(2i/rot) or inv_freq / factor exceeds FLT_MAX).
+/// rounds to 0), the llama3 scaling breaks the config's rule (a factor not finite or <= 0, not
+/// 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings <= 0), or an inverse
+/// frequency overflows to inf (a theta or llama3 factor so small that 1 / theta^(2i/rot) or
+/// inv_freq / factor exceeds FLT_MAX).
 inline std::vector<float> rope_inv_freq(double theta, int rot, const std::optional<Llama3Scaling>& scaling = std::nullopt) {
   require(rot > 0 && rot % 2 == 0, "rope_inv_freq", "rot = " + std::to_string(rot) + ", expected positive and even");
   require(is_positive_fp32(theta), "rope_inv_freq",
@@ -83,10 +85,17 @@ inline std::vector<float> rope_inv_freq(double theta, int rot, const std::option
   }
   if (scaling) {
     const Llama3Scaling& s = *scaling;
+    // the config parser's rule (weights/config.hpp): 0 < low_freq_factor < high_freq_factor, in
+    // fp32 here (1 and 1.00000001 are one float: the smoothing would divide by 0)
     require(std::isfinite(s.factor) && std::isfinite(s.low_freq_factor) && std::isfinite(s.high_freq_factor) &&
-                s.factor > 0 && s.high_freq_factor != s.low_freq_factor && s.original_max_position_embeddings > 0,
-            "rope_inv_freq", "invalid llama3 scaling (factor " + std::to_string(s.factor) + ", low " +
-                                 std::to_string(s.low_freq_factor) + ", high " + std::to_string(s.high_freq_factor) + ")");
+                s.factor > 0 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
+                s.original_max_position_embeddings > 0,
+            "rope_inv_freq", "invalid llama3 scaling (factor " + detail::rope_num_text(s.factor) + ", low_freq_factor " +
+                                 detail::rope_num_text(s.low_freq_factor) + ", high_freq_factor " +
+                                 detail::rope_num_text(s.high_freq_factor) + ", original_max_position_embeddings " +
+                                 std::to_string(s.original_max_position_embeddings) +
+                                 "): expected a finite factor > 0, finite 0 < low_freq_factor < high_freq_factor and "
+                                 "original_max_position_embeddings > 0");
     const float old_len = static_cast<float>(s.original_max_position_embeddings);
     const float low_wavelen = old_len / s.low_freq_factor;
     const float high_wavelen = old_len / s.high_freq_factor;
