@@ -440,6 +440,12 @@ TEST_CASE("CPU reference layer: prefill 128 + 10, then the decode at position 12
   // a cache no step would take (block_size past ops::kMaxBlockSize) is refused when it is made
   CHECK_THROWS_WITH_AS(ref::LayerCache::create(w.rank, 1, step5::ops::kMaxBlockSize + 8, 2),
                        doctest::Contains("block_size = 1048584"), step5::Error);
+  // so is a rank of no KV heads (a default RankLayout, not make_rank_layout's): create returned
+  // caches that validate, i.e. the first step, then refused
+  CHECK_THROWS_WITH_AS(ref::LayerCache::create(step5::layout::RankLayout{}, 4, 64, 2),
+                       doctest::Contains("LayerCache::create: cache num_blocks = 4, block_size = 64, num_slots = 2, "
+                                         "kv_heads = 0, head_dim = 0, proxy_dim = 0; expected positive counts"),
+                       step5::Error);
   const auto x = random_bf16(138 * 64, 1.0f, 1202);
   const ref::StepBatch prefill = make_step({128, 10}, {128, 10}, 2);
   (void)ref::forward(w, cache, prefill, x.data(), 64);

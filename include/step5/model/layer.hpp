@@ -84,7 +84,9 @@ struct LayerCache {
   std::vector<bf16> tail;                   ///< [num_slots, 8, 2, P] (index_k, index_z)
 
   /// Zero-filled caches for `rank`: `num_blocks` blocks of `block_size` tokens (a multiple of 8, at
-  /// most ops::kMaxBlockSize), `num_slots` tail slots.
+  /// most ops::kMaxBlockSize), `num_slots` tail slots. Throws `step5::Error` (kInvalidArgument)
+  /// naming the value for counts out of range, or a rank of no KV heads, head_dim or proxy_dim
+  /// (a default RankLayout, not make_rank_layout's: caches that `validate` would refuse).
   static LayerCache create(const layout::RankLayout& rank, int num_blocks, int block_size, int num_slots) {
     require(num_blocks > 0 && ops::block_size_ok(block_size) && num_slots > 0, "LayerCache::create",
             "num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
@@ -98,6 +100,7 @@ struct LayerCache {
     c.kv_heads = rank.local_kv_heads;
     c.head_dim = rank.geometry.head_dim;
     c.proxy_dim = rank.geometry.proxy_dim;
+    c.check_counts("LayerCache::create");
     c.k_cache.assign(c.kv_elems(), bf16{});
     c.v_cache.assign(c.kv_elems(), bf16{});
     c.summary_cache.assign(c.summary_elems(), 0);
@@ -120,12 +123,7 @@ struct LayerCache {
   /// step takes, and every buffer of its size. Throws `step5::Error` (kInvalidArgument) naming `op`
   /// and the buffer.
   void validate(const char* op) const {
-    require(num_blocks > 0 && ops::block_size_ok(block_size) && num_slots > 0 && kv_heads > 0 && head_dim > 0 &&
-                proxy_dim > 0,
-            op, "cache num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
-                    ", num_slots = " + std::to_string(num_slots) + ", kv_heads = " + std::to_string(kv_heads) +
-                    ", head_dim = " + std::to_string(head_dim) + ", proxy_dim = " + std::to_string(proxy_dim) +
-                    "; expected positive counts and a block size of LayerCache::create");
+    check_counts(op);
     const auto check = [&](const char* name, std::size_t have, std::size_t want, const char* shape) {
       require(have == want, op, std::string("cache ") + name + " has " + std::to_string(have) + " elements, expected " +
                                     shape + " = " + std::to_string(want));
@@ -134,6 +132,17 @@ struct LayerCache {
     check("v_cache", v_cache.size(), kv_elems(), "num_blocks x block_size x kv_heads x head_dim");
     check("summary_cache", summary_cache.size(), summary_elems(), "num_blocks x block_size/8 x proxy_dim");
     check("tail", tail.size(), tail_elems(), "num_slots x 8 x 2 x proxy_dim");
+  }
+
+ private:
+  // The counts' rule of `create` and `validate`: positive counts and a block size every step takes.
+  void check_counts(const char* op) const {
+    require(num_blocks > 0 && ops::block_size_ok(block_size) && num_slots > 0 && kv_heads > 0 && head_dim > 0 &&
+                proxy_dim > 0,
+            op, "cache num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
+                    ", num_slots = " + std::to_string(num_slots) + ", kv_heads = " + std::to_string(kv_heads) +
+                    ", head_dim = " + std::to_string(head_dim) + ", proxy_dim = " + std::to_string(proxy_dim) +
+                    "; expected positive counts and a block size of LayerCache::create");
   }
 };
 
