@@ -672,6 +672,14 @@ TEST_CASE("config: numbers used as fp32 (rope_theta, rms_norm_eps, llama3 factor
     expect_error([&] { parse(mutate([&](auto& t) { t["rope_scaling"][k] = 1e39; })); }, StatusCode::kInvalidArgument,
                  {"text_config.rope_scaling." + std::string(k), "1e+39", flt_max});
   }
+  // high_freq_factor above low_freq_factor as a double but equal as a float (the RoPE tables' fp32
+  // rule): refused here, naming the fields, not later by load_layer_weights without the config
+  expect_error([&] {
+    parse(mutate([](auto& t) {
+      t["rope_scaling"]["low_freq_factor"] = 1.0;
+      t["rope_scaling"]["high_freq_factor"] = 1.00000001;
+    }));
+  }, StatusCode::kInvalidArgument, {"test.json", "text_config.rope_scaling", "high_freq_factor 1.00000001", "must be > low_freq_factor 1 as fp32 values"});
   // positive doubles that round to 0 as a float are refused as well
   expect_error([&] { parse(mutate([](auto& t) { t["rms_norm_eps"] = 1e-50; })); }, StatusCode::kInvalidArgument,
                {"text_config.rms_norm_eps", "1e-50", "below the smallest positive float"});

@@ -66,7 +66,9 @@ inline int config_positive_int(const ModelConfig& cfg, std::int64_t v, const cha
 /// `FusedWeightLoader`), norm weights and bias fp32 `[D]`/`[P]`. Throws `Error` on a missing or
 /// misshaped tensor, or an incomplete load (e.g. a non-DSA layer without indexer tensors: the
 /// missing shard ids are named), or on a config value used as fp32 (rms_norm_eps, rope_theta,
-/// the llama3 factors) that is not a positive fp32 value (above FLT_MAX it would become inf); on a
+/// the llama3 factors) that is not a positive fp32 value (above FLT_MAX it would become inf) or a
+/// llama3 scaling that model::rope_inv_freq refuses (low_freq_factor not below high_freq_factor
+/// as fp32 values: parse_model_config refuses it first, a hand-built ModelConfig reaches it); on a
 /// `layer` that is not a DSA layer of `cfg` (its RoPE and norms differ; kInvalidArgument naming
 /// its type and the DSA layers) and on a RankLayout that is not make_rank_layout's.
 /// SPEC §3 (shards), §4.2–4.3 (norms, RoPE), §7 (names).
