@@ -223,13 +223,19 @@ TEST_CASE("rank 0 out of file descriptors: the rendezvous still times out, namin
     }
     return 4;  // must not meet rank 1
   });
+  const auto t1 = Clock::now();
   const std::string m1 = error_of([&] { TcpStore s(env_of(1, 2, port), 8.0); });
+  const double rank1_s = since(t1);
   const Exit e = wait_child(root, 6.0);
   CHECK_MESSAGE(e.code == 100, e.code);
   CHECK_MESSAGE(contains(e.message, "rank 0 of 2: only 1 of 2 ranks arrived at the rendezvous on 127.0.0.1:" +
                                         std::to_string(port) + " within 1."), e.message);
-  CHECK_MESSAGE(contains(e.message, "the last accept() failed: Too many open files"), e.message);
+  CHECK_MESSAGE(contains(e.message, "the last accept() failed: Too many open files (rank 0 has no file descriptor "
+                                    "left for a connection: raise `ulimit -n`)"), e.message);
+  // rank 1 learns of it when rank 0 gives up and exits (without the fix: its own 8 s timeout)
   CHECK_MESSAGE(contains(m1, "rank 1 of 2: rendezvous at 127.0.0.1:" + std::to_string(port)), m1);
+  CHECK_MESSAGE(contains(m1, "closed the connection"), m1);
+  CHECK_MESSAGE(rank1_s < 5.0, rank1_s);
 }
 
 TEST_CASE("rank 0 never starts: rank 1 errors out within the timeout, naming the address") {

@@ -331,6 +331,7 @@ class TcpStore {
     peers_.assign(env_.world_size, -1);
     int arrived = 1;
     std::string accept_error;  // the last failed accept (named if the rendezvous times out)
+    int accept_errno = 0;
     while (arrived < env_.world_size) {
       pollfd p{lfd, POLLIN, 0};
       const int pr = ::poll(&p, 1, std::min(remaining_ms(deadline), 200));
@@ -352,13 +353,18 @@ class TcpStore {
                                               address() + " within " + fmt_s(since(t0)) + "; missing rank(s): " + missing +
                                               " (not started, crashed, or given another MASTER_ADDR/MASTER_PORT)" +
                                               (accept_error.empty() ? std::string()
-                                                                    : "; the last accept() failed: " + accept_error));
+                                                                    : "; the last accept() failed: " + accept_error +
+                                                                          (accept_errno == EMFILE || accept_errno == ENFILE
+                                                                               ? " (rank 0 has no file descriptor left for "
+                                                                                 "a connection: raise `ulimit -n`)"
+                                                                               : "")));
       }
       if (pr <= 0) continue;
       const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) {  // the peer gave up between poll and accept, or no descriptor is left: keep
                      // waiting (not spinning) until the deadline
-        accept_error = errno_text(errno);
+        accept_errno = errno;
+        accept_error = errno_text(accept_errno);
         std::this_thread::sleep_for(std::chrono::milliseconds(std::min(10, remaining_ms(deadline) + 1)));
         continue;
       }
