@@ -37,28 +37,7 @@ case $cmd in
           echo "$side round $i: rc=$?"
       done
     done
-    python3 - "$OUT/ab" "$rounds" <<'EOF'
-import json, statistics, sys
-d, rounds = sys.argv[1], int(sys.argv[2])
-t = {"old": {}, "new": {}}
-for side in t:
-    for i in range(1, rounds + 1):
-        try:
-            js = json.load(open(f"{d}/{side}_{i}.json"))
-        except Exception:
-            continue
-        for b in js.get("benchmarks", []):
-            if b.get("error_occurred"):
-                continue
-            n = b["name"].split("/iterations:")[0].replace("/manual_time", "")
-            scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[b.get("time_unit", "us")]
-            t[side].setdefault(n, []).append(b["real_time"] * scale)
-print(f"{'benchmark':70s} {'old us':>10s} {'new us':>10s} {'new/old':>8s}")
-for n in t["new"]:
-    o = statistics.median(t["old"][n]) if n in t["old"] else float("nan")
-    m = statistics.median(t["new"][n])
-    print(f"{n:70s} {o:10.1f} {m:10.1f} {m / o:8.3f}")
-EOF
+    python3 tools/ab_medians.py "$OUT/ab" old new
     ;;
   *) echo "usage: $0 prepare <commit> | run <bench binary> <filter> [rounds]"; exit 2 ;;
 esac

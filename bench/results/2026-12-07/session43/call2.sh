@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Forty-third session, call 2 (device, carry [".deps"]; builds bench_indexer and bench_layer only, no
-# test_indexer: device time): call1.sh's A/B (evict-last score stores, on
-# the tree with exp_evict_last.patch applied; sides A–E as there) in fewer rounds, plus session 42's
+# test_indexer: device time): an A/B of evict-last score stores, on the tree with
+# exp_evict_last.patch applied (sides, see side_env: A main, B evict-last score stores, C B + the
+# selection's loads evict-first, D B + a persisting L2 set-aside, E C + the set-aside), plus session 42's
 # unrun check of bench_common.hpp warm_up (STEP5_BENCH_WARMUP_MS, default 200 ms) folded in: bench_layer
 # side A runs traced with the default and with STEP5_BENCH_WARMUP_MS=0; bench_indexer side A also with
 # 0; bench_attention and bench_gemm decode rows with 200 and 0 as time allows. Stages are skipped once
