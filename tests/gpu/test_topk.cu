@@ -1,15 +1,16 @@
 // GPU test of the deterministic top-k selection (SPEC.md §4.6): step5::ops::topk_select fed the
 // same fp32 scores as the CPU reference (step5/reference/select.hpp); rows and counts must be equal
 // exactly, on hard patterns (plateaus, ±inf, NaN, −0, near-equal values, keys on both sides of the
-// radix digit boundaries, a crowded threshold bin), every kernel variant (one CTA per row and a
-// cluster of kTopkCluster CTAs per row, each with keys staged in shared memory or re-read from
-// global memory; 131072-region rows) and both algorithms (TopkAlgo::kRadix and kCandidates, whose
+// radix digit boundaries, a crowded threshold bin), every kernel variant (one warp per row, one CTA
+// per row and a cluster of kTopkCluster CTAs per row, each with keys staged in shared memory or
+// re-read from global memory; 131072-region rows) and both algorithms (TopkAlgo::kRadix and kCandidates, whose
 // outputs must also be bit-identical to each other; candidate buffers exactly full and one key too
 // small, which falls back to the full radix passes), at engine batch sizes (33, 257 and 1024 decode rows of mixed histories, some empty; 1, 16,
-// 64 and 257 rows of 16384 regions; prefill-shaped rows n = position / 8 at ld 2048, 4096 and
-// 8192 on every CTA size), and bit-identical over 100 launches while a memory-streaming kernel is
-// launched on another stream each time (no assertion depends on whether the two overlap; also the
-// 128- / 256-thread radix select on prefill rows up to ld 4096 / 8192). STEP5_TOPK's parsing and
+// 64 and 257 rows of 16384 regions; prefill-shaped rows n = position / 8 at ld 1023 (rows not
+// 16-byte aligned), 2048, 4096 and 8192 on every threads-per-row size), and bit-identical over 100
+// launches while a memory-streaming kernel is launched on another stream each time (no assertion
+// depends on whether the two overlap; also the warp rows' and the 128- / 256-thread radix select
+// on prefill rows up to ld kTopkWarpMaxLd / 4096 / 8192). STEP5_TOPK's parsing and
 // refusal of a bad value are checked too.
 // Quick (sanitizer) mode, step5_test::quick(): the edge cases unchanged; the shared-memory case
 // with one 16384-region row plus every pattern at 9999 and 513; the long-row case on 50000-region
@@ -169,7 +170,8 @@ struct GpuResult {
 /// How a selection is launched: the public entry point (step5::ops::topk_select: the launcher's choice
 /// of kernel variant, STEP5_TOPK's algorithm), or kernels::sm90::launch_topk with `cluster` (0: its
 /// choice; 1 or kTopkCluster forced), `algo`, `cand_cap` (-1: as many candidates as fit) and
-/// `threads` per CTA (0: the launcher's choice; 128 / 256: the short-row CTA sizes, one CTA per row).
+/// `threads` per row (0: the launcher's choice; 32: one warp per row; 128 / 256: the short-row CTA
+/// sizes, one CTA per row).
 struct Variant {
   bool entry = false;
   int cluster = 0;
@@ -183,8 +185,9 @@ struct Variant {
            (threads != 0 ? " threads " + std::to_string(threads) : "");
   }
 };
-/// The CTA sizes forced on one-CTA-per-row launches besides the launcher's choice: every size the
-/// kernel is built for (kernels/sm90/indexer_topk.cuh, kTopkCtaSizes).
+/// The threads per row forced on one-row launches besides the launcher's choice: every size the
+/// selection is built for (kernels/sm90/indexer_topk.cuh, kTopkCtaSizes: one warp per row, and
+/// one CTA per row of 128, 256 and 512 threads).
 constexpr auto& kForcedThreads = step5::kernels::sm90::kTopkCtaSizes;
 const Variant kEntry{true};
 
@@ -296,7 +299,7 @@ void expect_identical(const Rows& R, const GpuResult& a, const GpuResult& b, con
 }
 
 /// Every variant (public entry point; one CTA per row, a cluster per row and the launcher's choice,
-/// each with both algorithms; one CTA per row also with every CTA size forced) against the
+/// each with both algorithms; one row per warp or CTA also with every size forced) against the
 /// reference, and every variant bit-identical to the radix select of the launcher's choice. With
 /// `expected`, the selections of `R` must be those of the reference on `expected`'s rows (the same
 /// scores; e.g. histories outside [0, ld] in `R`, cut to ld in `expected`).
@@ -312,7 +315,9 @@ void check_against_reference(const Rows& R, const char* what_base, const Rows* e
   }
   for (int threads : kForcedThreads) {
     variants.push_back(Variant{false, 1, TopkAlgo::kRadix, -1, threads});
-    variants.push_back(Variant{false, 1, TopkAlgo::kCandidates, -1, threads});
+    // the warp rows run the radix select only (launch_topk refuses candidates there: its own case)
+    if (threads != step5::kernels::sm90::kTopkWarpThreads)
+      variants.push_back(Variant{false, 1, TopkAlgo::kCandidates, -1, threads});
   }
   for (const Variant& v : variants) {
     const GpuResult g = run_gpu(R, v);
@@ -526,11 +531,12 @@ GPU_CASE("topk: decode-shaped rows of 16384 regions (128K tokens), 1, 16, 64 and
 
 GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 8192) on every CTA size, every pattern; the short-row rule") {
   // rows as indexer_select lays out a prefill chunk without history: token t's rows have
-  // n = t / 8 regions, so a quarter of them (n <= topk) select everything; ld 2048 (16K tokens),
-  // 4096 (the short-row bound kTopkShortMaxLd when it is 4096) and 8192 (kTopkMidMaxLd, the
-  // longest rows of the 256-thread CTAs), every pattern cycling through
+  // n = t / 8 regions, so a quarter of them (n <= topk) select everything; ld 1023 (odd: rows
+  // that are not 16-byte aligned take the warp rows' scalar loads), 2048 (16K tokens), 4096 (the
+  // short-row bounds kTopkWarpMaxLd and kTopkShortMaxLd when they are 4096) and 8192
+  // (kTopkMidMaxLd, the longest rows of the 256-thread CTAs), every pattern cycling through
   std::mt19937 rng(10);
-  for (int ld : {2048, 4096, 8192}) {
+  for (int ld : {1023, 2048, 4096, 8192}) {
     Rows R;
     R.topk = 512;
     R.ld = ld;
@@ -541,10 +547,19 @@ GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 8192) on every CT
     }
     check_against_reference(R, ("prefill rows ld " + std::to_string(ld)).c_str());
   }
-  // the rule: short rows on one CTA per row get the short-row CTA sizes, long rows and clusters 512
+  // the rule: short rows on one CTA per row get the warp rows (radix) or the short-row CTA sizes,
+  // long rows and clusters 512
   namespace k = step5::kernels::sm90;
-  EXPECT(k::topk_cta_threads(1, 2048) == k::kTopkShortThreads &&
-             k::topk_cta_threads(1, k::kTopkShortMaxLd) == k::kTopkShortThreads &&
+  static_assert(k::kTopkWarpMaxLd <= k::kTopkShortMaxLd, "the cases below assume the warp rows' bound first");
+  EXPECT(k::topk_cta_threads(1, 2048) == k::kTopkWarpThreads &&
+             k::topk_cta_threads(1, k::kTopkWarpMaxLd) == k::kTopkWarpThreads &&
+             k::topk_cta_threads(1, k::kTopkWarpMaxLd, TopkAlgo::kCandidates) == k::kTopkShortThreads &&
+             k::topk_cta_threads(1, 2048, TopkAlgo::kRadix, 4LL * 132 * k::kTopkWarpMinRowsPerSm, 132) ==
+                 k::kTopkWarpThreads &&
+             k::topk_cta_threads(1, 2048, TopkAlgo::kRadix, 132LL * k::kTopkWarpMinRowsPerSm - 1, 132) ==
+                 k::kTopkShortThreads &&
+             k::topk_cta_threads(1, k::kTopkWarpMaxLd + 1) ==
+                 (k::kTopkWarpMaxLd < k::kTopkShortMaxLd ? k::kTopkShortThreads : k::kTopkMidThreads) &&
              k::topk_cta_threads(1, k::kTopkShortMaxLd + 1) == k::kTopkMidThreads &&
              k::topk_cta_threads(1, k::kTopkMidMaxLd) == k::kTopkMidThreads &&
              k::topk_cta_threads(1, k::kTopkMidMaxLd + 1) == k::kTopkThreads &&
@@ -563,6 +578,7 @@ GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels ru
   for (Pattern p : kAll) R.add(16384, p, rng);
   for (const Variant& v : {kEntry, Variant{false, 1, TopkAlgo::kRadix}, Variant{false, kTopkCluster, TopkAlgo::kRadix},
                            Variant{false, 1, TopkAlgo::kCandidates}, Variant{false, kTopkCluster, TopkAlgo::kCandidates},
+                           Variant{false, 1, TopkAlgo::kRadix, -1, 32},
                            Variant{false, 1, TopkAlgo::kRadix, -1, 128}, Variant{false, 1, TopkAlgo::kCandidates, -1, 128},
                            Variant{false, 1, TopkAlgo::kRadix, -1, 256}, Variant{false, 1, TopkAlgo::kCandidates, -1, 256}}) {
     bool identical = false;
@@ -571,10 +587,12 @@ GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels ru
     // and the repeated result is the reference's
     expect_reference(R, g, ("repeat batch [" + v.name() + "]").c_str());
   }
-  // the short-row CTA sizes' radix select on prefill-shaped rows up to their longest rows: 128
-  // threads up to ld 4096 (kTopkShortMaxLd), 256 threads up to ld 8192 (kTopkMidMaxLd)
+  // the short-row sizes' radix select on prefill-shaped rows up to their longest rows: the warp
+  // rows up to kTopkWarpMaxLd, 128 threads up to ld 4096 (kTopkShortMaxLd), 256 threads up to ld
+  // 8192 (kTopkMidMaxLd)
   namespace k = step5::kernels::sm90;
-  for (const auto& [threads, ld] : {std::pair<int, std::int64_t>{k::kTopkShortThreads, k::kTopkShortMaxLd},
+  for (const auto& [threads, ld] : {std::pair<int, std::int64_t>{k::kTopkWarpThreads, k::kTopkWarpMaxLd},
+                                    std::pair<int, std::int64_t>{k::kTopkShortThreads, k::kTopkShortMaxLd},
                                     std::pair<int, std::int64_t>{k::kTopkMidThreads, k::kTopkMidMaxLd}}) {
     Rows P;
     P.topk = 512;
@@ -796,7 +814,8 @@ HOST_CASE("topk: invalid arguments are refused with a message (before any device
   const step5::Status sids = step5::ops::topk_select(p, nullptr);
   EXPECT(sids.code() == step5::StatusCode::kInvalidArgument && sids.message().find("ld_ids = 512") != std::string::npos,
          "ld_ids 512: %s", sids.to_string().c_str());
-  // CTA sizes: only 128, 256 and 512; a cluster runs 512-thread CTAs (refused before any launch)
+  // threads per row: only 32 (one warp), 128, 256 and 512; a cluster runs 512-thread CTAs; the warp
+  // rows run the radix select only (each refused before any device call)
   step5::kernels::sm90::TopkArgs a{};
   a.ld = 2048;
   a.topk = 512;
@@ -806,6 +825,13 @@ HOST_CASE("topk: invalid arguments are refused with a message (before any device
   const step5::Status sc = step5::kernels::sm90::launch_topk(a, 1, nullptr, kTopkCluster, TopkAlgo::kRadix, -1, 128);
   EXPECT(sc.code() == step5::StatusCode::kInvalidArgument && sc.message().find("threads = 128") != std::string::npos,
          "threads 128 on a cluster: %s", sc.to_string().c_str());
+  const step5::Status sw = step5::kernels::sm90::launch_topk(a, 1, nullptr, 1, TopkAlgo::kCandidates, -1, 32);
+  EXPECT(sw.code() == step5::StatusCode::kInvalidArgument && sw.message().find("threads = 32") != std::string::npos &&
+             sw.message().find("candidate") != std::string::npos,
+         "threads 32 with candidates: %s", sw.to_string().c_str());
+  const step5::Status swc = step5::kernels::sm90::launch_topk(a, 1, nullptr, kTopkCluster, TopkAlgo::kRadix, -1, 32);
+  EXPECT(swc.code() == step5::StatusCode::kInvalidArgument && swc.message().find("threads = 32") != std::string::npos,
+         "threads 32 on a cluster: %s", swc.to_string().c_str());
 }
 
 GPU_CASE("topk: rows whose CTAs would pass grid.x are refused, naming rows") {
