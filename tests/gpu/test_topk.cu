@@ -529,7 +529,7 @@ GPU_CASE("topk: decode-shaped rows of 16384 regions (128K tokens), 1, 16, 64 and
   }
 }
 
-GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 8192) on every CTA size, every pattern; the short-row rule") {
+GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 8192) on every threads-per-row size, every pattern") {
   // rows as indexer_select lays out a prefill chunk without history: token t's rows have
   // n = t / 8 regions, so a quarter of them (n <= topk) select everything; ld 1023 (odd: rows
   // that are not 16-byte aligned take the warp rows' scalar loads), 2048 (16K tokens), 4096 (the
@@ -547,6 +547,34 @@ GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 8192) on every CT
     }
     check_against_reference(R, ("prefill rows ld " + std::to_string(ld)).c_str());
   }
+}
+
+GPU_CASE("topk: the launcher's own choice takes the warp rows from kTopkWarpMinRowsPerSm rows per SM (prefill-shaped rows of ld 1024 through topk_select)") {
+  // the prefill-shaped case above has too few rows for the automatic warp rows (it forces them);
+  // here the public entry point gets exactly the rule's bound of rows, so its own choice is one
+  // warp per row, against the reference and bit-identical to the forced 128-thread CTAs
+  namespace k = step5::kernels::sm90;
+  int dev = 0, sms = 0;
+  GPU_CHECK(cudaGetDevice(&dev));
+  GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  constexpr int ld = 1024;
+  const int rows = k::kTopkWarpMinRowsPerSm * sms;
+  EXPECT(k::topk_cta_threads(1, ld, TopkAlgo::kRadix, rows, sms) == k::kTopkWarpThreads &&
+             k::topk_cta_threads(1, ld, TopkAlgo::kRadix, rows - 1, sms) == k::kTopkShortThreads,
+         "topk_cta_threads at %d / %d rows on %d SMs: %d / %d", rows, rows - 1, sms,
+         k::topk_cta_threads(1, ld, TopkAlgo::kRadix, rows, sms), k::topk_cta_threads(1, ld, TopkAlgo::kRadix, rows - 1, sms));
+  std::mt19937 rng(12);
+  Rows R;
+  R.topk = 512;
+  R.ld = ld;
+  for (int r = 0; r < rows; ++r) R.add(static_cast<int>(static_cast<long long>(r) * (ld + 1) / rows), kAll[r % kNumPatterns], rng);
+  const GpuResult g = run_gpu(R, kEntry);
+  expect_reference(R, g, "warp rows by the launcher's choice [topk_select]");
+  expect_identical(R, g, run_gpu(R, Variant{false, 1, TopkAlgo::kRadix, -1, k::kTopkShortThreads}),
+                   "warp rows by the launcher's choice vs 128-thread CTAs");
+}
+
+HOST_CASE("topk: the threads-per-row rule (warp rows, short-row CTA sizes, 512, clusters)") {
   // the rule: short rows on one CTA per row get the warp rows (radix) or the short-row CTA sizes,
   // long rows and clusters 512
   namespace k = step5::kernels::sm90;
@@ -554,7 +582,7 @@ GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 8192) on every CT
   EXPECT(k::topk_cta_threads(1, 2048) == k::kTopkWarpThreads &&
              k::topk_cta_threads(1, k::kTopkWarpMaxLd) == k::kTopkWarpThreads &&
              k::topk_cta_threads(1, k::kTopkWarpMaxLd, TopkAlgo::kCandidates) == k::kTopkShortThreads &&
-             k::topk_cta_threads(1, 2048, TopkAlgo::kRadix, 4LL * 132 * k::kTopkWarpMinRowsPerSm, 132) ==
+             k::topk_cta_threads(1, 2048, TopkAlgo::kRadix, 132LL * k::kTopkWarpMinRowsPerSm, 132) ==
                  k::kTopkWarpThreads &&
              k::topk_cta_threads(1, 2048, TopkAlgo::kRadix, 132LL * k::kTopkWarpMinRowsPerSm - 1, 132) ==
                  k::kTopkShortThreads &&

@@ -1290,11 +1290,16 @@ inline constexpr bool topk_owner_masks_pay(int rows, int sms) { return rows <= s
 /// per SM), 4096 of ld 8192 395.3 against 147.8. bench_layer's prefill selection stage (scores +
 /// top-k, µs): tp 1 8K 247.1 -> 193.4, tp 8 8K 78.5 -> 73.9; the 32K rows (ld 4096) unchanged.
 inline constexpr std::int64_t kTopkWarpMaxLd = 2048;
-/// ... and only where the launch has at least this many rows per SM: a warp takes a row four times
-/// as long as a 128-thread CTA, which pays where rows queue for the SMs, not where a few rows (a
-/// decode step at a short context) are the whole launch. To be measured (bench_indexer
-/// topk/radix_cta32 against topk/radix_cta128 at 16 to 4096 full rows).
-inline constexpr int kTopkWarpMinRowsPerSm = 4;
+/// ... and only where the launch has at least this many rows per SM: a warp takes a row longer than
+/// a 128-thread CTA does, which pays where many waves of rows queue for the SMs, not where a few
+/// rows (a decode step at a short context) or about one wave are the whole launch. Measured on an
+/// H100 (forty-fourth session, call 3, full rows of 2047-2048 keys, µs, warp rows against
+/// 128-thread CTAs): 16 rows 24.7 / 10.8, 128 rows 25.7 / 10.8, 512 rows 27.3 / 14.3, 1024 rows
+/// 29.5 / 18.0, 4096 rows (31 per SM) 65.7 / 52.9; the warp rows win from 62 rows per SM on
+/// (bench_layer tp 8 8K prefill, 8192 rows of ld 1024: selection 78.5 -> 73.9 µs) and on the
+/// prefill-shaped launches above (248 and 496 rows per SM). 48 lies between 31 and 62; full rows
+/// at 32-62 rows per SM were not measured.
+inline constexpr int kTopkWarpMinRowsPerSm = 48;
 
 /// Threads per row of a launch of `rows` rows on `sms` SMs with `cluster_size` CTAs per row (1 or
 /// kTopkCluster), row stride (longest row) `ld` and algorithm `algo` (resolved; the arguments of
