@@ -653,10 +653,12 @@ int main(int argc, char** argv) {
   struct TopkShape {
     int rows, ld, from;
   };
-  // Full rows of 2047-2048 keys on 16 to 4096 rows (a decode step at a 16K context, up to a short
-  // prefill): where the warp rows start to pay (kTopkWarpMinRowsPerSm).
+  // Full rows of 2047-2048 keys on 16 to 8192 rows (a decode step at a 16K context, up to a short
+  // prefill): where the warp rows start to pay (kTopkWarpMinRowsPerSm); and 16384 rows of 1024 to
+  // 2048 keys (an 8K chunk after 8K of history, one index group: rows that all need a selection).
   for (const TopkShape& sh : {TopkShape{32768, 1024, 0}, {65536, 2048, 0}, {16384, 4096, 0}, {4096, 8192, 0}, {16384, 6144, 4096},
-                              {16, 2048, 2047}, {128, 2048, 2047}, {512, 2048, 2047}, {1024, 2048, 2047}, {4096, 2048, 2047}}) {
+                              {16, 2048, 2047}, {128, 2048, 2047}, {512, 2048, 2047}, {1024, 2048, 2047}, {4096, 2048, 2047},
+                              {8192, 2048, 2047}, {16384, 2048, 1024}}) {
     const int rows = sh.rows, ld = sh.ld, from = sh.from;
     const std::string shape = "/rows:" + std::to_string(rows) + "/ld:" + std::to_string(ld) +
                               (from > 0 ? "/from:" + std::to_string(from) : "");

@@ -552,7 +552,8 @@ GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 8192) on every th
 GPU_CASE("topk: the launcher's own choice takes the warp rows from kTopkWarpMinRowsPerSm rows per SM (prefill-shaped rows of ld 1024 through topk_select)") {
   // the prefill-shaped case above has too few rows for the automatic warp rows (it forces them);
   // here the public entry point gets exactly the rule's bound of rows, so its own choice is one
-  // warp per row, against the reference and bit-identical to the forced 128-thread CTAs
+  // warp per row (the kernel a captured launch names: the warp rows at the bound, the one-CTA
+  // kernel one row below it), against the reference and bit-identical to the forced 128-thread CTAs
   namespace k = step5::kernels::sm90;
   int dev = 0, sms = 0;
   GPU_CHECK(cudaGetDevice(&dev));
@@ -568,6 +569,46 @@ GPU_CASE("topk: the launcher's own choice takes the warp rows from kTopkWarpMinR
   R.topk = 512;
   R.ld = ld;
   for (int r = 0; r < rows; ++r) R.add(static_cast<int>(static_cast<long long>(r) * (ld + 1) / rows), kAll[r % kNumPatterns], rng);
+  {
+    // which kernel topk_select launches for `n` rows: the name of the one kernel node of a capture
+    step5_test::DevBuf<float> d_s(R.scores);
+    step5_test::DevBuf<std::int32_t> d_h(R.history);
+    step5_test::DevBuf<std::int32_t> d_ids(static_cast<std::size_t>(rows) * (R.topk + 1));
+    step5_test::DevBuf<std::int32_t> d_cnt(static_cast<std::size_t>(rows));
+    cudaStream_t stream;
+    GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const auto launched = [&](int n) -> std::string {
+      step5::ops::TopkSelectParams p;
+      p.scores = d_s.p, p.ld = ld, p.history = d_h.p, p.rows = n, p.topk = R.topk, p.ids = d_ids.p;
+      p.ld_ids = R.topk + 1, p.counts = d_cnt.p;
+      cudaGraph_t g = nullptr;
+      GPU_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const step5::Status st = step5::ops::topk_select(p, stream);
+      GPU_CHECK(cudaStreamEndCapture(stream, &g));
+      EXPECT(st.ok(), "topk_select of %d rows: %s", n, st.to_string().c_str());
+      std::size_t nodes = 0;
+      GPU_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
+      std::vector<cudaGraphNode_t> node(nodes);
+      if (nodes > 0) GPU_CHECK(cudaGraphGetNodes(g, node.data(), &nodes));
+      std::string name = "(no kernel node)";
+      for (cudaGraphNode_t nd : node) {
+        cudaGraphNodeType t{};
+        GPU_CHECK(cudaGraphNodeGetType(nd, &t));
+        cudaKernelNodeParams kp{};
+        const char* fn = nullptr;
+        if (t == cudaGraphNodeTypeKernel && cudaGraphKernelNodeGetParams(nd, &kp) == cudaSuccess && kp.func != nullptr &&
+            cudaFuncGetName(&fn, kp.func) == cudaSuccess && fn != nullptr)
+          name = fn;
+      }
+      GPU_CHECK(cudaGraphDestroy(g));
+      return name;
+    };
+    const std::string at = launched(rows), below = launched(rows - 1);
+    EXPECT(at.find("topk_warp_rows_kernel") != std::string::npos && below.find("topk_select_kernel") != std::string::npos,
+           "topk_select of %d rows launched %s, of %d rows %s (expected the warp rows, then the one-CTA kernel)", rows,
+           at.c_str(), rows - 1, below.c_str());
+    GPU_CHECK(cudaStreamDestroy(stream));
+  }
   const GpuResult g = run_gpu(R, kEntry);
   expect_reference(R, g, "warp rows by the launcher's choice [topk_select]");
   expect_identical(R, g, run_gpu(R, Variant{false, 1, TopkAlgo::kRadix, -1, k::kTopkShortThreads}),
@@ -575,27 +616,27 @@ GPU_CASE("topk: the launcher's own choice takes the warp rows from kTopkWarpMinR
 }
 
 HOST_CASE("topk: the threads-per-row rule (warp rows, short-row CTA sizes, 512, clusters)") {
-  // the rule: short rows on one CTA per row get the warp rows (radix) or the short-row CTA sizes,
-  // long rows and clusters 512
+  // short rows on one CTA per row get the warp rows (radix, from kTopkWarpMinRowsPerSm rows per SM)
+  // or the short-row CTA sizes, long rows and clusters 512; on 132 SMs with many rows (`many`)
   namespace k = step5::kernels::sm90;
   static_assert(k::kTopkWarpMaxLd <= k::kTopkShortMaxLd, "the cases below assume the warp rows' bound first");
-  EXPECT(k::topk_cta_threads(1, 2048) == k::kTopkWarpThreads &&
-             k::topk_cta_threads(1, k::kTopkWarpMaxLd) == k::kTopkWarpThreads &&
-             k::topk_cta_threads(1, k::kTopkWarpMaxLd, TopkAlgo::kCandidates) == k::kTopkShortThreads &&
-             k::topk_cta_threads(1, 2048, TopkAlgo::kRadix, 132LL * k::kTopkWarpMinRowsPerSm, 132) ==
-                 k::kTopkWarpThreads &&
-             k::topk_cta_threads(1, 2048, TopkAlgo::kRadix, 132LL * k::kTopkWarpMinRowsPerSm - 1, 132) ==
-                 k::kTopkShortThreads &&
-             k::topk_cta_threads(1, k::kTopkWarpMaxLd + 1) ==
+  constexpr int sms = 132;
+  constexpr long long many = 1LL << 20, bound = static_cast<long long>(sms) * k::kTopkWarpMinRowsPerSm;
+  const auto t = [&](int cluster, std::int64_t ld, long long rows, TopkAlgo algo = TopkAlgo::kRadix) {
+    return k::topk_cta_threads(cluster, ld, algo, rows, sms);
+  };
+  EXPECT(t(1, 2048, many) == k::kTopkWarpThreads && t(1, k::kTopkWarpMaxLd, many) == k::kTopkWarpThreads &&
+             t(1, k::kTopkWarpMaxLd, many, TopkAlgo::kCandidates) == k::kTopkShortThreads &&
+             t(1, 2048, bound) == k::kTopkWarpThreads && t(1, 2048, bound - 1) == k::kTopkShortThreads &&
+             t(1, k::kTopkWarpMaxLd + 1, many) ==
                  (k::kTopkWarpMaxLd < k::kTopkShortMaxLd ? k::kTopkShortThreads : k::kTopkMidThreads) &&
-             k::topk_cta_threads(1, k::kTopkShortMaxLd + 1) == k::kTopkMidThreads &&
-             k::topk_cta_threads(1, k::kTopkMidMaxLd) == k::kTopkMidThreads &&
-             k::topk_cta_threads(1, k::kTopkMidMaxLd + 1) == k::kTopkThreads &&
-             k::topk_cta_threads(kTopkCluster, 2048) == k::kTopkThreads,
-         "topk_cta_threads: ld 2048 %d, ld %lld %d, ld %lld %d, cluster %d", k::topk_cta_threads(1, 2048),
-         static_cast<long long>(k::kTopkShortMaxLd + 1), k::topk_cta_threads(1, k::kTopkShortMaxLd + 1),
-         static_cast<long long>(k::kTopkMidMaxLd + 1), k::topk_cta_threads(1, k::kTopkMidMaxLd + 1),
-         k::topk_cta_threads(kTopkCluster, 2048));
+             t(1, k::kTopkShortMaxLd + 1, many) == k::kTopkMidThreads && t(1, k::kTopkMidMaxLd, many) == k::kTopkMidThreads &&
+             t(1, k::kTopkMidMaxLd + 1, many) == k::kTopkThreads && t(kTopkCluster, 2048, many) == k::kTopkThreads,
+         "topk_cta_threads (132 SMs): ld 2048 %d, at the row bound %d, one row below %d, ld %lld %d, ld %lld %d, "
+         "cluster %d",
+         t(1, 2048, many), t(1, 2048, bound), t(1, 2048, bound - 1), static_cast<long long>(k::kTopkShortMaxLd + 1),
+         t(1, k::kTopkShortMaxLd + 1, many), static_cast<long long>(k::kTopkMidMaxLd + 1), t(1, k::kTopkMidMaxLd + 1, many),
+         t(kTopkCluster, 2048, many));
 }
 
 GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels running, every variant") {
@@ -748,7 +789,8 @@ GPU_CASE("topk: PDL as ops::topk_launch_uses_pdl says, in a captured graph (few 
   GPU_CHECK(cudaGetDevice(&dev));
   GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   constexpr int ld = 16384;
-  static_assert(step5::kernels::sm90::topk_cta_threads(1, ld) == step5::kernels::sm90::kTopkThreads,
+  static_assert(step5::kernels::sm90::topk_cta_threads(1, ld, TopkAlgo::kRadix, 1LL << 20, 132) ==
+                    step5::kernels::sm90::kTopkThreads,
                 "rows of 16384 keys run 512-thread CTAs (the cases below rely on it)");
   const int topk = 512, max_rows = sms + 1, few = std::min(64, sms);  // few: at most one row per SM
   step5_test::DevBuf<float> scores(static_cast<std::size_t>(max_rows) * ld);
@@ -775,7 +817,8 @@ GPU_CASE("topk: PDL as ops::topk_launch_uses_pdl says, in a captured graph (few 
                              {"num_sms rows, one 512-thread CTA each", sms, 1, 0, false},
                              {"num_sms + 1 rows, one 512-thread CTA each", sms + 1, 1, 0, true},
                              {"64 rows, one 128-thread CTA each", 64, 1, 128, true},
-                             {"64 rows, one 256-thread CTA each", 64, 1, 256, true}};
+                             {"64 rows, one 256-thread CTA each", 64, 1, 256, true},
+                             {"64 rows, one warp each (unstaged: ld 16384)", 64, 1, 32, true}};
   if (clusters) cases.push_back({"64 rows, a cluster each", 64, kTopkCluster, 0, true});
   for (const bool on : {true, false})
     for (const Case& c : cases) {
@@ -858,8 +901,23 @@ HOST_CASE("topk: invalid arguments are refused with a message (before any device
              sw.message().find("candidate") != std::string::npos,
          "threads 32 with candidates: %s", sw.to_string().c_str());
   const step5::Status swc = step5::kernels::sm90::launch_topk(a, 1, nullptr, kTopkCluster, TopkAlgo::kRadix, -1, 32);
-  EXPECT(swc.code() == step5::StatusCode::kInvalidArgument && swc.message().find("threads = 32") != std::string::npos,
+  EXPECT(swc.code() == step5::StatusCode::kInvalidArgument && swc.message().find("threads = 32") != std::string::npos &&
+             swc.message().find("clusters run") != std::string::npos,
          "threads 32 on a cluster: %s", swc.to_string().c_str());
+  // the candidate algorithm with the warp rows, asked for explicitly on no rows, or through
+  // STEP5_TOPK with the algorithm left to the launcher
+  const step5::Status sw0 = step5::kernels::sm90::launch_topk(a, 0, nullptr, 1, TopkAlgo::kCandidates, -1, 32);
+  EXPECT(sw0.code() == step5::StatusCode::kInvalidArgument && sw0.message().find("candidate") != std::string::npos,
+         "threads 32 with candidates on 0 rows: %s", sw0.to_string().c_str());
+  const char* old_env = std::getenv("STEP5_TOPK");
+  const std::string saved_env = old_env != nullptr ? old_env : "";
+  setenv("STEP5_TOPK", "candidates", 1);
+  const step5::Status swe = step5::kernels::sm90::launch_topk(a, 1, nullptr, 1, TopkAlgo::kDefault, -1, 32);
+  if (old_env != nullptr) setenv("STEP5_TOPK", saved_env.c_str(), 1);
+  else unsetenv("STEP5_TOPK");
+  EXPECT(swe.code() == step5::StatusCode::kInvalidArgument && swe.message().find("STEP5_TOPK") != std::string::npos &&
+             swe.message().find("threads = 32") != std::string::npos,
+         "threads 32 with STEP5_TOPK=candidates: %s", swe.to_string().c_str());
 }
 
 GPU_CASE("topk: rows whose CTAs would pass grid.x are refused, naming rows") {

@@ -961,7 +961,8 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
 /// float4 loads in flight per lane where a whole row is swept through registers (!kSmem).
 inline constexpr int kTopkWarpLoads = 4;
 /// __launch_bounds__ minimum CTAs per SM (ptxas -v, CUDA 13.0: 44 registers staged, 48 not, no
-/// spills; 12 spilled): 40 rows in flight where the slices allow (ld <= 1024).
+/// spills; at 12 the unstaged instance spills 32 bytes, the staged one fits 40 registers — not
+/// measured): 40 rows in flight where the slices allow (ld <= 1024).
 inline constexpr int kTopkWarpMinCtas = 10;
 /// Keys of one warp's shared-memory slice for rows of stride `ld` (a multiple of 4, so that every
 /// slice is 16-byte aligned), or 0 when kTopkWarpRows slices would pass kTopkSmemKeys keys (the
@@ -1203,7 +1204,7 @@ template <class Kernel>
 inline ::step5::Status topk_allow_smem(Kernel kernel) {
   return ::step5::cuda_status(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTopkSmemKeys * 4),
-      "cudaFuncSetAttribute(topk_select_kernel, MaxDynamicSharedMemorySize)");
+      "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) of a top-k kernel");
 }
 
 /// Whether clusters of kTopkCluster selection CTAs can be resident on device `dev`
@@ -1297,15 +1298,18 @@ inline constexpr std::int64_t kTopkWarpMaxLd = 2048;
 /// 128-thread CTAs): 16 rows 24.7 / 10.8, 128 rows 25.7 / 10.8, 512 rows 27.3 / 14.3, 1024 rows
 /// 29.5 / 18.0, 4096 rows (31 per SM) 65.7 / 52.9; the warp rows win from 62 rows per SM on
 /// (bench_layer tp 8 8K prefill, 8192 rows of ld 1024: selection 78.5 -> 73.9 µs) and on the
-/// prefill-shaped launches above (248 and 496 rows per SM). 48 lies between 31 and 62; full rows
-/// at 32-62 rows per SM were not measured.
+/// prefill-shaped launches above (248 and 496 rows per SM). 48 lies between 31 and 62. Every
+/// measured win has ramped rows (a chunk without history: a quarter to a half of the rows need no
+/// selection); launches whose rows all need one at more than 31 rows per SM (a chunk after a
+/// history at ld <= 2048, e.g. 8K tokens after 8K) take the warp rows unmeasured
+/// (bench_indexer's topk/…/rows:8192/ld:2048/from:2047 and rows:16384/ld:2048/from:1024 are
+/// there to measure them).
 inline constexpr int kTopkWarpMinRowsPerSm = 48;
 
 /// Threads per row of a launch of `rows` rows on `sms` SMs with `cluster_size` CTAs per row (1 or
 /// kTopkCluster), row stride (longest row) `ld` and algorithm `algo` (resolved; the arguments of
 /// topk_default_algo): the one place the short-row rule lives. Host-callable (tests).
-inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld, TopkAlgo algo = TopkAlgo::kRadix,
-                                      long long rows = 1LL << 40, int sms = 1) {
+inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld, TopkAlgo algo, long long rows, int sms) {
   if (cluster_size != 1) return kTopkThreads;
   if (ld <= kTopkWarpMaxLd && algo == TopkAlgo::kRadix && rows >= static_cast<long long>(kTopkWarpMinRowsPerSm) * sms)
     return kTopkWarpThreads;
@@ -1327,8 +1331,10 @@ inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld, TopkAlg
 /// algo: TopkAlgo (kDefault reads STEP5_TOPK). cand_cap (kCandidates; tests): the most candidates
 /// kept, clamped to [0, kTopkCandKeys], to ld (a row never has more candidates than regions) and to
 /// the shared memory left next to the staged keys; −1 = as many as fit; 0 = always the full passes.
-/// threads (tests, benchmarks): threads per CTA, 0 = topk_cta_threads(cluster size, a.ld); 128 or
-/// 256 force one CTA per row (cluster_size 0 or 1); 512 is the only size of a cluster launch.
+/// threads (tests, benchmarks): threads per row, 0 = topk_cta_threads(cluster size, a.ld, algorithm,
+/// rows, SMs); 32 forces one warp per row (topk_warp_rows_kernel, radix only: with the candidate
+/// algorithm, asked for or from STEP5_TOPK, kInvalidArgument), 128 or 256 one CTA per row
+/// (cluster_size 0 or 1); 512 is the only size of a cluster launch.
 /// With PDL on (ops/pdl.hpp) the launch takes it as `ops::topk_launch_uses_pdl` says (not for one
 /// 512-thread CTA per row on at most one row per SM: measured faster in the layer's graph replays).
 /// Errors: kInvalidArgument (cluster_size, threads, STEP5_TOPK, rows x CTAs per row past grid.x),
@@ -1349,15 +1355,21 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
                                        std::to_string(kTopkThreads) + "-thread CTAs)");
     cluster_size = 1;
   }
-  if (rows <= 0) return ::step5::Status::Ok();
-  if (algo == TopkAlgo::kDefault) STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &algo));
-  if (threads == kTopkWarpThreads) {
-    if (algo == TopkAlgo::kCandidates)
+  if (algo == TopkAlgo::kDefault && threads == kTopkWarpThreads) {
+    TopkAlgo env = TopkAlgo::kDefault;
+    STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &env));
+    if (env == TopkAlgo::kCandidates)
       return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(kTopkWarpThreads) +
-                                       " (one warp per row) with the candidate algorithm (STEP5_TOPK or algo); the "
-                                       "warp rows run the radix select only");
+                                       " (one warp per row) with STEP5_TOPK = candidates; the warp rows run the "
+                                       "radix select only");
     algo = TopkAlgo::kRadix;
   }
+  if (threads == kTopkWarpThreads && algo == TopkAlgo::kCandidates)
+    return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(kTopkWarpThreads) +
+                                     " (one warp per row) with the candidate algorithm; the warp rows run the radix "
+                                     "select only");
+  if (rows <= 0) return ::step5::Status::Ok();
+  if (algo == TopkAlgo::kDefault) STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &algo));
   int dev = 0, sms = 0;  // (both cached by the runtime / device_sm_count: no device round trip)
   STEP5_CUDA_RETURN(cudaGetDevice(&dev));
   STEP5_RETURN_IF_ERROR(::step5::device_sm_count(dev, &sms));
@@ -1385,7 +1397,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
     auto kernel = stage > 0 ? topk_warp_rows_kernel<true> : topk_warp_rows_kernel<false>;
     if (wsmem > 48 * 1024 - topk_static_smem_max(1)) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));
     LaunchShape shape;
-    shape.grid = dim3(static_cast<unsigned>((rows + kTopkWarpRows - 1) / kTopkWarpRows));
+    shape.grid = dim3(static_cast<unsigned>((rows - 1) / kTopkWarpRows + 1));  // rows > 0 (no int overflow near INT_MAX)
     shape.block = dim3(static_cast<unsigned>(kTopkWarpRows * kTopkWarpThreads));
     shape.smem = static_cast<std::size_t>(wsmem);
     shape.pdl = ::step5::ops::topk_launch_uses_pdl(1, kTopkWarpRows * kTopkWarpThreads, rows, sms);
