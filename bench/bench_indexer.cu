@@ -643,23 +643,32 @@ int main(int argc, char** argv) {
         reg(std::string("topk/") + (algo == TopkAlgo::kRadix ? "radix" : "cand") + "_cta" + std::to_string(threads) +
                 "/rows:" + std::to_string(rows) + "/full",
             [=](benchmark::State& st) { bm_topk(st, rows, 16384, 1, algo, threads); });
-  // prefill-shaped rows (issue 15), the CTA size forced, for the short-row crossover in one run:
-  // topk/ours/rows:R/ld:L (the launcher's choice) and topk/<radix|cand>_cta<T>/rows:R/ld:L
+  // prefill-shaped rows (issue 15), the threads per row forced, for the short-row crossover in one
+  // run: topk/ours/rows:R/ld:L (the launcher's choice) and topk/<radix|cand>_cta<T>/rows:R/ld:L
+  // (T = 32: one warp per row, radix only). 32768 rows of ld 1024: bench_layer's tp 1 8K prefill
+  // (8192 tokens, four index groups).
   // The last shape is the selection of scores_prefill/tokens:16384/ctx:32768 for one index group
   // (positions 32768 .. 49151: n = 4096 .. 6143 regions), so that the top-k share of
   // indexer_prefill after a history is measured apart from its scores.
   struct TopkShape {
     int rows, ld, from;
   };
-  for (const TopkShape& sh : {TopkShape{65536, 2048, 0}, {16384, 4096, 0}, {4096, 8192, 0}, {16384, 6144, 4096}}) {
+  // Full rows of 2047-2048 keys on 16 to 8192 rows (a decode step at a 16K context, up to a short
+  // prefill): where the warp rows start to pay (kTopkWarpMinRowsPerSm); and 16384 rows of 1024 to
+  // 2048 keys (an 8K chunk after 8K of history, one index group: rows that all need a selection).
+  for (const TopkShape& sh : {TopkShape{32768, 1024, 0}, {65536, 2048, 0}, {16384, 4096, 0}, {4096, 8192, 0}, {16384, 6144, 4096},
+                              {16, 2048, 2047}, {128, 2048, 2047}, {512, 2048, 2047}, {1024, 2048, 2047}, {4096, 2048, 2047},
+                              {8192, 2048, 2047}, {16384, 2048, 1024}}) {
     const int rows = sh.rows, ld = sh.ld, from = sh.from;
     const std::string shape = "/rows:" + std::to_string(rows) + "/ld:" + std::to_string(ld) +
                               (from > 0 ? "/from:" + std::to_string(from) : "");
     reg("topk/ours" + shape, [=](benchmark::State& st) { bm_topk(st, rows, ld, 0, TopkAlgo::kDefault, 0, true, from); });
     for (TopkAlgo algo : {TopkAlgo::kCandidates, TopkAlgo::kRadix})
-      for (int threads : step5::kernels::sm90::kTopkCtaSizes)
+      for (int threads : step5::kernels::sm90::kTopkCtaSizes) {
+        if (algo == TopkAlgo::kCandidates && threads == step5::kernels::sm90::kTopkWarpThreads) continue;  // radix only
         reg(std::string("topk/") + (algo == TopkAlgo::kRadix ? "radix" : "cand") + "_cta" + std::to_string(threads) + shape,
             [=](benchmark::State& st) { bm_topk(st, rows, ld, 1, algo, threads, true, from); });
+      }
   }
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

@@ -1,15 +1,16 @@
 // GPU test of the deterministic top-k selection (SPEC.md §4.6): step5::ops::topk_select fed the
 // same fp32 scores as the CPU reference (step5/reference/select.hpp); rows and counts must be equal
 // exactly, on hard patterns (plateaus, ±inf, NaN, −0, near-equal values, keys on both sides of the
-// radix digit boundaries, a crowded threshold bin), every kernel variant (one CTA per row and a
-// cluster of kTopkCluster CTAs per row, each with keys staged in shared memory or re-read from
-// global memory; 131072-region rows) and both algorithms (TopkAlgo::kRadix and kCandidates, whose
+// radix digit boundaries, a crowded threshold bin), every kernel variant (one warp per row, one CTA
+// per row and a cluster of kTopkCluster CTAs per row, each with keys staged in shared memory or
+// re-read from global memory; 131072-region rows) and both algorithms (TopkAlgo::kRadix and kCandidates, whose
 // outputs must also be bit-identical to each other; candidate buffers exactly full and one key too
 // small, which falls back to the full radix passes), at engine batch sizes (33, 257 and 1024 decode rows of mixed histories, some empty; 1, 16,
-// 64 and 257 rows of 16384 regions; prefill-shaped rows n = position / 8 at ld 2048, 4096 and
-// 8192 on every CTA size), and bit-identical over 100 launches while a memory-streaming kernel is
-// launched on another stream each time (no assertion depends on whether the two overlap; also the
-// 128- / 256-thread radix select on prefill rows up to ld 4096 / 8192). STEP5_TOPK's parsing and
+// 64 and 257 rows of 16384 regions; prefill-shaped rows n = position / 8 at ld 1023 (rows not
+// 16-byte aligned), 2048, 4096 and 8192 on every threads-per-row size), and bit-identical over 100
+// launches while a memory-streaming kernel is launched on another stream each time (no assertion
+// depends on whether the two overlap; also the warp rows' and the 128- / 256-thread radix select
+// on prefill rows up to ld kTopkWarpMaxLd / 4096 / 8192). STEP5_TOPK's parsing and
 // refusal of a bad value are checked too.
 // Quick (sanitizer) mode, step5_test::quick(): the edge cases unchanged; the shared-memory case
 // with one 16384-region row plus every pattern at 9999 and 513; the long-row case on 50000-region
@@ -169,7 +170,8 @@ struct GpuResult {
 /// How a selection is launched: the public entry point (step5::ops::topk_select: the launcher's choice
 /// of kernel variant, STEP5_TOPK's algorithm), or kernels::sm90::launch_topk with `cluster` (0: its
 /// choice; 1 or kTopkCluster forced), `algo`, `cand_cap` (-1: as many candidates as fit) and
-/// `threads` per CTA (0: the launcher's choice; 128 / 256: the short-row CTA sizes, one CTA per row).
+/// `threads` per row (0: the launcher's choice; 32: one warp per row; 128 / 256: the short-row CTA
+/// sizes, one CTA per row).
 struct Variant {
   bool entry = false;
   int cluster = 0;
@@ -183,8 +185,9 @@ struct Variant {
            (threads != 0 ? " threads " + std::to_string(threads) : "");
   }
 };
-/// The CTA sizes forced on one-CTA-per-row launches besides the launcher's choice: every size the
-/// kernel is built for (kernels/sm90/indexer_topk.cuh, kTopkCtaSizes).
+/// The threads per row forced on one-row launches besides the launcher's choice: every size the
+/// selection is built for (kernels/sm90/indexer_topk.cuh, kTopkCtaSizes: one warp per row, and
+/// one CTA per row of 128, 256 and 512 threads).
 constexpr auto& kForcedThreads = step5::kernels::sm90::kTopkCtaSizes;
 const Variant kEntry{true};
 
@@ -296,7 +299,7 @@ void expect_identical(const Rows& R, const GpuResult& a, const GpuResult& b, con
 }
 
 /// Every variant (public entry point; one CTA per row, a cluster per row and the launcher's choice,
-/// each with both algorithms; one CTA per row also with every CTA size forced) against the
+/// each with both algorithms; one row per warp or CTA also with every size forced) against the
 /// reference, and every variant bit-identical to the radix select of the launcher's choice. With
 /// `expected`, the selections of `R` must be those of the reference on `expected`'s rows (the same
 /// scores; e.g. histories outside [0, ld] in `R`, cut to ld in `expected`).
@@ -312,7 +315,9 @@ void check_against_reference(const Rows& R, const char* what_base, const Rows* e
   }
   for (int threads : kForcedThreads) {
     variants.push_back(Variant{false, 1, TopkAlgo::kRadix, -1, threads});
-    variants.push_back(Variant{false, 1, TopkAlgo::kCandidates, -1, threads});
+    // the warp rows run the radix select only (launch_topk refuses candidates there: its own case)
+    if (threads != step5::kernels::sm90::kTopkWarpThreads)
+      variants.push_back(Variant{false, 1, TopkAlgo::kCandidates, -1, threads});
   }
   for (const Variant& v : variants) {
     const GpuResult g = run_gpu(R, v);
@@ -524,13 +529,14 @@ GPU_CASE("topk: decode-shaped rows of 16384 regions (128K tokens), 1, 16, 64 and
   }
 }
 
-GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 8192) on every CTA size, every pattern; the short-row rule") {
+GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 8192) on every threads-per-row size, every pattern") {
   // rows as indexer_select lays out a prefill chunk without history: token t's rows have
-  // n = t / 8 regions, so a quarter of them (n <= topk) select everything; ld 2048 (16K tokens),
-  // 4096 (the short-row bound kTopkShortMaxLd when it is 4096) and 8192 (kTopkMidMaxLd, the
-  // longest rows of the 256-thread CTAs), every pattern cycling through
+  // n = t / 8 regions, so a quarter of them (n <= topk) select everything; ld 1023 (odd: rows
+  // that are not 16-byte aligned take the warp rows' scalar loads), 2048 (16K tokens), 4096 (the
+  // short-row bounds kTopkWarpMaxLd and kTopkShortMaxLd when they are 4096) and 8192
+  // (kTopkMidMaxLd, the longest rows of the 256-thread CTAs), every pattern cycling through
   std::mt19937 rng(10);
-  for (int ld : {2048, 4096, 8192}) {
+  for (int ld : {1023, 2048, 4096, 8192}) {
     Rows R;
     R.topk = 512;
     R.ld = ld;
@@ -541,18 +547,96 @@ GPU_CASE("topk: prefill-shaped rows (n = position / 8 up to ld 8192) on every CT
     }
     check_against_reference(R, ("prefill rows ld " + std::to_string(ld)).c_str());
   }
-  // the rule: short rows on one CTA per row get the short-row CTA sizes, long rows and clusters 512
+}
+
+GPU_CASE("topk: the launcher's own choice takes the warp rows from kTopkWarpMinRowsPerSm rows per SM (prefill-shaped rows of ld 1024 through topk_select)") {
+  // the prefill-shaped case above has too few rows for the automatic warp rows (it forces them);
+  // here the public entry point gets exactly the rule's bound of rows, so its own choice is one
+  // warp per row (the kernel a captured launch names: the warp rows at the bound, the one-CTA
+  // kernel one row below it), against the reference and bit-identical to the forced 128-thread CTAs
   namespace k = step5::kernels::sm90;
-  EXPECT(k::topk_cta_threads(1, 2048) == k::kTopkShortThreads &&
-             k::topk_cta_threads(1, k::kTopkShortMaxLd) == k::kTopkShortThreads &&
-             k::topk_cta_threads(1, k::kTopkShortMaxLd + 1) == k::kTopkMidThreads &&
-             k::topk_cta_threads(1, k::kTopkMidMaxLd) == k::kTopkMidThreads &&
-             k::topk_cta_threads(1, k::kTopkMidMaxLd + 1) == k::kTopkThreads &&
-             k::topk_cta_threads(kTopkCluster, 2048) == k::kTopkThreads,
-         "topk_cta_threads: ld 2048 %d, ld %lld %d, ld %lld %d, cluster %d", k::topk_cta_threads(1, 2048),
-         static_cast<long long>(k::kTopkShortMaxLd + 1), k::topk_cta_threads(1, k::kTopkShortMaxLd + 1),
-         static_cast<long long>(k::kTopkMidMaxLd + 1), k::topk_cta_threads(1, k::kTopkMidMaxLd + 1),
-         k::topk_cta_threads(kTopkCluster, 2048));
+  int dev = 0, sms = 0;
+  GPU_CHECK(cudaGetDevice(&dev));
+  GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  constexpr int ld = 1024;
+  const int rows = k::kTopkWarpMinRowsPerSm * sms;
+  EXPECT(k::topk_cta_threads(1, ld, TopkAlgo::kRadix, rows, sms) == k::kTopkWarpThreads &&
+             k::topk_cta_threads(1, ld, TopkAlgo::kRadix, rows - 1, sms) == k::kTopkShortThreads,
+         "topk_cta_threads at %d / %d rows on %d SMs: %d / %d", rows, rows - 1, sms,
+         k::topk_cta_threads(1, ld, TopkAlgo::kRadix, rows, sms), k::topk_cta_threads(1, ld, TopkAlgo::kRadix, rows - 1, sms));
+  std::mt19937 rng(12);
+  Rows R;
+  R.topk = 512;
+  R.ld = ld;
+  for (int r = 0; r < rows; ++r) R.add(static_cast<int>(static_cast<long long>(r) * (ld + 1) / rows), kAll[r % kNumPatterns], rng);
+  {
+    // which kernel topk_select launches for `n` rows: the name of the one kernel node of a capture
+    step5_test::DevBuf<float> d_s(R.scores);
+    step5_test::DevBuf<std::int32_t> d_h(R.history);
+    step5_test::DevBuf<std::int32_t> d_ids(static_cast<std::size_t>(rows) * (R.topk + 1));
+    step5_test::DevBuf<std::int32_t> d_cnt(static_cast<std::size_t>(rows));
+    cudaStream_t stream;
+    GPU_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const auto launched = [&](int n) -> std::string {
+      step5::ops::TopkSelectParams p;
+      p.scores = d_s.p, p.ld = ld, p.history = d_h.p, p.rows = n, p.topk = R.topk, p.ids = d_ids.p;
+      p.ld_ids = R.topk + 1, p.counts = d_cnt.p;
+      cudaGraph_t g = nullptr;
+      GPU_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      const step5::Status st = step5::ops::topk_select(p, stream);
+      GPU_CHECK(cudaStreamEndCapture(stream, &g));
+      EXPECT(st.ok(), "topk_select of %d rows: %s", n, st.to_string().c_str());
+      std::size_t nodes = 0;
+      GPU_CHECK(cudaGraphGetNodes(g, nullptr, &nodes));
+      std::vector<cudaGraphNode_t> node(nodes);
+      if (nodes > 0) GPU_CHECK(cudaGraphGetNodes(g, node.data(), &nodes));
+      std::string name = "(no kernel node)";
+      for (cudaGraphNode_t nd : node) {
+        cudaGraphNodeType t{};
+        GPU_CHECK(cudaGraphNodeGetType(nd, &t));
+        cudaKernelNodeParams kp{};
+        const char* fn = nullptr;
+        if (t == cudaGraphNodeTypeKernel && cudaGraphKernelNodeGetParams(nd, &kp) == cudaSuccess && kp.func != nullptr &&
+            cudaFuncGetName(&fn, kp.func) == cudaSuccess && fn != nullptr)
+          name = fn;
+      }
+      GPU_CHECK(cudaGraphDestroy(g));
+      return name;
+    };
+    const std::string at = launched(rows), below = launched(rows - 1);
+    EXPECT(at.find("topk_warp_rows_kernel") != std::string::npos && below.find("topk_select_kernel") != std::string::npos,
+           "topk_select of %d rows launched %s, of %d rows %s (expected the warp rows, then the one-CTA kernel)", rows,
+           at.c_str(), rows - 1, below.c_str());
+    GPU_CHECK(cudaStreamDestroy(stream));
+  }
+  const GpuResult g = run_gpu(R, kEntry);
+  expect_reference(R, g, "warp rows by the launcher's choice [topk_select]");
+  expect_identical(R, g, run_gpu(R, Variant{false, 1, TopkAlgo::kRadix, -1, k::kTopkShortThreads}),
+                   "warp rows by the launcher's choice vs 128-thread CTAs");
+}
+
+HOST_CASE("topk: the threads-per-row rule (warp rows, short-row CTA sizes, 512, clusters)") {
+  // short rows on one CTA per row get the warp rows (radix, from kTopkWarpMinRowsPerSm rows per SM)
+  // or the short-row CTA sizes, long rows and clusters 512; on 132 SMs with many rows (`many`)
+  namespace k = step5::kernels::sm90;
+  static_assert(k::kTopkWarpMaxLd <= k::kTopkShortMaxLd, "the cases below assume the warp rows' bound first");
+  constexpr int sms = 132;
+  constexpr long long many = 1LL << 20, bound = static_cast<long long>(sms) * k::kTopkWarpMinRowsPerSm;
+  const auto t = [&](int cluster, std::int64_t ld, long long rows, TopkAlgo algo = TopkAlgo::kRadix) {
+    return k::topk_cta_threads(cluster, ld, algo, rows, sms);
+  };
+  EXPECT(t(1, 2048, many) == k::kTopkWarpThreads && t(1, k::kTopkWarpMaxLd, many) == k::kTopkWarpThreads &&
+             t(1, k::kTopkWarpMaxLd, many, TopkAlgo::kCandidates) == k::kTopkShortThreads &&
+             t(1, 2048, bound) == k::kTopkWarpThreads && t(1, 2048, bound - 1) == k::kTopkShortThreads &&
+             t(1, k::kTopkWarpMaxLd + 1, many) ==
+                 (k::kTopkWarpMaxLd < k::kTopkShortMaxLd ? k::kTopkShortThreads : k::kTopkMidThreads) &&
+             t(1, k::kTopkShortMaxLd + 1, many) == k::kTopkMidThreads && t(1, k::kTopkMidMaxLd, many) == k::kTopkMidThreads &&
+             t(1, k::kTopkMidMaxLd + 1, many) == k::kTopkThreads && t(kTopkCluster, 2048, many) == k::kTopkThreads,
+         "topk_cta_threads (132 SMs): ld 2048 %d, at the row bound %d, one row below %d, ld %lld %d, ld %lld %d, "
+         "cluster %d",
+         t(1, 2048, many), t(1, 2048, bound), t(1, 2048, bound - 1), static_cast<long long>(k::kTopkShortMaxLd + 1),
+         t(1, k::kTopkShortMaxLd + 1, many), static_cast<long long>(k::kTopkMidMaxLd + 1), t(1, k::kTopkMidMaxLd + 1, many),
+         t(kTopkCluster, 2048, many));
 }
 
 GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels running, every variant") {
@@ -563,6 +647,7 @@ GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels ru
   for (Pattern p : kAll) R.add(16384, p, rng);
   for (const Variant& v : {kEntry, Variant{false, 1, TopkAlgo::kRadix}, Variant{false, kTopkCluster, TopkAlgo::kRadix},
                            Variant{false, 1, TopkAlgo::kCandidates}, Variant{false, kTopkCluster, TopkAlgo::kCandidates},
+                           Variant{false, 1, TopkAlgo::kRadix, -1, 32},
                            Variant{false, 1, TopkAlgo::kRadix, -1, 128}, Variant{false, 1, TopkAlgo::kCandidates, -1, 128},
                            Variant{false, 1, TopkAlgo::kRadix, -1, 256}, Variant{false, 1, TopkAlgo::kCandidates, -1, 256}}) {
     bool identical = false;
@@ -571,10 +656,12 @@ GPU_CASE("topk: bit-identical over 100 launches (quick: 5) with other kernels ru
     // and the repeated result is the reference's
     expect_reference(R, g, ("repeat batch [" + v.name() + "]").c_str());
   }
-  // the short-row CTA sizes' radix select on prefill-shaped rows up to their longest rows: 128
-  // threads up to ld 4096 (kTopkShortMaxLd), 256 threads up to ld 8192 (kTopkMidMaxLd)
+  // the short-row sizes' radix select on prefill-shaped rows up to their longest rows: the warp
+  // rows up to kTopkWarpMaxLd, 128 threads up to ld 4096 (kTopkShortMaxLd), 256 threads up to ld
+  // 8192 (kTopkMidMaxLd)
   namespace k = step5::kernels::sm90;
-  for (const auto& [threads, ld] : {std::pair<int, std::int64_t>{k::kTopkShortThreads, k::kTopkShortMaxLd},
+  for (const auto& [threads, ld] : {std::pair<int, std::int64_t>{k::kTopkWarpThreads, k::kTopkWarpMaxLd},
+                                    std::pair<int, std::int64_t>{k::kTopkShortThreads, k::kTopkShortMaxLd},
                                     std::pair<int, std::int64_t>{k::kTopkMidThreads, k::kTopkMidMaxLd}}) {
     Rows P;
     P.topk = 512;
@@ -702,7 +789,8 @@ GPU_CASE("topk: PDL as ops::topk_launch_uses_pdl says, in a captured graph (few 
   GPU_CHECK(cudaGetDevice(&dev));
   GPU_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   constexpr int ld = 16384;
-  static_assert(step5::kernels::sm90::topk_cta_threads(1, ld) == step5::kernels::sm90::kTopkThreads,
+  static_assert(step5::kernels::sm90::topk_cta_threads(1, ld, TopkAlgo::kRadix, 1LL << 20, 132) ==
+                    step5::kernels::sm90::kTopkThreads,
                 "rows of 16384 keys run 512-thread CTAs (the cases below rely on it)");
   const int topk = 512, max_rows = sms + 1, few = std::min(64, sms);  // few: at most one row per SM
   step5_test::DevBuf<float> scores(static_cast<std::size_t>(max_rows) * ld);
@@ -729,7 +817,8 @@ GPU_CASE("topk: PDL as ops::topk_launch_uses_pdl says, in a captured graph (few 
                              {"num_sms rows, one 512-thread CTA each", sms, 1, 0, false},
                              {"num_sms + 1 rows, one 512-thread CTA each", sms + 1, 1, 0, true},
                              {"64 rows, one 128-thread CTA each", 64, 1, 128, true},
-                             {"64 rows, one 256-thread CTA each", 64, 1, 256, true}};
+                             {"64 rows, one 256-thread CTA each", 64, 1, 256, true},
+                             {"64 rows, one warp each (unstaged: ld 16384)", 64, 1, 32, true}};
   if (clusters) cases.push_back({"64 rows, a cluster each", 64, kTopkCluster, 0, true});
   for (const bool on : {true, false})
     for (const Case& c : cases) {
@@ -796,7 +885,8 @@ HOST_CASE("topk: invalid arguments are refused with a message (before any device
   const step5::Status sids = step5::ops::topk_select(p, nullptr);
   EXPECT(sids.code() == step5::StatusCode::kInvalidArgument && sids.message().find("ld_ids = 512") != std::string::npos,
          "ld_ids 512: %s", sids.to_string().c_str());
-  // CTA sizes: only 128, 256 and 512; a cluster runs 512-thread CTAs (refused before any launch)
+  // threads per row: only 32 (one warp), 128, 256 and 512; a cluster runs 512-thread CTAs; the warp
+  // rows run the radix select only (each refused before any device call)
   step5::kernels::sm90::TopkArgs a{};
   a.ld = 2048;
   a.topk = 512;
@@ -806,6 +896,28 @@ HOST_CASE("topk: invalid arguments are refused with a message (before any device
   const step5::Status sc = step5::kernels::sm90::launch_topk(a, 1, nullptr, kTopkCluster, TopkAlgo::kRadix, -1, 128);
   EXPECT(sc.code() == step5::StatusCode::kInvalidArgument && sc.message().find("threads = 128") != std::string::npos,
          "threads 128 on a cluster: %s", sc.to_string().c_str());
+  const step5::Status sw = step5::kernels::sm90::launch_topk(a, 1, nullptr, 1, TopkAlgo::kCandidates, -1, 32);
+  EXPECT(sw.code() == step5::StatusCode::kInvalidArgument && sw.message().find("threads = 32") != std::string::npos &&
+             sw.message().find("candidate") != std::string::npos,
+         "threads 32 with candidates: %s", sw.to_string().c_str());
+  const step5::Status swc = step5::kernels::sm90::launch_topk(a, 1, nullptr, kTopkCluster, TopkAlgo::kRadix, -1, 32);
+  EXPECT(swc.code() == step5::StatusCode::kInvalidArgument && swc.message().find("threads = 32") != std::string::npos &&
+             swc.message().find("clusters run") != std::string::npos,
+         "threads 32 on a cluster: %s", swc.to_string().c_str());
+  // the candidate algorithm with the warp rows, asked for explicitly on no rows, or through
+  // STEP5_TOPK with the algorithm left to the launcher
+  const step5::Status sw0 = step5::kernels::sm90::launch_topk(a, 0, nullptr, 1, TopkAlgo::kCandidates, -1, 32);
+  EXPECT(sw0.code() == step5::StatusCode::kInvalidArgument && sw0.message().find("candidate") != std::string::npos,
+         "threads 32 with candidates on 0 rows: %s", sw0.to_string().c_str());
+  const char* old_env = std::getenv("STEP5_TOPK");
+  const std::string saved_env = old_env != nullptr ? old_env : "";
+  setenv("STEP5_TOPK", "candidates", 1);
+  const step5::Status swe = step5::kernels::sm90::launch_topk(a, 1, nullptr, 1, TopkAlgo::kDefault, -1, 32);
+  if (old_env != nullptr) setenv("STEP5_TOPK", saved_env.c_str(), 1);
+  else unsetenv("STEP5_TOPK");
+  EXPECT(swe.code() == step5::StatusCode::kInvalidArgument && swe.message().find("STEP5_TOPK") != std::string::npos &&
+             swe.message().find("threads = 32") != std::string::npos,
+         "threads 32 with STEP5_TOPK=candidates: %s", swe.to_string().c_str());
 }
 
 GPU_CASE("topk: rows whose CTAs would pass grid.x are refused, naming rows") {

@@ -4,7 +4,9 @@
 /// cluster of kTopkCluster CTAs per row (few long rows, as in decode, and rows too long for one
 /// CTA's shared memory; see launch_topk). One CTA per row runs 512 threads on long rows and 128 or
 /// 256 threads on short ones (more rows in flight per SM; the same selection and output, bit for
-/// bit; topk_cta_threads); clusters run 512.
+/// bit; topk_cta_threads); clusters run 512; the shortest rows (prefill strides up to
+/// kTopkWarpMaxLd) take one warp per row instead (topk_warp_rows_kernel, the radix select without
+/// CTA barriers).
 ///
 /// Order: scores are mapped to order-preserving uint32 keys (NaN → 0xffffffff above +inf, −0 → +0);
 /// the selection is the first k of (key descending, region id ascending), which is unique, so the
@@ -96,10 +98,15 @@ static_assert(kTopkThreads == ::step5::ops::kTopkNoPdlCtaThreads,
 /// row's keys are few (prefill: n = position / 8 <= 2048 at 16K tokens).
 inline constexpr int kTopkShortThreads = 128;
 inline constexpr int kTopkMidThreads = 256;
-/// The CTA sizes the selection kernel is built for (template kThreads of topk_select_kernel; the
-/// one list the launcher, its tests and benchmarks use). The output is the same for every size
-/// (the same selection; the compaction differs: see compact_by_ballots); the work per thread changes.
-inline constexpr int kTopkCtaSizes[] = {kTopkShortThreads, kTopkMidThreads, kTopkThreads};
+/// Threads per row of the warp-row kernel (topk_warp_rows_kernel: one warp per row, kTopkWarpRows
+/// rows per CTA), the launch's `threads` value that names it.
+inline constexpr int kTopkWarpThreads = 32;
+inline constexpr int kTopkWarpRows = 4;
+/// The threads per row the selection is built for: the warp rows (topk_warp_rows_kernel, radix
+/// only) and the CTA sizes of topk_select_kernel (template kThreads); the one list the launcher,
+/// its tests and benchmarks use. The output is the same for every size (the same selection; the
+/// compaction differs: see compact_by_ballots); the work per thread changes.
+inline constexpr int kTopkCtaSizes[] = {kTopkWarpThreads, kTopkShortThreads, kTopkMidThreads, kTopkThreads};
 template <int kThreads>
 inline constexpr bool kTopkThreadsValid = kThreads == kTopkShortThreads || kThreads == kTopkMidThreads ||
                                           kThreads == kTopkThreads;
@@ -926,6 +933,260 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
 #endif
 }
 
+/// One WARP per selection row (threads per row kTopkWarpThreads; kTopkWarpRows rows per CTA), for
+/// short rows (issue 15's prefill: n = position / 8 regions; launch_topk's rule topk_cta_threads,
+/// kTopkWarpMaxLd). The same selection as topk_select_kernel's radix select — the same K*
+/// (prefix, mask), `need` and output, bit for bit (the first k of (key descending, id ascending)
+/// is unique) — without a CTA barrier: on a short row the one-CTA kernel's barriers, block-wide
+/// picks and scans per pass cost as much as its keys. Each warp, along the steps of the CTA kernel:
+///   1. stages its row in its own slice of the dynamic shared memory (kSmem): one bulk copy of the
+///      first 4·floor(n/4) scores when the row is 16-byte aligned (one memory round trip per row,
+///      completion on the warp's mbarrier), converted to keys in place; the rest (the last n % 4,
+///      or the whole row when it is not aligned, or every key when !kSmem) through registers; the
+///      first 8-bit digit (key >> 24) of every key is counted into the warp's 256-bin histogram
+///      in the same sweep. !kSmem (rows too long for kTopkWarpRows slices, reached only when a
+///      launch forces the warp rows) re-reads the keys from global memory in every later sweep;
+///   2. picks the threshold bin with one warp scan (lane l holds bins 255 − 8l − j, j < 8, as
+///      radix_refine's warp 0) and clears its bins; while the bin holds more keys than remain to
+///      take, the next 8-bit digit is counted over the keys with the prefix (8 keys per lane per
+///      step; a warp vote skips the step's atomics where no key has the prefix) and picked again;
+///   3. compacts in id order, 256 keys per step (lane l: keys 4l .. 4l + 3 and 128 + 4l .. 131 + 4l
+///      of the step: conflict-free 16-byte shared-memory loads), with one warp scan of the lanes'
+///      packed (greater, equal) counts per step (place_selected: SPEC §4.6 order);
+///   4. writes the current region n after the k ids, −1 padding, and count k + 1.
+/// Keys are accessed four at a time (`topk_warp_keys4`: i a multiple of 4; keys at i + j >= n
+/// are undefined and masked by the caller). Dynamic shared memory: kTopkWarpRows ×
+/// topk_warp_stage_keys(ld) keys when kSmem, so the slices bound the rows in flight per SM on
+/// longer strides (ld 4096: 3 CTAs, 12 rows; see kTopkWarpMaxLd).
+/// float4 loads in flight per lane where a whole row is swept through registers (!kSmem).
+inline constexpr int kTopkWarpLoads = 4;
+/// __launch_bounds__ minimum CTAs per SM (ptxas -v, CUDA 13.0: 44 registers staged, 48 not, no
+/// spills; at 12 the unstaged instance spills 32 bytes, the staged one fits 40 registers — not
+/// measured): 40 rows in flight where the slices allow (ld <= 1024).
+inline constexpr int kTopkWarpMinCtas = 10;
+/// Keys of one warp's shared-memory slice for rows of stride `ld` (a multiple of 4, so that every
+/// slice is 16-byte aligned), or 0 when kTopkWarpRows slices would pass kTopkSmemKeys keys (the
+/// launch then re-reads the keys from global memory: kSmem = false).
+__host__ __device__ constexpr std::int64_t topk_warp_stage_keys(std::int64_t ld) {
+  const std::int64_t s = (ld + 3) / 4 * 4;
+  return s * kTopkWarpRows <= kTopkSmemKeys ? s : 0;
+}
+
+/// The keys i .. i + 3 (i a multiple of 4) of a row of n scores at `src` (`vec`: src is 16-byte
+/// aligned), from the staged slice `keys` (kSmem) or converted from global memory; keys at or past
+/// n read as 0 (never loaded).
+template <bool kSmem>
+__device__ __forceinline__ uint4 topk_warp_keys4(const std::uint32_t* keys, const float* src, bool vec, int i, int n) {
+  if constexpr (kSmem) {
+    return i < n ? *reinterpret_cast<const uint4*>(keys + i) : make_uint4(0u, 0u, 0u, 0u);
+  } else {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (vec && i + 4 <= n) {
+      v = *reinterpret_cast<const float4*>(src + i);
+    } else {
+      if (i < n) v.x = src[i];
+      if (i + 1 < n) v.y = src[i + 1];
+      if (i + 2 < n) v.z = src[i + 2];
+      if (i + 3 < n) v.w = src[i + 3];
+    }
+    return make_uint4(i < n ? score_key(v.x) : 0u, i + 1 < n ? score_key(v.y) : 0u, i + 2 < n ? score_key(v.z) : 0u,
+                      i + 3 < n ? score_key(v.w) : 0u);
+  }
+}
+
+/// Adds the four keys `q` (ids i .. i + 3) with (key & mask) == prefix and id < n to the warp's
+/// histogram `h` at digit (key >> shift) & 0xff (warp_hist_add: every lane calls it).
+__device__ __forceinline__ void topk_warp_hist4(unsigned* h, uint4 q, int i, int n, std::uint32_t mask,
+                                                std::uint32_t prefix, int shift, int lane) {
+  warp_hist_add(h, (q.x >> shift) & 0xffu, i < n && (q.x & mask) == prefix, lane);
+  warp_hist_add(h, (q.y >> shift) & 0xffu, i + 1 < n && (q.y & mask) == prefix, lane);
+  warp_hist_add(h, (q.z >> shift) & 0xffu, i + 2 < n && (q.z & mask) == prefix, lane);
+  warp_hist_add(h, (q.w >> shift) & 0xffu, i + 3 < n && (q.w & mask) == prefix, lane);
+}
+
+/// Whether any of the four keys `q` (ids i .. i + 3, those < n) has (key & mask) == prefix.
+__device__ __forceinline__ bool topk_warp_any4(uint4 q, int i, int n, std::uint32_t mask, std::uint32_t prefix) {
+  return (i < n && (q.x & mask) == prefix) || (i + 1 < n && (q.y & mask) == prefix) ||
+         (i + 2 < n && (q.z & mask) == prefix) || (i + 3 < n && (q.w & mask) == prefix);
+}
+
+/// Greater / equal bits (bit j: key i + j, ids < n) of four keys against K* = (prefix, mask).
+__device__ __forceinline__ void topk_warp_classify4(uint4 q, int i, int n, std::uint32_t mask, std::uint32_t prefix,
+                                                    unsigned& gt, unsigned& eq) {
+  const std::uint32_t k4[4] = {q.x & mask, q.y & mask, q.z & mask, q.w & mask};
+  gt = 0;
+  eq = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const bool in = i + j < n;
+    gt |= static_cast<unsigned>(in && k4[j] > prefix) << j;
+    eq |= static_cast<unsigned>(in && k4[j] == prefix) << j;
+  }
+}
+
+template <bool kSmem>
+__global__ void __launch_bounds__(kTopkWarpRows * kTopkWarpThreads, kTopkWarpMinCtas) topk_warp_rows_kernel(TopkArgs a, int rows,
+                                                                                          int stage_keys) {
+#if STEP5_SM90A_DEVICE
+  __shared__ __align__(16) unsigned hist[kTopkWarpRows][256];
+  __shared__ std::uint64_t wbar[kTopkWarpRows];  // kSmem: each warp's staging copy
+  extern __shared__ __align__(16) std::uint32_t wkeys[];
+  const int lane = static_cast<int>(threadIdx.x) & 31, warp = static_cast<int>(threadIdx.x) >> 5;
+  const int r = static_cast<int>(blockIdx.x) * kTopkWarpRows + warp;
+  pdl_wait();  // the scores belong to the previous kernel
+  if (r >= rows) return;  // the last CTA's spare warps (no CTA barrier follows)
+  TopkRow row{0, 0};
+  if (lane == 0) row = topk_row(a, r);
+  const int n = __shfl_sync(0xffffffffu, row.n, 0);
+  const std::int64_t orow = __shfl_sync(0xffffffffu, static_cast<long long>(row.orow), 0);
+  const int k = n < a.topk ? n : a.topk;
+  std::int32_t* const out = a.ids + orow * a.ld_ids;
+  std::uint32_t prefix = 0, mask = 0;
+  unsigned need = static_cast<unsigned>(n);  // k == n: every id (mask 0: every key equals the prefix)
+  std::uint32_t* const keys = wkeys + static_cast<std::int64_t>(warp) * stage_keys;
+  const float* const src = a.scores + static_cast<std::int64_t>(r) * a.ld;
+  const bool vec = (reinterpret_cast<std::uintptr_t>(src) & 15u) == 0;
+  if (k != n) {
+    unsigned* const h = hist[warp];
+    // 1. clear the histogram (lane l: bins 8l .. 8l + 7), stage the keys, count the first digit
+    reinterpret_cast<uint4*>(h)[2 * lane] = make_uint4(0u, 0u, 0u, 0u);
+    reinterpret_cast<uint4*>(h)[2 * lane + 1] = make_uint4(0u, 0u, 0u, 0u);
+    __syncwarp();
+    int staged = 0;  // keys [0, staged) staged and counted by the bulk copy below
+    if constexpr (kSmem) {
+      // a 16-byte aligned row: one bulk copy of its first 4·floor(n/4) scores into the slice (one
+      // memory round trip per row), then converted in place and counted; the last n % 4 below
+      const int n4 = vec ? n / 4 : 0;
+      if (n4 > 0) {
+        if (lane == 0) {
+          ptx::mbar_init(&wbar[warp], 1);
+          ptx::fence_mbarrier_init_cluster();
+          ptx::mbar_arrive_expect_tx(&wbar[warp], static_cast<unsigned>(n4) * 16u);
+          ptx::bulk_copy_g2s(ptx::smem_u32(keys), src, static_cast<std::uint32_t>(n4) * 16u, &wbar[warp]);
+        }
+        __syncwarp();
+        ptx::mbar_wait(&wbar[warp], 0);
+        staged = 4 * n4;
+        for (int base = 0; base < staged; base += 128) {
+          const int i = base + 4 * lane;
+          uint4 q = make_uint4(0u, 0u, 0u, 0u);
+          if (i < staged) {
+            const float4 v = *reinterpret_cast<const float4*>(keys + i);
+            q = make_uint4(score_key(v.x), score_key(v.y), score_key(v.z), score_key(v.w));
+            *reinterpret_cast<uint4*>(keys + i) = q;
+          }
+          topk_warp_hist4(h, q, i, staged, 0u, 0u, kTopkRadixHi - 8, lane);
+        }
+      }
+    }
+    // the keys not bulk-copied (all of them without kSmem, or in a row that is not 16-byte aligned;
+    // else the last n % 4), through registers: kLoads float4 loads in flight per lane
+    constexpr int kLoads = kSmem ? 1 : kTopkWarpLoads;
+    constexpr int kStep = 4 * 32 * kLoads;
+    for (int base = staged; base < n; base += kStep) {
+      uint4 q[kLoads];
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) q[j] = topk_warp_keys4<false>(nullptr, src, vec, base + 128 * j + 4 * lane, n);
+#pragma unroll
+      for (int j = 0; j < kLoads; ++j) {
+        const int i = base + 128 * j + 4 * lane;
+        if (kSmem && i < n) *reinterpret_cast<uint4*>(keys + i) = q[j];
+        topk_warp_hist4(h, q[j], i, n, 0u, 0u, kTopkRadixHi - 8, lane);
+      }
+    }
+    __syncwarp();
+    // 2. the digit passes: pick the threshold bin; while it holds more keys than remain to take,
+    //    count the next digit over the keys with the prefix
+    unsigned krem = static_cast<unsigned>(k);
+#pragma unroll 1
+    for (int shift = kTopkRadixHi - 8;; shift -= 8) {
+      if (shift != kTopkRadixHi - 8) {
+        for (int base = 0; base < n; base += 256) {
+          const int i0 = base + 4 * lane, i1 = i0 + 128;
+          const uint4 q0 = topk_warp_keys4<kSmem>(keys, src, vec, i0, n);
+          const uint4 q1 = topk_warp_keys4<kSmem>(keys, src, vec, i1, n);
+          if (__any_sync(0xffffffffu, topk_warp_any4(q0, i0, n, mask, prefix) || topk_warp_any4(q1, i1, n, mask, prefix))) {
+            topk_warp_hist4(h, q0, i0, n, mask, prefix, shift, lane);
+            topk_warp_hist4(h, q1, i1, n, mask, prefix, shift, lane);
+          }
+        }
+        __syncwarp();
+      }
+      // lane l: bins 255 - 8l - j (j < 8), the highest first; read, then cleared for the next pass
+      uint4* const h4 = reinterpret_cast<uint4*>(h);
+      const uint4 u1 = h4[63 - 2 * lane], u0 = h4[62 - 2 * lane];
+      h4[63 - 2 * lane] = make_uint4(0u, 0u, 0u, 0u);
+      h4[62 - 2 * lane] = make_uint4(0u, 0u, 0u, 0u);
+      const unsigned c[8] = {u1.w, u1.z, u1.y, u1.x, u0.w, u0.z, u0.y, u0.x};
+      unsigned s = 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) s += c[j];
+      unsigned above = warp_inclusive_sum(s, lane) - s;
+      // the one bin with above < krem <= above + count (the bins partition the keys above it)
+      unsigned pd = 0, pa = 0, pc = 0;
+      bool found = false;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        if (above < krem && above + c[j] >= krem) {
+          found = true;
+          pd = 255u - 8u * static_cast<unsigned>(lane) - static_cast<unsigned>(j);
+          pa = above;
+          pc = c[j];
+        }
+        above += c[j];
+      }
+      const int from = __ffs(__ballot_sync(0xffffffffu, found)) - 1;
+      pd = __shfl_sync(0xffffffffu, pd, from);
+      pa = __shfl_sync(0xffffffffu, pa, from);
+      pc = __shfl_sync(0xffffffffu, pc, from);
+      krem -= pa;
+      prefix |= pd << shift;
+      mask |= 0xffu << shift;
+      if (pc == krem || shift == 0) break;  // every key with this prefix is taken (uniform over the warp)
+      __syncwarp();  // every lane's bins are cleared before the next pass adds to them
+    }
+    need = krem;
+  }
+  pdl_launch_dependents();
+  if (k != n) {
+    // 3. compaction in id order: selected = (key & mask) > prefix, or == prefix among the first `need`
+    unsigned gt_c = 0, eq_c = 0;  // over the earlier steps
+    for (int base = 0; base < n; base += 256) {
+      if (gt_c + (eq_c < need ? eq_c : need) >= static_cast<unsigned>(k)) break;  // uniform
+      const int i0 = base + 4 * lane, i1 = i0 + 128;
+      unsigned g0, e0, g1, e1;
+      topk_warp_classify4(topk_warp_keys4<kSmem>(keys, src, vec, i0, n), i0, n, mask, prefix, g0, e0);
+      topk_warp_classify4(topk_warp_keys4<kSmem>(keys, src, vec, i1, n), i1, n, mask, prefix, g1, e1);
+      // packed counts (8 bits each: a field sums at most 4 keys of 32 lanes): greater / equal of
+      // the first 128 keys, then of the second 128
+      const unsigned cnt = static_cast<unsigned>(__popc(g0)) | static_cast<unsigned>(__popc(e0)) << 8 |
+                           static_cast<unsigned>(__popc(g1)) << 16 | static_cast<unsigned>(__popc(e1)) << 24;
+      const unsigned incl = warp_inclusive_sum(cnt, lane);
+      const unsigned total = __shfl_sync(0xffffffffu, incl, 31), before = incl - cnt;
+      const unsigned tg0 = total & 0xffu, te0 = (total >> 8) & 0xffu;
+      unsigned gt_b = gt_c + (before & 0xffu), eq_b = eq_c + ((before >> 8) & 0xffu);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if ((g0 >> j) & 1u) place_selected(out, true, i0 + j, gt_b, eq_b, need);
+        else if ((e0 >> j) & 1u) place_selected(out, false, i0 + j, gt_b, eq_b, need);
+      }
+      gt_b = gt_c + tg0 + ((before >> 16) & 0xffu);
+      eq_b = eq_c + te0 + (before >> 24);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if ((g1 >> j) & 1u) place_selected(out, true, i1 + j, gt_b, eq_b, need);
+        else if ((e1 >> j) & 1u) place_selected(out, false, i1 + j, gt_b, eq_b, need);
+      }
+      gt_c += tg0 + ((total >> 16) & 0xffu);
+      eq_c += te0 + (total >> 24);
+    }
+  }
+  // 4. the current region after the k ids (k == n: the ids 0 .. n - 1 first), −1 padding, the count
+  for (int j = (k == n ? 0 : k) + lane; j <= a.topk; j += 32) out[j] = j < k ? j : j == k ? n : -1;
+  if (lane == 0) a.counts[orow] = k + 1;
+#endif
+}
+
 /// Launch shape of the selection kernel: `rows` rows of kc CTAs (a cluster when kc > 1) of
 /// `threads` threads, `smem` dynamic bytes.
 inline LaunchShape topk_launch_shape(int rows, int kc, int smem, int threads = kTopkThreads) {
@@ -943,7 +1204,7 @@ template <class Kernel>
 inline ::step5::Status topk_allow_smem(Kernel kernel) {
   return ::step5::cuda_status(
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTopkSmemKeys * 4),
-      "cudaFuncSetAttribute(topk_select_kernel, MaxDynamicSharedMemorySize)");
+      "cudaFuncSetAttribute(MaxDynamicSharedMemorySize) of a top-k kernel");
 }
 
 /// Whether clusters of kTopkCluster selection CTAs can be resident on device `dev`
@@ -999,7 +1260,8 @@ inline constexpr TopkAlgo topk_default_algo(int cluster_size, std::int64_t ld) {
   return cluster_size == 1 && ld >= kTopkCandMinKeys ? TopkAlgo::kCandidates : TopkAlgo::kRadix;
 }
 
-/// Short rows (issue 15, prefill: n = position / 8, so ld <= 2048 at 16K tokens): a 512-thread CTA
+/// Short rows (issue 15, prefill: n = position / 8, so ld <= 2048 at 16K tokens; the shortest take
+/// the warp rows first, kTopkWarpMaxLd): a 512-thread CTA
 /// pays the same barriers and scans for 2048 keys as for 16384, and only 2 fit on an SM (60-64
 /// registers); smaller CTAs put more rows in flight (ptxas -v, CUDA 13.0: 256 threads 48 registers,
 /// 5 CTAs per SM; 128 threads 40 registers, 11-12 CTAs per SM at ld <= 4096). Measured on the H200
@@ -1021,11 +1283,36 @@ inline constexpr std::int64_t kTopkMidMaxLd = 8192;
 /// 64 127.6 -> 124.4, tp 1 batch 64 138.8 -> 136.7, 512 rows unchanged.
 inline constexpr bool topk_owner_masks_pay(int rows, int sms) { return rows <= sms; }
 
-/// Threads per CTA of a launch with `cluster_size` CTAs per row (1 or kTopkCluster) and row stride
-/// (longest row) `ld` (the arguments of topk_default_algo): the one place the short-row rule
-/// lives. Host-callable (tests).
-inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld) {
+/// Rows of at most this stride take one warp per row (topk_warp_rows_kernel) with the radix select.
+/// Measured on an H100 (bench/RESULTS.md, forty-fourth session, bench_indexer prefill-shaped rows
+/// whose n ramps from 0 to ld, µs, warp rows with the bulk staging against 128-thread CTAs in one
+/// binary): 32768 rows of ld 1024 89.4 against 150.8 (0.59), 65536 of ld 2048 388.7 against
+/// 469.2 (0.83), 16384 of ld 4096 311.5 against 223.6 (1.39: the slices leave 12 rows in flight
+/// per SM), 4096 of ld 8192 395.3 against 147.8. bench_layer's prefill selection stage (scores +
+/// top-k, µs): tp 1 8K 247.1 -> 193.4, tp 8 8K 78.5 -> 73.9; the 32K rows (ld 4096) unchanged.
+inline constexpr std::int64_t kTopkWarpMaxLd = 2048;
+/// ... and only where the launch has at least this many rows per SM: a warp takes a row longer than
+/// a 128-thread CTA does, which pays where many waves of rows queue for the SMs, not where a few
+/// rows (a decode step at a short context) or about one wave are the whole launch. Measured on an
+/// H100 (forty-fourth session, call 3, full rows of 2047-2048 keys, µs, warp rows against
+/// 128-thread CTAs): 16 rows 24.7 / 10.8, 128 rows 25.7 / 10.8, 512 rows 27.3 / 14.3, 1024 rows
+/// 29.5 / 18.0, 4096 rows (31 per SM) 65.7 / 52.9; the warp rows win from 62 rows per SM on
+/// (bench_layer tp 8 8K prefill, 8192 rows of ld 1024: selection 78.5 -> 73.9 µs) and on the
+/// prefill-shaped launches above (248 and 496 rows per SM). 48 lies between 31 and 62. Every
+/// measured win has ramped rows (a chunk without history: a quarter to a half of the rows need no
+/// selection); launches whose rows all need one at more than 31 rows per SM (a chunk after a
+/// history at ld <= 2048, e.g. 8K tokens after 8K) take the warp rows unmeasured
+/// (bench_indexer's topk/…/rows:8192/ld:2048/from:2047 and rows:16384/ld:2048/from:1024 are
+/// there to measure them).
+inline constexpr int kTopkWarpMinRowsPerSm = 48;
+
+/// Threads per row of a launch of `rows` rows on `sms` SMs with `cluster_size` CTAs per row (1 or
+/// kTopkCluster), row stride (longest row) `ld` and algorithm `algo` (resolved; the arguments of
+/// topk_default_algo): the one place the short-row rule lives. Host-callable (tests).
+inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld, TopkAlgo algo, long long rows, int sms) {
   if (cluster_size != 1) return kTopkThreads;
+  if (ld <= kTopkWarpMaxLd && algo == TopkAlgo::kRadix && rows >= static_cast<long long>(kTopkWarpMinRowsPerSm) * sms)
+    return kTopkWarpThreads;
   return ld <= kTopkShortMaxLd ? kTopkShortThreads : ld <= kTopkMidMaxLd ? kTopkMidThreads : kTopkThreads;
 }
 
@@ -1044,8 +1331,10 @@ inline constexpr int topk_cta_threads(int cluster_size, std::int64_t ld) {
 /// algo: TopkAlgo (kDefault reads STEP5_TOPK). cand_cap (kCandidates; tests): the most candidates
 /// kept, clamped to [0, kTopkCandKeys], to ld (a row never has more candidates than regions) and to
 /// the shared memory left next to the staged keys; −1 = as many as fit; 0 = always the full passes.
-/// threads (tests, benchmarks): threads per CTA, 0 = topk_cta_threads(cluster size, a.ld); 128 or
-/// 256 force one CTA per row (cluster_size 0 or 1); 512 is the only size of a cluster launch.
+/// threads (tests, benchmarks): threads per row, 0 = topk_cta_threads(cluster size, a.ld, algorithm,
+/// rows, SMs); 32 forces one warp per row (topk_warp_rows_kernel, radix only: with the candidate
+/// algorithm, asked for or from STEP5_TOPK, kInvalidArgument), 128 or 256 one CTA per row
+/// (cluster_size 0 or 1); 512 is the only size of a cluster launch.
 /// With PDL on (ops/pdl.hpp) the launch takes it as `ops::topk_launch_uses_pdl` says (not for one
 /// 512-thread CTA per row on at most one row per SM: measured faster in the layer's graph replays).
 /// Errors: kInvalidArgument (cluster_size, threads, STEP5_TOPK, rows x CTAs per row past grid.x),
@@ -1057,8 +1346,8 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
                                      ", expected 0, 1 or " + std::to_string(kTopkCluster));
   if (threads != 0 && std::find(std::begin(kTopkCtaSizes), std::end(kTopkCtaSizes), threads) == std::end(kTopkCtaSizes))
     return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(threads) + ", expected 0, " +
-                                     std::to_string(kTopkShortThreads) + ", " + std::to_string(kTopkMidThreads) +
-                                     " or " + std::to_string(kTopkThreads));
+                                     std::to_string(kTopkWarpThreads) + ", " + std::to_string(kTopkShortThreads) +
+                                     ", " + std::to_string(kTopkMidThreads) + " or " + std::to_string(kTopkThreads));
   if (threads != 0 && threads != kTopkThreads) {
     if (cluster_size == kTopkCluster)
       return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(threads) + " with cluster_size = " +
@@ -1066,6 +1355,19 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
                                        std::to_string(kTopkThreads) + "-thread CTAs)");
     cluster_size = 1;
   }
+  if (algo == TopkAlgo::kDefault && threads == kTopkWarpThreads) {
+    TopkAlgo env = TopkAlgo::kDefault;
+    STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &env));
+    if (env == TopkAlgo::kCandidates)
+      return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(kTopkWarpThreads) +
+                                       " (one warp per row) with STEP5_TOPK = candidates; the warp rows run the "
+                                       "radix select only");
+    algo = TopkAlgo::kRadix;
+  }
+  if (threads == kTopkWarpThreads && algo == TopkAlgo::kCandidates)
+    return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(kTopkWarpThreads) +
+                                     " (one warp per row) with the candidate algorithm; the warp rows run the radix "
+                                     "select only");
   if (rows <= 0) return ::step5::Status::Ok();
   if (algo == TopkAlgo::kDefault) STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &algo));
   int dev = 0, sms = 0;  // (both cached by the runtime / device_sm_count: no device round trip)
@@ -1088,7 +1390,19 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
                                      std::to_string(cluster_size) + " CTAs per row, expected <= " +
                                      std::to_string(kMaxGridDimX / cluster_size) + " (grid.x)");
   if (algo == TopkAlgo::kDefault) algo = topk_default_algo(cluster_size, a.ld);
-  if (threads == 0) threads = topk_cta_threads(cluster_size, a.ld);
+  if (threads == 0) threads = topk_cta_threads(cluster_size, a.ld, algo, rows, sms);
+  if (threads == kTopkWarpThreads) {  // one warp per row (radix: checked above)
+    const std::int64_t stage = topk_warp_stage_keys(a.ld);
+    const int wsmem = static_cast<int>(stage * kTopkWarpRows * 4);
+    auto kernel = stage > 0 ? topk_warp_rows_kernel<true> : topk_warp_rows_kernel<false>;
+    if (wsmem > 48 * 1024 - topk_static_smem_max(1)) STEP5_RETURN_IF_ERROR(topk_allow_smem(kernel));
+    LaunchShape shape;
+    shape.grid = dim3(static_cast<unsigned>((rows - 1) / kTopkWarpRows + 1));  // rows > 0 (no int overflow near INT_MAX)
+    shape.block = dim3(static_cast<unsigned>(kTopkWarpRows * kTopkWarpThreads));
+    shape.smem = static_cast<std::size_t>(wsmem);
+    shape.pdl = ::step5::ops::topk_launch_uses_pdl(1, kTopkWarpRows * kTopkWarpThreads, rows, sms);
+    return launch_kernel("topk_warp_rows_kernel launch", kernel, shape, stream, a, rows, static_cast<int>(stage));
+  }
   const std::int64_t slice = (a.ld + cluster_size - 1) / cluster_size;
   const bool smem_keys = slice <= kTopkSmemKeys;
   const bool cand = algo == TopkAlgo::kCandidates;
