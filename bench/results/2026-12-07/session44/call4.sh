@@ -4,7 +4,11 @@
 # machine (nvcc 13.0, sm_90a, Release; `cmake --build build --target test_topk bench_indexer`) from
 # the tree after the review's mends: the final rule (48 rows per SM), the new GPU case (the
 # launcher's own choice named by a captured launch), the PDL case's warp-row entry (the unstaged
-# instance), and bench_indexer's full-row shapes.
+# instance), and bench_indexer's full-row shapes. To prepare it again (build-carry/ is git-ignored):
+#   cmake --build build --target test_topk bench_indexer && mkdir -p build-carry &&
+#   cp build/tests/test_topk build/bench/bench_indexer build-carry/ && strip build-carry/*
+# (the device has CUDA 13.0's libcudart / libcublasLt; about 60 MB stripped, under the 64 MiB carry).
+# Refused in the forty-fourth session (267 s of device time left): not run.
 set -u
 O=${OUT:-/tmp/o}; mkdir -p $O/logs; T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s]"; }
