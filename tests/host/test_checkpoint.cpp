@@ -390,6 +390,14 @@ TEST_CASE("reader: malformed files give clear errors and never crash") {
                     {"overflows"});
   expect_file_error("offsets_3.safetensors", st_image(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,8,16]}})", data16),
                     {"array of 3 elements"});
+  // a data_offsets element of JSON nested 100000 deep (200 KB, far below the header limit): named
+  // by its JSON type (the message used to dump() it, a recursion that overflowed the stack)
+  {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    expect_file_error("deep_offsets.safetensors",
+                      st_image(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[)" + deep + R"(,16]}})", data16),
+                      {"'t'", "data_offsets must be non-negative integers, got [a JSON array, 16]"});
+  }
   expect_file_error("meta_not_strings.safetensors", st_image(R"({"__metadata__":{"a":1}})", ""), {"'__metadata__'", "must be a string"});
   // overlapping and out-of-order tensors are accepted (the format allows them)
   {
