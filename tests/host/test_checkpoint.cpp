@@ -332,6 +332,13 @@ TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
   expect_error([&] { write_safetensors(big, {neg}); }, StatusCode::kInvalidArgument, {"'n' has a negative dim in [-1, 4]"});
   neg.shape = {std::int64_t{1} << 62, 4};
   expect_error([&] { write_safetensors(big, {neg}); }, StatusCode::kInvalidArgument, {"'n': shape", "overflows 64-bit sizes"});
+  // a tensor name or metadata string that is not UTF-8 (JSON text must be; the reader refuses
+  // such a header as malformed): refused naming it, as step5::Error, before any file is written
+  // (nlohmann's type_error 316 escaped from the header's dump)
+  expect_error([&] { SafetensorsWriter w(big, {{"a\xff", DType::kU8, {1}}}); }, StatusCode::kInvalidArgument,
+               {"tensor name 'a\\xff'", "not valid UTF-8"});
+  expect_error([&] { SafetensorsWriter w(big, {{"a", DType::kU8, {1}}}, {{"k", "v\xc3"}}); },
+               StatusCode::kInvalidArgument, {"'__metadata__' entry 'k'", "not valid UTF-8"});
   CHECK_FALSE(fs::exists(big));
 }
 

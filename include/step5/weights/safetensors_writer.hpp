@@ -4,7 +4,8 @@
 /// `SafetensorsWriter` (header first, then the tensors' bytes appended in order) and
 /// `write_safetensors` for tensors held in memory. Errors throw `step5::Error` naming the file
 /// (and tensor): kIoError on create/write/close failures, kInvalidArgument on misuse (invalid or
-/// duplicate name, negative dim, more or fewer bytes than the header declares, a view without data).
+/// duplicate name, a name or metadata string not valid UTF-8, negative dim, more or fewer bytes
+/// than the header declares, a view without data).
 ///
 /// Host only (g++); needs nlohmann-json.
 #include <algorithm>  // std::any_of
@@ -23,6 +24,19 @@
 #include "step5/weights/safetensors_reader.hpp"  // detail::quote_name (names in messages)
 
 namespace step5 {
+
+namespace detail {
+/// True when `s` can be JSON text (valid UTF-8; nlohmann's dump throws type_error 316 otherwise,
+/// and the reader refuses such a header as malformed JSON).
+inline bool json_string_ok(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+}  // namespace detail
 
 /// Name, dtype and shape of a tensor to be written.
 struct TensorSpec {
@@ -49,7 +63,12 @@ class SafetensorsWriter {
     nlohmann::ordered_json h = nlohmann::ordered_json::object();
     if (!metadata.empty()) {
       nlohmann::ordered_json m = nlohmann::ordered_json::object();
-      for (const auto& [k, v] : metadata) m[k] = v;
+      for (const auto& [k, v] : metadata) {
+        if (!detail::json_string_ok(k) || !detail::json_string_ok(v))
+          throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': '__metadata__' entry " +
+                                                        detail::quote_name(k) + ": key or value is not valid UTF-8");
+        m[k] = v;
+      }
       h["__metadata__"] = m;
     }
     std::uint64_t off = 0;
@@ -58,6 +77,9 @@ class SafetensorsWriter {
       if (s.name.empty() || s.name == "__metadata__" || seen[s.name]++)
         throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': invalid or duplicate tensor name " +
                                                       detail::quote_name(s.name));
+      if (!detail::json_string_ok(s.name))
+        throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': tensor name " +
+                                                      detail::quote_name(s.name) + " is not valid UTF-8");
       for (auto d : s.shape)
         if (d < 0)
           throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': tensor " +
