@@ -339,6 +339,20 @@ TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
                {"tensor name 'a\\xff'", "not valid UTF-8"});
   expect_error([&] { SafetensorsWriter w(big, {{"a", DType::kU8, {1}}}, {{"k", "v\xc3"}}); },
                StatusCode::kInvalidArgument, {"'__metadata__' entry 'k'", "not valid UTF-8"});
+  // append: a length past the declared bytes is refused however large (written + n wrapped past
+  // 2^64, passed the check, and fwrite read 2^64 - 1 bytes from a 4-byte buffer: 'failed: Success')
+  {
+    const std::string p = tmp_path("append_wrap.safetensors");
+    SafetensorsWriter w(p, {{"a", DType::kU8, {4}}});
+    const unsigned char b[4] = {1, 2, 3, 4};
+    w.append(b, 1);
+    expect_error([&] { w.append(b, ~std::uint64_t{0}); }, StatusCode::kInvalidArgument,
+                 {"append_wrap.safetensors", "1 data bytes written, 18446744073709551615 more appended",
+                  "the header declares 4"});
+    w.append(b + 1, 3);
+    w.finish();
+    CHECK(to_float_vector(SafetensorsFile(p).view("a")) == std::vector<float>{1, 2, 3, 4});
+  }
   CHECK_FALSE(fs::exists(big));
 }
 

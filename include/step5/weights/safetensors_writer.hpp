@@ -117,9 +117,10 @@ class SafetensorsWriter {
 
   /// Appends `n` bytes of data (continuing the current tensor, then the next ones).
   void append(const void* bytes, std::uint64_t n) {
-    if (written_ + n > total_)
-      throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path_ + "': " + std::to_string(written_ + n) +
-                                                    " data bytes appended, the header declares " + std::to_string(total_));
+    if (n > total_ - written_)  // (written_ + n could wrap past 2^64)
+      throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path_ + "': " + std::to_string(written_) +
+                                                    " data bytes written, " + std::to_string(n) +
+                                                    " more appended, the header declares " + std::to_string(total_));
     put(bytes, n);
     written_ += n;
   }
