@@ -353,6 +353,11 @@ TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
     w.finish();
     CHECK(to_float_vector(SafetensorsFile(p).view("a")) == std::vector<float>{1, 2, 3, 4});
   }
+  // a header above the reader's limit (here a metadata value of kSafetensorsMaxHeaderBytes bytes)
+  // is refused by the writer, before any file is written (it wrote a file the reader refuses)
+  expect_error([&] {
+    SafetensorsWriter w(big, {}, {{"m", std::string(kSafetensorsMaxHeaderBytes, 'x')}});
+  }, StatusCode::kInvalidArgument, {"header of", "exceeds the reader's limit of 100000000 bytes"});
   CHECK_FALSE(fs::exists(big));
 }
 

@@ -4,8 +4,9 @@
 /// `SafetensorsWriter` (header first, then the tensors' bytes appended in order) and
 /// `write_safetensors` for tensors held in memory. Errors throw `step5::Error` naming the file
 /// (and tensor): kIoError on create/write/close failures, kInvalidArgument on misuse (invalid or
-/// duplicate name, a name or metadata string not valid UTF-8, negative dim, more or fewer bytes
-/// than the header declares, a view without data).
+/// duplicate name, a name or metadata string not valid UTF-8, negative dim, a header above the
+/// reader's kSafetensorsMaxHeaderBytes, more or fewer bytes than the header declares, a view
+/// without data).
 ///
 /// Host only (g++); needs nlohmann-json.
 #include <algorithm>  // std::any_of
@@ -101,6 +102,10 @@ class SafetensorsWriter {
     total_ = off;
     std::string text = h.dump();
     while (text.size() % 8) text += ' ';
+    if (text.size() > kSafetensorsMaxHeaderBytes)  // the reader would refuse the file
+      throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': header of " +
+                                                    std::to_string(text.size()) + " bytes exceeds the reader's limit of " +
+                                                    std::to_string(kSafetensorsMaxHeaderBytes) + " bytes");
     f_ = std::fopen(path.c_str(), "wb");
     if (!f_) throw Error(StatusCode::kIoError, "cannot create '" + path + "': " + std::strerror(errno));
     std::uint8_t len[8];
