@@ -332,6 +332,32 @@ TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
   expect_error([&] { write_safetensors(big, {neg}); }, StatusCode::kInvalidArgument, {"'n' has a negative dim in [-1, 4]"});
   neg.shape = {std::int64_t{1} << 62, 4};
   expect_error([&] { write_safetensors(big, {neg}); }, StatusCode::kInvalidArgument, {"'n': shape", "overflows 64-bit sizes"});
+  // a tensor name or metadata string that is not UTF-8 (JSON text must be; the reader refuses
+  // such a header as malformed): refused naming it, as step5::Error, before any file is written
+  // (nlohmann's type_error 316 escaped from the header's dump)
+  expect_error([&] { SafetensorsWriter w(big, {{"a\xff", DType::kU8, {1}}}); }, StatusCode::kInvalidArgument,
+               {"tensor name 'a\\xff'", "not valid UTF-8"});
+  expect_error([&] { SafetensorsWriter w(big, {{"a", DType::kU8, {1}}}, {{"k", "v\xc3"}}); },
+               StatusCode::kInvalidArgument, {"'__metadata__' entry 'k'", "not valid UTF-8"});
+  // append: a length past the declared bytes is refused however large (written + n wrapped past
+  // 2^64, passed the check, and fwrite read 2^64 - 1 bytes from a 4-byte buffer: 'failed: Success')
+  {
+    const std::string p = tmp_path("append_wrap.safetensors");
+    SafetensorsWriter w(p, {{"a", DType::kU8, {4}}});
+    const unsigned char b[4] = {1, 2, 3, 4};
+    w.append(b, 1);
+    expect_error([&] { w.append(b, ~std::uint64_t{0}); }, StatusCode::kInvalidArgument,
+                 {"append_wrap.safetensors", "1 data bytes written, 18446744073709551615 more appended",
+                  "the header declares 4"});
+    w.append(b + 1, 3);
+    w.finish();
+    CHECK(to_float_vector(SafetensorsFile(p).view("a")) == std::vector<float>{1, 2, 3, 4});
+  }
+  // a header above the reader's limit (here a metadata value of kSafetensorsMaxHeaderBytes bytes)
+  // is refused by the writer, before any file is written (it wrote a file the reader refuses)
+  expect_error([&] {
+    SafetensorsWriter w(big, {}, {{"m", std::string(kSafetensorsMaxHeaderBytes, 'x')}});
+  }, StatusCode::kInvalidArgument, {"header of", "exceeds the reader's limit of 100000000 bytes"});
   CHECK_FALSE(fs::exists(big));
 }
 
@@ -390,6 +416,14 @@ TEST_CASE("reader: malformed files give clear errors and never crash") {
                     {"overflows"});
   expect_file_error("offsets_3.safetensors", st_image(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,8,16]}})", data16),
                     {"array of 3 elements"});
+  // a data_offsets element of JSON nested 100000 deep (200 KB, far below the header limit): named
+  // by its JSON type (the message used to dump() it, a recursion that overflowed the stack)
+  {
+    const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+    expect_file_error("deep_offsets.safetensors",
+                      st_image(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[)" + deep + R"(,16]}})", data16),
+                      {"'t'", "data_offsets must be non-negative integers, got [a JSON array, 16]"});
+  }
   expect_file_error("meta_not_strings.safetensors", st_image(R"({"__metadata__":{"a":1}})", ""), {"'__metadata__'", "must be a string"});
   // overlapping and out-of-order tensors are accepted (the format allows them)
   {

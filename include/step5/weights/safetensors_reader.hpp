@@ -221,9 +221,12 @@ inline SafetensorsHeader parse_safetensors_header(const std::uint8_t* data, std:
                (o->is_array() ? "an array of " + std::to_string(o->size()) + " elements"
                               : detail::json_type_name(*o)));
     std::uint64_t b = 0, en = 0;
+    // a number is printed, anything else by its JSON type: dump() recurses (a value nested
+    // 100000 deep overflowed the stack) and would copy a value of any size into the message
+    auto offset_text = [](const nlohmann::json& x) { return x.is_number() ? x.dump() : detail::json_type_name(x); };
     if (!detail::json_nonneg_int((*o)[0], &b) || !detail::json_nonneg_int((*o)[1], &en))
-      throw_io(tw + ": data_offsets must be non-negative integers, got [" + (*o)[0].dump() + ", " + (*o)[1].dump() +
-               "]");
+      throw_io(tw + ": data_offsets must be non-negative integers, got [" + offset_text((*o)[0]) + ", " +
+               offset_text((*o)[1]) + "]");
     if (b > en)
       throw_io(tw + ": data_offsets [" + std::to_string(b) + ", " + std::to_string(en) +
                "] has begin > end");

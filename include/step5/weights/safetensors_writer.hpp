@@ -4,7 +4,9 @@
 /// `SafetensorsWriter` (header first, then the tensors' bytes appended in order) and
 /// `write_safetensors` for tensors held in memory. Errors throw `step5::Error` naming the file
 /// (and tensor): kIoError on create/write/close failures, kInvalidArgument on misuse (invalid or
-/// duplicate name, negative dim, more or fewer bytes than the header declares, a view without data).
+/// duplicate name, a name or metadata string not valid UTF-8, negative dim, a header above the
+/// reader's kSafetensorsMaxHeaderBytes, more or fewer bytes than the header declares, a view
+/// without data).
 ///
 /// Host only (g++); needs nlohmann-json.
 #include <algorithm>  // std::any_of
@@ -23,6 +25,19 @@
 #include "step5/weights/safetensors_reader.hpp"  // detail::quote_name (names in messages)
 
 namespace step5 {
+
+namespace detail {
+/// True when `s` can be JSON text (valid UTF-8; nlohmann's dump throws type_error 316 otherwise,
+/// and the reader refuses such a header as malformed JSON).
+inline bool json_string_ok(const std::string& s) {
+  try {
+    (void)nlohmann::json(s).dump();
+    return true;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+}  // namespace detail
 
 /// Name, dtype and shape of a tensor to be written.
 struct TensorSpec {
@@ -49,7 +64,12 @@ class SafetensorsWriter {
     nlohmann::ordered_json h = nlohmann::ordered_json::object();
     if (!metadata.empty()) {
       nlohmann::ordered_json m = nlohmann::ordered_json::object();
-      for (const auto& [k, v] : metadata) m[k] = v;
+      for (const auto& [k, v] : metadata) {
+        if (!detail::json_string_ok(k) || !detail::json_string_ok(v))
+          throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': '__metadata__' entry " +
+                                                        detail::quote_name(k) + ": key or value is not valid UTF-8");
+        m[k] = v;
+      }
       h["__metadata__"] = m;
     }
     std::uint64_t off = 0;
@@ -58,6 +78,9 @@ class SafetensorsWriter {
       if (s.name.empty() || s.name == "__metadata__" || seen[s.name]++)
         throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': invalid or duplicate tensor name " +
                                                       detail::quote_name(s.name));
+      if (!detail::json_string_ok(s.name))
+        throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': tensor name " +
+                                                      detail::quote_name(s.name) + " is not valid UTF-8");
       for (auto d : s.shape)
         if (d < 0)
           throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': tensor " +
@@ -79,6 +102,10 @@ class SafetensorsWriter {
     total_ = off;
     std::string text = h.dump();
     while (text.size() % 8) text += ' ';
+    if (text.size() > kSafetensorsMaxHeaderBytes)  // the reader would refuse the file
+      throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path + "': header of " +
+                                                    std::to_string(text.size()) + " bytes exceeds the reader's limit of " +
+                                                    std::to_string(kSafetensorsMaxHeaderBytes) + " bytes");
     f_ = std::fopen(path.c_str(), "wb");
     if (!f_) throw Error(StatusCode::kIoError, "cannot create '" + path + "': " + std::strerror(errno));
     std::uint8_t len[8];
@@ -95,9 +122,10 @@ class SafetensorsWriter {
 
   /// Appends `n` bytes of data (continuing the current tensor, then the next ones).
   void append(const void* bytes, std::uint64_t n) {
-    if (written_ + n > total_)
-      throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path_ + "': " + std::to_string(written_ + n) +
-                                                    " data bytes appended, the header declares " + std::to_string(total_));
+    if (n > total_ - written_)  // (written_ + n could wrap past 2^64)
+      throw Error(StatusCode::kInvalidArgument, "safetensors writer '" + path_ + "': " + std::to_string(written_) +
+                                                    " data bytes written, " + std::to_string(n) +
+                                                    " more appended, the header declares " + std::to_string(total_));
     put(bytes, n);
     written_ += n;
   }
