@@ -353,6 +353,21 @@ TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
     w.finish();
     CHECK(to_float_vector(SafetensorsFile(p).view("a")) == std::vector<float>{1, 2, 3, 4});
   }
+  // a write that fails inside the constructor (the header to /dev/full: ENOSPC once the stream's
+  // buffer flushes) throws kIoError and closes the file it opened (the constructor's throw ran no
+  // destructor: the descriptor leaked)
+  if (fs::exists("/dev/full")) {
+    const auto open_fds = [] {
+      std::size_t n = 0;
+      for ([[maybe_unused]] const auto& e : fs::directory_iterator("/proc/self/fd")) ++n;
+      return n;
+    };
+    const std::size_t before = open_fds();
+    for (int i = 0; i < 3; ++i)
+      expect_error([&] { SafetensorsWriter w("/dev/full", {}, {{"m", std::string(1 << 20, 'x')}}); },
+                   StatusCode::kIoError, {"/dev/full", "failed"});
+    CHECK(open_fds() == before);
+  }
   // a header above the reader's limit (here a metadata value of kSafetensorsMaxHeaderBytes bytes)
   // is refused by the writer, before any file is written (it wrote a file the reader refuses)
   expect_error([&] {
@@ -475,6 +490,13 @@ TEST_CASE("reader: malformed files give clear errors and never crash") {
     write_bytes(d2 + "/sub/s3.safetensors", st_image(good_hdr, data16));
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"sub/s3.safetensors"}})");
     CHECK(Checkpoint(d2).names() == std::vector<std::string>{"t"});
+    // an index above kMaxIndexBytes is refused by its size before it is parsed (a sparse file:
+    // no disk space; it was parsed whole before)
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors"}})");
+    fs::resize_file(d2 + "/model.safetensors.index.json", kMaxIndexBytes + 1);
+    expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError,
+                 {"model.safetensors.index.json", "has " + std::to_string(kMaxIndexBytes + 1) + " bytes",
+                  "expected at most " + std::to_string(kMaxIndexBytes)});
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors"}})");
     Checkpoint c(d2);
     CHECK(c.names() == std::vector<std::string>{"t"});

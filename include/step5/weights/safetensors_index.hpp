@@ -6,12 +6,13 @@
 /// absolute path, no `..` component), and finds each
 /// tensor's file. Every file is read and validated by safetensors_reader.hpp; errors throw
 /// `step5::Error` naming the index/file and the tensor (kNotFound for a missing path or tensor,
-/// kIoError for a malformed index, a file name outside the index's directory, a tensor in two
-/// files, or an index entry whose file lacks it).
+/// kIoError for a malformed index, an index above kMaxIndexBytes, a file name outside the index's
+/// directory, a tensor in two files, or an index entry whose file lacks it).
 ///
 /// Host only (g++); needs nlohmann-json.
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -25,6 +26,11 @@
 #include "step5/weights/safetensors_reader.hpp"
 
 namespace step5 {
+
+/// The largest `*.index.json` a Checkpoint parses (a real one is a few MiB: about 100 bytes per
+/// tensor); like config.json's kMaxConfigBytes, so that a huge or endless file is refused by size
+/// instead of being parsed whole into memory.
+inline constexpr std::uint64_t kMaxIndexBytes = 256ull << 20;
 
 /// A checkpoint of one or more safetensors files (SPEC §7): a directory holding
 /// `model.safetensors.index.json` (sharded), or `model.safetensors`, or otherwise every
@@ -119,6 +125,9 @@ class Checkpoint {
     namespace fs = std::filesystem;
     index_path_ = index_file;
     MappedFile m(index_file);
+    if (m.size() > kMaxIndexBytes)  // parsed whole into a JSON tree (several times its size in memory)
+      detail::throw_io("checkpoint index '" + index_file + "' has " + std::to_string(m.size()) +
+                       " bytes, expected at most " + std::to_string(kMaxIndexBytes));
     nlohmann::json j;
     std::optional<std::string> repeated;
     try {

@@ -111,8 +111,14 @@ class SafetensorsWriter {
     std::uint8_t len[8];
     std::uint64_t n = text.size();
     for (int i = 0; i < 8; ++i) len[i] = static_cast<std::uint8_t>(n >> (8 * i));
-    put(len, 8);
-    put(text.data(), text.size());
+    try {
+      put(len, 8);
+      put(text.data(), text.size());
+    } catch (...) {  // a constructor that throws runs no destructor: close the file here
+      std::fclose(f_);
+      f_ = nullptr;
+      throw;
+    }
   }
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
