@@ -25,6 +25,15 @@ inline constexpr double kMinPositiveFloat = std::numeric_limits<float>::denorm_m
 inline constexpr double kMaxFloat = std::numeric_limits<float>::max();
 constexpr bool is_positive_fp32(double v) { return v >= kMinPositiveFloat && v <= kMaxFloat; }
 
+/// llama3 RoPE scaling's frequency factors: 0 < low_freq_factor < high_freq_factor, compared as the
+/// fp32 values the RoPE tables use (1 and 1.00000001 differ as doubles but are one float, and the
+/// smoothing would divide by 0). The one rule for the config parser (weights/config.hpp) and
+/// model::rope_inv_freq.
+constexpr bool llama3_freq_factors_ordered(double low_freq_factor, double high_freq_factor) {
+  const float low = static_cast<float>(low_freq_factor), high = static_cast<float>(high_freq_factor);
+  return low > 0 && high > low;
+}
+
 /// The norms' eps (rms_norm_eps, SPEC §4.2–4.3) must be finite and >= 0: +inf would make every
 /// normalised row 0, NaN would poison it. kInvalidArgument "<who> = <value>, expected a finite
 /// value >= 0 (rms_norm_eps)" otherwise. The one rule for the kernels (indexer_prepare,

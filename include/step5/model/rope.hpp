@@ -85,10 +85,9 @@ inline std::vector<float> rope_inv_freq(double theta, int rot, const std::option
   }
   if (scaling) {
     const Llama3Scaling& s = *scaling;
-    // the config parser's rule (weights/config.hpp): 0 < low_freq_factor < high_freq_factor, in
-    // fp32 here (1 and 1.00000001 are one float: the smoothing would divide by 0)
+    // 0 < low_freq_factor < high_freq_factor: the config parser's rule (core/numeric.hpp)
     require(std::isfinite(s.factor) && std::isfinite(s.low_freq_factor) && std::isfinite(s.high_freq_factor) &&
-                s.factor > 0 && s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
+                s.factor > 0 && llama3_freq_factors_ordered(s.low_freq_factor, s.high_freq_factor) &&
                 s.original_max_position_embeddings > 0,
             "rope_inv_freq", "invalid llama3 scaling (factor " + detail::rope_num_text(s.factor) + ", low_freq_factor " +
                                  detail::rope_num_text(s.low_freq_factor) + ", high_freq_factor " +

@@ -506,9 +506,8 @@ inline void config_read_rope_scaling(const ConfigReader& r, ModelConfig& c) {
       sc.factor = num("factor");
       sc.low_freq_factor = num("low_freq_factor");
       sc.high_freq_factor = num("high_freq_factor");
-      // compared as the fp32 values the RoPE tables use (model::rope_inv_freq's rule): 1 and
-      // 1.00000001 differ as doubles but are one float, and the smoothing would divide by 0
-      if (!(static_cast<float>(sc.high_freq_factor) > static_cast<float>(sc.low_freq_factor)))
+      // as the fp32 values the RoPE tables use (core/numeric.hpp, model::rope_inv_freq's rule too)
+      if (!llama3_freq_factors_ordered(sc.low_freq_factor, sc.high_freq_factor))
         r.fail(StatusCode::kInvalidArgument, "'" + p + "': high_freq_factor " + ConfigReader::num_text(sc.high_freq_factor) +
                                                  " must be > low_freq_factor " + ConfigReader::num_text(sc.low_freq_factor) +
                                                  " as fp32 values");

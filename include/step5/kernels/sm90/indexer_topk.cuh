@@ -300,6 +300,26 @@ __device__ __forceinline__ unsigned warp_inclusive_sum(unsigned v, int lane) {
   return v;
 }
 
+/// The threshold bin of a radix pass, found by one full warp: lane l holds the counts c[j] of bins
+/// 255 − 8l − j (j < 8, the highest first); the bin is the one with above < krem <= above + count,
+/// `above` counting the keys in higher bins (the bins partition the keys: exactly one lane and j
+/// match). That lane calls `found(TopkPick{digit, above, count})` (where it finds it: radix_refine
+/// stores it there, which kept its registers). Every lane must call it. radix_refine's warp 0 and
+/// the warp rows (topk_warp_rows_kernel) pick with it.
+template <class Found>
+__device__ __forceinline__ void warp_threshold_bin(const unsigned (&c)[8], int lane, unsigned krem, Found&& found) {
+  unsigned s = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) s += c[j];
+  unsigned above = warp_inclusive_sum(s, lane) - s;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    if (above < krem && above + c[j] >= krem)
+      found(TopkPick{255u - 8u * static_cast<unsigned>(lane) - static_cast<unsigned>(j), above, c[j]});
+    above += c[j];
+  }
+}
+
 /// Adds one key per thread of a warp to histogram `h` (bin `digit`, only where `match`): a warp
 /// whose 32 keys share one bin adds once (plateaus of equal scores do not serialise), otherwise
 /// one shared-memory atomic per key. Every lane of the warp must call it.
@@ -370,18 +390,10 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
       hs = hsum;
     }
     if (warp == 0) {
-      unsigned c[8], s = 0;
+      unsigned c[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) c[j] = hs[255 - 8 * lane - j];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) s += c[j];
-      const unsigned incl = warp_inclusive_sum(s, lane);
-      unsigned above = incl - s;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (above < krem && above + c[j] >= krem) pick.put({255u - 8u * lane - j, above, c[j]});
-        above += c[j];
-      }
+      warp_threshold_bin(c, lane, krem, [&](const TopkPick& p) { pick.put(p); });
     } else if (kC == 1) {
       // warps 1.. clear the other buffer, last read in the previous pass (512 threads: threads
       // 256-511 one bin each, as before; fewer threads: a strided loop over the 256 bins)
@@ -1118,27 +1130,16 @@ __global__ void __launch_bounds__(kTopkWarpRows * kTopkWarpThreads, kTopkWarpMin
       h4[63 - 2 * lane] = make_uint4(0u, 0u, 0u, 0u);
       h4[62 - 2 * lane] = make_uint4(0u, 0u, 0u, 0u);
       const unsigned c[8] = {u1.w, u1.z, u1.y, u1.x, u0.w, u0.z, u0.y, u0.x};
-      unsigned s = 0;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) s += c[j];
-      unsigned above = warp_inclusive_sum(s, lane) - s;
-      // the one bin with above < krem <= above + count (the bins partition the keys above it)
-      unsigned pd = 0, pa = 0, pc = 0;
+      TopkPick pk{0u, 0u, 0u};
       bool found = false;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        if (above < krem && above + c[j] >= krem) {
-          found = true;
-          pd = 255u - 8u * static_cast<unsigned>(lane) - static_cast<unsigned>(j);
-          pa = above;
-          pc = c[j];
-        }
-        above += c[j];
-      }
+      warp_threshold_bin(c, lane, krem, [&](const TopkPick& p) {
+        found = true;
+        pk = p;
+      });
       const int from = __ffs(__ballot_sync(0xffffffffu, found)) - 1;
-      pd = __shfl_sync(0xffffffffu, pd, from);
-      pa = __shfl_sync(0xffffffffu, pa, from);
-      pc = __shfl_sync(0xffffffffu, pc, from);
+      const unsigned pd = __shfl_sync(0xffffffffu, pk.digit, from);
+      const unsigned pa = __shfl_sync(0xffffffffu, pk.above, from);
+      const unsigned pc = __shfl_sync(0xffffffffu, pk.count, from);
       krem -= pa;
       prefix |= pd << shift;
       mask |= 0xffu << shift;
@@ -1355,19 +1356,16 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
                                        std::to_string(kTopkThreads) + "-thread CTAs)");
     cluster_size = 1;
   }
-  if (algo == TopkAlgo::kDefault && threads == kTopkWarpThreads) {
-    TopkAlgo env = TopkAlgo::kDefault;
-    STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &env));
-    if (env == TopkAlgo::kCandidates)
+  if (threads == kTopkWarpThreads) {  // the warp rows run the radix select only (even for no rows)
+    const bool from_env = algo == TopkAlgo::kDefault;
+    if (from_env) STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &algo));
+    if (algo == TopkAlgo::kCandidates)
       return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(kTopkWarpThreads) +
-                                       " (one warp per row) with STEP5_TOPK = candidates; the warp rows run the "
-                                       "radix select only");
+                                       " (one warp per row) with " +
+                                       (from_env ? "STEP5_TOPK = candidates" : "the candidate algorithm") +
+                                       "; the warp rows run the radix select only");
     algo = TopkAlgo::kRadix;
   }
-  if (threads == kTopkWarpThreads && algo == TopkAlgo::kCandidates)
-    return ::step5::invalid_argument("launch_topk: threads = " + std::to_string(kTopkWarpThreads) +
-                                     " (one warp per row) with the candidate algorithm; the warp rows run the radix "
-                                     "select only");
   if (rows <= 0) return ::step5::Status::Ok();
   if (algo == TopkAlgo::kDefault) STEP5_RETURN_IF_ERROR(topk_algo_from_env(std::getenv("STEP5_TOPK"), &algo));
   int dev = 0, sms = 0;  // (both cached by the runtime / device_sm_count: no device round trip)
