@@ -263,6 +263,24 @@ inline GraphEdges graph_edges(cudaGraph_t g) {
   return e;
 }
 
+/// The runtime name of the kernel that graph node `node` launches (its parameters in `*kp` when
+/// given), or "" when the node is not a kernel node or its kernel has no runtime name (a kernel
+/// launched through the driver API, e.g. cuBLASLt's; the query's error is cleared).
+inline std::string kernel_node_name(cudaGraphNode_t node, cudaKernelNodeParams* kp = nullptr) {
+  cudaGraphNodeType t{};
+  GPU_CHECK(cudaGraphNodeGetType(node, &t));
+  if (t != cudaGraphNodeTypeKernel) return "";
+  cudaKernelNodeParams p{};
+  const char* name = nullptr;
+  if (cudaGraphKernelNodeGetParams(node, &p) != cudaSuccess || p.func == nullptr ||
+      cudaFuncGetName(&name, p.func) != cudaSuccess || name == nullptr) {
+    cudaGetLastError();
+    return "";
+  }
+  if (kp != nullptr) *kp = p;
+  return name;
+}
+
 /// Edges of `g` of type cudaGraphDependencyTypeProgrammatic (the PDL edges a capture keeps).
 inline std::size_t programmatic_edges(cudaGraph_t g) {
   std::size_t k = 0;

@@ -92,18 +92,10 @@ OurNodes our_kernel_nodes(cudaGraph_t g, int num_sms) {
   const step5_test::GraphEdges e = step5_test::graph_edges(g);
   OurNodes o;
   for (cudaGraphNode_t node : nodes) {
-    cudaGraphNodeType t{};
-    GPU_CHECK(cudaGraphNodeGetType(node, &t));
-    if (t != cudaGraphNodeTypeKernel) continue;
     cudaKernelNodeParams kp{};
-    const char* name = nullptr;
     // a kernel launched through the driver API (cuBLASLt) may have no runtime name: not ours
-    if (cudaGraphKernelNodeGetParams(node, &kp) != cudaSuccess || kp.func == nullptr ||
-        cudaFuncGetName(&name, kp.func) != cudaSuccess || name == nullptr ||
-        std::string(name).find("step5") == std::string::npos) {
-      cudaGetLastError();
-      continue;
-    }
+    const std::string name = step5_test::kernel_node_name(node, &kp);
+    if (name.find("step5") == std::string::npos) continue;
     ++o.kernels;
     bool any_in = false, pe_in = false;
     for (std::size_t i = 0; i < e.to.size(); ++i)
@@ -112,7 +104,7 @@ OurNodes our_kernel_nodes(cudaGraph_t g, int num_sms) {
         pe_in = pe_in || e.data[i].type == cudaGraphDependencyTypeProgrammatic;
       }
     bool rule_off = false;
-    if (std::string(name).find("topk_select_kernel") != std::string::npos) {
+    if (name.find("topk_select_kernel") != std::string::npos) {
       cudaLaunchAttributeValue v{};
       GPU_CHECK(cudaGraphKernelNodeGetAttribute(node, cudaLaunchAttributeClusterDimension, &v));
       const int kc = v.clusterDim.x > 1 ? static_cast<int>(v.clusterDim.x) : 1;

@@ -591,15 +591,8 @@ GPU_CASE("topk: the launcher's own choice takes the warp rows from kTopkWarpMinR
       std::vector<cudaGraphNode_t> node(nodes);
       if (nodes > 0) GPU_CHECK(cudaGraphGetNodes(g, node.data(), &nodes));
       std::string name = "(no kernel node)";
-      for (cudaGraphNode_t nd : node) {
-        cudaGraphNodeType t{};
-        GPU_CHECK(cudaGraphNodeGetType(nd, &t));
-        cudaKernelNodeParams kp{};
-        const char* fn = nullptr;
-        if (t == cudaGraphNodeTypeKernel && cudaGraphKernelNodeGetParams(nd, &kp) == cudaSuccess && kp.func != nullptr &&
-            cudaFuncGetName(&fn, kp.func) == cudaSuccess && fn != nullptr)
-          name = fn;
-      }
+      for (cudaGraphNode_t nd : node)
+        if (const std::string fn = step5_test::kernel_node_name(nd); !fn.empty()) name = fn;
       GPU_CHECK(cudaGraphDestroy(g));
       return name;
     };
