@@ -452,6 +452,29 @@ TEST_CASE("topk_select: ld above kTopkMaxLd is refused naming it, before any CUD
   }
 }
 
+TEST_CASE("topk_select: an ld_ids whose rows overflow 2^63 bytes is refused naming it, before any CUDA call") {
+  // ids row r starts at ids + r * ld_ids: with rows = 2 and ld_ids = 2^62 the second row's byte
+  // offset is 2^64, i.e. the first row again (the two rows' selections raced in one row), and the
+  // overlap check's extent ((rows - 1) * ld_ids + topk + 1) * 4 wrapped to 20 bytes; ld_ids had a
+  // lower bound only. The pointers are never read (refused before a launch).
+  ops::TopkSelectParams p = small_topk_params();
+  p.rows = 2;
+  const std::int64_t limit = (std::numeric_limits<std::int64_t>::max() / 4 - (p.topk + 1)) / (p.rows - 1);
+  for (const std::int64_t ld_ids : {std::int64_t{1} << 62, limit + 1, std::numeric_limits<std::int64_t>::max()}) {
+    p.ld_ids = ld_ids;
+    const step5::Status s = ops::topk_select(p, nullptr);
+    CAPTURE(ld_ids);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(s.message().find("topk_select: ld_ids = " + std::to_string(ld_ids) + " with 2 rows of " +
+                                   std::to_string(p.topk + 1)) != std::string::npos,
+                  s.message());
+  }
+  // the largest ld_ids passes this rule (whatever the device says next)
+  p.ld_ids = limit;
+  CHECK_MESSAGE(ops::topk_select(p, nullptr).message().find("ld_ids") == std::string::npos,
+                ops::topk_select(p, nullptr).message());
+}
+
 TEST_CASE("run's checks: steps beyond the plan's capacity are refused naming the step's and the capacity's numbers") {
   const layout::RankLayout r = rank_of("dsa_h64_kv8_d128", 4, 1);
   const ops::DsaLayerCapacity cap = engine_capacity();
