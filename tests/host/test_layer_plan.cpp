@@ -475,6 +475,48 @@ TEST_CASE("topk_select: an ld_ids whose rows overflow 2^63 bytes is refused nami
                 ops::topk_select(p, nullptr).message());
 }
 
+TEST_CASE("gemm: an ldx, ldw or ldc whose rows overflow 2^63 bytes is refused naming it, before any device query") {
+  // Row t of C starts at c + t * ldc (bytes 2 * t * ldc): ldc = 2^62 put row 1 at byte 2^63, past
+  // the address space (a faulting store), and 2^63 - 1 wrapped the overlap check's extent
+  // ((T - 1) * ldc + n) * 2 to a few bytes; the lds had a lower bound only (>= k, >= n).
+  alignas(16) static step5::bf16 buf[64];
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  for (int which = 0; which < 3; ++which) {
+    const std::int64_t largest = max / 2 - (which == 2 ? 2 : 8);  // (rows - 1) * ld + width <= max / 2 elements
+    for (const std::int64_t ld : {std::int64_t{1} << 62, largest + 1, max}) {
+      ops::GemmParams gp;
+      gp.tokens = 2, gp.n = 2, gp.k = 8;
+      gp.ldx = gp.ldw = gp.ldc = 8;
+      gp.x = gp.w = buf;
+      gp.c = buf + 32;
+      std::int64_t* field = which == 0 ? &gp.ldx : which == 1 ? &gp.ldw : &gp.ldc;
+      *field = ld;
+      const char* name = which == 0 ? "ldx" : which == 1 ? "ldw" : "ldc";
+      ops::GemmPlan plan;
+      const step5::Status s = ops::gemm_plan(gp, &plan);
+      CAPTURE(which);
+      CAPTURE(ld);
+      CHECK(s.code() == StatusCode::kInvalidArgument);
+      const char* width = which == 2 ? " with 2 rows of 2" : " with 2 rows of 8";  // C rows hold n, X and W rows k
+      CHECK_MESSAGE(s.message().find(std::string("gemm_bf16: ") + name + " = " + std::to_string(ld) + width) !=
+                        std::string::npos,
+                    s.message());
+      CHECK(step5::ops::gemm_bf16(gp, nullptr).code() == StatusCode::kInvalidArgument);
+      CHECK_MESSAGE(s.message().find(" <= " + std::to_string(largest)) != std::string::npos, s.message());
+    }
+    // the largest ld passes this rule (whatever the device says next)
+    ops::GemmParams gp;
+    gp.tokens = 2, gp.n = 2, gp.k = 8;
+    gp.ldx = gp.ldw = gp.ldc = 8;
+    gp.x = gp.w = buf;
+    gp.c = buf + 32;
+    (which == 0 ? gp.ldx : which == 1 ? gp.ldw : gp.ldc) = largest;
+    ops::GemmPlan plan;
+    const step5::Status s = ops::gemm_plan(gp, &plan);
+    CHECK_MESSAGE(s.message().find("2^63") == std::string::npos, s.message());
+  }
+}
+
 TEST_CASE("run's checks: steps beyond the plan's capacity are refused naming the step's and the capacity's numbers") {
   const layout::RankLayout r = rank_of("dsa_h64_kv8_d128", 4, 1);
   const ops::DsaLayerCapacity cap = engine_capacity();
