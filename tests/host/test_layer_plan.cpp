@@ -1225,6 +1225,24 @@ TEST_CASE("elementwise: x over residual and residual over the partials array are
       with_bad_pdl([&] { return ops::add_partials_to_residual(parts, 2, fake<float>(0x200000 + 16), 16, nullptr); })));
 }
 
+TEST_CASE("elementwise: an n whose residual bytes (n * 4) pass 2^63 - 1 is refused naming it, before any CUDA call") {
+  // n * 4 wrapped require_disjoint's extents (n = 2^62: residual's 0 bytes, an empty range) and the
+  // call went on to the device check
+  const std::size_t huge = std::size_t{1} << 62;
+  const float* r = fake<const float>(0x100000);
+  step5::Status s = ops::residual_to_bf16(r, fake<step5::bf16>(0x900000), huge, nullptr);
+  CHECK(s.code() == step5::StatusCode::kInvalidArgument);
+  CHECK(s.message().find("residual_to_bf16: n = " + std::to_string(huge) + " elements of 4 bytes pass 2^63 - 1 bytes") !=
+        std::string::npos);
+  s = ops::add_partials_to_residual(fake<const step5::bf16* const>(0x200000), 2, fake<float>(0x900000), huge, nullptr);
+  CHECK(s.code() == step5::StatusCode::kInvalidArgument);
+  CHECK(s.message().find("add_partials_to_residual: n = " + std::to_string(huge)) != std::string::npos);
+  // the largest n passes this rule (and fails later, on the device check or the overlap, not on n)
+  const std::size_t largest = static_cast<std::size_t>(INT64_MAX) / 4;
+  const step5::Status ok = ops::residual_to_bf16(r, fake<step5::bf16>(0x900000), largest, nullptr);
+  CHECK(ok.message().find("elements of 4 bytes pass") == std::string::npos);
+}
+
 TEST_CASE("topk_select: ids or counts over scores, history or each other are refused naming both, before any CUDA call") {
   // a row's CTA writes its ids while other rows' CTAs still select from their scores: ids of row 0
   // over row 1's scores changes what row 1 selects

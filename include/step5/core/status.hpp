@@ -131,6 +131,15 @@ inline Status require_strided_rows_fit(const char* op, const char* stride_name, 
                           std::to_string(elem_bytes) + " bytes), expected " + stride_name + " <= " +
                           std::to_string(largest));
 }
+/// Ok when `count` elements of `elem_bytes` bytes span at most 2^63 - 1 bytes (so that a byte
+/// extent count * elem_bytes, e.g. `require_disjoint`'s, does not wrap); else kInvalidArgument
+/// "<op>: <name> = <count> elements of <elem_bytes> bytes pass 2^63 - 1 bytes, expected <name> <= <largest>".
+inline Status require_elements_fit(const char* op, const char* name, std::uint64_t count, std::uint64_t elem_bytes) {
+  if (elem_bytes == 0 || count <= static_cast<std::uint64_t>(INT64_MAX) / elem_bytes) return Status::Ok();
+  return invalid_argument(std::string(op) + ": " + name + " = " + std::to_string(count) + " elements of " +
+                          std::to_string(elem_bytes) + " bytes pass 2^63 - 1 bytes, expected " + name + " <= " +
+                          std::to_string(static_cast<std::uint64_t>(INT64_MAX) / elem_bytes));
+}
 /// kInvalidArgument "<op>: <out> [0x.., +N bytes) overlaps <other> [0x.., +M bytes), expected
 /// disjoint buffers" for the first output of `outputs` whose byte range overlaps an input of
 /// `inputs` or a later output of `outputs`, else Ok. A null pointer or 0 bytes is an empty range
