@@ -429,3 +429,34 @@ TEST_CASE("batch metadata: positions, validation messages") {
                        doctest::Contains("block_table[0][0] = 0 receives positions 0..2"), step5::Error);
   CHECK_THROWS_WITH_AS(ref::validate_step(bb, bt, "steps"), doctest::Contains("seq_lens[0] = 2"), step5::Error);
 }
+TEST_CASE("batch metadata: a step of no tokens (cu_seqlens_q[B] = 0) with other offsets is refused naming them") {
+  // The reference takes T = cu_seqlens_q[B] and loops over [cu[b], cu[b+1]); validate_step applies
+  // rule 1 only to a step of no tokens, so [0, 5, 0] and [-3, 0] passed and the loops wrote
+  // positions, k/v rows and tail slots of five (or -3..-1) tokens into buffers sized for none.
+  const std::vector<std::int32_t> table = {0, 1};
+  const ref::BlockTableView bt{table.data(), 1, 8, 2};
+  const std::vector<std::int32_t> cu = {0, 5, 0}, seq = {5, 0};
+  const ref::BatchView b{2, cu.data(), seq.data()};
+  CHECK_THROWS_WITH_AS(ref::validate_step(b, bt, "steps"),
+                       "steps: cu_seqlens_q[1] = 5 with cu_seqlens_q[2] = 0 (a step of no tokens), expected 0 "
+                       "(cu_seqlens_q starts at 0, is non-decreasing and ends at num_tokens)",
+                       step5::Error);
+  const std::vector<std::int32_t> cu_neg = {-3, 0}, seq1 = {4};
+  const ref::BatchView bn{1, cu_neg.data(), seq1.data()};
+  CHECK_THROWS_WITH_AS(ref::validate_step(bn, bt, "steps"), doctest::Contains("cu_seqlens_q[0] = -3 with cu_seqlens_q[1] = 0"),
+                       step5::Error);
+  // the public steps refuse it before touching a buffer (k, v, index_k, index_z hold no rows)
+  std::vector<bf16> kc(2 * 8 * 4), vc(kc.size());
+  CHECK_THROWS_WITH_AS(ref::write_kv_cache(b, bt, 1, 4, nullptr, 4, nullptr, 4, kc.data(), vc.data()),
+                       doctest::Contains("write_kv_cache: cu_seqlens_q[1] = 5"), step5::Error);
+  std::vector<bf16> tail(8 * 2 * 4);
+  std::vector<std::uint8_t> summaries(2 * 4);
+  const std::vector<std::int32_t> slots = {0, 0};
+  CHECK_THROWS_WITH_AS(ref::update_summaries(b, bt, 4, nullptr, 4, nullptr, 4, tail.data(), 1, slots.data(), summaries.data()),
+                       doctest::Contains("update_summaries: cu_seqlens_q[1] = 5"), step5::Error);
+  // a step of idle requests (all offsets 0) is still a valid step of no tokens
+  const std::vector<std::int32_t> zeros = {0, 0, 0};
+  CHECK_NOTHROW(ref::validate_step(ref::BatchView{2, zeros.data(), seq.data()}, bt, "steps"));
+  CHECK_NOTHROW(ref::write_kv_cache(ref::BatchView{2, zeros.data(), seq.data()}, bt, 1, 4, nullptr, 4, nullptr, 4, kc.data(),
+                                    vc.data()));
+}
