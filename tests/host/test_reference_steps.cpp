@@ -460,3 +460,37 @@ TEST_CASE("batch metadata: a step of no tokens (cu_seqlens_q[B] = 0) with other 
   CHECK_NOTHROW(ref::write_kv_cache(ref::BatchView{2, zeros.data(), seq.data()}, bt, 1, 4, nullptr, 4, nullptr, 4, kc.data(),
                                     vc.data()));
 }
+TEST_CASE("main q/k and indexer preparation: a RoPE table whose fields claim more rows than it holds is refused") {
+  // prepare_main_qk / prepare_indexer checked positions against rope.max_position and read row
+  // `position` through cos_row / sin_row, which trust max_position and rot: a table whose rot was
+  // widened (rows read 2x too far apart) or whose max_position was raised was read past its
+  // vectors. forward checked the tables (validate_weights); these public steps did not.
+  constexpr int D = 16, P = 16;
+  std::vector<bf16> x(static_cast<std::size_t>(D), to_bf16(1.0f)), q(x.size()), k(x.size());
+  std::vector<float> w(static_cast<std::size_t>(D), 0.0f);
+  std::vector<bf16> iq(static_cast<std::size_t>(P)), ik(iq.size()), iz(iq.size()), wr(1);
+  std::vector<std::uint8_t> iq8(iq.size());
+  std::vector<float> weights(1);
+  auto main_qk = [&](const ref::RopeTable& rope, std::int32_t position) {
+    ref::prepare_main_qk(1, 1, 1, D, x.data(), D, x.data(), D, w.data(), w.data(), 1e-5f, rope, &position, q.data(), k.data());
+  };
+  auto indexer = [&](const ref::RopeTable& rope, std::int32_t position) {
+    ref::prepare_indexer(1, 1, 1, P, x.data(), P, x.data(), P, x.data(), P, wr.data(), 1, w.data(), w.data(), w.data(),
+                         1e-5f, rope, &position, iq.data(), iq8.data(), ik.data(), iz.data(), weights.data());
+  };
+  const ref::RopeTable good = ref::make_rope_table(16, 8, 1e4);  // 16 rows of 4
+  CHECK_NOTHROW(main_qk(good, 15));
+  CHECK_NOTHROW(indexer(good, 15));
+  ref::RopeTable wide = good;
+  wide.rot = 16;  // rows of 8 claimed, 4 held
+  CHECK_THROWS_WITH_AS(main_qk(wide, 15),
+                       "prepare_main_qk: rope: cos/sin have 64/64 elements, expected max_position 16 (>= 1) x rot/2 8 = 128",
+                       step5::Error);
+  CHECK_THROWS_WITH_AS(indexer(wide, 15), doctest::Contains("prepare_indexer: rope: cos/sin have 64/64 elements"), step5::Error);
+  ref::RopeTable longer = good;
+  longer.max_position = 1 << 20;  // position 500000 would read row 500000 of 16
+  CHECK_THROWS_WITH_AS(main_qk(longer, 500000),
+                       doctest::Contains("prepare_main_qk: rope: cos/sin have 64/64 elements, expected max_position 1048576"),
+                       step5::Error);
+  CHECK_THROWS_WITH_AS(indexer(longer, 500000), doctest::Contains("prepare_indexer: rope: cos/sin have 64/64"), step5::Error);
+}

@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <utility>  // std::pair
 #include <vector>
 
 #include "step5/core/numeric.hpp"
@@ -66,13 +65,8 @@ inline void validate_weights(const LayerWeights& w) {
           "rope tables rot " + std::to_string(w.rope_main.rot) + "/" + std::to_string(w.rope_idx.rot) +
               ", expected rot_main " + std::to_string(g.rot_main) + " / rot_idx " + std::to_string(g.rot_idx));
   // the tables hold max_position rows of rot/2 (the reference reads row `position` of each)
-  for (const auto& [name, t] : {std::pair<const char*, const RopeTable*>{"rope_main", &w.rope_main}, {"rope_idx", &w.rope_idx}}) {
-    const std::size_t rows = static_cast<std::size_t>(t->max_position) * static_cast<std::size_t>(t->half());
-    require(t->max_position >= 1 && t->cos.size() == rows && t->sin.size() == rows, "LayerWeights",
-            std::string(name) + ": cos/sin have " + sz(t->cos.size()) + "/" + sz(t->sin.size()) +
-                " elements, expected max_position " + std::to_string(t->max_position) + " (>= 1) x rot/2 " +
-                std::to_string(t->half()) + " = " + sz(t->max_position >= 1 ? rows : 0));
-  }
+  check_rope_table(w.rope_main, "LayerWeights", "rope_main");
+  check_rope_table(w.rope_idx, "LayerWeights", "rope_idx");
 }
 
 /// The caches of one rank (SPEC §5), owning.

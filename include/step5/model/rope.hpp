@@ -64,6 +64,24 @@ struct RopeTable {
   const bf16* sin_row(int pos) const { return sin.data() + static_cast<std::size_t>(pos) * half(); }
 };
 
+/// Throws `step5::Error` (kInvalidArgument) "<where>: <name>: cos/sin have C/S elements, expected
+/// max_position N (>= 1) x rot/2 H = E" unless `t` holds the rows its (public, editable) fields
+/// say: max_position >= 1, rot >= 0, and cos and sin of max_position x rot/2 values each. The one
+/// rule of `model::validate_weights` and of the reference steps that read a table row per
+/// position (`cos_row` / `sin_row` trust max_position and rot: a table whose max_position was
+/// raised, or whose rot was widened, was read past its vectors).
+inline void check_rope_table(const RopeTable& t, const std::string& where, const char* name) {
+  const std::size_t rows = t.max_position >= 1 && t.rot >= 0
+                               ? static_cast<std::size_t>(t.max_position) * static_cast<std::size_t>(t.half())
+                               : 0;
+  if (t.max_position >= 1 && t.rot >= 0 && t.cos.size() == rows && t.sin.size() == rows) return;
+  throw Error(StatusCode::kInvalidArgument,
+              where + ": " + name + ": cos/sin have " + std::to_string(t.cos.size()) + "/" + std::to_string(t.sin.size()) +
+                  " elements, expected max_position " + std::to_string(t.max_position) + " (>= 1) x rot/2 " +
+                  std::to_string(t.half()) + (t.rot < 0 ? " (rot " + std::to_string(t.rot) + ", expected >= 0)" : "") +
+                  " = " + std::to_string(rows));
+}
+
 /// `inv_freq [rot/2]` fp32: `1 / theta^(arange(0, rot, 2) / rot)`, then llama3 scaling if given.
 /// Throws `step5::Error` (kInvalidArgument) when rot is not positive and even, theta is not a
 /// positive fp32 value (theta <= 0, NaN, above FLT_MAX — it would become inf — or so small it

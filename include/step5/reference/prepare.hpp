@@ -78,6 +78,7 @@ inline void main_qk_head(const bf16* x, bf16* out, int D, const float* w, float 
 inline void prepare_main_qk(int T, int num_q_heads, int num_k_heads, int D, const bf16* q_raw, int ld_q,
                             const bf16* k_raw, int ld_k, const float* q_norm, const float* k_norm, float eps,
                             const RopeTable& rope, const std::int32_t* positions, bf16* q_out, bf16* k_out) {
+  model::check_rope_table(rope, "prepare_main_qk", "rope");  // cos_row / sin_row below trust its fields
   require(rope.rot <= D, "prepare_main_qk", "rope rot = " + std::to_string(rope.rot) + " > head_dim " + std::to_string(D));
   for (int t = 0; t < T; ++t)
     require(positions[t] >= 0 && positions[t] < rope.max_position, "prepare_main_qk",
@@ -172,6 +173,7 @@ inline void prepare_indexer(int T, int Il, int hpg_i, int P, const bf16* index_q
                             std::uint8_t* index_q_e4m3, bf16* index_k_out, bf16* index_z_out, float* weights_out) {
   require(hpg_i > 0 && Il % hpg_i == 0, "prepare_indexer",
           "Il = " + std::to_string(Il) + " is not a multiple of hpg_i = " + std::to_string(hpg_i));
+  model::check_rope_table(rope, "prepare_indexer", "rope");  // cos_row / sin_row below trust its fields
   require(rope.rot <= P, "prepare_indexer", "rope rot = " + std::to_string(rope.rot) + " > proxy_dim " + std::to_string(P));
   for (int t = 0; t < T; ++t)
     require(positions[t] >= 0 && positions[t] < rope.max_position, "prepare_indexer",
