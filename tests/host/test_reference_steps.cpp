@@ -494,3 +494,20 @@ TEST_CASE("main q/k and indexer preparation: a RoPE table whose fields claim mor
                        step5::Error);
   CHECK_THROWS_WITH_AS(indexer(longer, 500000), doctest::Contains("prepare_indexer: rope: cos/sin have 64/64"), step5::Error);
 }
+TEST_CASE("region summary: a null tail_slot in a step with tokens is refused naming it") {
+  // validate_step's rule 5 checks tail_slot only when the host array is given: a null one skipped
+  // it and update_summaries then read tail_slot[0] (SIGSEGV).
+  const std::vector<std::int32_t> cu = {0, 3}, seq = {3}, table = {0};
+  const ref::BatchView b{1, cu.data(), seq.data()};
+  const ref::BlockTableView bt{table.data(), 1, 8, 1};
+  std::vector<bf16> k(3 * 4), z(3 * 4), tail(8 * 2 * 4);
+  std::vector<std::uint8_t> summaries(4);
+  CHECK_THROWS_WITH_AS(ref::update_summaries(b, bt, 4, k.data(), 4, z.data(), 4, tail.data(), 1, nullptr, summaries.data()),
+                       "update_summaries: tail_slot is null, expected the tail slots [B] of a step of 3 tokens", step5::Error);
+  const std::vector<std::int32_t> slots = {0};
+  CHECK_NOTHROW(ref::update_summaries(b, bt, 4, k.data(), 4, z.data(), 4, tail.data(), 1, slots.data(), summaries.data()));
+  // a step of no tokens reads no slot
+  const std::vector<std::int32_t> cu0 = {0, 0};
+  CHECK_NOTHROW(ref::update_summaries(ref::BatchView{1, cu0.data(), seq.data()}, bt, 4, nullptr, 4, nullptr, 4, tail.data(), 1,
+                                      nullptr, summaries.data()));
+}
