@@ -766,6 +766,15 @@ TEST_CASE("rope tables: max_position in [1, kMaxRopePositions], theta a positive
     expect_error([&] { model::make_rope_table(mp, 128, 1e4); }, StatusCode::kInvalidArgument,
                  {"make_rope_table", "max_position = " + std::to_string(mp), bound});
   }
+  // rot: positive, even, at most kMaxRopeRot (a huge rot was attempted as an allocation of
+  // max_position x rot/2 values: std::bad_alloc / length_error instead of a step5::Error)
+  CHECK(model::kMaxRopeRot == 1024);
+  CHECK(model::rope_inv_freq(1e4, model::kMaxRopeRot).size() == 512);
+  for (int rot : {0, -2, 3, model::kMaxRopeRot + 2, 1 << 20}) {
+    INFO("rot " << rot);
+    expect_error([&] { model::make_rope_table(16, rot, 1e4); }, StatusCode::kInvalidArgument,
+                 {"rope_inv_freq", "rot = " + std::to_string(rot), "at most kMaxRopeRot = 1024"});
+  }
   // theta > FLT_MAX would be inf as a float (every inv_freq but the first 0), one that rounds to 0 inf
   expect_error([] { model::rope_inv_freq(1e39, 4); }, StatusCode::kInvalidArgument, {"rope_inv_freq", "theta = 1e+39", "3.40282347e+38"});
   expect_error([] { model::rope_inv_freq(1e-50, 4); }, StatusCode::kInvalidArgument, {"theta = 1e-50"});

@@ -28,6 +28,12 @@ namespace step5::model {
 /// example driver caps positions at 2^20).
 inline constexpr int kMaxRopePositions = 1 << 24;
 
+/// The widest rotary span (rot, values per head) a RoPE table may have: `rope_inv_freq` and so
+/// `make_rope_table` refuse a wider one with `step5::Error` (kInvalidArgument) instead of
+/// attempting the allocation. rot is at most the head_dim / proxy_dim it rotates, and the CPU
+/// reference prepares heads of at most this many values (reference/prepare.hpp).
+inline constexpr int kMaxRopeRot = 1024;
+
 namespace detail {
 /// `v` as "%.9g" (enough digits to tell fp32 values apart; 1e+39, 1.40129846e-45).
 inline std::string rope_num_text(double v) {
@@ -83,14 +89,17 @@ inline void check_rope_table(const RopeTable& t, const std::string& where, const
 }
 
 /// `inv_freq [rot/2]` fp32: `1 / theta^(arange(0, rot, 2) / rot)`, then llama3 scaling if given.
-/// Throws `step5::Error` (kInvalidArgument) when rot is not positive and even, theta is not a
+/// Throws `step5::Error` (kInvalidArgument) when rot is not positive and even or above
+/// kMaxRopeRot, theta is not a
 /// positive fp32 value (theta <= 0, NaN, above FLT_MAX — it would become inf — or so small it
 /// rounds to 0), the llama3 scaling breaks the config's rule (a factor not finite or <= 0, not
 /// 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings <= 0), or an inverse
 /// frequency overflows to inf (a theta or llama3 factor so small that 1 / theta^(2i/rot) or
 /// inv_freq / factor exceeds FLT_MAX).
 inline std::vector<float> rope_inv_freq(double theta, int rot, const std::optional<Llama3Scaling>& scaling = std::nullopt) {
-  require(rot > 0 && rot % 2 == 0, "rope_inv_freq", "rot = " + std::to_string(rot) + ", expected positive and even");
+  require(rot > 0 && rot % 2 == 0 && rot <= kMaxRopeRot, "rope_inv_freq",
+          "rot = " + std::to_string(rot) + ", expected positive, even and at most kMaxRopeRot = " +
+              std::to_string(kMaxRopeRot));
   require(is_positive_fp32(theta), "rope_inv_freq",
           "theta = " + detail::rope_num_text(theta) + ", expected a positive fp32 value in [" +
               detail::rope_num_text(kMinPositiveFloat) + ", " + detail::rope_num_text(kMaxFloat) + "]");
