@@ -257,6 +257,26 @@ TEST_CASE("generator options are validated") {
   o.layer_types = {"full_attention", "full_attention"};
   expect_error([&] { generate_checkpoint(tmp_path("gen_bad"), o); }, StatusCode::kInvalidArgument,
                {"layer_types has 2 entries", "num_layers = 1"});
+  // refused before the first file: no config.json is left behind (it was written before the
+  // num_shards check), and num_layers / hidden within the bounds parse_model_config reads them with
+  namespace fs = std::filesystem;
+  const std::string fresh = tmp_path("gen_refused");
+  fs::remove_all(fresh);
+  o = {};
+  o.hidden = 8;
+  o.num_layers = 1;
+  o.num_shards = 0;
+  expect_error([&] { generate_checkpoint(fresh, o); }, StatusCode::kInvalidArgument, {"num_shards = 0"});
+  CHECK_FALSE(fs::exists(fs::path(fresh) / "config.json"));
+  o.num_shards = 1;
+  o.num_layers = static_cast<int>(detail::kConfigMaxLayers) + 1;
+  expect_error([&] { generate_checkpoint(fresh, o); }, StatusCode::kInvalidArgument,
+               {"num_layers = 100001", "kConfigMaxLayers = 100000"});
+  o.num_layers = 1;
+  o.hidden = static_cast<int>(detail::kConfigMaxDim) + 1;
+  expect_error([&] { generate_checkpoint(fresh, o); }, StatusCode::kInvalidArgument,
+               {"hidden = 16777217", "kConfigMaxDim = 16777216"});
+  CHECK_FALSE(fs::exists(fs::path(fresh) / "config.json"));
 }
 
 TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
