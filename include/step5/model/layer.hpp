@@ -137,6 +137,27 @@ struct LayerCache {
                     ", num_slots = " + std::to_string(num_slots) + ", kv_heads = " + std::to_string(kv_heads) +
                     ", head_dim = " + std::to_string(head_dim) + ", proxy_dim = " + std::to_string(proxy_dim) +
                     "; expected positive counts and a block size of LayerCache::create");
+    // kv_elems() and the other sizes are size_t products: fields whose product passes 2^63 - 1
+    // bytes would wrap to a small size that a buffer of that size then passed `validate` with
+    // (rows read past it). Bounded here as bf16 values (the summaries, bytes of block_size / 8
+    // rows, are bounded by the stricter num_blocks x block_size x proxy_dim).
+    const auto fits = [](std::initializer_list<std::uint64_t> factors) {
+      std::uint64_t left = max_elements_in_bytes(sizeof(bf16));
+      for (const std::uint64_t f : factors) {
+        if (f > left) return false;
+        left /= f;
+      }
+      return true;
+    };
+    const auto u = [](int v) { return static_cast<std::uint64_t>(v); };
+    require(fits({u(num_blocks), u(block_size), u(kv_heads), u(head_dim)}) &&
+                fits({u(num_slots), u(layout::kRegionSize) * 2, u(proxy_dim)}) &&
+                fits({u(num_blocks), u(block_size), u(proxy_dim)}),
+            op, "cache num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
+                    ", kv_heads = " + std::to_string(kv_heads) + ", head_dim = " + std::to_string(head_dim) +
+                    ", num_slots = " + std::to_string(num_slots) + ", proxy_dim = " + std::to_string(proxy_dim) +
+                    ": a buffer (num_blocks x block_size x kv_heads x head_dim, num_blocks x block_size/8 x proxy_dim "
+                    "or num_slots x 16 x proxy_dim values) passes 2^63 - 1 bytes, expected every buffer within it");
   }
 };
 
