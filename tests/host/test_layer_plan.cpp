@@ -1194,6 +1194,101 @@ step5::Status with_bad_pdl(F&& f) {
 }
 }  // namespace
 
+TEST_CASE("indexer launchers and dsa_layer_run: tail slots, index_k, C, ids and counts the kernels cannot load element by element are refused naming them, before any launch") {
+  // the summaries kernel's (and the decode fold's) int32 loads of tail_slot and bf16 loads of
+  // index_k and C, the selection's int32 stores of ids and counts: a misaligned pointer was a
+  // sticky misaligned-address fault. Host stand-ins (never read: the refusals come first); the
+  // geometry's launchers (the run-time ones check the current device first)
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  std::vector<std::int32_t> cu = {0, 1}, lens = {1000}, table(16, 0);
+  static const std::int32_t kDevice[1] = {0};
+  alignas(64) static unsigned char buf[8192];
+  const auto at = [](int off) { return static_cast<void*>(buf + off); };
+  const auto not_built = [](const step5::Status& s) {
+    return s.code() == StatusCode::kUnsupported && s.message().find("was not built") != std::string::npos;
+  };
+  const auto expect = [](const step5::Status& s, const std::string& needle) {
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(s.message().find(needle) != std::string::npos, s.message());
+  };
+  ops::IndexerSummaryParams sp;
+  sp.rank = r;
+  sp.batch = {kDevice, kDevice, 1, 1, cu.data(), lens.data()};
+  sp.table.block_table = table.data(), sp.table.block_size = 64, sp.table.max_blocks = 16, sp.table.num_blocks = 16;
+  sp.index_k = static_cast<const step5::bf16*>(at(0)), sp.c = static_cast<const step5::bf16*>(at(1024));
+  sp.ldc = r.rows_with_w;
+  sp.summary_cache = static_cast<std::uint8_t*>(at(2048)), sp.tail = static_cast<step5::bf16*>(at(4096));
+  sp.tail_slot = static_cast<const std::int32_t*>(at(6144)), sp.num_slots = 4;
+  const auto summaries = [](const ops::IndexerSummaryParams& q) {
+    return ops::detail::indexer_summaries_for<layout::GeometryId::step5_preview>(q, nullptr);
+  };
+  {
+    const step5::Status s = with_bad_pdl([&] { return summaries(sp); });
+    if (not_built(s)) {
+      MESSAGE("step5_preview not built: skipped");
+      return;
+    }
+    CHECK_MESSAGE(s.message().find("is at an address") == std::string::npos, s.message());  // aligned: passes
+  }
+  for (int off : {1, 2, 3}) {
+    CAPTURE(off);
+    ops::IndexerSummaryParams q = sp;
+    q.tail_slot = static_cast<const std::int32_t*>(at(6144 + off));
+    expect(summaries(q), "indexer_summaries: tail_slot is at an address = " + std::to_string(off) + " mod 4");
+  }
+  {
+    ops::IndexerSummaryParams q = sp;
+    q.index_k = static_cast<const step5::bf16*>(at(1));
+    expect(summaries(q), "indexer_summaries: index_k is at an address = 1 mod 2");
+    q = sp;
+    q.c = static_cast<const step5::bf16*>(at(1025));
+    expect(summaries(q), "indexer_summaries: c is at an address = 1 mod 2");
+  }
+  {  // indexer_prepare doing step 4: the same rule for its tail slots
+    ops::IndexerPrepareParams p;
+    p.rank = r;
+    p.batch = sp.batch, p.table = sp.table;
+    p.max_position = 32768;
+    p.c = static_cast<const step5::bf16*>(at(1024)), p.ldc = r.rows_with_w + r.rows_with_w % 2;
+    auto* f = static_cast<float*>(at(7168));
+    p.q_norm = p.k_norm = p.index_q_norm = p.index_k_norm_w = p.index_k_norm_b = f;
+    p.cos_main = p.sin_main = p.cos_idx = p.sin_idx = static_cast<const step5::bf16*>(at(7680));
+    p.q_out = p.k_cache = p.v_cache = p.index_k = static_cast<step5::bf16*>(at(0));
+    p.index_q = static_cast<std::uint8_t*>(at(512)), p.weights = static_cast<float*>(at(512));
+    p.summaries = {sp.summary_cache, sp.tail, static_cast<const std::int32_t*>(at(6146)), 4, nullptr};
+    expect(ops::detail::indexer_prepare_for<layout::GeometryId::step5_preview>(p, nullptr),
+           "indexer_prepare: tail_slot is at an address = 2 mod 4");
+  }
+  {  // indexer_select's ids and counts
+    ops::IndexerSelectParams p;
+    p.rank = r;
+    p.batch = sp.batch, p.table = sp.table;
+    p.index_q = static_cast<const std::uint8_t*>(at(0)), p.weights = static_cast<const float*>(at(0));
+    p.summary_cache = static_cast<const std::uint8_t*>(at(0));
+    p.topk = 64, p.max_seq_len = 1000;
+    static std::vector<unsigned char> ws(ops::indexer_select_workspace_bytes(r, 1, 1000, 1) + 64);
+    p.workspace = ws.data() + (64 - reinterpret_cast<std::uintptr_t>(ws.data()) % 64) % 64;
+    p.workspace_bytes = ws.size() - 64;
+    p.topk_ids = static_cast<std::int32_t*>(at(2050)), p.counts = static_cast<std::int32_t*>(at(4096));
+    const auto select = [](const ops::IndexerSelectParams& q) {
+      return ops::detail::indexer_select_for<layout::GeometryId::step5_preview>(q, nullptr);
+    };
+    expect(select(p), "indexer_select: topk_ids is at an address = 2 mod 4");
+    p.topk_ids = static_cast<std::int32_t*>(at(2048)), p.counts = static_cast<std::int32_t*>(at(4097));
+    expect(select(p), "indexer_select: counts is at an address = 1 mod 4");
+  }
+  {  // dsa_layer_run refuses the tail slots before its first launch (the summaries would refuse them
+     // only after indexer_prepare wrote the caches)
+    ops::DsaLayerPlan plan;
+    REQUIRE(ops::dsa_layer_plan_for(r, 4096, engine_capacity(), h200_facts(), &plan).ok());
+    Step st(8, 1000, 64, engine_capacity());
+    HostStandIns h(8);
+    st.s.tail_slot = static_cast<const std::int32_t*>(at(6146));
+    expect(ops::dsa_layer_run(plan, h.w, h.caches, st.s, h.b, h.b, HostStandIns::buf, plan.map.total, nullptr),
+           "dsa_layer_run: step.tail_slot is at an address = 2 mod 4");
+  }
+}
+
 TEST_CASE("require_disjoint: byte ranges from ptr to ptr + bytes (end excluded), touching ranges, null and empty ranges pass") {
   using step5::require_disjoint;
   const void* a = fake<void>(0x10000);

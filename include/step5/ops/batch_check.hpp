@@ -46,7 +46,8 @@ struct StepCheck {
   const char* cu_seqlens_q_name = "cu_seqlens_q_host";  ///< field named when cu_seqlens_q is null
   const char* seq_lens_name = "seq_lens_host";          ///< field named when seq_lens is null
   /// The DEVICE copies of cu_seqlens_q and seq_lens, which the kernels read: launchers set
-  /// `device_arrays` and the two pointers (rule 2 then requires both non-null); the CPU reference,
+  /// `device_arrays` and the two pointers (rule 2 then requires both non-null and, with the block
+  /// table, 4-byte aligned); the CPU reference,
   /// whose arrays are the host ones above, leaves them unset.
   bool device_arrays = false;
   const void* cu_seqlens_q_device = nullptr;
@@ -125,7 +126,8 @@ constexpr bool block_size_ok(int block_size) {
 ///     of 8, at most kMaxBlockSize; max_blocks > 0; num_blocks > 0; max_seq_len > 0; max_position > 0;
 ///     row widths (and, when num_tokens > 0, num_tokens rows of them within 2^63 - 1 bytes).
 ///  2. When num_tokens > 0 (and per_request): num_requests > 0; block_table and the host arrays
-///     are non-null, and with `device_arrays` the device cu_seqlens_q and seq_lens too;
+///     are non-null, and with `device_arrays` the device cu_seqlens_q and seq_lens too, and
+///     those two and the (device) block_table 4-byte aligned (the kernels' int32 loads);
 ///     cu_seqlens_q[0] = 0, non-decreasing, cu_seqlens_q[B] = num_tokens; seq_lens[b] >= q_len_b;
 ///     for every request with rows (q_len_b > 0) its last position seq_lens[b] - 1 is
 ///     < capacity = max_blocks * block_size, seq_lens[b] <= max_seq_len and < max_position + 1.
@@ -277,6 +279,11 @@ inline Status validate_step(const StepCheck& c) {
       return null_array(c.cu_seqlens_q_device_name, "device copy of cu_seqlens_q [B+1] (the kernels read it)");
     if (c.device_arrays && c.seq_lens_device == nullptr)
       return null_array(c.seq_lens_device_name, "device copy of seq_lens [B] (the kernels read it)");
+    if (c.device_arrays)  // the kernels' int32 loads of the three (a misaligned one is a sticky device fault)
+      STEP5_RETURN_IF_ERROR(require_aligned(c.op ? c.op : "step", alignof(std::int32_t),
+                                            {{c.cu_seqlens_q_device_name, c.cu_seqlens_q_device},
+                                             {c.seq_lens_device_name, c.seq_lens_device},
+                                             {"block_table", c.block_table}}));
     if (c.cu_seqlens_q == nullptr) return null_array(c.cu_seqlens_q_name, "host copy of cu_seqlens_q [B+1]");
     if (c.seq_lens == nullptr) return null_array(c.seq_lens_name, "host copy of seq_lens [B]");
     const std::int32_t* cu = c.cu_seqlens_q;
