@@ -616,8 +616,9 @@ Status sparse_attention(const SparseAttentionParams& p, void* workspace, std::si
                         cudaStream_t stream);
 
 /// The run-time entry: `sparse_attention<Id>` of the row of geometries.def whose geometry is
-/// `rank.geometry` (ops/dispatch.hpp); kUnsupported for a geometry that is not listed or not built.
-/// Same arguments, preconditions and errors as `sparse_attention<Id>`.
+/// `rank.geometry` (ops/dispatch.hpp); kUnsupported for a geometry that is not listed or not built,
+/// or when `p.device` (-1: the current device) is not a Hopper its kernels were built for. Same
+/// arguments, preconditions and errors as `sparse_attention<Id>`.
 Status sparse_attention(const layout::RankLayout& rank, const SparseAttentionParams& p, void* workspace,
                         std::size_t workspace_bytes, cudaStream_t stream);
 
