@@ -436,6 +436,65 @@ TEST_CASE("gemm: tokens, n or k above kGemmMaxDim are refused naming them, befor
   CHECK_MESSAGE(s.message().find("kGemmMaxDim") == std::string::npos, s.message());
 }
 
+TEST_CASE("gemm_plan / gemm_bf16: a bad path, split_k or forced-path config is refused before the device query") {
+  // These rules need no device; they ran after it, so a machine without a GPU answered kCudaError
+  // (no device) where a GPU machine answered kInvalidArgument naming the value.
+  // disjoint X [2 or 17, 8], W [8, 8] and C (gemm_bf16 refuses overlaps); the pointers are never read
+  alignas(16) static step5::bf16 xs[17 * 8], ws[8 * 8], cs[17 * 8];
+  const auto base = [] {
+    ops::GemmParams gp;
+    gp.tokens = 2, gp.n = 8, gp.k = 8;
+    gp.ldx = gp.ldw = 8, gp.ldc = 8;
+    gp.x = xs;
+    gp.w = ws;
+    gp.c = cs;
+    return gp;
+  };
+  struct Case {
+    const char* what;
+    ops::GemmParams gp;
+    std::string expect;
+  };
+  std::vector<Case> cases;
+  ops::GemmParams gp = base();
+  gp.split_k = -1;
+  cases.push_back({"split_k -1", gp, "gemm_bf16: split_k = -1 must be >= 0"});
+  gp = base();
+  gp.path = static_cast<ops::GemmPath>(9);
+  cases.push_back({"path 9", gp, "gemm_bf16: path = 9, expected 0..5 (GemmPath)"});
+  gp = base();
+  gp.path = ops::GemmPath::kWgmma;
+  gp.x = xs + 1;  // 2 bytes off: the fast paths need 16-byte aligned x
+  cases.push_back({"forced wgmma, x unaligned", gp, "the wgmma path needs 16-byte aligned x/w"});
+  gp = base();
+  gp.path = ops::GemmPath::kGemv;
+  gp.config = ops::kGemmGemvTensorCoresWindowed + 1;
+  cases.push_back({"gemv config", gp, "gemm_bf16: config = 4, split_k = 0 with path kGemv"});
+  gp = base();
+  gp.path = ops::GemmPath::kGemv;
+  gp.tokens = ops::kGemmGemvMaxTokens + 1;
+  cases.push_back({"gemv tokens", gp, "gemm_bf16: the gemv path runs 1..16 tokens"});
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    ops::GemmPlan plan;
+    const step5::Status s = ops::gemm_plan(c.gp, &plan);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(s.message().find(c.expect) != std::string::npos, s.message());
+    CHECK(ops::gemm_bf16(c.gp, nullptr).code() == StatusCode::kInvalidArgument);
+  }
+  // a forced kCublasLt with a config: kInvalidArgument, or kUnsupported in a build without cuBLASLt
+  gp = base();
+  gp.path = ops::GemmPath::kCublasLt;
+  gp.config = 2;
+  ops::GemmPlan plan;
+  const step5::Status s = ops::gemm_plan(gp, &plan);
+  const bool refused =
+      (s.code() == StatusCode::kInvalidArgument &&
+       s.message().find("gemm_bf16: config = 2, split_k = 0 with path kCublasLt") != std::string::npos) ||
+      (s.code() == StatusCode::kUnsupported && s.message().find("built without cuBLASLt") != std::string::npos);
+  CHECK_MESSAGE(refused, s.message());
+}
+
 TEST_CASE("topk_select: ld above kTopkMaxLd is refused naming it, before any CUDA call") {
   // The selection kernel's int32 key indices run past a row by up to a stride: ld = 2^31 - 1 (the
   // old bound, INT32_MAX) overflowed them. The pointers are never read (refused before a launch).
