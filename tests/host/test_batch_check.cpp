@@ -171,6 +171,8 @@ TEST_CASE("validate_step: topk, workspace, table sizes, row widths, null arrays"
   c = e.check();
   c.block_table = nullptr;
   expect_refused(c, {"block_table is null"});
+  c.block_table_name = "table.block_table";  // named as the launcher's field (ops::step_check)
+  expect_refused(c, {"table.block_table is null"});
   c.per_request = false;  // planning: sizes only
   CHECK(validate_step(c).ok());
 
@@ -220,6 +222,8 @@ TEST_CASE("validate_step: device batch arrays or a block table not 4-byte aligne
     d = c;
     d.block_table = reinterpret_cast<const std::int32_t*>(at(32 + off));
     expect_refused(d, {"block_table is at an address = ", "mod 4, expected 4-byte aligned"});
+    d.block_table_name = "table.block_table";
+    expect_refused(d, {"table.block_table is at an address = "});
     d.num_tokens = 0;  // nothing launched: sizes only
     CHECK(validate_step(d).ok());
   }

@@ -467,6 +467,14 @@ TEST_CASE("gemm_plan / gemm_bf16: a bad path, split_k or forced-path config is r
   gp.x = xs + 1;  // 2 bytes off: the fast paths need 16-byte aligned x
   cases.push_back({"forced wgmma, x unaligned", gp, "the wgmma path needs 16-byte aligned x/w"});
   gp = base();
+  gp.path = ops::GemmPath::kWgmma;
+  gp.config = 99;
+  cases.push_back({"wgmma config", gp, "gemm_bf16: config = 99 for the wgmma path; expected 0.."});
+  gp = base();
+  gp.path = ops::GemmPath::kSplitK;
+  gp.config = -1;
+  cases.push_back({"split-K config", gp, "gemm_bf16: config = -1 for the split-K path; expected 0.."});
+  gp = base();
   gp.path = ops::GemmPath::kGemv;
   gp.config = ops::kGemmGemvTensorCoresWindowed + 1;
   cases.push_back({"gemv config", gp, "gemm_bf16: config = 4, split_k = 0 with path kGemv"});

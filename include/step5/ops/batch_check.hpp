@@ -3,7 +3,9 @@
 /// The ONE validation of the host-visible preconditions of a step (SPEC.md §5 batch and cache
 /// layout, §1 topk range), shared by every GPU launcher (ops/indexer.hpp, ops/attention.hpp,
 /// ops/layer.hpp) and by the CPU reference (reference/common.hpp throws its message as
-/// `step5::Error`), so the two can never disagree. Also the host side of the kernels' checked
+/// `step5::Error`), so the two can never disagree — with one addition on the reference's side: it
+/// takes T from cu_seqlens_q[B], so at T = 0 it also requires every offset 0
+/// (`reference::require_valid`), where a launcher, given num_tokens = 0, launches nothing. Also the host side of the kernels' checked
 /// mode: the layout of the device fault record and its translation into a Status
 /// (`bounds_fault_status`; reading it from the device: ops/bounds_fault.hpp).
 ///
@@ -58,6 +60,7 @@ struct StepCheck {
   bool per_request = true;
   // the paged block table (SPEC §5)
   const std::int32_t* block_table = nullptr;  ///< [B, max_blocks] (device or host): must be non-null
+  const char* block_table_name = "block_table";  ///< field named when block_table is null or misaligned
   int block_size = 0;  ///< tokens per block: a positive multiple of 8
   int max_blocks = 0;  ///< block-table row width: > 0; capacity = max_blocks * block_size positions
   int num_blocks = 0;  ///< blocks in the caches: > 0
@@ -271,7 +274,7 @@ inline Status validate_step(const StepCheck& c) {
   if (c.num_tokens > 0 && c.per_request) {
     const int B = c.num_requests, T = c.num_tokens;
     if (B == 0) return bad("num_tokens = " + s(T) + " with num_requests = 0, expected num_requests > 0");
-    if (c.block_table == nullptr) return bad("block_table is null");
+    if (c.block_table == nullptr) return bad(std::string(c.block_table_name) + " is null");
     const auto null_array = [&](const char* name, const char* expected) {
       return bad(std::string(name) + " is null, expected the " + expected);
     };
@@ -283,7 +286,7 @@ inline Status validate_step(const StepCheck& c) {
       STEP5_RETURN_IF_ERROR(require_aligned(c.op ? c.op : "step", alignof(std::int32_t),
                                             {{c.cu_seqlens_q_device_name, c.cu_seqlens_q_device},
                                              {c.seq_lens_device_name, c.seq_lens_device},
-                                             {"block_table", c.block_table}}));
+                                             {c.block_table_name, c.block_table}}));
     if (c.cu_seqlens_q == nullptr) return null_array(c.cu_seqlens_q_name, "host copy of cu_seqlens_q [B+1]");
     if (c.seq_lens == nullptr) return null_array(c.seq_lens_name, "host copy of seq_lens [B]");
     const std::int32_t* cu = c.cu_seqlens_q;

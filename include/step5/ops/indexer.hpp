@@ -156,6 +156,7 @@ inline StepCheck step_check(const char* op, const IndexerBatch& b, const PagedTa
   c.cu_seqlens_q_device = b.cu_seqlens_q, c.seq_lens_device = b.seq_lens;
   c.cu_seqlens_q_device_name = "batch.cu_seqlens_q", c.seq_lens_device_name = "batch.seq_lens";
   c.block_table = t.block_table;
+  c.block_table_name = "table.block_table";
   c.block_table_host = t.block_table_host;
   c.block_size = t.block_size;
   c.max_blocks = t.max_blocks;
@@ -435,7 +436,7 @@ Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 
 /// Launches SPEC §4.5–4.6 for every (token, local group). Errors: `validate_step` (batch, table,
 /// topk in [1, kMaxTopk], seq_lens <= max_seq_len <= kMaxIndexerSeqLen, workspace_bytes, the device
-/// cu_seqlens_q / seq_lens non-null), null pointers, index_q / summary_cache / workspace not
+/// cu_seqlens_q / seq_lens non-null and, with the block table, 4-byte aligned), null pointers, index_q / summary_cache / workspace not
 /// 16-byte or weights, topk_ids, counts not 4-byte aligned, a selection chunk of 2^31 rows or more, the workspace
 /// bytes it writes (the plan and the longest chunk's scores), topk_ids or counts overlapping each
 /// other, index_q, weights, the summary cache, the batch arrays or the block table

@@ -573,7 +573,7 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
       {{"index_q", p.index_q}, {"summary_cache", p.summary_cache}, {"workspace", p.workspace}}));
   // and the element accesses: the score weights (fp32), the selection's int32 stores of ids and counts
   STEP5_RETURN_IF_ERROR(
-      require_aligned("indexer_select", 4, {{"weights", p.weights}, {"topk_ids", p.topk_ids}, {"counts", p.counts}}));
+      require_aligned("indexer_select", alignof(std::int32_t), {{"weights", p.weights}, {"topk_ids", p.topk_ids}, {"counts", p.counts}}));
   if (Il > kernels::sm90::kScoreCols)
     return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
   const SelectChunks chunks = indexer_select_chunks(p.rank, T, p.max_seq_len, B, p.workspace_bytes);
