@@ -277,6 +277,30 @@ TEST_CASE("generator options are validated") {
   expect_error([&] { generate_checkpoint(fresh, o); }, StatusCode::kInvalidArgument,
                {"hidden = 16777217", "kConfigMaxDim = 16777216"});
   CHECK_FALSE(fs::exists(fs::path(fresh) / "config.json"));
+  // options that would write a config.json parse_model_config refuses (the whole checkpoint was
+  // written, then refused by load_model_config): refused before the first file, with its message
+  const auto refused = [&](CheckpointOptions bad, std::vector<std::string> parts) {
+    fs::remove_all(fresh);
+    expect_error([&] { generate_checkpoint(fresh, bad); }, StatusCode::kInvalidArgument, parts);
+    CHECK_FALSE(fs::exists(fs::path(fresh) / "config.json"));
+    CHECK_FALSE(fs::exists(fs::path(fresh) / "model.safetensors"));
+  };
+  o = {};
+  o.hidden = 8;
+  o.num_layers = 4;
+  o.rms_norm_eps = 0;
+  refused(o, {"field 'text_config.rms_norm_eps' = 0 must be > 0"});
+  o.rms_norm_eps = std::nan("");
+  refused(o, {"field 'text_config.rms_norm_eps' must be finite"});
+  o = {};
+  o.hidden = 8;
+  o.num_layers = 4;
+  o.rope_theta_full = 1e300;
+  refused(o, {"field 'text_config.rope_theta[3]' = 1e+300 exceeds the largest float"});
+  o = {};
+  o.hidden = 8;
+  o.num_layers = 2;  // the Preview pattern's first DSA layer is layer 3
+  refused(o, {"checkpoint generator: config.json: yarn_only_types ['full_attention'] names no layer's type"});
 }
 
 TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
