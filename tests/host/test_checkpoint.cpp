@@ -534,6 +534,19 @@ TEST_CASE("reader: malformed files give clear errors and never crash") {
     write_bytes(d2 + "/sub/s3.safetensors", st_image(good_hdr, data16));
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"sub/s3.safetensors"}})");
     CHECK(Checkpoint(d2).names() == std::vector<std::string>{"t"});
+    // a tensor held by two shards the index names (the index maps it to one): refused as without
+    // an index (engines that read every listed shard's tensors would take the other copy); the
+    // same shard named two ways is one file
+    write_bytes(d2 + "/s4.safetensors",
+                st_image(R"({"t":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"u":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})",
+                         data16));
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors","u":"s4.safetensors"}})");
+    expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError,
+                 {"model.safetensors.index.json", "tensor 't' is in both '", "s1.safetensors' (where the index maps it) and '",
+                  "s4.safetensors'"});
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s4.safetensors","u":"./s4.safetensors"}})");
+    CHECK(Checkpoint(d2).names() == std::vector<std::string>{"t", "u"});
+    CHECK(Checkpoint(d2).files().size() == 1);
     // an index above kMaxIndexBytes is refused by its size before it is parsed (a sparse file:
     // no disk space; it was parsed whole before)
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors"}})");
