@@ -70,7 +70,9 @@ constexpr int kExitOutOfMemory = 3;  // host memory ran out during the run (std:
 constexpr long long kMaxPositions = 1ll << 20;
 
 // The one parser + range check of the integer options: a bad value gives one line naming the
-// option, the value and the allowed range (CLI11 prefixes the option name).
+// option, the value and the allowed range (CLI11 prefixes the option name). Decimal only: CLI11
+// then converts the text with strtoll base 0, which reads a leading 0 as octal (--tp 010 ran tp
+// 8), so a leading zero is refused.
 template <class T>
 CLI::Validator int_in(T lo, T hi = std::numeric_limits<T>::max()) {
   const std::string range = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
@@ -82,6 +84,9 @@ CLI::Validator int_in(T lo, T hi = std::numeric_limits<T>::max()) {
         if (ec == std::errc::result_out_of_range || (ec == std::errc() && p == end && (v < lo || v > hi)))
           return "value " + text + " is outside the allowed range: expected " + range;
         if (ec != std::errc() || p != end) return "value '" + text + "' is not an integer: expected " + range;
+        const std::size_t digits = text[0] == '-' ? 1 : 0;
+        if (text.size() > digits + 1 && text[digits] == '0')
+          return "value '" + text + "' has a leading zero: expected " + range + ", decimal without leading zeros";
         return {};
       },
       range.substr(3));
