@@ -110,15 +110,21 @@ std::string default_cache_dir() {
   return (fs::temp_directory_path() / "step5-cache").string();
 }
 
+// A path option given on the command line (`option` = its value): an empty value names no path
+// (`--checkpoint "$UNSET"` ran the embedded default instead), and one starting with "--" is the
+// next option taken as the value (`--cache-dir= --quiet`): refused, naming the option and `expected`.
+void check_path_option(const char* option, const std::string& value, const std::string& expected) {
+  if (value.empty()) throw Error(StatusCode::kInvalidArgument, std::string(option) + " '': expected " + expected);
+  if (value.rfind("--", 0) == 0)
+    throw Error(StatusCode::kInvalidArgument, std::string(option) + " '" + value + "' looks like an option: expected " +
+                                                  expected + " (a value missing after " + option + "=?)");
+}
+
 // The cache directory of a run: --cache-dir where given, else default_cache_dir(). An empty
 // --cache-dir or STEP5_CACHE_DIR names no directory: refused, naming it.
 std::string cache_dir_of_run(const Options& opt, bool cache_dir_given) {
   if (cache_dir_given) {
-    if (opt.cache_dir.empty())
-      throw Error(StatusCode::kInvalidArgument, "--cache-dir '': expected a directory path");
-    if (opt.cache_dir.rfind("--", 0) == 0)  // `--cache-dir= --quiet` takes the next option as its value
-      throw Error(StatusCode::kInvalidArgument, "--cache-dir '" + opt.cache_dir +
-                                                    "' looks like an option: expected a directory path (a value missing after --cache-dir=?)");
+    check_path_option("--cache-dir", opt.cache_dir, "a directory path");
     return opt.cache_dir;
   }
   if (const char* x = std::getenv("STEP5_CACHE_DIR"); x != nullptr && *x == 0)
@@ -487,6 +493,9 @@ int run_driver(int argc, char** argv, Options& opt) {
   }
 
   // Options that do not apply are errors, not silently ignored.
+  if (app.count("--checkpoint") > 0)
+    check_path_option("--checkpoint", opt.checkpoint,
+                      "a checkpoint directory or its config.json (leave --checkpoint out for the embedded default)");
   if (!opt.checkpoint.empty())
     for (const char* o : {"--geometry", "--hidden", "--cache-dir"})
       if (app.count(o) > 0)
