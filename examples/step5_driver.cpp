@@ -70,7 +70,9 @@ constexpr int kExitOutOfMemory = 3;  // host memory ran out during the run (std:
 constexpr long long kMaxPositions = 1ll << 20;
 
 // The one parser + range check of the integer options: a bad value gives one line naming the
-// option, the value and the allowed range (CLI11 prefixes the option name).
+// option, the value and the allowed range (CLI11 prefixes the option name). Decimal only: CLI11
+// then converts the text with strtoll base 0, which reads a leading 0 as octal (--tp 010 ran tp
+// 8), so a leading zero is refused.
 template <class T>
 CLI::Validator int_in(T lo, T hi = std::numeric_limits<T>::max()) {
   const std::string range = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
@@ -82,6 +84,9 @@ CLI::Validator int_in(T lo, T hi = std::numeric_limits<T>::max()) {
         if (ec == std::errc::result_out_of_range || (ec == std::errc() && p == end && (v < lo || v > hi)))
           return "value " + text + " is outside the allowed range: expected " + range;
         if (ec != std::errc() || p != end) return "value '" + text + "' is not an integer: expected " + range;
+        const std::size_t digits = text[0] == '-' ? 1 : 0;
+        if (text.size() > digits + 1 && text[digits] == '0')
+          return "value '" + text + "' has a leading zero: expected " + range + ", decimal without leading zeros";
         return {};
       },
       range.substr(3));
@@ -105,15 +110,21 @@ std::string default_cache_dir() {
   return (fs::temp_directory_path() / "step5-cache").string();
 }
 
+// A path option given on the command line (`option` = its value): an empty value names no path
+// (`--checkpoint "$UNSET"` ran the embedded default instead), and one starting with "--" is the
+// next option taken as the value (`--cache-dir= --quiet`): refused, naming the option and `expected`.
+void check_path_option(const char* option, const std::string& value, const std::string& expected) {
+  if (value.empty()) throw Error(StatusCode::kInvalidArgument, std::string(option) + " '': expected " + expected);
+  if (value.rfind("--", 0) == 0)
+    throw Error(StatusCode::kInvalidArgument, std::string(option) + " '" + value + "' looks like an option: expected " +
+                                                  expected + " (a value missing after " + option + "=?)");
+}
+
 // The cache directory of a run: --cache-dir where given, else default_cache_dir(). An empty
 // --cache-dir or STEP5_CACHE_DIR names no directory: refused, naming it.
 std::string cache_dir_of_run(const Options& opt, bool cache_dir_given) {
   if (cache_dir_given) {
-    if (opt.cache_dir.empty())
-      throw Error(StatusCode::kInvalidArgument, "--cache-dir '': expected a directory path");
-    if (opt.cache_dir.rfind("--", 0) == 0)  // `--cache-dir= --quiet` takes the next option as its value
-      throw Error(StatusCode::kInvalidArgument, "--cache-dir '" + opt.cache_dir +
-                                                    "' looks like an option: expected a directory path (a value missing after --cache-dir=?)");
+    check_path_option("--cache-dir", opt.cache_dir, "a directory path");
     return opt.cache_dir;
   }
   if (const char* x = std::getenv("STEP5_CACHE_DIR"); x != nullptr && *x == 0)
@@ -482,6 +493,9 @@ int run_driver(int argc, char** argv, Options& opt) {
   }
 
   // Options that do not apply are errors, not silently ignored.
+  if (app.count("--checkpoint") > 0)
+    check_path_option("--checkpoint", opt.checkpoint,
+                      "a checkpoint directory or its config.json (leave --checkpoint out for the embedded default)");
   if (!opt.checkpoint.empty())
     for (const char* o : {"--geometry", "--hidden", "--cache-dir"})
       if (app.count(o) > 0)

@@ -277,6 +277,30 @@ TEST_CASE("generator options are validated") {
   expect_error([&] { generate_checkpoint(fresh, o); }, StatusCode::kInvalidArgument,
                {"hidden = 16777217", "kConfigMaxDim = 16777216"});
   CHECK_FALSE(fs::exists(fs::path(fresh) / "config.json"));
+  // options that would write a config.json parse_model_config refuses (the whole checkpoint was
+  // written, then refused by load_model_config): refused before the first file, with its message
+  const auto refused = [&](CheckpointOptions bad, std::vector<std::string> parts) {
+    fs::remove_all(fresh);
+    expect_error([&] { generate_checkpoint(fresh, bad); }, StatusCode::kInvalidArgument, parts);
+    CHECK_FALSE(fs::exists(fs::path(fresh) / "config.json"));
+    CHECK_FALSE(fs::exists(fs::path(fresh) / "model.safetensors"));
+  };
+  o = {};
+  o.hidden = 8;
+  o.num_layers = 4;
+  o.rms_norm_eps = 0;
+  refused(o, {"field 'text_config.rms_norm_eps' = 0 must be > 0"});
+  o.rms_norm_eps = std::nan("");
+  refused(o, {"field 'text_config.rms_norm_eps' must be finite"});
+  o = {};
+  o.hidden = 8;
+  o.num_layers = 4;
+  o.rope_theta_full = 1e300;
+  refused(o, {"field 'text_config.rope_theta[3]' = 1e+300 exceeds the largest float"});
+  o = {};
+  o.hidden = 8;
+  o.num_layers = 2;  // the Preview pattern's first DSA layer is layer 3
+  refused(o, {"checkpoint generator: config.json: yarn_only_types ['full_attention'] names no layer's type"});
 }
 
 TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
@@ -510,6 +534,19 @@ TEST_CASE("reader: malformed files give clear errors and never crash") {
     write_bytes(d2 + "/sub/s3.safetensors", st_image(good_hdr, data16));
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"sub/s3.safetensors"}})");
     CHECK(Checkpoint(d2).names() == std::vector<std::string>{"t"});
+    // a tensor held by two shards the index names (the index maps it to one): refused as without
+    // an index (engines that read every listed shard's tensors would take the other copy); the
+    // same shard named two ways is one file
+    write_bytes(d2 + "/s4.safetensors",
+                st_image(R"({"t":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},"u":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]}})",
+                         data16));
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors","u":"s4.safetensors"}})");
+    expect_error([&] { Checkpoint c(d2); }, StatusCode::kIoError,
+                 {"model.safetensors.index.json", "tensor 't' is in both '", "s1.safetensors' (where the index maps it) and '",
+                  "s4.safetensors'"});
+    write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s4.safetensors","u":"./s4.safetensors"}})");
+    CHECK(Checkpoint(d2).names() == std::vector<std::string>{"t", "u"});
+    CHECK(Checkpoint(d2).files().size() == 1);
     // an index above kMaxIndexBytes is refused by its size before it is parsed (a sparse file:
     // no disk space; it was parsed whole before)
     write_bytes(d2 + "/model.safetensors.index.json", R"({"weight_map":{"t":"s1.safetensors"}})");

@@ -329,7 +329,8 @@ inline void generate_weight_chunk(const WeightInit& w, std::uint64_t key, std::u
 }
 
 /// Writes a checkpoint into directory `dir` (created if needed; existing files of the same
-/// names are overwritten). See the file comment. Throws `step5::Error`.
+/// names are overwritten). See the file comment. Throws `step5::Error`; bad options (among them
+/// any that would write a config.json `parse_model_config` refuses) before anything is written.
 inline GeneratedCheckpoint generate_checkpoint(const std::string& dir, const CheckpointOptions& o) {
   namespace fs = std::filesystem;
   (void)detail::geometry_entry_or_throw(o.geometry);
@@ -351,14 +352,17 @@ inline GeneratedCheckpoint generate_checkpoint(const std::string& dir, const Che
   if (shards < 1 || static_cast<std::size_t>(shards) > all.size())
     throw Error(StatusCode::kInvalidArgument, "checkpoint generator: num_shards = " + std::to_string(shards) +
                                                   " outside [1, " + std::to_string(all.size()) + "] (number of tensors)");
+  GeneratedCheckpoint out;
+  out.dir = dir;
+  out.config = make_checkpoint_config(o);
+  // the config.json must be one parse_model_config reads (its rules, not a copy of them): options
+  // it refuses (rms_norm_eps or rope_theta_* not a positive fp32 value, layer_types without a DSA
+  // layer) are refused here with its message, before the first file
+  (void)parse_model_config(out.config, "checkpoint generator: config.json");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec))
     throw Error(StatusCode::kIoError, "checkpoint generator: cannot create directory '" + dir + "'");
-
-  GeneratedCheckpoint out;
-  out.dir = dir;
-  out.config = make_checkpoint_config(o);
   {
     const std::string cfg = (fs::path(dir) / "config.json").string();
     std::ofstream f(cfg, std::ios::binary | std::ios::trunc);

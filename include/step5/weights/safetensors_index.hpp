@@ -7,7 +7,8 @@
 /// tensor's file. Every file is read and validated by safetensors_reader.hpp; errors throw
 /// `step5::Error` naming the index/file and the tensor (kNotFound for a missing path or tensor,
 /// kIoError for a malformed index, an index above kMaxIndexBytes, a file name outside the index's
-/// directory, a tensor in two files, or an index entry whose file lacks it).
+/// directory, a tensor in two files — with an index too, in two of the files it lists —, or an
+/// index entry whose file lacks it).
 ///
 /// Host only (g++); needs nlohmann-json.
 #include <algorithm>
@@ -162,8 +163,8 @@ class Checkpoint {
                            "] = " + detail::quote_name(fname) +
                            " must name a file inside the index's directory (no '..' component)");
       std::size_t id = 0;
-      try {
-        id = add_file((dir / fname).string());
+      try {  // lexically normal: "s.safetensors" and "./s.safetensors" are one file
+        id = add_file((dir / fname).lexically_normal().string());
       } catch (const Error& e) {  // a missing or malformed shard: say which index and tensor name it
         throw Error(e.code(), "checkpoint index '" + index_file + "' maps tensor " + detail::quote_name(it.key()) +
                                   " to " + detail::quote_name(fname) + ": " + e.what());
@@ -173,6 +174,14 @@ class Checkpoint {
                          " to '" + files_[id]->path() + "', which has no such tensor");
       where_[it.key()] = id;
     }
+    // a tensor held by two of the listed files is refused as without an index: an engine that
+    // reads every listed file's tensors would take the copy the index does not name
+    for (std::size_t id = 0; id < files_.size(); ++id)
+      for (const auto& e : files_[id]->entries())
+        if (auto w = where_.find(e.name); w != where_.end() && w->second != id)
+          detail::throw_io("checkpoint index '" + index_file + "': tensor " + detail::quote_name(e.name) +
+                           " is in both '" + files_[w->second]->path() + "' (where the index maps it) and '" +
+                           files_[id]->path() + "'");
   }
 
   std::string root_;
