@@ -136,7 +136,7 @@ CheckpointOptions default_checkpoint_options(const Options& opt) {
   CheckpointOptions o;
   o.geometry = opt.geometry;
   o.hidden = opt.hidden;
-  o.num_layers = 4 * opt.layers;
+  o.num_layers = kPreviewDsaPeriod * opt.layers;  // opt.layers DSA layers
   o.indexer_on_all_layers = false;
   o.dsa_layers_only = true;
   return o;
@@ -454,7 +454,8 @@ int run_driver(int argc, char** argv, Options& opt) {
   app.add_option("--skip-exit-code", opt.skip_exit_code,
                  "exit code when --backend cuda finds no (or too few) suitable GPUs (tests pass 77 = skipped)")
       ->check(int_in(0, 255));
-  app.add_option("--layers", opt.layers, "number of DSA layers to run (the first ones of the checkpoint)")->check(int_in(1, 25000));  // 4 x 25000 = the config parser's layer limit
+  app.add_option("--layers", opt.layers, "number of DSA layers to run (the first ones of the checkpoint)")
+      ->check(int_in(1, static_cast<int>(step5::detail::kConfigMaxLayers / kPreviewDsaPeriod)));  // the generated default's num_layers within the config parser's limit
   app.add_option("--tp", opt.tp, "tensor-parallel size (a tp value of the geometry list)")->check(int_in(1, 1024));
   app.add_option("--tokens", opt.tokens, "prompt length of the longest request")->check(int_in(1, static_cast<int>(kMaxPositions)));
   app.add_option("--chunk", opt.chunk, "prefill chunk (tokens per request per step)")->check(int_in(1, static_cast<int>(kMaxPositions)));

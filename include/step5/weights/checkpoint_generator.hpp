@@ -154,10 +154,15 @@ inline double weight_normal(std::uint64_t key, std::uint64_t i, WeightPrng prng)
   return ((static_cast<double>(s) + 2.0) * (1.0 / 65536.0) - 2.0) * 1.7320508075688772;
 }
 
+/// Period of the Step-5 Preview layer pattern: one full_attention (DSA) layer, the last, in every
+/// kPreviewDsaPeriod layers (full_attention on layers 4k+3).
+inline constexpr int kPreviewDsaPeriod = 4;
+
 /// Layer types of a generated checkpoint: Step-5 Preview pattern (full_attention on 4k+3).
 inline std::vector<std::string> preview_layer_types(int num_layers) {
   std::vector<std::string> t;
-  for (int i = 0; i < num_layers; ++i) t.push_back(i % 4 == 3 ? "full_attention" : "sliding_attention");
+  for (int i = 0; i < num_layers; ++i)
+    t.push_back(i % kPreviewDsaPeriod == kPreviewDsaPeriod - 1 ? "full_attention" : "sliding_attention");
   return t;
 }
 
