@@ -1061,8 +1061,9 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
 ///      completion on the warp's mbarrier), converted to keys in place; the rest (the last n % 4,
 ///      or the whole row when it is not aligned, or every key when !kSmem) through registers; the
 ///      first 8-bit digit (key >> 24) of every key is counted into the warp's 256-bin histogram
-///      in the same sweep (warp_hist_add_keys: one vote per 8 keys of a lane, then one atomic per
-///      key, or one per warp where every key has one digit). !kSmem (rows too long for kTopkWarpRows slices, reached only when a
+///      in the same sweep (warp_hist_add_keys: one vote per 8 keys of a lane in the bulk-staged
+///      sweep, 4 or 16 in the register one, then one atomic per key, or one per warp where every
+///      key has one digit). !kSmem (rows too long for kTopkWarpRows slices, reached only when a
 ///      launch forces the warp rows) re-reads the keys from global memory in every later sweep;
 ///   2. picks the threshold bin with one warp scan (lane l holds bins 255 − 8l − j, j < 8, as
 ///      radix_refine's warp 0) and clears its bins; while the bin holds more keys than remain to
