@@ -11,7 +11,7 @@ set -u
 [ -x build-carry/test_topk ] || { mkdir -p build-carry && xz -dc build-carry-z/all.tar.xz | tar -xf - -C build-carry; }
 [ -d /tmp/deps/usr ] || dpkg -x build-carry-z/libbenchmark1debian_1.7.1-1_amd64.deb /tmp/deps
 export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-O=${OUT:-/tmp/o}; mkdir -p $O/logs; T0=$(date +%s); CALL_S=${CALL_S:-500}
+O=${OUT:-/tmp/o}; mkdir -p $O/logs $O/idx $O/layer; T0=$(date +%s); CALL_S=${CALL_S:-500}
 el() { echo "[$(( $(date +%s) - T0 )) s]"; }
 left() { [ $(( CALL_S - ($(date +%s) - T0) )) -gt "$1" ]; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
@@ -22,48 +22,21 @@ for r in 1 2; do
 for side in old new; do
   [ $r = 1 ] || left 250 || { echo "$(el) skip bench_indexer $side $r (time)"; continue; }
   b=build-carry/bench_indexer; [ $side = old ] && b=build-carry/bench_indexer_old
-  timeout 60 $b --benchmark_filter="$F" --benchmark_out=$O/idx_${side}_$r.json --benchmark_out_format=json > $O/logs/indexer_${side}_$r.txt 2>&1
+  timeout 60 $b --benchmark_filter="$F" --benchmark_out=$O/idx/${side}_$r.json --benchmark_out_format=json > $O/logs/indexer_${side}_$r.txt 2>&1
   echo "$(el) bench_indexer $side round $r rc=$?"
 done
 done
-python3 - "$O" <<'PY'
-import json,sys,statistics as st
-O=sys.argv[1]; med={}
-for side in ('old','new'):
-    for r in (1,2):
-        try: d=json.load(open(f'{O}/idx_{side}_{r}.json'))
-        except Exception as e: print('missing',side,r,e); continue
-        for b in d['benchmarks']:
-            med.setdefault((side,b['run_name']),[]).append(b['real_time'])
-names=sorted({n for (s,n) in med})
-for n in names:
-    o=med.get(('old',n)); w=med.get(('new',n))
-    if o and w: print(f"{n[:60]:60s} {st.median(o):9.2f} {st.median(w):9.2f} {st.median(w)/st.median(o):6.3f}")
-PY
+python3 tools/ab_medians.py $O/idx old new
 L='^layer/step5_preview/tp:(1|8)/tokens:(8192|32768)/ctx:0/'
 for r in 1 2; do
 for side in old new; do
   [ $r = 1 ] && { left 60 || continue; } ; [ $r = 1 ] || left 150 || { echo "$(el) skip bench_layer $side $r (time)"; continue; }
   b=build-carry/bench_layer; [ $side = old ] && b=build-carry/bench_layer_old
-  timeout 100 $b --benchmark_filter="$L" --benchmark_out=$O/layer_${side}_$r.json --benchmark_out_format=json > $O/logs/layer_${side}_$r.txt 2>&1
+  timeout 100 $b --benchmark_filter="$L" --benchmark_out=$O/layer/${side}_$r.json --benchmark_out_format=json > $O/logs/layer_${side}_$r.txt 2>&1
   echo "$(el) bench_layer $side round $r rc=$?"
 done
 done
-python3 - "$O" <<'PY'
-import json,sys,statistics as st
-O=sys.argv[1]; med={}
-for side in ('old','new'):
-    for r in (1,2):
-        try: d=json.load(open(f'{O}/layer_{side}_{r}.json'))
-        except Exception as e: print('missing',side,r,e); continue
-        for b in d['benchmarks']:
-            for c in ('select_us','layer_us','select_x_floor','x_floor'):
-                if c in b: med.setdefault((side,b['run_name'],c),[]).append(b[c])
-for (side,n,c) in sorted(med):
-    if side!='old': continue
-    o=med[('old',n,c)]; w=med.get(('new',n,c))
-    if w: print(f"{n[6:50]:44s} {c:15s} {st.median(o):10.2f} {st.median(w):10.2f} {st.median(w)/st.median(o):6.3f}")
-PY
+python3 tools/ab_medians.py --counter select_us --counter select_x_floor --counter layer_us --counter x_floor $O/layer old new
 for t in test_indexer test_layer; do
   left 90 || { echo "$(el) skip $t (time)"; continue; }
   STEP5_GPU_TEST_QUICK=1 timeout 80 build-carry/$t > $O/logs/$t.txt 2>&1
