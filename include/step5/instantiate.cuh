@@ -162,6 +162,8 @@ Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
   if (p.ld_ids < p.topk + 1)
     return invalid_argument("topk_select: ld_ids = " + std::to_string(p.ld_ids) + ", expected >= topk + 1 = " +
                             std::to_string(p.topk + 1));
+  // ids row r starts at ids + r * ld_ids (no upper bound made row 1 of ld_ids 2^62 row 0 again)
+  STEP5_RETURN_IF_ERROR(require_strided_rows_fit("topk_select", "ld_ids", p.rows, p.ld_ids, p.topk + 1, 4));
   STEP5_RETURN_IF_ERROR(topk_env_status());  // STEP5_TOPK (the launch's own check): named before the overlap
   {
     // each row's CTA (or cluster) writes its ids and count while other rows' CTAs still read their

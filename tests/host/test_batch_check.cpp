@@ -197,6 +197,29 @@ TEST_CASE("validate_step: topk, workspace, table sizes, row widths, null arrays"
 }
 
 #if __has_include(<cuda_runtime_api.h>)
+TEST_CASE("validate_step: a row width whose num_tokens rows end past 2^63 - 1 bytes is refused naming it") {
+  // indexer_prepare / indexer_summaries read C's row t at c + t * ldc: ldc had a lower bound only
+  // (>= rows_with_w), so T = 2 with ldc = 2^62 put row 1 at byte offset 2^63 (a load past the
+  // address space), and their overlap checks' extent ((T - 1) * ldc + rows_with_w) * 2 wrapped
+  // at ldc = 2^63 - 2 (an even value: prepare's multiple of 2).
+  Example e;
+  e.seq = {128, 11};  // the example's step within its capacity (128 positions)
+  StepCheck c = e.check();
+  const long long max = 0x7fffffffffffffffLL;
+  const long long largest = max / 2 - 100;  // (2 - 1) * ldc + 100 <= max / 2 elements
+  for (const long long ldc : {1LL << 62, largest + 1, max - 1}) {
+    c.widths[0] = {"ldc", ldc, 100, "rows_with_w", 1};
+    CAPTURE(ldc);
+    expect_refused(c, {("ldc = " + std::to_string(ldc) + " with 2 rows of 100").c_str(),
+                       ("expected ldc <= " + std::to_string(largest)).c_str()});
+  }
+  c.widths[0] = {"ldc", largest, 100, "rows_with_w", 1};
+  CHECK_MESSAGE(validate_step(c).ok(), validate_step(c).message());
+  c.num_tokens = 0, c.num_requests = 0;  // no rows: only the lower bound applies
+  c.widths[0] = {"ldc", max, 100, "rows_with_w", 1};
+  CHECK(validate_step(c).ok());
+}
+
 TEST_CASE("launchers' step checks require the device batch arrays (indexer ops, dsa_layer_run, sparse_attention)") {
   // ops::step_check (every indexer launcher and dsa_layer_run) and attention_step_check set the
   // device pointers: a null one is refused before anything is launched, naming the field

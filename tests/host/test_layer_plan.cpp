@@ -452,6 +452,71 @@ TEST_CASE("topk_select: ld above kTopkMaxLd is refused naming it, before any CUD
   }
 }
 
+TEST_CASE("topk_select: an ld_ids whose rows overflow 2^63 bytes is refused naming it, before any CUDA call") {
+  // ids row r starts at ids + r * ld_ids: with rows = 2 and ld_ids = 2^62 the second row's byte
+  // offset is 2^64, i.e. the first row again (the two rows' selections raced in one row), and the
+  // overlap check's extent ((rows - 1) * ld_ids + topk + 1) * 4 wrapped to 20 bytes; ld_ids had a
+  // lower bound only. The pointers are never read (refused before a launch).
+  ops::TopkSelectParams p = small_topk_params();
+  p.rows = 2;
+  const std::int64_t limit = (std::numeric_limits<std::int64_t>::max() / 4 - (p.topk + 1)) / (p.rows - 1);
+  for (const std::int64_t ld_ids : {std::int64_t{1} << 62, limit + 1, std::numeric_limits<std::int64_t>::max()}) {
+    p.ld_ids = ld_ids;
+    const step5::Status s = ops::topk_select(p, nullptr);
+    CAPTURE(ld_ids);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(s.message().find("topk_select: ld_ids = " + std::to_string(ld_ids) + " with 2 rows of " +
+                                   std::to_string(p.topk + 1)) != std::string::npos,
+                  s.message());
+  }
+  // the largest ld_ids passes this rule (whatever the device says next)
+  p.ld_ids = limit;
+  CHECK_MESSAGE(ops::topk_select(p, nullptr).message().find("ld_ids") == std::string::npos,
+                ops::topk_select(p, nullptr).message());
+}
+
+TEST_CASE("gemm: an ldx, ldw or ldc whose rows overflow 2^63 bytes is refused naming it, before any device query") {
+  // Row t of C starts at c + t * ldc (bytes 2 * t * ldc): ldc = 2^62 put row 1 at byte 2^63, past
+  // the address space (a faulting store), and 2^63 - 1 wrapped the overlap check's extent
+  // ((T - 1) * ldc + n) * 2 to a few bytes; the lds had a lower bound only (>= k, >= n).
+  alignas(16) static step5::bf16 buf[64];
+  const std::int64_t max = std::numeric_limits<std::int64_t>::max();
+  for (int which = 0; which < 3; ++which) {
+    const std::int64_t largest = max / 2 - (which == 2 ? 2 : 8);  // (rows - 1) * ld + width <= max / 2 elements
+    for (const std::int64_t ld : {std::int64_t{1} << 62, largest + 1, max}) {
+      ops::GemmParams gp;
+      gp.tokens = 2, gp.n = 2, gp.k = 8;
+      gp.ldx = gp.ldw = gp.ldc = 8;
+      gp.x = gp.w = buf;
+      gp.c = buf + 32;
+      std::int64_t* field = which == 0 ? &gp.ldx : which == 1 ? &gp.ldw : &gp.ldc;
+      *field = ld;
+      const char* name = which == 0 ? "ldx" : which == 1 ? "ldw" : "ldc";
+      ops::GemmPlan plan;
+      const step5::Status s = ops::gemm_plan(gp, &plan);
+      CAPTURE(which);
+      CAPTURE(ld);
+      CHECK(s.code() == StatusCode::kInvalidArgument);
+      const char* width = which == 2 ? " with 2 rows of 2" : " with 2 rows of 8";  // C rows hold n, X and W rows k
+      CHECK_MESSAGE(s.message().find(std::string("gemm_bf16: ") + name + " = " + std::to_string(ld) + width) !=
+                        std::string::npos,
+                    s.message());
+      CHECK(step5::ops::gemm_bf16(gp, nullptr).code() == StatusCode::kInvalidArgument);
+      CHECK_MESSAGE(s.message().find(" <= " + std::to_string(largest)) != std::string::npos, s.message());
+    }
+    // the largest ld passes this rule (whatever the device says next)
+    ops::GemmParams gp;
+    gp.tokens = 2, gp.n = 2, gp.k = 8;
+    gp.ldx = gp.ldw = gp.ldc = 8;
+    gp.x = gp.w = buf;
+    gp.c = buf + 32;
+    (which == 0 ? gp.ldx : which == 1 ? gp.ldw : gp.ldc) = largest;
+    ops::GemmPlan plan;
+    const step5::Status s = ops::gemm_plan(gp, &plan);
+    CHECK_MESSAGE(s.message().find("2^63") == std::string::npos, s.message());
+  }
+}
+
 TEST_CASE("run's checks: steps beyond the plan's capacity are refused naming the step's and the capacity's numbers") {
   const layout::RankLayout r = rank_of("dsa_h64_kv8_d128", 4, 1);
   const ops::DsaLayerCapacity cap = engine_capacity();
@@ -1158,6 +1223,24 @@ TEST_CASE("elementwise: x over residual and residual over the partials array are
                       "add_partials_to_residual", "residual", "partials"));
   CHECK(no_overlap_error(
       with_bad_pdl([&] { return ops::add_partials_to_residual(parts, 2, fake<float>(0x200000 + 16), 16, nullptr); })));
+}
+
+TEST_CASE("elementwise: an n whose residual bytes (n * 4) pass 2^63 - 1 is refused naming it, before any CUDA call") {
+  // n * 4 wrapped require_disjoint's extents (n = 2^62: residual's 0 bytes, an empty range) and the
+  // call went on to the device check
+  const std::size_t huge = std::size_t{1} << 62;
+  const float* r = fake<const float>(0x100000);
+  step5::Status s = ops::residual_to_bf16(r, fake<step5::bf16>(0x900000), huge, nullptr);
+  CHECK(s.code() == step5::StatusCode::kInvalidArgument);
+  CHECK(s.message().find("residual_to_bf16: n = " + std::to_string(huge) + " elements of 4 bytes pass 2^63 - 1 bytes") !=
+        std::string::npos);
+  s = ops::add_partials_to_residual(fake<const step5::bf16* const>(0x200000), 2, fake<float>(0x900000), huge, nullptr);
+  CHECK(s.code() == step5::StatusCode::kInvalidArgument);
+  CHECK(s.message().find("add_partials_to_residual: n = " + std::to_string(huge)) != std::string::npos);
+  // the largest n passes this rule (and fails later, on the device check or the overlap, not on n)
+  const std::size_t largest = static_cast<std::size_t>(INT64_MAX) / 4;
+  const step5::Status ok = ops::residual_to_bf16(r, fake<step5::bf16>(0x900000), largest, nullptr);
+  CHECK(ok.message().find("elements of 4 bytes pass") == std::string::npos);
 }
 
 TEST_CASE("topk_select: ids or counts over scores, history or each other are refused naming both, before any CUDA call") {

@@ -101,12 +101,44 @@ struct NamedRange {
 /// The bytes `require_disjoint` tests for rows [0, rows) of `width` elements of `elem_bytes`
 /// bytes, `stride` elements apart: from the first to the last element, (rows − 1) · stride +
 /// width elements; 0 (an empty range) when rows or width is not positive. Unsigned: a huge
-/// stride wraps instead of overflowing (the callers have validated the sizes).
+/// stride wraps instead of overflowing (the callers refuse such strides first:
+/// `require_strided_rows_fit`).
 inline std::uint64_t strided_rows_bytes(std::int64_t rows, std::int64_t stride, std::int64_t width,
                                         std::uint64_t elem_bytes) {
   if (rows <= 0 || width <= 0) return 0;
   return (static_cast<std::uint64_t>(rows - 1) * static_cast<std::uint64_t>(stride) + static_cast<std::uint64_t>(width)) *
          elem_bytes;
+}
+/// Ok when rows [0, rows) of `width` elements of `elem_bytes` bytes, `stride` (>= 0) elements
+/// apart, end within 2^63 - 1 bytes of their start (so that `strided_rows_bytes` does not wrap
+/// and a kernel's int64 offset row * stride stays in range); else kInvalidArgument "<op>:
+/// <stride_name> = <v> with <rows> rows of <width>: ..., expected <stride_name> <= <largest>".
+/// Ok for no rows or no width. A stride below the width is the caller's own check.
+inline Status require_strided_rows_fit(const char* op, const char* stride_name, std::int64_t rows, std::int64_t stride,
+                                       std::int64_t width, std::uint64_t elem_bytes) {
+  if (rows <= 0 || width <= 0 || stride < 0 || elem_bytes == 0) return Status::Ok();
+  const std::uint64_t max_elems = static_cast<std::uint64_t>(INT64_MAX) / elem_bytes;
+  if (static_cast<std::uint64_t>(width) <= max_elems &&
+      (rows == 1 || static_cast<std::uint64_t>(stride) <=
+                        (max_elems - static_cast<std::uint64_t>(width)) / static_cast<std::uint64_t>(rows - 1)))
+    return Status::Ok();
+  const std::uint64_t largest = static_cast<std::uint64_t>(width) <= max_elems && rows > 1
+                                    ? (max_elems - static_cast<std::uint64_t>(width)) / static_cast<std::uint64_t>(rows - 1)
+                                    : 0;
+  return invalid_argument(std::string(op) + ": " + stride_name + " = " + std::to_string(stride) + " with " +
+                          std::to_string(rows) + " rows of " + std::to_string(width) + ": the rows end past 2^63 - 1 " +
+                          "bytes ((rows - 1) * " + stride_name + " + " + std::to_string(width) + " elements of " +
+                          std::to_string(elem_bytes) + " bytes), expected " + stride_name + " <= " +
+                          std::to_string(largest));
+}
+/// Ok when `count` elements of `elem_bytes` bytes span at most 2^63 - 1 bytes (so that a byte
+/// extent count * elem_bytes, e.g. `require_disjoint`'s, does not wrap); else kInvalidArgument
+/// "<op>: <name> = <count> elements of <elem_bytes> bytes pass 2^63 - 1 bytes, expected <name> <= <largest>".
+inline Status require_elements_fit(const char* op, const char* name, std::uint64_t count, std::uint64_t elem_bytes) {
+  if (elem_bytes == 0 || count <= static_cast<std::uint64_t>(INT64_MAX) / elem_bytes) return Status::Ok();
+  return invalid_argument(std::string(op) + ": " + name + " = " + std::to_string(count) + " elements of " +
+                          std::to_string(elem_bytes) + " bytes pass 2^63 - 1 bytes, expected " + name + " <= " +
+                          std::to_string(static_cast<std::uint64_t>(INT64_MAX) / elem_bytes));
 }
 /// kInvalidArgument "<op>: <out> [0x.., +N bytes) overlaps <other> [0x.., +M bytes), expected
 /// disjoint buffers" for the first output of `outputs` whose byte range overlaps an input of

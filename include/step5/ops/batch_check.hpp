@@ -29,6 +29,9 @@ struct RowWidthCheck {
   long long min = 0;
   const char* min_name = "";       ///< what `min` is, e.g. "rows_with_w"
   long long multiple = 1;
+  /// bytes per element of the rows (bf16 C: 2): with num_tokens > 0, the step's num_tokens rows of
+  /// `min` elements, `value` apart, must end within 2^63 - 1 bytes (`require_strided_rows_fit`)
+  std::uint64_t elem_bytes = 2;
 };
 
 /// Everything the host can see about one step (SPEC §5). Sizes are host values; the per-request
@@ -120,7 +123,7 @@ constexpr bool block_size_ok(int block_size) {
 /// Rules:
 ///  1. num_requests >= 0, num_tokens >= 0; topk in [1, kMaxTopk]; block_size a positive multiple
 ///     of 8, at most kMaxBlockSize; max_blocks > 0; num_blocks > 0; max_seq_len > 0; max_position > 0;
-///     row widths.
+///     row widths (and, when num_tokens > 0, num_tokens rows of them within 2^63 - 1 bytes).
 ///  2. When num_tokens > 0 (and per_request): num_requests > 0; block_table and the host arrays
 ///     are non-null, and with `device_arrays` the device cu_seqlens_q and seq_lens too;
 ///     cu_seqlens_q[0] = 0, non-decreasing, cu_seqlens_q[B] = num_tokens; seq_lens[b] >= q_len_b;
@@ -259,6 +262,9 @@ inline Status validate_step(const StepCheck& c) {
       return bad(std::string(w.name) + " = " + s(w.value) + ", expected " +
                  (w.multiple > 1 ? "a multiple of " + s(w.multiple) + " " : std::string()) + ">= " +
                  (*w.min_name ? std::string(w.min_name) + " = " : std::string()) + s(w.min));
+    if (c.num_tokens > 0)
+      STEP5_RETURN_IF_ERROR(
+          require_strided_rows_fit(c.op ? c.op : "step", w.name, c.num_tokens, w.value, w.min, w.elem_bytes));
   }
   if (c.num_tokens > 0 && c.per_request) {
     const int B = c.num_requests, T = c.num_tokens;

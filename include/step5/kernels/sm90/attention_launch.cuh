@@ -244,6 +244,13 @@ Status sparse_attention_checked_launch(const ops::SparseAttentionParams& p, cons
   if (p.gate != nullptr && p.gate_row_stride != 0 && p.gate_row_stride < p.num_local_heads)
     return invalid_argument(attn_msg("gate_row_stride", p.gate_row_stride,
                                      "0 or >= num_local_heads = " + std::to_string(p.num_local_heads)));
+  // row t of q / out / gate starts at t * stride (int64 element offsets; check_disjoint's extents)
+  STEP5_RETURN_IF_ERROR(require_strided_rows_fit("sparse_attention", "q_row_stride", p.num_tokens, p.q_row_stride, row, 2));
+  STEP5_RETURN_IF_ERROR(
+      require_strided_rows_fit("sparse_attention", "out_row_stride", p.num_tokens, p.out_row_stride, row, 2));
+  if (p.gate != nullptr)
+    STEP5_RETURN_IF_ERROR(require_strided_rows_fit("sparse_attention", "gate_row_stride", p.num_tokens,
+                                                   p.gate_row_stride, p.num_local_heads, 2));
   if (!attn_detail::aligned(p.q, 4)) return invalid_argument("sparse_attention: q must be 4-byte aligned");
   if (!attn_detail::aligned(p.out, 8)) return invalid_argument("sparse_attention: out must be 8-byte aligned");
   if (!attn_detail::aligned(p.k_cache, 16) || !attn_detail::aligned(p.v_cache, 16))

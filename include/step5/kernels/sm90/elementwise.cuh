@@ -64,6 +64,7 @@ inline Status residual_to_bf16(const float* residual, bf16* x, std::size_t n, cu
   if (n == 0) return Status::Ok();
   if (residual == nullptr || x == nullptr)
     return invalid_argument("residual_to_bf16: null pointer with n = " + std::to_string(n));
+  STEP5_RETURN_IF_ERROR(require_elements_fit("residual_to_bf16", "n", n, 4));  // residual's n * 4 bytes
   // the kernel's element loads and stores (a misaligned one is a sticky device fault)
   STEP5_RETURN_IF_ERROR(require_aligned("residual_to_bf16", alignof(float), {{"residual", residual}}));
   STEP5_RETURN_IF_ERROR(require_aligned("residual_to_bf16", alignof(bf16), {{"x", x}}));
@@ -86,6 +87,7 @@ inline Status add_partials_to_residual(const bf16* const* partials, int num_part
                             ", expected >= 1");
   if (partials == nullptr || residual == nullptr)
     return invalid_argument("add_partials_to_residual: null pointer with n = " + std::to_string(n));
+  STEP5_RETURN_IF_ERROR(require_elements_fit("add_partials_to_residual", "n", n, 4));  // residual's n * 4 bytes
   // the kernel's loads of the pointer array and of residual (a misaligned one is a sticky device fault)
   STEP5_RETURN_IF_ERROR(require_aligned("add_partials_to_residual", alignof(const bf16*), {{"partials", partials}}));
   STEP5_RETURN_IF_ERROR(require_aligned("add_partials_to_residual", alignof(float), {{"residual", residual}}));

@@ -620,6 +620,10 @@ inline Status check_params(const GemmParams& p, bool* fast, std::string* why) {
                             ", " + s(p.n) + ", " + s(p.k));
   if ((p.tokens + 63) / 64 > 65535)
     return invalid_argument("gemm_bf16: tokens = " + s(p.tokens) + " exceeds the supported maximum " + s(65535 * 64));
+  // row t of X / C and row j of W start at t * ldx, t * ldc, j * ldw (int64 element offsets)
+  STEP5_RETURN_IF_ERROR(require_strided_rows_fit("gemm_bf16", "ldx", p.tokens, p.ldx, p.k, 2));
+  STEP5_RETURN_IF_ERROR(require_strided_rows_fit("gemm_bf16", "ldw", p.n, p.ldw, p.k, 2));
+  STEP5_RETURN_IF_ERROR(require_strided_rows_fit("gemm_bf16", "ldc", p.tokens, p.ldc, p.n, 2));
   *why = "";
   if (p.k == 0) *why = "k == 0";
   else if (p.k % 8 != 0) *why = "k = " + s(p.k) + " is not a multiple of 8";
