@@ -7,6 +7,7 @@ before it (a stall is sampled on the instruction that waits, so the producer of 
 is usually a few lines above).  Used by tools/ncu_sass.sh.
   python3 tools/ncu_sass.py <source page csv> [top] [context]"""
 import csv
+import gzip
 import sys
 
 
@@ -17,23 +18,24 @@ def num(x):
         return 0.0
 
 
-def main():
-    path = sys.argv[1]
-    top = int(sys.argv[2]) if len(sys.argv) > 2 else 12
-    context = int(sys.argv[3]) if len(sys.argv) > 3 else 4
-    rows = list(csv.reader(open(path, errors="replace")))
-    hdr = next((i for i, r in enumerate(rows) if "Warp Stall Sampling (All Samples)" in r), None)
+def read_source_table(path, column):
+    """The per-SASS-instruction source table of `path` (plain or .gz) that has `column`: (header,
+    {column: index}, rows), the rows of one SASS address merged (counters summed); None (after
+    printing the file's first lines) when there is none. Several profiled launches of one kernel
+    (ncu_sass.sh count > 1) list the same code once per launch: merged, the figures are per
+    instruction, not per launch. tools/ncu_sass_blocks.py reads its tables with it too."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", errors="replace") as fh:
+        rows = list(csv.reader(fh))
+    hdr = next((i for i, r in enumerate(rows) if column in r), None)
     if hdr is None:
-        print("no source table in", path)
+        print("no source table with", repr(column), "in", path)
         for r in rows[:8]:
             print(",".join(r)[:200])
-        return 1
+        return None
     h = rows[hdr]
     ci = {c: i for i, c in enumerate(h)}
     body = [r for r in rows[hdr + 1:] if len(r) == len(h)]
-    # several profiled launches of one kernel (ncu_sass.sh count > 1) list the same code once per
-    # launch: merge the rows of one SASS address (counters summed), so that the footprint and the
-    # top instructions are per instruction, not per launch
     if "Address" in ci:
         merged = {}
         for r in body:
@@ -45,6 +47,17 @@ def main():
                     if c not in ("Address", "Source"):
                         m[i] = str(num(m[i]) + num(r[i]))
         body = list(merged.values())
+    return h, ci, body
+
+
+def main():
+    path = sys.argv[1]
+    top = int(sys.argv[2]) if len(sys.argv) > 2 else 12
+    context = int(sys.argv[3]) if len(sys.argv) > 3 else 4
+    table = read_source_table(path, "Warp Stall Sampling (All Samples)")
+    if table is None:
+        return 1
+    h, ci, body = table
     samples = ci["Warp Stall Sampling (All Samples)"]
     src = ci.get("Source", 1)
     reasons = [c for c in h if c.startswith("stall_") and "(Not" not in c]

@@ -11,13 +11,11 @@ instruction-bound kernel, e.g. the top-k's instructions per key.
 the block listing), e.g. 0:prologue,c30:staging,22d0:passes; each region's share is printed."""
 import argparse
 import collections
-import csv
-import gzip
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from ncu_sass import num  # noqa: E402  (the same number parsing as the stall digest)
+from ncu_sass import num, read_source_table  # noqa: E402  (the stall digest's table reader)
 
 
 def main():
@@ -27,15 +25,10 @@ def main():
     ap.add_argument("--min-share", type=float, default=0.01)
     ap.add_argument("--regions", default="")
     args = ap.parse_args()
-    opener = gzip.open if args.csv.endswith(".gz") else open
-    rows = list(csv.reader(opener(args.csv, "rt", errors="replace")))
-    hdr = next((i for i, r in enumerate(rows) if "Instructions Executed" in r and "Address" in r), None)
-    if hdr is None:
-        print("no source table with 'Instructions Executed' in", args.csv)
+    table = read_source_table(args.csv, "Instructions Executed")
+    if table is None:
         return 1
-    h = rows[hdr]
-    ci = {c: i for i, c in enumerate(h)}
-    body = [r for r in rows[hdr + 1:] if len(r) == len(h)]
+    _, ci, body = table
     if not body:
         print("empty source table in", args.csv)
         return 1

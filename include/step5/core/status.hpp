@@ -109,6 +109,12 @@ inline std::uint64_t strided_rows_bytes(std::int64_t rows, std::int64_t stride, 
   return (static_cast<std::uint64_t>(rows - 1) * static_cast<std::uint64_t>(stride) + static_cast<std::uint64_t>(width)) *
          elem_bytes;
 }
+/// The most elements of `elem_bytes` (> 0) bytes that 2^63 − 1 bytes hold: the one bound of
+/// `require_strided_rows_fit` and `require_elements_fit` (byte extents below it never wrap, and a
+/// kernel's int64 element offsets stay in range).
+inline std::uint64_t max_elements_in_bytes(std::uint64_t elem_bytes) {
+  return static_cast<std::uint64_t>(INT64_MAX) / elem_bytes;
+}
 /// Ok when rows [0, rows) of `width` elements of `elem_bytes` bytes, `stride` (>= 0) elements
 /// apart, end within 2^63 - 1 bytes of their start (so that `strided_rows_bytes` does not wrap
 /// and a kernel's int64 offset row * stride stays in range); else kInvalidArgument "<op>:
@@ -117,14 +123,9 @@ inline std::uint64_t strided_rows_bytes(std::int64_t rows, std::int64_t stride, 
 inline Status require_strided_rows_fit(const char* op, const char* stride_name, std::int64_t rows, std::int64_t stride,
                                        std::int64_t width, std::uint64_t elem_bytes) {
   if (rows <= 0 || width <= 0 || stride < 0 || elem_bytes == 0) return Status::Ok();
-  const std::uint64_t max_elems = static_cast<std::uint64_t>(INT64_MAX) / elem_bytes;
-  if (static_cast<std::uint64_t>(width) <= max_elems &&
-      (rows == 1 || static_cast<std::uint64_t>(stride) <=
-                        (max_elems - static_cast<std::uint64_t>(width)) / static_cast<std::uint64_t>(rows - 1)))
-    return Status::Ok();
-  const std::uint64_t largest = static_cast<std::uint64_t>(width) <= max_elems && rows > 1
-                                    ? (max_elems - static_cast<std::uint64_t>(width)) / static_cast<std::uint64_t>(rows - 1)
-                                    : 0;
+  const std::uint64_t max_elems = max_elements_in_bytes(elem_bytes), w = static_cast<std::uint64_t>(width);
+  const std::uint64_t largest = w <= max_elems && rows > 1 ? (max_elems - w) / static_cast<std::uint64_t>(rows - 1) : 0;
+  if (w <= max_elems && (rows == 1 || static_cast<std::uint64_t>(stride) <= largest)) return Status::Ok();
   return invalid_argument(std::string(op) + ": " + stride_name + " = " + std::to_string(stride) + " with " +
                           std::to_string(rows) + " rows of " + std::to_string(width) + ": the rows end past 2^63 - 1 " +
                           "bytes ((rows - 1) * " + stride_name + " + " + std::to_string(width) + " elements of " +
@@ -135,10 +136,10 @@ inline Status require_strided_rows_fit(const char* op, const char* stride_name, 
 /// extent count * elem_bytes, e.g. `require_disjoint`'s, does not wrap); else kInvalidArgument
 /// "<op>: <name> = <count> elements of <elem_bytes> bytes pass 2^63 - 1 bytes, expected <name> <= <largest>".
 inline Status require_elements_fit(const char* op, const char* name, std::uint64_t count, std::uint64_t elem_bytes) {
-  if (elem_bytes == 0 || count <= static_cast<std::uint64_t>(INT64_MAX) / elem_bytes) return Status::Ok();
+  if (elem_bytes == 0 || count <= max_elements_in_bytes(elem_bytes)) return Status::Ok();
   return invalid_argument(std::string(op) + ": " + name + " = " + std::to_string(count) + " elements of " +
                           std::to_string(elem_bytes) + " bytes pass 2^63 - 1 bytes, expected " + name + " <= " +
-                          std::to_string(static_cast<std::uint64_t>(INT64_MAX) / elem_bytes));
+                          std::to_string(max_elements_in_bytes(elem_bytes)));
 }
 /// kInvalidArgument "<op>: <out> [0x.., +N bytes) overlaps <other> [0x.., +M bytes), expected
 /// disjoint buffers" for the first output of `outputs` whose byte range overlaps an input of
