@@ -469,6 +469,17 @@ TEST_CASE("CPU reference layer: prefill 128 + 10, then the decode at position 12
                        doctest::Contains("LayerCache::create: cache num_blocks = 4, block_size = 64, num_slots = 2, "
                                          "kv_heads = 0, head_dim = 0, proxy_dim = 0; expected positive counts"),
                        step5::Error);
+  // so is one whose buffer sizes pass 2^63 - 1 bytes: 4 blocks of 8 positions x 2^30 KV heads x
+  // head_dim 2^29 is 2^64 values, a size_t product that wrapped to 0, so create returned empty K/V
+  // caches that validate() then passed (every row read past them)
+  step5::layout::RankLayout huge;
+  huge.local_kv_heads = 1 << 30;
+  huge.geometry.head_dim = 1 << 29;
+  huge.geometry.proxy_dim = 8;
+  CHECK_THROWS_WITH_AS(ref::LayerCache::create(huge, 4, 8, 1),
+                       doctest::Contains("LayerCache::create: cache num_blocks = 4, block_size = 8, kv_heads = 1073741824, "
+                                         "head_dim = 536870912, num_slots = 1, proxy_dim = 8: a buffer"),
+                       step5::Error);
   const auto x = random_bf16(138 * 64, 1.0f, 1202);
   const ref::StepBatch prefill = make_step({128, 10}, {128, 10}, 2);
   (void)ref::forward(w, cache, prefill, x.data(), 64);

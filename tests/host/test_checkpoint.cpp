@@ -257,6 +257,26 @@ TEST_CASE("generator options are validated") {
   o.layer_types = {"full_attention", "full_attention"};
   expect_error([&] { generate_checkpoint(tmp_path("gen_bad"), o); }, StatusCode::kInvalidArgument,
                {"layer_types has 2 entries", "num_layers = 1"});
+  // refused before the first file: no config.json is left behind (it was written before the
+  // num_shards check), and num_layers / hidden within the bounds parse_model_config reads them with
+  namespace fs = std::filesystem;
+  const std::string fresh = tmp_path("gen_refused");
+  fs::remove_all(fresh);
+  o = {};
+  o.hidden = 8;
+  o.num_layers = 1;
+  o.num_shards = 0;
+  expect_error([&] { generate_checkpoint(fresh, o); }, StatusCode::kInvalidArgument, {"num_shards = 0"});
+  CHECK_FALSE(fs::exists(fs::path(fresh) / "config.json"));
+  o.num_shards = 1;
+  o.num_layers = static_cast<int>(detail::kConfigMaxLayers) + 1;
+  expect_error([&] { generate_checkpoint(fresh, o); }, StatusCode::kInvalidArgument,
+               {"num_layers = 100001", "kConfigMaxLayers = 100000"});
+  o.num_layers = 1;
+  o.hidden = static_cast<int>(detail::kConfigMaxDim) + 1;
+  expect_error([&] { generate_checkpoint(fresh, o); }, StatusCode::kInvalidArgument,
+               {"hidden = 16777217", "kConfigMaxDim = 16777216"});
+  CHECK_FALSE(fs::exists(fs::path(fresh) / "config.json"));
 }
 
 TEST_CASE("writer/reader: every dtype and the float / bf16 conversions") {
@@ -765,6 +785,15 @@ TEST_CASE("rope tables: max_position in [1, kMaxRopePositions], theta a positive
     INFO("max_position " << mp);
     expect_error([&] { model::make_rope_table(mp, 128, 1e4); }, StatusCode::kInvalidArgument,
                  {"make_rope_table", "max_position = " + std::to_string(mp), bound});
+  }
+  // rot: positive, even, at most kMaxRopeRot (a huge rot was attempted as an allocation of
+  // max_position x rot/2 values: std::bad_alloc / length_error instead of a step5::Error)
+  CHECK(model::kMaxRopeRot == 1024);
+  CHECK(model::rope_inv_freq(1e4, model::kMaxRopeRot).size() == 512);
+  for (int rot : {0, -2, 3, model::kMaxRopeRot + 2, 1 << 20}) {
+    INFO("rot " << rot);
+    expect_error([&] { model::make_rope_table(16, rot, 1e4); }, StatusCode::kInvalidArgument,
+                 {"rope_inv_freq", "rot = " + std::to_string(rot), "at most kMaxRopeRot = 1024"});
   }
   // theta > FLT_MAX would be inf as a float (every inv_freq but the first 0), one that rounds to 0 inf
   expect_error([] { model::rope_inv_freq(1e39, 4); }, StatusCode::kInvalidArgument, {"rope_inv_freq", "theta = 1e+39", "3.40282347e+38"});

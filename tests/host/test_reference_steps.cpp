@@ -429,3 +429,85 @@ TEST_CASE("batch metadata: positions, validation messages") {
                        doctest::Contains("block_table[0][0] = 0 receives positions 0..2"), step5::Error);
   CHECK_THROWS_WITH_AS(ref::validate_step(bb, bt, "steps"), doctest::Contains("seq_lens[0] = 2"), step5::Error);
 }
+TEST_CASE("batch metadata: a step of no tokens (cu_seqlens_q[B] = 0) with other offsets is refused naming them") {
+  // The reference takes T = cu_seqlens_q[B] and loops over [cu[b], cu[b+1]); validate_step applies
+  // rule 1 only to a step of no tokens, so [0, 5, 0] and [-3, 0] passed and the loops wrote
+  // positions, k/v rows and tail slots of five (or -3..-1) tokens into buffers sized for none.
+  const std::vector<std::int32_t> table = {0, 1};
+  const ref::BlockTableView bt{table.data(), 1, 8, 2};
+  const std::vector<std::int32_t> cu = {0, 5, 0}, seq = {5, 0};
+  const ref::BatchView b{2, cu.data(), seq.data()};
+  CHECK_THROWS_WITH_AS(ref::validate_step(b, bt, "steps"),
+                       "steps: cu_seqlens_q[1] = 5 with cu_seqlens_q[2] = 0 (a step of no tokens), expected 0 "
+                       "(cu_seqlens_q starts at 0, is non-decreasing and ends at num_tokens)",
+                       step5::Error);
+  const std::vector<std::int32_t> cu_neg = {-3, 0}, seq1 = {4};
+  const ref::BatchView bn{1, cu_neg.data(), seq1.data()};
+  CHECK_THROWS_WITH_AS(ref::validate_step(bn, bt, "steps"), doctest::Contains("cu_seqlens_q[0] = -3 with cu_seqlens_q[1] = 0"),
+                       step5::Error);
+  // the public steps refuse it before touching a buffer (k, v, index_k, index_z hold no rows)
+  std::vector<bf16> kc(2 * 8 * 4), vc(kc.size());
+  CHECK_THROWS_WITH_AS(ref::write_kv_cache(b, bt, 1, 4, nullptr, 4, nullptr, 4, kc.data(), vc.data()),
+                       doctest::Contains("write_kv_cache: cu_seqlens_q[1] = 5"), step5::Error);
+  std::vector<bf16> tail(8 * 2 * 4);
+  std::vector<std::uint8_t> summaries(2 * 4);
+  const std::vector<std::int32_t> slots = {0, 0};
+  CHECK_THROWS_WITH_AS(ref::update_summaries(b, bt, 4, nullptr, 4, nullptr, 4, tail.data(), 1, slots.data(), summaries.data()),
+                       doctest::Contains("update_summaries: cu_seqlens_q[1] = 5"), step5::Error);
+  // a step of idle requests (all offsets 0) is still a valid step of no tokens
+  const std::vector<std::int32_t> zeros = {0, 0, 0};
+  CHECK_NOTHROW(ref::validate_step(ref::BatchView{2, zeros.data(), seq.data()}, bt, "steps"));
+  CHECK_NOTHROW(ref::write_kv_cache(ref::BatchView{2, zeros.data(), seq.data()}, bt, 1, 4, nullptr, 4, nullptr, 4, kc.data(),
+                                    vc.data()));
+}
+TEST_CASE("main q/k and indexer preparation: a RoPE table whose fields claim more rows than it holds is refused") {
+  // prepare_main_qk / prepare_indexer checked positions against rope.max_position and read row
+  // `position` through cos_row / sin_row, which trust max_position and rot: a table whose rot was
+  // widened (rows read 2x too far apart) or whose max_position was raised was read past its
+  // vectors. forward checked the tables (validate_weights); these public steps did not.
+  constexpr int D = 16, P = 16;
+  std::vector<bf16> x(static_cast<std::size_t>(D), to_bf16(1.0f)), q(x.size()), k(x.size());
+  std::vector<float> w(static_cast<std::size_t>(D), 0.0f);
+  std::vector<bf16> iq(static_cast<std::size_t>(P)), ik(iq.size()), iz(iq.size()), wr(1);
+  std::vector<std::uint8_t> iq8(iq.size());
+  std::vector<float> weights(1);
+  auto main_qk = [&](const ref::RopeTable& rope, std::int32_t position) {
+    ref::prepare_main_qk(1, 1, 1, D, x.data(), D, x.data(), D, w.data(), w.data(), 1e-5f, rope, &position, q.data(), k.data());
+  };
+  auto indexer = [&](const ref::RopeTable& rope, std::int32_t position) {
+    ref::prepare_indexer(1, 1, 1, P, x.data(), P, x.data(), P, x.data(), P, wr.data(), 1, w.data(), w.data(), w.data(),
+                         1e-5f, rope, &position, iq.data(), iq8.data(), ik.data(), iz.data(), weights.data());
+  };
+  const ref::RopeTable good = ref::make_rope_table(16, 8, 1e4);  // 16 rows of 4
+  CHECK_NOTHROW(main_qk(good, 15));
+  CHECK_NOTHROW(indexer(good, 15));
+  ref::RopeTable wide = good;
+  wide.rot = 16;  // rows of 8 claimed, 4 held
+  CHECK_THROWS_WITH_AS(main_qk(wide, 15),
+                       "prepare_main_qk: rope: cos/sin have 64/64 elements, expected max_position 16 (>= 1) x rot/2 8 = 128",
+                       step5::Error);
+  CHECK_THROWS_WITH_AS(indexer(wide, 15), doctest::Contains("prepare_indexer: rope: cos/sin have 64/64 elements"), step5::Error);
+  ref::RopeTable longer = good;
+  longer.max_position = 1 << 20;  // position 500000 would read row 500000 of 16
+  CHECK_THROWS_WITH_AS(main_qk(longer, 500000),
+                       doctest::Contains("prepare_main_qk: rope: cos/sin have 64/64 elements, expected max_position 1048576"),
+                       step5::Error);
+  CHECK_THROWS_WITH_AS(indexer(longer, 500000), doctest::Contains("prepare_indexer: rope: cos/sin have 64/64"), step5::Error);
+}
+TEST_CASE("region summary: a null tail_slot in a step with tokens is refused naming it") {
+  // validate_step's rule 5 checks tail_slot only when the host array is given: a null one skipped
+  // it and update_summaries then read tail_slot[0] (SIGSEGV).
+  const std::vector<std::int32_t> cu = {0, 3}, seq = {3}, table = {0};
+  const ref::BatchView b{1, cu.data(), seq.data()};
+  const ref::BlockTableView bt{table.data(), 1, 8, 1};
+  std::vector<bf16> k(3 * 4), z(3 * 4), tail(8 * 2 * 4);
+  std::vector<std::uint8_t> summaries(4);
+  CHECK_THROWS_WITH_AS(ref::update_summaries(b, bt, 4, k.data(), 4, z.data(), 4, tail.data(), 1, nullptr, summaries.data()),
+                       "update_summaries: tail_slot is null, expected the tail slots [B] of a step of 3 tokens", step5::Error);
+  const std::vector<std::int32_t> slots = {0};
+  CHECK_NOTHROW(ref::update_summaries(b, bt, 4, k.data(), 4, z.data(), 4, tail.data(), 1, slots.data(), summaries.data()));
+  // a step of no tokens reads no slot
+  const std::vector<std::int32_t> cu0 = {0, 0};
+  CHECK_NOTHROW(ref::update_summaries(ref::BatchView{1, cu0.data(), seq.data()}, bt, 4, nullptr, 4, nullptr, 4, tail.data(), 1,
+                                      nullptr, summaries.data()));
+}

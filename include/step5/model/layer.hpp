@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <utility>  // std::pair
 #include <vector>
 
 #include "step5/core/numeric.hpp"
@@ -66,13 +65,8 @@ inline void validate_weights(const LayerWeights& w) {
           "rope tables rot " + std::to_string(w.rope_main.rot) + "/" + std::to_string(w.rope_idx.rot) +
               ", expected rot_main " + std::to_string(g.rot_main) + " / rot_idx " + std::to_string(g.rot_idx));
   // the tables hold max_position rows of rot/2 (the reference reads row `position` of each)
-  for (const auto& [name, t] : {std::pair<const char*, const RopeTable*>{"rope_main", &w.rope_main}, {"rope_idx", &w.rope_idx}}) {
-    const std::size_t rows = static_cast<std::size_t>(t->max_position) * static_cast<std::size_t>(t->half());
-    require(t->max_position >= 1 && t->cos.size() == rows && t->sin.size() == rows, "LayerWeights",
-            std::string(name) + ": cos/sin have " + sz(t->cos.size()) + "/" + sz(t->sin.size()) +
-                " elements, expected max_position " + std::to_string(t->max_position) + " (>= 1) x rot/2 " +
-                std::to_string(t->half()) + " = " + sz(t->max_position >= 1 ? rows : 0));
-  }
+  check_rope_table(w.rope_main, "LayerWeights", "rope_main");
+  check_rope_table(w.rope_idx, "LayerWeights", "rope_idx");
 }
 
 /// The caches of one rank (SPEC §5), owning.
@@ -143,6 +137,27 @@ struct LayerCache {
                     ", num_slots = " + std::to_string(num_slots) + ", kv_heads = " + std::to_string(kv_heads) +
                     ", head_dim = " + std::to_string(head_dim) + ", proxy_dim = " + std::to_string(proxy_dim) +
                     "; expected positive counts and a block size of LayerCache::create");
+    // kv_elems() and the other sizes are size_t products: fields whose product passes 2^63 - 1
+    // bytes would wrap to a small size that a buffer of that size then passed `validate` with
+    // (rows read past it). Bounded here as bf16 values (the summaries, bytes of block_size / 8
+    // rows, are bounded by the stricter num_blocks x block_size x proxy_dim).
+    const auto fits = [](std::initializer_list<std::uint64_t> factors) {
+      std::uint64_t left = max_elements_in_bytes(sizeof(bf16));
+      for (const std::uint64_t f : factors) {
+        if (f > left) return false;
+        left /= f;
+      }
+      return true;
+    };
+    const auto u = [](int v) { return static_cast<std::uint64_t>(v); };
+    require(fits({u(num_blocks), u(block_size), u(kv_heads), u(head_dim)}) &&
+                fits({u(num_slots), u(layout::kRegionSize) * 2, u(proxy_dim)}) &&
+                fits({u(num_blocks), u(block_size), u(proxy_dim)}),
+            op, "cache num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
+                    ", kv_heads = " + std::to_string(kv_heads) + ", head_dim = " + std::to_string(head_dim) +
+                    ", num_slots = " + std::to_string(num_slots) + ", proxy_dim = " + std::to_string(proxy_dim) +
+                    ": a buffer (num_blocks x block_size x kv_heads x head_dim, num_blocks x block_size/8 x proxy_dim "
+                    "or num_slots x 16 x proxy_dim values) passes 2^63 - 1 bytes, expected every buffer within it");
   }
 };
 

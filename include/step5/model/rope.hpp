@@ -28,6 +28,12 @@ namespace step5::model {
 /// example driver caps positions at 2^20).
 inline constexpr int kMaxRopePositions = 1 << 24;
 
+/// The widest rotary span (rot, values per head) a RoPE table may have: `rope_inv_freq` and so
+/// `make_rope_table` refuse a wider one with `step5::Error` (kInvalidArgument) instead of
+/// attempting the allocation. rot is at most the head_dim / proxy_dim it rotates, and the CPU
+/// reference prepares heads of at most this many values (reference/prepare.hpp).
+inline constexpr int kMaxRopeRot = 1024;
+
 namespace detail {
 /// `v` as "%.9g" (enough digits to tell fp32 values apart; 1e+39, 1.40129846e-45).
 inline std::string rope_num_text(double v) {
@@ -64,15 +70,36 @@ struct RopeTable {
   const bf16* sin_row(int pos) const { return sin.data() + static_cast<std::size_t>(pos) * half(); }
 };
 
+/// Throws `step5::Error` (kInvalidArgument) "<where>: <name>: cos/sin have C/S elements, expected
+/// max_position N (>= 1) x rot/2 H = E" unless `t` holds the rows its (public, editable) fields
+/// say: max_position >= 1, rot >= 0, and cos and sin of max_position x rot/2 values each. The one
+/// rule of `model::validate_weights` and of the reference steps that read a table row per
+/// position (`cos_row` / `sin_row` trust max_position and rot: a table whose max_position was
+/// raised, or whose rot was widened, was read past its vectors).
+inline void check_rope_table(const RopeTable& t, const std::string& where, const char* name) {
+  const std::size_t rows = t.max_position >= 1 && t.rot >= 0
+                               ? static_cast<std::size_t>(t.max_position) * static_cast<std::size_t>(t.half())
+                               : 0;
+  if (t.max_position >= 1 && t.rot >= 0 && t.cos.size() == rows && t.sin.size() == rows) return;
+  throw Error(StatusCode::kInvalidArgument,
+              where + ": " + name + ": cos/sin have " + std::to_string(t.cos.size()) + "/" + std::to_string(t.sin.size()) +
+                  " elements, expected max_position " + std::to_string(t.max_position) + " (>= 1) x rot/2 " +
+                  std::to_string(t.half()) + (t.rot < 0 ? " (rot " + std::to_string(t.rot) + ", expected >= 0)" : "") +
+                  " = " + std::to_string(rows));
+}
+
 /// `inv_freq [rot/2]` fp32: `1 / theta^(arange(0, rot, 2) / rot)`, then llama3 scaling if given.
-/// Throws `step5::Error` (kInvalidArgument) when rot is not positive and even, theta is not a
+/// Throws `step5::Error` (kInvalidArgument) when rot is not positive and even or above
+/// kMaxRopeRot, theta is not a
 /// positive fp32 value (theta <= 0, NaN, above FLT_MAX — it would become inf — or so small it
 /// rounds to 0), the llama3 scaling breaks the config's rule (a factor not finite or <= 0, not
 /// 0 < low_freq_factor < high_freq_factor, original_max_position_embeddings <= 0), or an inverse
 /// frequency overflows to inf (a theta or llama3 factor so small that 1 / theta^(2i/rot) or
 /// inv_freq / factor exceeds FLT_MAX).
 inline std::vector<float> rope_inv_freq(double theta, int rot, const std::optional<Llama3Scaling>& scaling = std::nullopt) {
-  require(rot > 0 && rot % 2 == 0, "rope_inv_freq", "rot = " + std::to_string(rot) + ", expected positive and even");
+  require(rot > 0 && rot % 2 == 0 && rot <= kMaxRopeRot, "rope_inv_freq",
+          "rot = " + std::to_string(rot) + ", expected positive, even and at most kMaxRopeRot = " +
+              std::to_string(kMaxRopeRot));
   require(is_positive_fp32(theta), "rope_inv_freq",
           "theta = " + detail::rope_num_text(theta) + ", expected a positive fp32 value in [" +
               detail::rope_num_text(kMinPositiveFloat) + ", " + detail::rope_num_text(kMaxFloat) + "]");

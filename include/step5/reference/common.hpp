@@ -100,10 +100,22 @@ inline ops::StepCheck step_check(const char* where, const BatchView& batch, cons
 }
 
 /// Throws `Error(kInvalidArgument, message)` with the message of `ops::validate_step(c)` when the
-/// step is refused (the GPU launchers return the same message as a Status).
+/// step is refused (the GPU launchers return the same message as a Status). The reference takes
+/// T from cu_seqlens_q[B] (`step_check`) and loops over every request's [cu[b], cu[b+1]), so a
+/// step of no tokens (cu_seqlens_q[B] = 0, where validate_step applies rule 1 only) must have
+/// every cu_seqlens_q[b] = 0 too: [0, 5, 0] or [-3, 0] used to pass and the loops wrote and read
+/// token rows of a step sized for none (positions, k/v rows, tail slots: out of bounds).
 inline void require_valid(const ops::StepCheck& c) {
   const Status s = ops::validate_step(c);
   if (!s.ok()) throw Error(s);
+  if (c.per_request && c.num_tokens == 0 && c.num_requests > 0 && c.cu_seqlens_q != nullptr)
+    for (int b = 0; b < c.num_requests; ++b)
+      if (c.cu_seqlens_q[b] != 0)
+        throw Error(StatusCode::kInvalidArgument,
+                    std::string(c.op ? c.op : "step") + ": cu_seqlens_q[" + std::to_string(b) + "] = " +
+                        std::to_string(c.cu_seqlens_q[b]) + " with cu_seqlens_q[" + std::to_string(c.num_requests) +
+                        "] = 0 (a step of no tokens), expected 0 (cu_seqlens_q starts at 0, is non-decreasing and "
+                        "ends at num_tokens)");
 }
 
 /// `require_valid(step_check(where, batch, bt))`.

@@ -22,6 +22,10 @@
 
 namespace step5::reference {
 
+/// The most values of one head the preparation functions below take (head_dim / proxy_dim): their
+/// fp32 working row is a stack array of this size; `model::kMaxRopeRot` is the same bound on rot.
+inline constexpr int kMaxHeadValues = model::kMaxRopeRot;
+
 /// Sum of squares of `x[0..D)` in the main-norm order described in the file comment.
 inline float main_norm_sum_squares(const float* x, int D) {
   if (D % 64 != 0) {
@@ -60,8 +64,9 @@ inline void require_head_rot(const char* where, int rot, int dim, const char* di
 /// the token's position (`rot/2` bf16 each; rot may be 0). out: D bf16 (may alias x).
 inline void main_qk_head(const bf16* x, bf16* out, int D, const float* w, float eps, int rot, const bf16* cos_row,
                          const bf16* sin_row) {
-  float buf[1024];
-  require(D > 0 && D <= 1024, "main_qk_head", "head_dim = " + std::to_string(D) + ", expected in [1, 1024]");
+  float buf[kMaxHeadValues];
+  require(D > 0 && D <= kMaxHeadValues, "main_qk_head",
+          "head_dim = " + std::to_string(D) + ", expected in [1, " + std::to_string(kMaxHeadValues) + "]");
   require_head_rot("main_qk_head", rot, D, "head_dim");
   for (int d = 0; d < D; ++d) buf[d] = to_float(x[d]);
   const float mean = main_norm_sum_squares(buf, D) / static_cast<float>(D);
@@ -78,6 +83,7 @@ inline void main_qk_head(const bf16* x, bf16* out, int D, const float* w, float 
 inline void prepare_main_qk(int T, int num_q_heads, int num_k_heads, int D, const bf16* q_raw, int ld_q,
                             const bf16* k_raw, int ld_k, const float* q_norm, const float* k_norm, float eps,
                             const RopeTable& rope, const std::int32_t* positions, bf16* q_out, bf16* k_out) {
+  model::check_rope_table(rope, "prepare_main_qk", "rope");  // cos_row / sin_row below trust its fields
   require(rope.rot <= D, "prepare_main_qk", "rope rot = " + std::to_string(rope.rot) + " > head_dim " + std::to_string(D));
   for (int t = 0; t < T; ++t)
     require(positions[t] >= 0 && positions[t] < rope.max_position, "prepare_main_qk",
@@ -118,8 +124,9 @@ inline void write_kv_cache(const BatchView& batch, const BlockTableView& bt, int
 /// out: P values as bf16.
 inline void index_q_head(const bf16* x, bf16* out, int P, const float* w, float eps, int rot, const bf16* cos_row,
                          const bf16* sin_row) {
-  float buf[1024];
-  require(P > 0 && P <= 1024, "index_q_head", "proxy_dim = " + std::to_string(P) + ", expected in [1, 1024]");
+  float buf[kMaxHeadValues];
+  require(P > 0 && P <= kMaxHeadValues, "index_q_head",
+          "proxy_dim = " + std::to_string(P) + ", expected in [1, " + std::to_string(kMaxHeadValues) + "]");
   require_head_rot("index_q_head", rot, P, "proxy_dim");
   float ss = 0.0f;
   for (int d = 0; d < P; ++d) {
@@ -136,8 +143,9 @@ inline void index_q_head(const bf16* x, bf16* out, int P, const float* w, float 
 /// `bf16((x − mean) * rsqrt(var + eps) * bf16(w) + bf16(b))`, then NeoX RoPE on `rot` dims.
 inline void index_k_head(const bf16* x, bf16* out, int P, const float* w, const float* bias, float eps, int rot,
                          const bf16* cos_row, const bf16* sin_row) {
-  float buf[1024];
-  require(P > 0 && P <= 1024, "index_k_head", "proxy_dim = " + std::to_string(P) + ", expected in [1, 1024]");
+  float buf[kMaxHeadValues];
+  require(P > 0 && P <= kMaxHeadValues, "index_k_head",
+          "proxy_dim = " + std::to_string(P) + ", expected in [1, " + std::to_string(kMaxHeadValues) + "]");
   require_head_rot("index_k_head", rot, P, "proxy_dim");
   // Signed zero (SPEC §4 "Signed zero"): Σx starts from its first term (Triton tl.sum), so a row of
   // −0.0 has mean −0.0 and x − mean = +0.0 (starting from +0.0 would give mean +0.0, x − mean = −0.0).
@@ -172,6 +180,7 @@ inline void prepare_indexer(int T, int Il, int hpg_i, int P, const bf16* index_q
                             std::uint8_t* index_q_e4m3, bf16* index_k_out, bf16* index_z_out, float* weights_out) {
   require(hpg_i > 0 && Il % hpg_i == 0, "prepare_indexer",
           "Il = " + std::to_string(Il) + " is not a multiple of hpg_i = " + std::to_string(hpg_i));
+  model::check_rope_table(rope, "prepare_indexer", "rope");  // cos_row / sin_row below trust its fields
   require(rope.rot <= P, "prepare_indexer", "rope rot = " + std::to_string(rope.rot) + " > proxy_dim " + std::to_string(P));
   for (int t = 0; t < T; ++t)
     require(positions[t] >= 0 && positions[t] < rope.max_position, "prepare_indexer",

@@ -69,6 +69,8 @@ inline std::size_t summary_offset(const BlockTableView& bt, int b, int r, int P)
 /// `index_k`/`index_z`: row t (packed token) at `index_k + t*ld_k` / `index_z + t*ld_z`, P bf16.
 /// Call this BEFORE scoring (later queries of the same chunk see the new summaries).
 /// `completed` (optional) receives the completed regions, request-major, region ascending.
+/// Throws `step5::Error` (kInvalidArgument) as `validate_step` (rules 1-5: `tail_slot` is the host
+/// array rule 5 checks) and when `tail_slot` is null in a step with tokens.
 inline void update_summaries(const BatchView& batch, const BlockTableView& bt, int P, const bf16* index_k, int ld_k,
                              const bf16* index_z, int ld_z, bf16* tail, int num_slots, const std::int32_t* tail_slot,
                              std::uint8_t* summary_cache, std::vector<CompletedRegion>* completed = nullptr) {
@@ -76,6 +78,9 @@ inline void update_summaries(const BatchView& batch, const BlockTableView& bt, i
   check.tail_slot_host = tail_slot;  // rule 5: a slot in [0, num_slots) of its own per request with rows
   check.num_slots = num_slots;
   require_valid(check);
+  // rule 5 runs only on a given host array: a null one skipped it, then tail_slot[b] was read
+  require(tail_slot != nullptr || check.num_tokens == 0, "update_summaries",
+          "tail_slot is null, expected the tail slots [B] of a step of " + std::to_string(check.num_tokens) + " tokens");
   require(P > 0, "update_summaries", "proxy_dim = " + std::to_string(P) + ", expected > 0");
   constexpr int R = kRegionSize;
   auto tail_row = [&](int slot, int i, int which) -> bf16* {

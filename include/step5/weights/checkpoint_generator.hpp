@@ -57,6 +57,7 @@
 #include "step5/core/tensor.hpp"
 #include "step5/layout/geometry.hpp"
 #include "step5/layout/static_layout.hpp"
+#include "step5/weights/config.hpp"  // kConfigMaxLayers, kConfigMaxDim: the bounds its reader applies
 #include "step5/weights/safetensors_writer.hpp"
 
 namespace step5 {
@@ -332,13 +333,24 @@ inline void generate_weight_chunk(const WeightInit& w, std::uint64_t key, std::u
 inline GeneratedCheckpoint generate_checkpoint(const std::string& dir, const CheckpointOptions& o) {
   namespace fs = std::filesystem;
   (void)detail::geometry_entry_or_throw(o.geometry);
-  if (o.num_layers < 1)
-    throw Error(StatusCode::kInvalidArgument, "checkpoint generator: num_layers = " + std::to_string(o.num_layers) + " must be >= 1");
-  if (o.hidden < 0)
-    throw Error(StatusCode::kInvalidArgument, "checkpoint generator: hidden = " + std::to_string(o.hidden) + " must be >= 0");
+  // the bounds parse_model_config reads the written config.json with (a checkpoint it would refuse
+  // is not written; a huge num_layers was attempted as its list of tensors: std::bad_alloc)
+  if (o.num_layers < 1 || o.num_layers > detail::kConfigMaxLayers)
+    throw Error(StatusCode::kInvalidArgument, "checkpoint generator: num_layers = " + std::to_string(o.num_layers) +
+                                                  " outside [1, kConfigMaxLayers = " + std::to_string(detail::kConfigMaxLayers) + "]");
+  if (o.hidden < 0 || o.hidden > detail::kConfigMaxDim)
+    throw Error(StatusCode::kInvalidArgument, "checkpoint generator: hidden = " + std::to_string(o.hidden) +
+                                                  " outside [0, kConfigMaxDim = " + std::to_string(detail::kConfigMaxDim) +
+                                                  "] (0: the geometry's default)");
   if (o.topk < 1 || o.topk > layout::kMaxTopk)
     throw Error(StatusCode::kInvalidArgument, "checkpoint generator: topk = " + std::to_string(o.topk) + " outside [1, " +
                                                   std::to_string(layout::kMaxTopk) + "]");
+  // every check before the first file: a refused call leaves no config.json behind
+  const std::vector<WeightInit> all = checkpoint_weight_inits(o);
+  const int shards = o.num_shards;
+  if (shards < 1 || static_cast<std::size_t>(shards) > all.size())
+    throw Error(StatusCode::kInvalidArgument, "checkpoint generator: num_shards = " + std::to_string(shards) +
+                                                  " outside [1, " + std::to_string(all.size()) + "] (number of tensors)");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (!fs::is_directory(dir, ec))
@@ -353,11 +365,6 @@ inline GeneratedCheckpoint generate_checkpoint(const std::string& dir, const Che
     f << out.config.dump(2) << "\n";
     if (!f) throw Error(StatusCode::kIoError, "checkpoint generator: cannot write '" + cfg + "'");
   }
-  const std::vector<WeightInit> all = checkpoint_weight_inits(o);
-  const int shards = o.num_shards;
-  if (shards < 1 || static_cast<std::size_t>(shards) > all.size())
-    throw Error(StatusCode::kInvalidArgument, "checkpoint generator: num_shards = " + std::to_string(shards) +
-                                                  " outside [1, " + std::to_string(all.size()) + "] (number of tensors)");
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
   const int nt = o.num_threads > 0 ? std::min(o.num_threads, 64)
                                    : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 1, 16);
