@@ -89,9 +89,11 @@ inline Status not_built(const char* op, layout::GeometryId id) {
                      ".cu that includes step5/instantiate.cuh)");
 }
 
-inline Status check_current_device(const char* op) {
+/// The device a launcher runs on (`requested`: an op's `device` field, -1 = the current device;
+/// `resolve_device`) is a Hopper this translation unit's kernels were built for.
+inline Status check_device(int requested, const char* op) {
   int dev = 0;
-  STEP5_CUDA_RETURN(cudaGetDevice(&dev));
+  STEP5_RETURN_IF_ERROR(resolve_device(requested, op, &dev));
   return kernels::sm90::require_sm90a_build(dev, op);
 }
 
@@ -176,13 +178,14 @@ Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
          {"counts", p.counts, rows * 4}},
         {{"scores", p.scores, rows * static_cast<std::uint64_t>(p.ld) * 4}, {"history", p.history, rows * 4}}));
   }
-  STEP5_RETURN_IF_ERROR(instantiate_detail::check_current_device("topk_select"));
+  STEP5_RETURN_IF_ERROR(instantiate_detail::check_device(-1, "topk_select"));
   return kernels::sm90::launch_topk(detail::topk_args(p), p.rows, stream);
 }
 
-/// The run-time launchers: one switch (dispatch_geometry) onto the row's instance.
-#define STEP5_INSTANTIATE_DISPATCH(ret_call, op)                                                     \
-  STEP5_RETURN_IF_ERROR(instantiate_detail::check_current_device(op));                              \
+/// The run-time launchers: one switch (dispatch_geometry) onto the row's instance, on `device`
+/// (-1: the current device; sparse_attention's p.device, which its launch makes current).
+#define STEP5_INSTANTIATE_DISPATCH(device, ret_call, op)                                             \
+  STEP5_RETURN_IF_ERROR(instantiate_detail::check_device(device, op));                              \
   return dispatch_geometry(geometry, op, [&](auto tag) -> Status {                                  \
     constexpr layout::GeometryId Id = decltype(tag)::value;                                         \
     if constexpr (instantiate_detail::row_built(Id)) {                                              \
@@ -194,21 +197,21 @@ Status topk_select(const TopkSelectParams& p, cudaStream_t stream) {
 
 Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream) {
   const layout::Geometry& geometry = p.rank.geometry;
-  STEP5_INSTANTIATE_DISPATCH((detail::indexer_prepare_for<Id>(p, stream)), "indexer_prepare");
+  STEP5_INSTANTIATE_DISPATCH(-1, (detail::indexer_prepare_for<Id>(p, stream)), "indexer_prepare");
 }
 Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream) {
   const layout::Geometry& geometry = p.rank.geometry;
-  STEP5_INSTANTIATE_DISPATCH((detail::indexer_summaries_for<Id>(p, stream)), "indexer_summaries");
+  STEP5_INSTANTIATE_DISPATCH(-1, (detail::indexer_summaries_for<Id>(p, stream)), "indexer_summaries");
 }
 Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream) {
   const layout::Geometry& geometry = p.rank.geometry;
-  STEP5_INSTANTIATE_DISPATCH((detail::indexer_select_for<Id>(p, stream)), "indexer_select");
+  STEP5_INSTANTIATE_DISPATCH(-1, (detail::indexer_select_for<Id>(p, stream)), "indexer_select");
 }
 Status sparse_attention(const layout::RankLayout& rank, const SparseAttentionParams& p, void* workspace,
                         std::size_t workspace_bytes, cudaStream_t stream) {
   const layout::Geometry& geometry = rank.geometry;
-  STEP5_RETURN_IF_ERROR(check_device_arg(p.device, "sparse_attention: device"));  // before the current device's checks
-  STEP5_INSTANTIATE_DISPATCH((sparse_attention<Id>(p, workspace, workspace_bytes, stream)), "sparse_attention");
+  STEP5_RETURN_IF_ERROR(check_device_arg(p.device, "sparse_attention: device"));  // named as its field
+  STEP5_INSTANTIATE_DISPATCH(p.device, (sparse_attention<Id>(p, workspace, workspace_bytes, stream)), "sparse_attention");
 }
 #undef STEP5_INSTANTIATE_DISPATCH
 

@@ -1167,6 +1167,13 @@ GPU_CASE("launcher preconditions return Status with the value") {
     expect_err(q, "sparse_attention: gate is at an address = 1 mod 2, expected 2-byte aligned", "gate at an odd address");
     q.q = reinterpret_cast<const step5::bf16*>(b + 2);
     expect_err(q, "q must be 4-byte aligned", "q at 2 mod 4");
+    q.q = reinterpret_cast<const step5::bf16*>(b);
+    q.gate = nullptr;
+    q.topk_ids = reinterpret_cast<const std::int32_t*>(b + 12290);  // the kernel's int32 loads of the rows
+    expect_err(q, "sparse_attention: topk_ids is at an address = 2 mod 4, expected 4-byte aligned", "topk_ids at 2 mod 4");
+    q.topk_ids = reinterpret_cast<const std::int32_t*>(b + 12288);
+    q.counts = reinterpret_cast<const std::int32_t*>(b + 16385);
+    expect_err(q, "sparse_attention: counts is at an address = 1 mod 4, expected 4-byte aligned", "counts at 1 mod 4");
   }
   {  // outputs over inputs or each other (require_disjoint; fake addresses, never read: every case
      // is refused before the launch). Each CTA writes its tile's out rows while other CTAs still

@@ -171,6 +171,8 @@ TEST_CASE("validate_step: topk, workspace, table sizes, row widths, null arrays"
   c = e.check();
   c.block_table = nullptr;
   expect_refused(c, {"block_table is null"});
+  c.block_table_name = "table.block_table";  // named as the launcher's field (ops::step_check)
+  expect_refused(c, {"table.block_table is null"});
   c.per_request = false;  // planning: sizes only
   CHECK(validate_step(c).ok());
 
@@ -194,6 +196,42 @@ TEST_CASE("validate_step: topk, workspace, table sizes, row widths, null arrays"
   c.num_tokens = 2;
   c.per_request = false;  // planning: sizes only
   CHECK(validate_step(c).ok());
+}
+
+TEST_CASE("validate_step: device batch arrays or a block table not 4-byte aligned are refused naming them") {
+  // the kernels load cu_seqlens_q, seq_lens and the block table as int32 (__ldg): a pointer 2 bytes
+  // off was a sticky misaligned-address fault; the launchers pass the device arrays (device_arrays)
+  Example e;
+  e.seq = {128, 11};  // within the capacity
+  alignas(16) static unsigned char device_stand_in[64] = {};
+  const auto at = [](int off) { return static_cast<const void*>(device_stand_in + off); };
+  StepCheck c = e.check();
+  c.device_arrays = true;
+  c.cu_seqlens_q_device = at(0), c.seq_lens_device = at(16);
+  c.cu_seqlens_q_device_name = "batch.cu_seqlens_q", c.seq_lens_device_name = "batch.seq_lens";
+  c.block_table = reinterpret_cast<const std::int32_t*>(at(32));  // a device table: never read by the host
+  CHECK(validate_step(c).ok());
+  for (int off : {1, 2, 3}) {
+    CAPTURE(off);
+    StepCheck d = c;
+    d.cu_seqlens_q_device = at(off);
+    expect_refused(d, {"batch.cu_seqlens_q is at an address = ", "mod 4, expected 4-byte aligned"});
+    d = c;
+    d.seq_lens_device = at(16 + off);
+    expect_refused(d, {"batch.seq_lens is at an address = ", "mod 4, expected 4-byte aligned"});
+    d = c;
+    d.block_table = reinterpret_cast<const std::int32_t*>(at(32 + off));
+    expect_refused(d, {"block_table is at an address = ", "mod 4, expected 4-byte aligned"});
+    d.block_table_name = "table.block_table";
+    expect_refused(d, {"table.block_table is at an address = "});
+    d.num_tokens = 0;  // nothing launched: sizes only
+    CHECK(validate_step(d).ok());
+  }
+  // the CPU reference (no device arrays) reads its own host arrays: not checked
+  StepCheck h = e.check();
+  h.block_table = reinterpret_cast<const std::int32_t*>(at(34));
+  h.block_table_host = nullptr;
+  CHECK(validate_step(h).ok());
 }
 
 #if __has_include(<cuda_runtime_api.h>)

@@ -436,6 +436,73 @@ TEST_CASE("gemm: tokens, n or k above kGemmMaxDim are refused naming them, befor
   CHECK_MESSAGE(s.message().find("kGemmMaxDim") == std::string::npos, s.message());
 }
 
+TEST_CASE("gemm_plan / gemm_bf16: a bad path, split_k or forced-path config is refused before the device query") {
+  // These rules need no device; they ran after it, so a machine without a GPU answered kCudaError
+  // (no device) where a GPU machine answered kInvalidArgument naming the value.
+  // disjoint X [2 or 17, 8], W [8, 8] and C (gemm_bf16 refuses overlaps); the pointers are never read
+  alignas(16) static step5::bf16 xs[17 * 8], ws[8 * 8], cs[17 * 8];
+  const auto base = [] {
+    ops::GemmParams gp;
+    gp.tokens = 2, gp.n = 8, gp.k = 8;
+    gp.ldx = gp.ldw = 8, gp.ldc = 8;
+    gp.x = xs;
+    gp.w = ws;
+    gp.c = cs;
+    return gp;
+  };
+  struct Case {
+    const char* what;
+    ops::GemmParams gp;
+    std::string expect;
+  };
+  std::vector<Case> cases;
+  ops::GemmParams gp = base();
+  gp.split_k = -1;
+  cases.push_back({"split_k -1", gp, "gemm_bf16: split_k = -1 must be >= 0"});
+  gp = base();
+  gp.path = static_cast<ops::GemmPath>(9);
+  cases.push_back({"path 9", gp, "gemm_bf16: path = 9, expected 0..5 (GemmPath)"});
+  gp = base();
+  gp.path = ops::GemmPath::kWgmma;
+  gp.x = xs + 1;  // 2 bytes off: the fast paths need 16-byte aligned x
+  cases.push_back({"forced wgmma, x unaligned", gp, "the wgmma path needs 16-byte aligned x/w"});
+  gp = base();
+  gp.path = ops::GemmPath::kWgmma;
+  gp.config = 99;
+  cases.push_back({"wgmma config", gp, "gemm_bf16: config = 99 for the wgmma path; expected 0.."});
+  gp = base();
+  gp.path = ops::GemmPath::kSplitK;
+  gp.config = -1;
+  cases.push_back({"split-K config", gp, "gemm_bf16: config = -1 for the split-K path; expected 0.."});
+  gp = base();
+  gp.path = ops::GemmPath::kGemv;
+  gp.config = ops::kGemmGemvTensorCoresWindowed + 1;
+  cases.push_back({"gemv config", gp, "gemm_bf16: config = 4, split_k = 0 with path kGemv"});
+  gp = base();
+  gp.path = ops::GemmPath::kGemv;
+  gp.tokens = ops::kGemmGemvMaxTokens + 1;
+  cases.push_back({"gemv tokens", gp, "gemm_bf16: the gemv path runs 1..16 tokens"});
+  for (const Case& c : cases) {
+    CAPTURE(c.what);
+    ops::GemmPlan plan;
+    const step5::Status s = ops::gemm_plan(c.gp, &plan);
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(s.message().find(c.expect) != std::string::npos, s.message());
+    CHECK(ops::gemm_bf16(c.gp, nullptr).code() == StatusCode::kInvalidArgument);
+  }
+  // a forced kCublasLt with a config: kInvalidArgument, or kUnsupported in a build without cuBLASLt
+  gp = base();
+  gp.path = ops::GemmPath::kCublasLt;
+  gp.config = 2;
+  ops::GemmPlan plan;
+  const step5::Status s = ops::gemm_plan(gp, &plan);
+  const bool refused =
+      (s.code() == StatusCode::kInvalidArgument &&
+       s.message().find("gemm_bf16: config = 2, split_k = 0 with path kCublasLt") != std::string::npos) ||
+      (s.code() == StatusCode::kUnsupported && s.message().find("built without cuBLASLt") != std::string::npos);
+  CHECK_MESSAGE(refused, s.message());
+}
+
 TEST_CASE("topk_select: ld above kTopkMaxLd is refused naming it, before any CUDA call") {
   // The selection kernel's int32 key indices run past a row by up to a stride: ld = 2^31 - 1 (the
   // old bound, INT32_MAX) overflowed them. The pointers are never read (refused before a launch).
@@ -1193,6 +1260,101 @@ step5::Status with_bad_pdl(F&& f) {
   return s;
 }
 }  // namespace
+
+TEST_CASE("indexer launchers and dsa_layer_run: tail slots, index_k, C, ids and counts the kernels cannot load element by element are refused naming them, before any launch") {
+  // the summaries kernel's (and the decode fold's) int32 loads of tail_slot and bf16 loads of
+  // index_k and C, the selection's int32 stores of ids and counts: a misaligned pointer was a
+  // sticky misaligned-address fault. Host stand-ins (never read: the refusals come first); the
+  // geometry's launchers (the run-time ones check the current device first)
+  const layout::RankLayout r = rank_of("step5_preview", 8, 0);
+  std::vector<std::int32_t> cu = {0, 1}, lens = {1000}, table(16, 0);
+  static const std::int32_t kDevice[1] = {0};
+  alignas(64) static unsigned char buf[8192];
+  const auto at = [](int off) { return static_cast<void*>(buf + off); };
+  const auto not_built = [](const step5::Status& s) {
+    return s.code() == StatusCode::kUnsupported && s.message().find("was not built") != std::string::npos;
+  };
+  const auto expect = [](const step5::Status& s, const std::string& needle) {
+    CHECK(s.code() == StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(s.message().find(needle) != std::string::npos, s.message());
+  };
+  ops::IndexerSummaryParams sp;
+  sp.rank = r;
+  sp.batch = {kDevice, kDevice, 1, 1, cu.data(), lens.data()};
+  sp.table.block_table = table.data(), sp.table.block_size = 64, sp.table.max_blocks = 16, sp.table.num_blocks = 16;
+  sp.index_k = static_cast<const step5::bf16*>(at(0)), sp.c = static_cast<const step5::bf16*>(at(1024));
+  sp.ldc = r.rows_with_w;
+  sp.summary_cache = static_cast<std::uint8_t*>(at(2048)), sp.tail = static_cast<step5::bf16*>(at(4096));
+  sp.tail_slot = static_cast<const std::int32_t*>(at(6144)), sp.num_slots = 4;
+  const auto summaries = [](const ops::IndexerSummaryParams& q) {
+    return ops::detail::indexer_summaries_for<layout::GeometryId::step5_preview>(q, nullptr);
+  };
+  {
+    const step5::Status s = with_bad_pdl([&] { return summaries(sp); });
+    if (not_built(s)) {
+      MESSAGE("step5_preview not built: skipped");
+      return;
+    }
+    CHECK_MESSAGE(s.message().find("is at an address") == std::string::npos, s.message());  // aligned: passes
+  }
+  for (int off : {1, 2, 3}) {
+    CAPTURE(off);
+    ops::IndexerSummaryParams q = sp;
+    q.tail_slot = static_cast<const std::int32_t*>(at(6144 + off));
+    expect(summaries(q), "indexer_summaries: tail_slot is at an address = " + std::to_string(off) + " mod 4");
+  }
+  {
+    ops::IndexerSummaryParams q = sp;
+    q.index_k = static_cast<const step5::bf16*>(at(1));
+    expect(summaries(q), "indexer_summaries: index_k is at an address = 1 mod 2");
+    q = sp;
+    q.c = static_cast<const step5::bf16*>(at(1025));
+    expect(summaries(q), "indexer_summaries: c is at an address = 1 mod 2");
+  }
+  {  // indexer_prepare doing step 4: the same rule for its tail slots
+    ops::IndexerPrepareParams p;
+    p.rank = r;
+    p.batch = sp.batch, p.table = sp.table;
+    p.max_position = 32768;
+    p.c = static_cast<const step5::bf16*>(at(1024)), p.ldc = r.rows_with_w + r.rows_with_w % 2;
+    auto* f = static_cast<float*>(at(7168));
+    p.q_norm = p.k_norm = p.index_q_norm = p.index_k_norm_w = p.index_k_norm_b = f;
+    p.cos_main = p.sin_main = p.cos_idx = p.sin_idx = static_cast<const step5::bf16*>(at(7680));
+    p.q_out = p.k_cache = p.v_cache = p.index_k = static_cast<step5::bf16*>(at(0));
+    p.index_q = static_cast<std::uint8_t*>(at(512)), p.weights = static_cast<float*>(at(512));
+    p.summaries = {sp.summary_cache, sp.tail, static_cast<const std::int32_t*>(at(6146)), 4, nullptr};
+    expect(ops::detail::indexer_prepare_for<layout::GeometryId::step5_preview>(p, nullptr),
+           "indexer_prepare: tail_slot is at an address = 2 mod 4");
+  }
+  {  // indexer_select's ids and counts
+    ops::IndexerSelectParams p;
+    p.rank = r;
+    p.batch = sp.batch, p.table = sp.table;
+    p.index_q = static_cast<const std::uint8_t*>(at(0)), p.weights = static_cast<const float*>(at(0));
+    p.summary_cache = static_cast<const std::uint8_t*>(at(0));
+    p.topk = 64, p.max_seq_len = 1000;
+    static std::vector<unsigned char> ws(ops::indexer_select_workspace_bytes(r, 1, 1000, 1) + 64);
+    p.workspace = ws.data() + (64 - reinterpret_cast<std::uintptr_t>(ws.data()) % 64) % 64;
+    p.workspace_bytes = ws.size() - 64;
+    p.topk_ids = static_cast<std::int32_t*>(at(2050)), p.counts = static_cast<std::int32_t*>(at(4096));
+    const auto select = [](const ops::IndexerSelectParams& q) {
+      return ops::detail::indexer_select_for<layout::GeometryId::step5_preview>(q, nullptr);
+    };
+    expect(select(p), "indexer_select: topk_ids is at an address = 2 mod 4");
+    p.topk_ids = static_cast<std::int32_t*>(at(2048)), p.counts = static_cast<std::int32_t*>(at(4097));
+    expect(select(p), "indexer_select: counts is at an address = 1 mod 4");
+  }
+  {  // dsa_layer_run refuses the tail slots before its first launch (the summaries would refuse them
+     // only after indexer_prepare wrote the caches)
+    ops::DsaLayerPlan plan;
+    REQUIRE(ops::dsa_layer_plan_for(r, 4096, engine_capacity(), h200_facts(), &plan).ok());
+    Step st(8, 1000, 64, engine_capacity());
+    HostStandIns h(8);
+    st.s.tail_slot = static_cast<const std::int32_t*>(at(6146));
+    expect(ops::dsa_layer_run(plan, h.w, h.caches, st.s, h.b, h.b, HostStandIns::buf, plan.map.total, nullptr),
+           "dsa_layer_run: step.tail_slot is at an address = 2 mod 4");
+  }
+}
 
 TEST_CASE("require_disjoint: byte ranges from ptr to ptr + bytes (end excluded), touching ranges, null and empty ranges pass") {
   using step5::require_disjoint;

@@ -82,7 +82,7 @@ struct SparseAttentionParams {
   /// `[lg, T, topk+1]` region ids; entries >= count are ignored, but a decode row may be loaded in
   /// full before its count arrives (all topk + 1 entries must be allocated; their values unused)
   const std::int32_t* topk_ids = nullptr;
-  const std::int32_t* counts = nullptr;       ///< `[lg, T]` valid entries per row, in [0, topk+1]
+  const std::int32_t* counts = nullptr;       ///< `[lg, T]` valid entries per row, in [0, topk+1]; with topk_ids 4-byte aligned
   /// Gate logits (SPEC §4.8): row t holds Hl bf16 values at `gate + t*gate_row_stride` (the
   /// index_g columns of the fused GEMM output, or a separate `[T, Hl]`), 2-byte aligned; nullptr =
   /// no gate.
@@ -592,7 +592,7 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
 /// fixed dynamic shared-memory limit per kernel, never a per-plan one (test_attention's competing
 /// launches).
 /// Errors (nothing launched): kInvalidArgument for every rule of `validate_step` (ops/batch_check.hpp:
-/// cu_seqlens_q / seq_lens host mirrors or device arrays null, mirrors inconsistent, a position >= max_blocks *
+/// cu_seqlens_q / seq_lens host mirrors or device arrays null, the device arrays and block_table not 4-byte aligned, mirrors inconsistent, a position >= max_blocks *
 /// block_size, topk, a too small workspace), null pointers (when T > 0), bad strides or
 /// alignment, out, lse or the workspace bytes of the plan overlapping each other or an input (q,
 /// the caches, topk_ids, counts, gate, block_table, cu_seqlens_q, seq_lens; rows [0, T) from the
@@ -616,8 +616,9 @@ Status sparse_attention(const SparseAttentionParams& p, void* workspace, std::si
                         cudaStream_t stream);
 
 /// The run-time entry: `sparse_attention<Id>` of the row of geometries.def whose geometry is
-/// `rank.geometry` (ops/dispatch.hpp); kUnsupported for a geometry that is not listed or not built.
-/// Same arguments, preconditions and errors as `sparse_attention<Id>`.
+/// `rank.geometry` (ops/dispatch.hpp); kUnsupported for a geometry that is not listed or not built,
+/// or when `p.device` (-1: the current device) is not a Hopper its kernels were built for. Same
+/// arguments, preconditions and errors as `sparse_attention<Id>`.
 Status sparse_attention(const layout::RankLayout& rank, const SparseAttentionParams& p, void* workspace,
                         std::size_t workspace_bytes, cudaStream_t stream);
 

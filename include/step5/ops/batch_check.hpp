@@ -3,7 +3,9 @@
 /// The ONE validation of the host-visible preconditions of a step (SPEC.md §5 batch and cache
 /// layout, §1 topk range), shared by every GPU launcher (ops/indexer.hpp, ops/attention.hpp,
 /// ops/layer.hpp) and by the CPU reference (reference/common.hpp throws its message as
-/// `step5::Error`), so the two can never disagree. Also the host side of the kernels' checked
+/// `step5::Error`), so the two can never disagree — with one addition on the reference's side: it
+/// takes T from cu_seqlens_q[B], so at T = 0 it also requires every offset 0
+/// (`reference::require_valid`), where a launcher, given num_tokens = 0, launches nothing. Also the host side of the kernels' checked
 /// mode: the layout of the device fault record and its translation into a Status
 /// (`bounds_fault_status`; reading it from the device: ops/bounds_fault.hpp).
 ///
@@ -46,7 +48,8 @@ struct StepCheck {
   const char* cu_seqlens_q_name = "cu_seqlens_q_host";  ///< field named when cu_seqlens_q is null
   const char* seq_lens_name = "seq_lens_host";          ///< field named when seq_lens is null
   /// The DEVICE copies of cu_seqlens_q and seq_lens, which the kernels read: launchers set
-  /// `device_arrays` and the two pointers (rule 2 then requires both non-null); the CPU reference,
+  /// `device_arrays` and the two pointers (rule 2 then requires both non-null and, with the block
+  /// table, 4-byte aligned); the CPU reference,
   /// whose arrays are the host ones above, leaves them unset.
   bool device_arrays = false;
   const void* cu_seqlens_q_device = nullptr;
@@ -57,6 +60,7 @@ struct StepCheck {
   bool per_request = true;
   // the paged block table (SPEC §5)
   const std::int32_t* block_table = nullptr;  ///< [B, max_blocks] (device or host): must be non-null
+  const char* block_table_name = "block_table";  ///< field named when block_table is null or misaligned
   int block_size = 0;  ///< tokens per block: a positive multiple of 8
   int max_blocks = 0;  ///< block-table row width: > 0; capacity = max_blocks * block_size positions
   int num_blocks = 0;  ///< blocks in the caches: > 0
@@ -125,7 +129,8 @@ constexpr bool block_size_ok(int block_size) {
 ///     of 8, at most kMaxBlockSize; max_blocks > 0; num_blocks > 0; max_seq_len > 0; max_position > 0;
 ///     row widths (and, when num_tokens > 0, num_tokens rows of them within 2^63 - 1 bytes).
 ///  2. When num_tokens > 0 (and per_request): num_requests > 0; block_table and the host arrays
-///     are non-null, and with `device_arrays` the device cu_seqlens_q and seq_lens too;
+///     are non-null, and with `device_arrays` the device cu_seqlens_q and seq_lens too, and
+///     those two and the (device) block_table 4-byte aligned (the kernels' int32 loads);
 ///     cu_seqlens_q[0] = 0, non-decreasing, cu_seqlens_q[B] = num_tokens; seq_lens[b] >= q_len_b;
 ///     for every request with rows (q_len_b > 0) its last position seq_lens[b] - 1 is
 ///     < capacity = max_blocks * block_size, seq_lens[b] <= max_seq_len and < max_position + 1.
@@ -269,7 +274,7 @@ inline Status validate_step(const StepCheck& c) {
   if (c.num_tokens > 0 && c.per_request) {
     const int B = c.num_requests, T = c.num_tokens;
     if (B == 0) return bad("num_tokens = " + s(T) + " with num_requests = 0, expected num_requests > 0");
-    if (c.block_table == nullptr) return bad("block_table is null");
+    if (c.block_table == nullptr) return bad(std::string(c.block_table_name) + " is null");
     const auto null_array = [&](const char* name, const char* expected) {
       return bad(std::string(name) + " is null, expected the " + expected);
     };
@@ -277,6 +282,11 @@ inline Status validate_step(const StepCheck& c) {
       return null_array(c.cu_seqlens_q_device_name, "device copy of cu_seqlens_q [B+1] (the kernels read it)");
     if (c.device_arrays && c.seq_lens_device == nullptr)
       return null_array(c.seq_lens_device_name, "device copy of seq_lens [B] (the kernels read it)");
+    if (c.device_arrays)  // the kernels' int32 loads of the three (a misaligned one is a sticky device fault)
+      STEP5_RETURN_IF_ERROR(require_aligned(c.op ? c.op : "step", alignof(std::int32_t),
+                                            {{c.cu_seqlens_q_device_name, c.cu_seqlens_q_device},
+                                             {c.seq_lens_device_name, c.seq_lens_device},
+                                             {c.block_table_name, c.block_table}}));
     if (c.cu_seqlens_q == nullptr) return null_array(c.cu_seqlens_q_name, "host copy of cu_seqlens_q [B+1]");
     if (c.seq_lens == nullptr) return null_array(c.seq_lens_name, "host copy of seq_lens [B]");
     const std::int32_t* cu = c.cu_seqlens_q;

@@ -156,6 +156,7 @@ inline StepCheck step_check(const char* op, const IndexerBatch& b, const PagedTa
   c.cu_seqlens_q_device = b.cu_seqlens_q, c.seq_lens_device = b.seq_lens;
   c.cu_seqlens_q_device_name = "batch.cu_seqlens_q", c.seq_lens_device_name = "batch.seq_lens";
   c.block_table = t.block_table;
+  c.block_table_name = "table.block_table";
   c.block_table_host = t.block_table_host;
   c.block_size = t.block_size;
   c.max_blocks = t.max_blocks;
@@ -168,7 +169,7 @@ inline StepCheck step_check(const char* op, const IndexerBatch& b, const PagedTa
 struct IndexerSummaryOutputs {
   std::uint8_t* summary_cache = nullptr;    ///< [num_blocks, block_size/8, P] e4m3 bits, 2-byte aligned
   bf16* tail = nullptr;                     ///< [num_slots, 8, 2, P] bf16 (index_k, index_z), 16-byte aligned
-  const std::int32_t* tail_slot = nullptr;  ///< [num_requests] int32 slot of each request
+  const std::int32_t* tail_slot = nullptr;  ///< [num_requests] int32 slot of each request, 4-byte aligned
   int num_slots = 0;
   /// Optional host copy of tail_slot: when set, a request with rows whose slot lies outside
   /// [0, num_slots) or is another's is refused before anything is launched (validate_step's rule
@@ -252,12 +253,12 @@ struct IndexerSummaryParams {
   layout::RankLayout rank{};
   IndexerBatch batch{};
   PagedTable table{};
-  const bf16* index_k = nullptr;      ///< [T, P] bf16 from indexer_prepare
-  const bf16* c = nullptr;            ///< fused GEMM output (raw index_z columns) [T, ldc]
+  const bf16* index_k = nullptr;      ///< [T, P] bf16 from indexer_prepare, 2-byte aligned
+  const bf16* c = nullptr;            ///< fused GEMM output (raw index_z columns) [T, ldc], 2-byte aligned
   std::int64_t ldc = 0;
   std::uint8_t* summary_cache = nullptr;  ///< [num_blocks, block_size/8, P] e4m3 bits, 2-byte aligned
   bf16* tail = nullptr;               ///< [num_slots, 8, 2, P] bf16 (index_k, index_z) pending rows, 16-byte aligned
-  const std::int32_t* tail_slot = nullptr;  ///< [num_requests] int32 slot of each request
+  const std::int32_t* tail_slot = nullptr;  ///< [num_requests] int32 slot of each request, 4-byte aligned
   int num_slots = 0;
   const std::int32_t* tail_slot_host = nullptr;  ///< optional host copy (IndexerSummaryOutputs)
 };
@@ -283,8 +284,8 @@ struct IndexerSelectParams {
   const std::uint8_t* summary_cache = nullptr; ///< [num_blocks, block_size/8, P] e4m3 bits, 16-byte aligned
   int topk = 0;                                ///< 1..1024 (run-time `sparse_config.topk`)
   int max_seq_len = 0;  ///< upper bound of seq_lens (sizes the score workspace; in [1, kMaxIndexerSeqLen])
-  std::int32_t* topk_ids = nullptr;  ///< [lg, T, topk+1] int32: ascending ids, current region, -1 pad
-  std::int32_t* counts = nullptr;    ///< [lg, T] int32 = min(topk, p/8) + 1
+  std::int32_t* topk_ids = nullptr;  ///< [lg, T, topk+1] int32: ascending ids, current region, -1 pad; 4-byte aligned
+  std::int32_t* counts = nullptr;    ///< [lg, T] int32 = min(topk, p/8) + 1; 4-byte aligned
   void* workspace = nullptr;         ///< >= indexer_select_workspace_bytes(...) for one token (see there), 16-byte aligned
   std::size_t workspace_bytes = 0;
 };
@@ -427,15 +428,16 @@ Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
 /// Launches SPEC §4.4: summaries of every region completed by this step into the summary cache,
 /// then the leftover rows of each request into its tail slot. Must run after `indexer_prepare`
 /// of the same step and before `indexer_select` (stream order). Errors: `validate_step` (batch,
-/// table, ldc), null pointers, num_slots <= 0, summary_cache or tail overlapping each other,
+/// table, ldc), null pointers, tail not 16-byte, tail_slot not 4-byte, summary_cache, index_k or c
+/// not 2-byte aligned, num_slots <= 0, summary_cache or tail overlapping each other,
 /// index_k, C, tail_slot, the batch arrays or the block table (`require_disjoint`)
 /// (kInvalidArgument); kCudaError (launch).
 Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 
 /// Launches SPEC §4.5–4.6 for every (token, local group). Errors: `validate_step` (batch, table,
 /// topk in [1, kMaxTopk], seq_lens <= max_seq_len <= kMaxIndexerSeqLen, workspace_bytes, the device
-/// cu_seqlens_q / seq_lens non-null), null pointers, index_q / summary_cache / workspace not
-/// 16-byte or weights not 4-byte aligned, a selection chunk of 2^31 rows or more, the workspace
+/// cu_seqlens_q / seq_lens non-null and, with the block table, 4-byte aligned), null pointers, index_q / summary_cache / workspace not
+/// 16-byte or weights, topk_ids, counts not 4-byte aligned, a selection chunk of 2^31 rows or more, the workspace
 /// bytes it writes (the plan and the longest chunk's scores), topk_ids or counts overlapping each
 /// other, index_q, weights, the summary cache, the batch arrays or the block table
 /// (`require_disjoint`), STEP5_TOPK

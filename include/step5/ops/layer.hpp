@@ -89,7 +89,7 @@ struct DsaLayerStep {
   /// block_table (device), sizes, and the optional checked-mode record `bounds_fault` (used by
   /// every kernel of the step that indexes a cache through the block table).
   PagedTable table{};
-  const std::int32_t* tail_slot = nullptr;  ///< [B] device int32, each in [0, caches.num_slots)
+  const std::int32_t* tail_slot = nullptr;  ///< [B] device int32, each in [0, caches.num_slots), 4-byte aligned
   /// Optional host copy of tail_slot: when set, slots outside [0, caches.num_slots) or shared by
   /// two requests with rows are refused before anything is launched (validate_step's rule 5);
   /// without it a device slot out of range is skipped and, in checked mode, reported
@@ -394,7 +394,7 @@ inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan
 /// capacity, validate_step with w.max_position; a step of no tokens still needs valid sizes and
 /// topk, as every launcher), STEP5_TOPK (`topk_env_status`), STEP5_PDL (`pdl_env_status`), a too
 /// small or misaligned workspace, every stage's pointers (x, partial, w.fused, w.o_proj 16-byte aligned; the caches
-/// as DsaLayerCaches says; step.tail_slot) and, with step.tail_slot_host, validate_step's rule 5
+/// as DsaLayerCaches says; step.tail_slot non-null, 4-byte aligned) and, with step.tail_slot_host, validate_step's rule 5
 /// (all before the first launch), the workspace's plan.workspace_bytes, partial, the caches
 /// overlapping each other, the weights w.fused / w.o_proj or the step's device arrays, and the
 /// workspace overlapping x (`require_disjoint`; partial over x is allowed: x is read by the first
@@ -417,7 +417,7 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
   // (and, for prefill, the tail) before the later stages check their own arguments, so a refusal
   // there would leave the step half applied (a retried step then rebuilds a region from
   // overwritten tail rows). The rules are the launchers' own (indexer_summaries: summary_cache,
-  // tail, tail_slot, num_slots; indexer_select: summary_cache 16-byte aligned; sparse_attention:
+  // tail, tail_slot (4-byte aligned), num_slots; indexer_select: summary_cache 16-byte aligned; sparse_attention:
   // k_cache, v_cache 16-byte aligned; the GEMMs: x, fused, o_proj, partial, 16-byte aligned as
   // this function's contract says, which the planned fast GEMM paths need; the workspace, whose
   // buffers lie at 256-byte multiples from it and take 16-byte vectors: index_q, the selection's
@@ -432,6 +432,7 @@ inline Status dsa_layer_run(const DsaLayerPlan& plan, const DsaLayerWeights& w, 
                                          {"w.fused", w.fused}, {"w.o_proj", w.o_proj},
                                          {"caches.k_cache", caches.k_cache}, {"caches.v_cache", caches.v_cache},
                                          {"caches.summary_cache", caches.summary_cache}, {"caches.tail", caches.tail}}));
+  STEP5_RETURN_IF_ERROR(require_aligned("dsa_layer_run", alignof(std::int32_t), {{"step.tail_slot", step.tail_slot}}));
   if (caches.num_slots <= 0)
     return invalid_argument("dsa_layer_run: caches.num_slots = " + std::to_string(caches.num_slots) + ", expected > 0");
   STEP5_RETURN_IF_ERROR(check_norm_eps(w.eps, "dsa_layer_run: w.eps"));  // indexer_prepare's rule

@@ -80,7 +80,9 @@ struct BlockTableView {
 /// non-decreasing and ends at T; seq_lens[b] >= q_len; every position of the step <
 /// max_blocks * block_size; block_size a positive multiple of 8; max_blocks, num_blocks > 0; a
 /// block written by the step is no other live entry of the table (validate_step's rule 4).
-/// Callers add their limits (topk, max_position, row widths) and pass it to `require_valid`.
+/// Callers add their limits (topk, max_position, row widths) and pass it to `require_valid`
+/// (which adds the reference's one rule beyond validate_step: a step of no tokens has every
+/// cu_seqlens_q[b] = 0).
 inline ops::StepCheck step_check(const char* where, const BatchView& batch, const BlockTableView& bt) {
   ops::StepCheck c;
   c.op = where;

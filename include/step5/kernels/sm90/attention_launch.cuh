@@ -256,6 +256,9 @@ Status sparse_attention_checked_launch(const ops::SparseAttentionParams& p, cons
   if (!attn_detail::aligned(p.k_cache, 16) || !attn_detail::aligned(p.v_cache, 16))
     return invalid_argument("sparse_attention: k_cache and v_cache must be 16-byte aligned (cp.async)");
   if (p.lse != nullptr && !attn_detail::aligned(p.lse, 4)) return invalid_argument("sparse_attention: lse must be 4-byte aligned");
+  // the kernel's int32 loads of the selection rows and counts
+  STEP5_RETURN_IF_ERROR(require_aligned("sparse_attention", alignof(std::int32_t),
+                                        {{"topk_ids", p.topk_ids}, {"counts", p.counts}}));
   if (p.gate != nullptr) STEP5_RETURN_IF_ERROR(require_aligned("sparse_attention", alignof(bf16), {{"gate", p.gate}}));
   if (plan.workspace_bytes > 0 && !attn_detail::aligned(workspace, 16))
     return invalid_argument("sparse_attention: workspace must be 16-byte aligned");

@@ -637,6 +637,60 @@ inline Status check_params(const GemmParams& p, bool* fast, std::string* why) {
   return Status::Ok();
 }
 
+/// `config`'s range on the path that runs it: 0 .. kNumWgmmaKinds on kWgmma, 0 .. kNumStreamKinds
+/// on kSplitK (0 = by shape); other paths check their own (check_path_params).
+inline Status check_config_range(GemmPath path, int config) {
+  if (path == GemmPath::kWgmma && (config < 0 || config > kNumWgmmaKinds))
+    return invalid_argument("gemm_bf16: config = " + s(config) + " for the wgmma path; expected 0.." + s(kNumWgmmaKinds));
+  if (path == GemmPath::kSplitK && (config < 0 || config > kNumStreamKinds))
+    return invalid_argument("gemm_bf16: config = " + s(config) + " for the split-K path; expected 0.." +
+                            s(kNumStreamKinds));
+  return Status::Ok();
+}
+
+/// The rules of a forced path, split_k and config that need no device (so that a machine without
+/// a GPU refuses them as a GPU machine does): split_k >= 0, a GemmPath value, the fast-path
+/// preconditions of a forced kSplitK / kWgmma / kGemv (`fast`, `why`: check_params'), a forced
+/// path's config (check_config_range; kGemv's config, split_k, token, k and row limits), kCublasLt's
+/// build and its config / split_k. kAuto's config is checked on the path it takes (make_plan).
+inline Status check_path_params(const GemmParams& p, bool fast, const std::string& why) {
+  if (p.split_k < 0) return invalid_argument("gemm_bf16: split_k = " + s(p.split_k) + " must be >= 0");
+  const GemmPath path = p.path;
+  if (path != GemmPath::kAuto && path != GemmPath::kGeneric && path != GemmPath::kSplitK &&
+      path != GemmPath::kWgmma && path != GemmPath::kCublasLt && path != GemmPath::kGemv)
+    return invalid_argument("gemm_bf16: path = " + s(static_cast<int>(path)) + ", expected 0..5 (GemmPath)");
+  if ((path == GemmPath::kSplitK || path == GemmPath::kWgmma || path == GemmPath::kGemv) && !fast)
+    return invalid_argument(std::string("gemm_bf16: the ") +
+                            (path == GemmPath::kSplitK ? "split-K" : path == GemmPath::kWgmma ? "wgmma" : "gemv") +
+                            " path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
+  STEP5_RETURN_IF_ERROR(check_config_range(path, p.config));
+  if (path == GemmPath::kGemv) {
+    if (p.config < 0 || p.config > kGemmGemvTensorCoresWindowed || p.split_k > 1)
+      return invalid_argument("gemm_bf16: config = " + s(p.config) + ", split_k = " + s(p.split_k) +
+                              " with path kGemv; expected config 0 (by T), " + s(kGemmGemvCudaCores) +
+                              " (the CUDA-core kernel), " + s(kGemmGemvTensorCores) + " (the tensor-core kernel) or " +
+                              s(kGemmGemvTensorCoresWindowed) + " (the tensor-core kernel, X in windows) and split_k 0 or 1");
+    if (!gemm_gemv_eligible(p.tokens, p.k, p.config))
+      return invalid_argument("gemm_bf16: the gemv path runs 1.." + s(kGemmGemvMaxTokens) +
+                              " tokens (its CUDA-core kernel, config " + s(kGemmGemvCudaCores) + ", 1.." +
+                              s(kGemmGemvCudaCoreMaxTokens) + ") with X staged in at most " + s(kGemmGemvMaxSmem) +
+                              " bytes of shared memory (gemm_gemv_smem_bytes) and k <= " + s(kGemmGemvMaxK) +
+                              "; got tokens = " + s(p.tokens) +
+                              ", k = " + s(p.k) + ", config = " + s(p.config));
+    if (p.n > kGemmGemvMaxRows)
+      return invalid_argument("gemm_bf16: the gemv path runs at most " + s(kGemmGemvMaxRows) +
+                              " rows; got n = " + s(p.n));
+  }
+  if (path == GemmPath::kCublasLt) {
+    if (!kHaveCublasLt)
+      return unsupported("gemm_bf16: path kCublasLt, but step5 was built without cuBLASLt (STEP5_NO_CUBLASLT)");
+    if (p.config != 0 || p.split_k > 1)
+      return invalid_argument("gemm_bf16: config = " + s(p.config) + ", split_k = " + s(p.split_k) +
+                              " with path kCublasLt; expected config 0 and split_k 0 or 1 (cuBLASLt plans itself)");
+  }
+  return Status::Ok();
+}
+
 inline Status resolve_device(const GemmParams& p, int* device) {
   return ::step5::resolve_device(p.device, "gemm_bf16: device", device);
 }
@@ -678,43 +732,12 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
   STEP5_RETURN_IF_ERROR(::step5::check_device_arg(p.device, "gemm_bf16: device"));  // also for an empty product
   fp->plan = GemmPlan{};
   if (p.tokens == 0 || p.n == 0) return Status::Ok();
+  STEP5_RETURN_IF_ERROR(check_path_params(p, fast, why));  // before the device query
   STEP5_RETURN_IF_ERROR(resolve_device(p, &fp->device));
   DeviceInfo info;
   STEP5_RETURN_IF_ERROR(device_info(fp->device, &info));
   fp->sms = info.sms;
-  if (p.split_k < 0) return invalid_argument("gemm_bf16: split_k = " + s(p.split_k) + " must be >= 0");
   GemmPath path = p.path;
-  if (path != GemmPath::kAuto && path != GemmPath::kGeneric && path != GemmPath::kSplitK &&
-      path != GemmPath::kWgmma && path != GemmPath::kCublasLt && path != GemmPath::kGemv)
-    return invalid_argument("gemm_bf16: path = " + s(static_cast<int>(path)) + ", expected 0..5 (GemmPath)");
-  if ((path == GemmPath::kSplitK || path == GemmPath::kWgmma || path == GemmPath::kGemv) && !fast)
-    return invalid_argument(std::string("gemm_bf16: the ") +
-                            (path == GemmPath::kSplitK ? "split-K" : path == GemmPath::kWgmma ? "wgmma" : "gemv") +
-                            " path needs 16-byte aligned x/w, k, ldx, ldw multiples of 8, even ldc: " + why);
-  if (path == GemmPath::kGemv) {
-    if (p.config < 0 || p.config > kGemmGemvTensorCoresWindowed || p.split_k > 1)
-      return invalid_argument("gemm_bf16: config = " + s(p.config) + ", split_k = " + s(p.split_k) +
-                              " with path kGemv; expected config 0 (by T), " + s(kGemmGemvCudaCores) +
-                              " (the CUDA-core kernel), " + s(kGemmGemvTensorCores) + " (the tensor-core kernel) or " +
-                              s(kGemmGemvTensorCoresWindowed) + " (the tensor-core kernel, X in windows) and split_k 0 or 1");
-    if (!gemm_gemv_eligible(p.tokens, p.k, p.config))
-      return invalid_argument("gemm_bf16: the gemv path runs 1.." + s(kGemmGemvMaxTokens) +
-                              " tokens (its CUDA-core kernel, config " + s(kGemmGemvCudaCores) + ", 1.." +
-                              s(kGemmGemvCudaCoreMaxTokens) + ") with X staged in at most " + s(kGemmGemvMaxSmem) +
-                              " bytes of shared memory (gemm_gemv_smem_bytes) and k <= " + s(kGemmGemvMaxK) +
-                              "; got tokens = " + s(p.tokens) +
-                              ", k = " + s(p.k) + ", config = " + s(p.config));
-    if (p.n > kGemmGemvMaxRows)
-      return invalid_argument("gemm_bf16: the gemv path runs at most " + s(kGemmGemvMaxRows) +
-                              " rows; got n = " + s(p.n));
-  }
-  if (path == GemmPath::kCublasLt) {
-    if (!kHaveCublasLt)
-      return unsupported("gemm_bf16: path kCublasLt, but step5 was built without cuBLASLt (STEP5_NO_CUBLASLT)");
-    if (p.config != 0 || p.split_k > 1)
-      return invalid_argument("gemm_bf16: config = " + s(p.config) + ", split_k = " + s(p.split_k) +
-                              " with path kCublasLt; expected config 0 and split_k 0 or 1 (cuBLASLt plans itself)");
-  }
   if (path == GemmPath::kCublasLt && p.k == 0) path = GemmPath::kGeneric;  // C = 0, no product to run
   if (path == GemmPath::kAuto && fast && p.config == 0 && p.split_k == 0 && gemm_auto_takes_gemv(p.tokens, p.n, p.k))
     path = GemmPath::kGemv;
@@ -736,19 +759,14 @@ inline Status make_plan(const GemmParams& p, FullPlan* fp) {
       path = p.tokens > kWgmmaMinT ? GemmPath::kWgmma : GemmPath::kSplitK;
     }
   }
+  STEP5_RETURN_IF_ERROR(check_config_range(path, p.config));  // kAuto's choice (a forced path: already checked)
   if (path == GemmPath::kWgmma) {
-    if (p.config < 0 || p.config > kNumWgmmaKinds)
-      return invalid_argument("gemm_bf16: config = " + s(p.config) + " for the wgmma path; expected 0.." +
-                              s(kNumWgmmaKinds));
     fp->wgmma = plan_wgmma(p.tokens, p.n, p.k, info.sms, p.config, p.split_k);
     fp->plan.split_k = fp->wgmma.splits;
     fp->plan.config = fp->wgmma.kind + 1;
     fp->plan.workspace_bytes = fp->wgmma.workspace;
   }
   if (path == GemmPath::kSplitK) {
-    if (p.config < 0 || p.config > kNumStreamKinds)
-      return invalid_argument("gemm_bf16: config = " + s(p.config) + " for the split-K path; expected 0.." +
-                              s(kNumStreamKinds));
     fp->stream = plan_stream(p.tokens, p.n, p.k, info.sms, p.config, p.split_k);
     if (fp->stream.tiles_t > kMaxGridDimY)  // grid.y; only a forced small-token config reaches it
       return invalid_argument("gemm_bf16: tokens = " + s(p.tokens) + " in tiles of " +

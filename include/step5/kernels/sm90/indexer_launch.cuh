@@ -360,14 +360,15 @@ Status launch_scores(const ScorePlan& sp, kernels::sm90::ScoreArgs a, cudaStream
 
 /// The preconditions of step 4 beyond `validate_step` (one rule for indexer_summaries and for
 /// indexer_prepare doing step 4): pointers, their alignment (tail 16 bytes, summary_cache 2: the
-/// fold's cp.async and paired stores), num_slots, and the summaries launch's grid limit (also where
-/// the prepare launch does step 4, so that the step's errors do not depend on the path). `op`
-/// prefixes the messages.
+/// fold's cp.async and paired stores; tail_slot 4 and index_k, C 2: the element loads of both
+/// kernels), num_slots, and the summaries launch's grid limit (also where the prepare launch does
+/// step 4, so that the step's errors do not depend on the path). `op` prefixes the messages.
 inline Status check_summary_outputs(const char* op, const IndexerSummaryParams& p) {
   STEP5_RETURN_IF_ERROR(require_non_null(op, {{"index_k", p.index_k}, {"c", p.c}, {"summary_cache", p.summary_cache},
                                               {"tail", p.tail}, {"tail_slot", p.tail_slot}}));
   STEP5_RETURN_IF_ERROR(require_aligned(op, 16, {{"tail", p.tail}}));
-  STEP5_RETURN_IF_ERROR(require_aligned(op, 2, {{"summary_cache", p.summary_cache}}));
+  STEP5_RETURN_IF_ERROR(require_aligned(op, alignof(std::int32_t), {{"tail_slot", p.tail_slot}}));
+  STEP5_RETURN_IF_ERROR(require_aligned(op, 2, {{"summary_cache", p.summary_cache}, {"index_k", p.index_k}, {"c", p.c}}));
   if (p.num_slots <= 0)
     return invalid_argument(std::string(op) + ": num_slots = " + num(p.num_slots) + ", expected > 0");
   if (p.batch.num_requests > ops::kMaxIndexerRequests)
@@ -570,7 +571,9 @@ Status indexer_select_for(const IndexerSelectParams& p, cudaStream_t stream) {
   STEP5_RETURN_IF_ERROR(require_aligned(
       "indexer_select", 16,
       {{"index_q", p.index_q}, {"summary_cache", p.summary_cache}, {"workspace", p.workspace}}));
-  STEP5_RETURN_IF_ERROR(require_aligned("indexer_select", 4, {{"weights", p.weights}}));
+  // and the element accesses: the score weights (fp32), the selection's int32 stores of ids and counts
+  STEP5_RETURN_IF_ERROR(
+      require_aligned("indexer_select", alignof(std::int32_t), {{"weights", p.weights}, {"topk_ids", p.topk_ids}, {"counts", p.counts}}));
   if (Il > kernels::sm90::kScoreCols)
     return unsupported("indexer_select: index_local_heads = " + num(Il) + ", expected <= " + num(kernels::sm90::kScoreCols));
   const SelectChunks chunks = indexer_select_chunks(p.rank, T, p.max_seq_len, B, p.workspace_bytes);

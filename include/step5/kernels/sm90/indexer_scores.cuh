@@ -237,9 +237,12 @@ __global__ void __launch_bounds__(kScoreWarps * 32, score_min_ctas(P)) indexer_s
   constexpr int R = layout::kRegionSize;
   constexpr int kRow = score_q_row_bytes(P);
   constexpr int kChunks = P / 64;
-  extern __shared__ __align__(16) std::uint8_t smem[];
-  std::uint8_t* sq = smem;
-  float* sw = reinterpret_cast<float*>(smem + a.cols_cap * kRow);
+  // a name of its own: `extern __shared__` arrays of one name in one namespace are one entity, and
+  // gemm_stream.cuh's `smem` is declared 128-byte aligned (nvcc warning #1886-D in a translation
+  // unit that instantiates both, e.g. an engine's one .cu including step5/instantiate.cuh)
+  extern __shared__ __align__(16) std::uint8_t score_smem[];
+  std::uint8_t* sq = score_smem;
+  float* sw = reinterpret_cast<float*>(score_smem + a.cols_cap * kRow);
   std::int32_t* srow = reinterpret_cast<std::int32_t*>(sw + a.cols_cap);  // [cols_cap / HPG] score row or -1
   std::int32_t* shist = srow + a.cols_cap;                                // [cols_cap / HPG] history regions
   std::int32_t* sbt = shist + a.cols_cap;
