@@ -5,6 +5,7 @@
 /// (`LayerCache`, SPEC §5). Produced by the checkpoint loader (step5/weights/), consumed by the
 /// CPU reference (step5/reference/) and uploaded by GPU engines (device views: `ops::DsaLayerWeights`,
 /// `ops::DsaLayerCaches`, ops/layer.hpp). Host-safe (g++). Layouts: docs/ARCHITECTURE.md.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -101,18 +102,11 @@ struct LayerCache {
     c.tail.assign(c.tail_elems(), bf16{});
     return c;
   }
-  /// Elements each buffer holds for these fields (the one rule of `create` and `validate`).
-  std::size_t kv_elems() const {
-    return static_cast<std::size_t>(num_blocks) * static_cast<std::size_t>(block_size) * static_cast<std::size_t>(kv_heads) *
-           static_cast<std::size_t>(head_dim);
-  }
-  std::size_t summary_elems() const {
-    return static_cast<std::size_t>(num_blocks) * static_cast<std::size_t>(block_size / layout::kRegionSize) *
-           static_cast<std::size_t>(proxy_dim);
-  }
-  std::size_t tail_elems() const {
-    return static_cast<std::size_t>(num_slots) * layout::kRegionSize * 2 * static_cast<std::size_t>(proxy_dim);
-  }
+  /// Elements each buffer holds for these fields (the one rule of `create` and `validate`): the
+  /// products of `kv_shape`, `summary_shape` and `tail_shape` (check_counts bounds them first).
+  std::size_t kv_elems() const { return product(kv_shape()); }
+  std::size_t summary_elems() const { return product(summary_shape()); }
+  std::size_t tail_elems() const { return product(tail_shape()); }
   /// Checks the (public, editable) fields against each other: positive counts, a block size every
   /// step takes, and every buffer of its size. Throws `step5::Error` (kInvalidArgument) naming `op`
   /// and the buffer.
@@ -129,6 +123,22 @@ struct LayerCache {
   }
 
  private:
+  // Each buffer's shape (k_cache / v_cache bf16, summary_cache e4m3 bytes, tail bf16), one list
+  // for its size and for the bound on it.
+  std::array<std::uint64_t, 4> kv_shape() const {
+    return {u64(num_blocks), u64(block_size), u64(kv_heads), u64(head_dim)};
+  }
+  std::array<std::uint64_t, 3> summary_shape() const {
+    return {u64(num_blocks), u64(block_size / layout::kRegionSize), u64(proxy_dim)};
+  }
+  std::array<std::uint64_t, 4> tail_shape() const { return {u64(num_slots), u64(layout::kRegionSize), 2, u64(proxy_dim)}; }
+  static std::uint64_t u64(int v) { return static_cast<std::uint64_t>(v); }
+  template <std::size_t N>
+  static std::size_t product(const std::array<std::uint64_t, N>& shape) {
+    std::uint64_t n = 1;
+    for (const std::uint64_t f : shape) n *= f;
+    return static_cast<std::size_t>(n);
+  }
   // The counts' rule of `create` and `validate`: positive counts and a block size every step takes.
   void check_counts(const char* op) const {
     require(num_blocks > 0 && ops::block_size_ok(block_size) && num_slots > 0 && kv_heads > 0 && head_dim > 0 &&
@@ -139,25 +149,21 @@ struct LayerCache {
                     "; expected positive counts and a block size of LayerCache::create");
     // kv_elems() and the other sizes are size_t products: fields whose product passes 2^63 - 1
     // bytes would wrap to a small size that a buffer of that size then passed `validate` with
-    // (rows read past it). Bounded here as bf16 values (the summaries, bytes of block_size / 8
-    // rows, are bounded by the stricter num_blocks x block_size x proxy_dim).
-    const auto fits = [](std::initializer_list<std::uint64_t> factors) {
-      std::uint64_t left = max_elements_in_bytes(sizeof(bf16));
-      for (const std::uint64_t f : factors) {
+    // (rows read past it)
+    const auto fits = [](const auto& shape, std::uint64_t elem_bytes) {
+      std::uint64_t left = max_elements_in_bytes(elem_bytes);
+      for (const std::uint64_t f : shape) {
         if (f > left) return false;
         left /= f;
       }
       return true;
     };
-    const auto u = [](int v) { return static_cast<std::uint64_t>(v); };
-    require(fits({u(num_blocks), u(block_size), u(kv_heads), u(head_dim)}) &&
-                fits({u(num_slots), u(layout::kRegionSize) * 2, u(proxy_dim)}) &&
-                fits({u(num_blocks), u(block_size), u(proxy_dim)}),
-            op, "cache num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
-                    ", kv_heads = " + std::to_string(kv_heads) + ", head_dim = " + std::to_string(head_dim) +
-                    ", num_slots = " + std::to_string(num_slots) + ", proxy_dim = " + std::to_string(proxy_dim) +
-                    ": a buffer (num_blocks x block_size x kv_heads x head_dim, num_blocks x block_size/8 x proxy_dim "
-                    "or num_slots x 16 x proxy_dim values) passes 2^63 - 1 bytes, expected every buffer within it");
+    require(fits(kv_shape(), sizeof(bf16)) && fits(summary_shape(), 1) && fits(tail_shape(), sizeof(bf16)), op,
+            "cache num_blocks = " + std::to_string(num_blocks) + ", block_size = " + std::to_string(block_size) +
+                ", kv_heads = " + std::to_string(kv_heads) + ", head_dim = " + std::to_string(head_dim) +
+                ", num_slots = " + std::to_string(num_slots) + ", proxy_dim = " + std::to_string(proxy_dim) +
+                ": a buffer (num_blocks x block_size x kv_heads x head_dim, num_blocks x block_size/8 x proxy_dim "
+                "or num_slots x 16 x proxy_dim values) passes 2^63 - 1 bytes, expected every buffer within it");
   }
 };
 
