@@ -333,6 +333,56 @@ __device__ __forceinline__ void warp_hist_add(unsigned* h, unsigned digit, bool 
   }
 }
 
+/// Match bits of the four keys `q` (ids i .. i + 3): bit j is set where (q_j & mask) == prefix
+/// and, when kTail, i + j < n (a step whose ids are all below n needs no id test).
+template <bool kTail>
+__device__ __forceinline__ unsigned topk_warp_match4(uint4 q, int i, int n, std::uint32_t mask, std::uint32_t prefix) {
+  const std::uint32_t k[4] = {q.x, q.y, q.z, q.w};
+  unsigned m = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) m |= static_cast<unsigned>((!kTail || i + j < n) && (k[j] & mask) == prefix) << j;
+  return m;
+}
+
+/// Adds the keys of q[c] whose bit j of m[c] is set (key j of the four) to the warp's histogram
+/// `h` at digit (key >> shift) & 0xff: 4·kN keys per lane. Where every counted key of the warp has
+/// lane 0's first digit, one atomic adds their number (plateaus of equal scores do not serialise;
+/// the count is a warp reduction); otherwise one shared-memory atomic per counted key. Every lane
+/// of the warp must call it. (warp_hist_add for 4·kN keys per lane: one shuffle and one vote per
+/// 4·kN keys instead of per key; the warp rows and radix_refine's sweeps over staged keys.)
+template <int kN>
+__device__ __forceinline__ void warp_hist_add_keys(unsigned* h, const uint4 (&q)[kN], const unsigned (&m)[kN],
+                                                   int shift, int lane) {
+  unsigned d[kN][4];
+#pragma unroll
+  for (int c = 0; c < kN; ++c) {
+    d[c][0] = (q[c].x >> shift) & 0xffu;
+    d[c][1] = (q[c].y >> shift) & 0xffu;
+    d[c][2] = (q[c].z >> shift) & 0xffu;
+    d[c][3] = (q[c].w >> shift) & 0xffu;
+  }
+  const unsigned d0 = __shfl_sync(0xffffffffu, d[0][0], 0);
+  bool same = true;
+  unsigned cnt = 0;
+#pragma unroll
+  for (int c = 0; c < kN; ++c) {
+    cnt += static_cast<unsigned>(__popc(m[c]));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) same = same && (((m[c] >> j) & 1u) == 0u || d[c][j] == d0);
+  }
+  if (__all_sync(0xffffffffu, same)) {
+    cnt = __reduce_add_sync(0xffffffffu, cnt);
+    if (lane == 0 && cnt != 0) atomicAdd(&h[d0], cnt);
+  } else {
+#pragma unroll
+    for (int c = 0; c < kN; ++c) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        if ((m[c] >> j) & 1u) atomicAdd(&h[d[c][j]], 1u);
+    }
+  }
+}
+
 /// The top bit + 1 of the plain radix select's first digit (its digits are key bits
 /// [kTopkRadixHi − 8, kTopkRadixHi), then the 8 below, ...): the whole key.
 inline constexpr int kTopkRadixHi = 32;
@@ -356,11 +406,17 @@ inline constexpr int kTopkRadixHi = 32;
 /// counted by the caller's staging sweep (topk_select_kernel's radix select on staged keys: one
 /// sweep over the keys fewer); the first pass skips its sweep (and then pushes hist[0] on a
 /// cluster, or picks from it on one CTA).
-template <int kC, int kThreads, class KeyAt>
+/// kStaged4 (one CTA, kC = 1): the keys are `staged[0, len)` in shared memory (16-byte aligned,
+/// key_at(i) == staged[i]); each sweep reads four per thread per step (16-byte loads, the row's
+/// last partial four one by one), skips the atomics of a warp's 128 keys where none has the
+/// prefix, and counts with warp_hist_add_keys — the same histogram, fewer instructions per key.
+template <int kC, int kThreads, bool kStaged4 = false, class KeyAt>
 __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, std::uint32_t& prefix,
                                                  std::uint32_t& mask, unsigned krem, unsigned (&hist)[2][256],
                                                  unsigned* hsum, TopkPickSlot& pick, TopkExchange<kC>* xch,
-                                                 int crank, bool first_counted = false) {
+                                                 int crank, bool first_counted = false,
+                                                 const std::uint32_t* staged = nullptr) {
+  static_assert(!kStaged4 || kC == 1, "the four-key sweep reads one CTA's staged keys");
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   static_assert(kTopkThreadsValid<kThreads> && (kC == 1 || kThreads == kTopkThreads),
                 "clusters run 512-thread CTAs (the launch shape and TopkExchange's 256 bin threads assume it)");
@@ -370,10 +426,27 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
   for (int shift = hi > 8 ? hi - 8 : 0, pass = 0;; shift = shift > 8 ? shift - 8 : 0, buf ^= 1, ++pass) {
     unsigned* h = hist[kC > 1 ? 0 : buf];  // a cluster's histogram is read locally only: one buffer
     if (pass > 0 || !first_counted) {
-      for (int i = tid; i < len_up; i += kThreads) {
-        const std::uint32_t key = i < len ? key_at(i) : 0u;
-        const bool match = i < len && (key & mask) == prefix;
-        warp_hist_add(h, (key >> shift) & 0xffu, match, lane);
+      if constexpr (kStaged4) {
+        const int len4_up = ((len + 3) / 4 + kThreads - 1) / kThreads * kThreads;
+        for (int i4 = tid; i4 < len4_up; i4 += kThreads) {
+          const int i = 4 * i4;
+          uint4 q[1] = {make_uint4(0u, 0u, 0u, 0u)};
+          if (i + 4 <= len) {
+            q[0] = *reinterpret_cast<const uint4*>(staged + i);
+          } else if (i < len) {
+            q[0].x = staged[i];
+            if (i + 1 < len) q[0].y = staged[i + 1];
+            if (i + 2 < len) q[0].z = staged[i + 2];
+          }
+          const unsigned m[1] = {topk_warp_match4<true>(q[0], i, len, mask, prefix)};
+          if (__any_sync(0xffffffffu, m[0] != 0u)) warp_hist_add_keys<1>(h, q, m, shift, lane);
+        }
+      } else {
+        for (int i = tid; i < len_up; i += kThreads) {
+          const std::uint32_t key = i < len ? key_at(i) : 0u;
+          const bool match = i < len && (key & mask) == prefix;
+          warp_hist_add(h, (key >> shift) & 0xffu, match, lane);
+        }
       }
     }
     __syncthreads();  // this CTA's histogram of the pass is complete
@@ -714,15 +787,18 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
     // the staging sweep below counts a first digit (kCand: hfirst; the radix select on staged keys:
     // its first pass, into hist[0]) into the buffers just cleared
     if constexpr (kCand || kSmem) __syncthreads();
-    // kCand with a 16-byte aligned slice: the sweep below with float4 loads (a 16384-key slice is
-    // one round of loads in flight instead of four; the first 4·floor(len/4) keys, the rest scalar)
+    // kCand, or the radix select on one CTA's staged keys (kRadix4), with a 16-byte aligned slice:
+    // the sweep below with float4 loads (a 16384-key slice is one round of loads in flight instead
+    // of four; the first 4·floor(len/4) keys, the rest scalar)
+    constexpr bool kRadix4 = !kCand && kSmem && kC == 1;
     bool vec = false;
-    if constexpr (kCand) vec = (reinterpret_cast<std::uintptr_t>(src) & 15u) == 0;
+    if constexpr (kCand || kRadix4) vec = (reinterpret_cast<std::uintptr_t>(src) & 15u) == 0;
     const int len4 = vec ? len / 4 : 0;
-    if constexpr (kCand) {
-      // 512 threads: a 16384-key slice in one round; short-row CTAs: a 2048-key row in one round
-      // (fewer registers: more CTAs per SM)
-      constexpr int kStage4 = kThreads == kTopkThreads ? 8 : 2048 / (4 * kThreads);
+    if constexpr (kCand || kRadix4) {
+      // kCand on 512 threads: a 16384-key slice in one round; short-row CTAs, and the radix select
+      // on any CTA size: 2048 keys per round (fewer registers: more CTAs per SM; ptxas 13.0 keeps
+      // every radix instance at its registers before this sweep: 32 / 40 / 40 on 512 / 256 / 128)
+      constexpr int kStage4 = kCand && kThreads == kTopkThreads ? 8 : 2048 / (4 * kThreads);
       for (int base = 0; base < len4; base += kThreads * kStage4) {
         float4 v[kStage4];
 #pragma unroll
@@ -736,10 +812,16 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
           const bool in = i4 < len4;
           const uint4 key = make_uint4(score_key(v[j].x), score_key(v[j].y), score_key(v[j].z), score_key(v[j].w));
           if (kSmem && in) reinterpret_cast<uint4*>(skeys)[i4] = key;
-          warp_hist_add(hfirst, key.x >> kFirstShift, in, lane);
-          warp_hist_add(hfirst, key.y >> kFirstShift, in, lane);
-          warp_hist_add(hfirst, key.z >> kFirstShift, in, lane);
-          warp_hist_add(hfirst, key.w >> kFirstShift, in, lane);
+          if constexpr (kCand) {
+            warp_hist_add(hfirst, key.x >> kFirstShift, in, lane);
+            warp_hist_add(hfirst, key.y >> kFirstShift, in, lane);
+            warp_hist_add(hfirst, key.z >> kFirstShift, in, lane);
+            warp_hist_add(hfirst, key.w >> kFirstShift, in, lane);
+          } else {  // radix_refine's first pass (first_counted)
+            const uint4 qa[1] = {key};
+            const unsigned m[1] = {in ? 0xfu : 0u};
+            warp_hist_add_keys<1>(hist[0], qa, m, kTopkRadixHi - 8, lane);
+          }
         }
       }
     }
@@ -771,8 +853,8 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
     __syncthreads();
     if constexpr (kC > 1) ptx::cluster_wait();  // every rank's mbarriers are initialised
     if constexpr (!kCand) {
-      need = radix_refine<kC, kThreads>(key_at, len, kTopkRadixHi, prefix, mask, krem, hist, hsum, pick, &xch,
-                                        crank, /*first_counted=*/kSmem);
+      need = radix_refine<kC, kThreads, kRadix4>(key_at, len, kTopkRadixHi, prefix, mask, krem, hist, hsum, pick,
+                                                 &xch, crank, /*first_counted=*/kSmem, skeys);
     } else {
       row_sync<kC>();  // every rank's first-digit histogram is complete
       // threshold bin: thread t holds kPer bins, counted from the top (summed over the ranks in rank order)
@@ -908,13 +990,26 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
       if (sel_before >= static_cast<unsigned>(k)) break;  // uniform: carry is the same in every thread
       const int first = base + tid * kTopkItems;
       unsigned gt_bits = 0, eq_bits = 0;
+      static_assert(kTopkItems == 8, "a thread's staged keys of a tile are two 16-byte loads");
+      if (kSmem && staged && first + kTopkItems <= len) {
+        const uint4 u0 = *reinterpret_cast<const uint4*>(skeys + first);
+        const uint4 u1 = *reinterpret_cast<const uint4*>(skeys + first + 4);
+        const std::uint32_t km[kTopkItems] = {u0.x & mask, u0.y & mask, u0.z & mask, u0.w & mask,
+                                              u1.x & mask, u1.y & mask, u1.z & mask, u1.w & mask};
 #pragma unroll
-      for (int j = 0; j < kTopkItems; ++j) {
-        const int i = first + j;
-        if (i < len) {
-          const std::uint32_t km = (staged ? skeys[i] : score_key(src[i])) & mask;
-          if (km > prefix) gt_bits |= 1u << j;
-          else if (km == prefix) eq_bits |= 1u << j;
+        for (int j = 0; j < kTopkItems; ++j) {
+          gt_bits |= static_cast<unsigned>(km[j] > prefix) << j;
+          eq_bits |= static_cast<unsigned>(km[j] == prefix) << j;
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kTopkItems; ++j) {
+          const int i = first + j;
+          if (i < len) {
+            const std::uint32_t km = (staged ? skeys[i] : score_key(src[i])) & mask;
+            if (km > prefix) gt_bits |= 1u << j;
+            else if (km == prefix) eq_bits |= 1u << j;
+          }
         }
       }
       const unsigned long long mine =
@@ -925,10 +1020,20 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
       before += carry;
       unsigned gt_b = static_cast<unsigned>(before & 0xffffffffu), eq_b = static_cast<unsigned>(before >> 32);
       std::int32_t* const out = out_row();
+      if ((total >> 32) == 0) {
+        // uniform: no key of the tile equals K* (the usual tile): each key above it goes after the
+        // greater keys with lower ids and the equal ones taken before the tile (place_selected's
+        // position with eq_b fixed)
+        unsigned p = gt_b + (eq_b < need ? eq_b : need);
 #pragma unroll
-      for (int j = 0; j < kTopkItems; ++j) {
-        if (gt_bits & (1u << j)) place_selected(out, true, lo + first + j, gt_b, eq_b, need);
-        else if (eq_bits & (1u << j)) place_selected(out, false, lo + first + j, gt_b, eq_b, need);
+        for (int j = 0; j < kTopkItems; ++j)
+          if ((gt_bits >> j) & 1u) out[p++] = lo + first + j;
+      } else {
+#pragma unroll
+        for (int j = 0; j < kTopkItems; ++j) {
+          if (gt_bits & (1u << j)) place_selected(out, true, lo + first + j, gt_b, eq_b, need);
+          else if (eq_bits & (1u << j)) place_selected(out, false, lo + first + j, gt_b, eq_b, need);
+        }
       }
       carry += total;
     }
@@ -956,7 +1061,9 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
 ///      completion on the warp's mbarrier), converted to keys in place; the rest (the last n % 4,
 ///      or the whole row when it is not aligned, or every key when !kSmem) through registers; the
 ///      first 8-bit digit (key >> 24) of every key is counted into the warp's 256-bin histogram
-///      in the same sweep. !kSmem (rows too long for kTopkWarpRows slices, reached only when a
+///      in the same sweep (warp_hist_add_keys: one vote per 8 keys of a lane in the bulk-staged
+///      sweep, 4 or 16 in the register one, then one atomic per key, or one per warp where every
+///      key has one digit). !kSmem (rows too long for kTopkWarpRows slices, reached only when a
 ///      launch forces the warp rows) re-reads the keys from global memory in every later sweep;
 ///   2. picks the threshold bin with one warp scan (lane l holds bins 255 − 8l − j, j < 8, as
 ///      radix_refine's warp 0) and clears its bins; while the bin holds more keys than remain to
@@ -964,7 +1071,9 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
 ///      step; a warp vote skips the step's atomics where no key has the prefix) and picked again;
 ///   3. compacts in id order, 256 keys per step (lane l: keys 4l .. 4l + 3 and 128 + 4l .. 131 + 4l
 ///      of the step: conflict-free 16-byte shared-memory loads), with one warp scan of the lanes'
-///      packed (greater, equal) counts per step (place_selected: SPEC §4.6 order);
+///      packed (greater, equal) counts per step (place_selected: SPEC §4.6 order; a step with no
+///      key equal to K*, the usual one, writes its greater keys' ids at consecutive positions);
+///   Steps whose 256 ids are all below n skip the per-key id tests (only the row's last step tests).
 ///   4. writes the current region n after the k ids, −1 padding, and count k + 1.
 /// Keys are accessed four at a time (`topk_warp_keys4`: i a multiple of 4; keys at i + j >= n
 /// are undefined and masked by the caller). Dynamic shared memory: kTopkWarpRows ×
@@ -972,7 +1081,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
 /// longer strides (ld 4096: 3 CTAs, 12 rows; see kTopkWarpMaxLd).
 /// float4 loads in flight per lane where a whole row is swept through registers (!kSmem).
 inline constexpr int kTopkWarpLoads = 4;
-/// __launch_bounds__ minimum CTAs per SM (ptxas -v, CUDA 13.0: 44 registers staged, 48 not, no
+/// __launch_bounds__ minimum CTAs per SM (ptxas -v, CUDA 13.0: 39 registers staged, 48 not, no
 /// spills; at 12 the unstaged instance spills 32 bytes, the staged one fits 40 registers — not
 /// measured): 40 rows in flight where the slices allow (ld <= 1024).
 inline constexpr int kTopkWarpMinCtas = 10;
@@ -1006,23 +1115,9 @@ __device__ __forceinline__ uint4 topk_warp_keys4(const std::uint32_t* keys, cons
   }
 }
 
-/// Adds the four keys `q` (ids i .. i + 3) with (key & mask) == prefix and id < n to the warp's
-/// histogram `h` at digit (key >> shift) & 0xff (warp_hist_add: every lane calls it).
-__device__ __forceinline__ void topk_warp_hist4(unsigned* h, uint4 q, int i, int n, std::uint32_t mask,
-                                                std::uint32_t prefix, int shift, int lane) {
-  warp_hist_add(h, (q.x >> shift) & 0xffu, i < n && (q.x & mask) == prefix, lane);
-  warp_hist_add(h, (q.y >> shift) & 0xffu, i + 1 < n && (q.y & mask) == prefix, lane);
-  warp_hist_add(h, (q.z >> shift) & 0xffu, i + 2 < n && (q.z & mask) == prefix, lane);
-  warp_hist_add(h, (q.w >> shift) & 0xffu, i + 3 < n && (q.w & mask) == prefix, lane);
-}
-
-/// Whether any of the four keys `q` (ids i .. i + 3, those < n) has (key & mask) == prefix.
-__device__ __forceinline__ bool topk_warp_any4(uint4 q, int i, int n, std::uint32_t mask, std::uint32_t prefix) {
-  return (i < n && (q.x & mask) == prefix) || (i + 1 < n && (q.y & mask) == prefix) ||
-         (i + 2 < n && (q.z & mask) == prefix) || (i + 3 < n && (q.w & mask) == prefix);
-}
-
-/// Greater / equal bits (bit j: key i + j, ids < n) of four keys against K* = (prefix, mask).
+/// Greater / equal bits (bit j: key i + j; when kTail, only ids < n) of four keys against
+/// K* = (prefix, mask).
+template <bool kTail>
 __device__ __forceinline__ void topk_warp_classify4(uint4 q, int i, int n, std::uint32_t mask, std::uint32_t prefix,
                                                     unsigned& gt, unsigned& eq) {
   const std::uint32_t k4[4] = {q.x & mask, q.y & mask, q.z & mask, q.w & mask};
@@ -1030,7 +1125,7 @@ __device__ __forceinline__ void topk_warp_classify4(uint4 q, int i, int n, std::
   eq = 0;
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    const bool in = i + j < n;
+    const bool in = !kTail || i + j < n;
     gt |= static_cast<unsigned>(in && k4[j] > prefix) << j;
     eq |= static_cast<unsigned>(in && k4[j] == prefix) << j;
   }
@@ -1079,15 +1174,22 @@ __global__ void __launch_bounds__(kTopkWarpRows * kTopkWarpThreads, kTopkWarpMin
         __syncwarp();
         ptx::mbar_wait(&wbar[warp], 0);
         staged = 4 * n4;
-        for (int base = 0; base < staged; base += 128) {
-          const int i = base + 4 * lane;
-          uint4 q = make_uint4(0u, 0u, 0u, 0u);
-          if (i < staged) {
-            const float4 v = *reinterpret_cast<const float4*>(keys + i);
-            q = make_uint4(score_key(v.x), score_key(v.y), score_key(v.z), score_key(v.w));
-            *reinterpret_cast<uint4*>(keys + i) = q;
+        for (int base = 0; base < staged; base += 256) {
+          uint4 q[2];
+          unsigned m[2];
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            const int i = base + 128 * c + 4 * lane;
+            q[c] = make_uint4(0u, 0u, 0u, 0u);
+            m[c] = 0u;
+            if (i < staged) {  // staged is a multiple of 4: the four keys are all in the row
+              const float4 v = *reinterpret_cast<const float4*>(keys + i);
+              q[c] = make_uint4(score_key(v.x), score_key(v.y), score_key(v.z), score_key(v.w));
+              *reinterpret_cast<uint4*>(keys + i) = q[c];
+              m[c] = 0xfu;
+            }
           }
-          topk_warp_hist4(h, q, i, staged, 0u, 0u, kTopkRadixHi - 8, lane);
+          warp_hist_add_keys<2>(h, q, m, kTopkRadixHi - 8, lane);
         }
       }
     }
@@ -1097,14 +1199,16 @@ __global__ void __launch_bounds__(kTopkWarpRows * kTopkWarpThreads, kTopkWarpMin
     constexpr int kStep = 4 * 32 * kLoads;
     for (int base = staged; base < n; base += kStep) {
       uint4 q[kLoads];
+      unsigned m[kLoads];
 #pragma unroll
       for (int j = 0; j < kLoads; ++j) q[j] = topk_warp_keys4<false>(nullptr, src, vec, base + 128 * j + 4 * lane, n);
 #pragma unroll
       for (int j = 0; j < kLoads; ++j) {
         const int i = base + 128 * j + 4 * lane;
         if (kSmem && i < n) *reinterpret_cast<uint4*>(keys + i) = q[j];
-        topk_warp_hist4(h, q[j], i, n, 0u, 0u, kTopkRadixHi - 8, lane);
+        m[j] = topk_warp_match4<true>(q[j], i, n, 0u, 0u);
       }
+      warp_hist_add_keys<kLoads>(h, q, m, kTopkRadixHi - 8, lane);
     }
     __syncwarp();
     // 2. the digit passes: pick the threshold bin; while it holds more keys than remain to take,
@@ -1115,12 +1219,17 @@ __global__ void __launch_bounds__(kTopkWarpRows * kTopkWarpThreads, kTopkWarpMin
       if (shift != kTopkRadixHi - 8) {
         for (int base = 0; base < n; base += 256) {
           const int i0 = base + 4 * lane, i1 = i0 + 128;
-          const uint4 q0 = topk_warp_keys4<kSmem>(keys, src, vec, i0, n);
-          const uint4 q1 = topk_warp_keys4<kSmem>(keys, src, vec, i1, n);
-          if (__any_sync(0xffffffffu, topk_warp_any4(q0, i0, n, mask, prefix) || topk_warp_any4(q1, i1, n, mask, prefix))) {
-            topk_warp_hist4(h, q0, i0, n, mask, prefix, shift, lane);
-            topk_warp_hist4(h, q1, i1, n, mask, prefix, shift, lane);
+          const uint4 q[2] = {topk_warp_keys4<kSmem>(keys, src, vec, i0, n),
+                              topk_warp_keys4<kSmem>(keys, src, vec, i1, n)};
+          unsigned m[2];
+          if (base + 256 <= n) {  // uniform: every id of the step is in the row
+            m[0] = topk_warp_match4<false>(q[0], i0, n, mask, prefix);
+            m[1] = topk_warp_match4<false>(q[1], i1, n, mask, prefix);
+          } else {
+            m[0] = topk_warp_match4<true>(q[0], i0, n, mask, prefix);
+            m[1] = topk_warp_match4<true>(q[1], i1, n, mask, prefix);
           }
+          if (__any_sync(0xffffffffu, (m[0] | m[1]) != 0u)) warp_hist_add_keys<2>(h, q, m, shift, lane);
         }
         __syncwarp();
       }
@@ -1156,8 +1265,14 @@ __global__ void __launch_bounds__(kTopkWarpRows * kTopkWarpThreads, kTopkWarpMin
       if (gt_c + (eq_c < need ? eq_c : need) >= static_cast<unsigned>(k)) break;  // uniform
       const int i0 = base + 4 * lane, i1 = i0 + 128;
       unsigned g0, e0, g1, e1;
-      topk_warp_classify4(topk_warp_keys4<kSmem>(keys, src, vec, i0, n), i0, n, mask, prefix, g0, e0);
-      topk_warp_classify4(topk_warp_keys4<kSmem>(keys, src, vec, i1, n), i1, n, mask, prefix, g1, e1);
+      const uint4 q0 = topk_warp_keys4<kSmem>(keys, src, vec, i0, n), q1 = topk_warp_keys4<kSmem>(keys, src, vec, i1, n);
+      if (base + 256 <= n) {  // uniform: every id of the step is in the row
+        topk_warp_classify4<false>(q0, i0, n, mask, prefix, g0, e0);
+        topk_warp_classify4<false>(q1, i1, n, mask, prefix, g1, e1);
+      } else {
+        topk_warp_classify4<true>(q0, i0, n, mask, prefix, g0, e0);
+        topk_warp_classify4<true>(q1, i1, n, mask, prefix, g1, e1);
+      }
       // packed counts (8 bits each: a field sums at most 4 keys of 32 lanes): greater / equal of
       // the first 128 keys, then of the second 128
       const unsigned cnt = static_cast<unsigned>(__popc(g0)) | static_cast<unsigned>(__popc(e0)) << 8 |
@@ -1165,18 +1280,32 @@ __global__ void __launch_bounds__(kTopkWarpRows * kTopkWarpThreads, kTopkWarpMin
       const unsigned incl = warp_inclusive_sum(cnt, lane);
       const unsigned total = __shfl_sync(0xffffffffu, incl, 31), before = incl - cnt;
       const unsigned tg0 = total & 0xffu, te0 = (total >> 8) & 0xffu;
-      unsigned gt_b = gt_c + (before & 0xffu), eq_b = eq_c + ((before >> 8) & 0xffu);
+      if (__any_sync(0xffffffffu, (e0 | e1) != 0u)) {  // uniform: a key of the step equals K*
+        unsigned gt_b = gt_c + (before & 0xffu), eq_b = eq_c + ((before >> 8) & 0xffu);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if ((g0 >> j) & 1u) place_selected(out, true, i0 + j, gt_b, eq_b, need);
-        else if ((e0 >> j) & 1u) place_selected(out, false, i0 + j, gt_b, eq_b, need);
-      }
-      gt_b = gt_c + tg0 + ((before >> 16) & 0xffu);
-      eq_b = eq_c + te0 + (before >> 24);
+        for (int j = 0; j < 4; ++j) {
+          if ((g0 >> j) & 1u) place_selected(out, true, i0 + j, gt_b, eq_b, need);
+          else if ((e0 >> j) & 1u) place_selected(out, false, i0 + j, gt_b, eq_b, need);
+        }
+        gt_b = gt_c + tg0 + ((before >> 16) & 0xffu);
+        eq_b = eq_c + te0 + (before >> 24);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if ((g1 >> j) & 1u) place_selected(out, true, i1 + j, gt_b, eq_b, need);
-        else if ((e1 >> j) & 1u) place_selected(out, false, i1 + j, gt_b, eq_b, need);
+        for (int j = 0; j < 4; ++j) {
+          if ((g1 >> j) & 1u) place_selected(out, true, i1 + j, gt_b, eq_b, need);
+          else if ((e1 >> j) & 1u) place_selected(out, false, i1 + j, gt_b, eq_b, need);
+        }
+      } else {
+        // only keys above K*: each goes after the greater keys with lower ids and the equal ones
+        // taken before this step (place_selected's position with eq_b = eq_c throughout)
+        const unsigned taken_eq = eq_c < need ? eq_c : need;
+        unsigned p = gt_c + (before & 0xffu) + taken_eq;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if ((g0 >> j) & 1u) out[p++] = i0 + j;
+        p = gt_c + tg0 + ((before >> 16) & 0xffu) + taken_eq;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+          if ((g1 >> j) & 1u) out[p++] = i1 + j;
       }
       gt_c += tg0 + ((total >> 16) & 0xffu);
       eq_c += te0 + (total >> 24);
