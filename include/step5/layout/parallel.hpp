@@ -5,6 +5,7 @@
 /// `static_assert`s that name the offending numbers) and at run time (`make_rank_layout`, which
 /// returns the first violated rule of SPEC §2 as a value). Host-safe (g++).
 #include <array>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -67,10 +68,17 @@ constexpr GroupPartition group_partition(int n_groups, int tp, int rank) {
 /// Rows of the fused projection over all ranks at tp 1, in int64 (the per-rank shard offsets,
 /// rows and padded_rows are int and never exceed it): q H·D, k and v KV·D each, index_q Ni·P,
 /// index_k and index_z Nk·P each, the gate, sparse_indexer_w Ni, and up to 8 padding rows.
+/// Saturated at the int64 range: each term (a product of two ints) fits, their sum may not
+/// (Ni = P = Nk = 2^31 - 1: about 2^63.6 rows), and `validate` compares it with 2^31.
 constexpr long long fused_global_rows(const Geometry& g) {
   using ll = long long;
-  return ll{g.num_heads} * g.head_dim + 2 * ll{g.num_kv_heads} * g.head_dim + ll{g.index_num_heads} * g.proxy_dim +
-         2 * ll{g.index_num_kv_heads} * g.proxy_dim + g.gate_size + g.index_num_heads + 8;
+  constexpr ll kMax = std::numeric_limits<ll>::max(), kMin = std::numeric_limits<ll>::min();
+  const ll kv = ll{g.num_kv_heads} * g.head_dim, nk = ll{g.index_num_kv_heads} * g.proxy_dim;
+  const ll terms[] = {ll{g.num_heads} * g.head_dim, kv, kv, ll{g.index_num_heads} * g.proxy_dim, nk, nk,
+                      g.gate_size, g.index_num_heads, 8};
+  ll rows = 0;
+  for (const ll t : terms) rows = t > 0 && rows > kMax - t ? kMax : t < 0 && rows < kMin - t ? kMin : rows + t;
+  return rows;
 }
 
 /// Checks the rules of SPEC §2 in order; returns the first violated one.
