@@ -304,6 +304,16 @@ TEST_CASE("run-time layout errors name the rule and the numbers") {
   m = msg(g, {1, 4}, 0);
   CHECK(m.find("num_heads (0)") != std::string::npos);
 
+  // no tokens per region (a hand-built Geometry; configs read R >= 1): named (the dims rule's
+  // message named head_dim, rot_main, rot_idx and proxy_dim, all valid, and not region_size)
+  for (int region : {0, -8}) {
+    g = kPreview;
+    g.region_size = region;
+    m = msg(g, {1, 4}, 0);
+    CHECK_MESSAGE(m.find("region_size (" + std::to_string(region) + ") must be > 0") != std::string::npos, m);
+    CHECK(L::make_rank_layout(g, {1, 4}, 0).error.rule == L::LayoutRule::kRegionSize);
+  }
+
   m = msg(kPreview, {8, 4}, 8);
   CHECK(m.find("tp_rank (8)") != std::string::npos);
   CHECK(m.find("tp_size = 8") != std::string::npos);
