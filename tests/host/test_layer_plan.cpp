@@ -286,6 +286,21 @@ TEST_CASE("plan: refused capacities and device facts name the values") {
   s = ops::dsa_layer_plan_for(r, 4096, engine_capacity(), f, &plan);
   CHECK(s.code() == StatusCode::kInvalidArgument);
   CHECK(s.message().find("num_sms = 0") != std::string::npos);
+  // a GEMM workspace share whose 256-byte rounding wraps: refused naming it (the plan was Ok with
+  // a total of 28 MB, the selection's buffer at the GEMM's offset and gemm_bytes ~2^64 passed to
+  // the GEMMs at run time)
+  f = h200_facts();
+  f.gemm_workspace_bytes = std::numeric_limits<std::size_t>::max() - 100;
+  s = ops::dsa_layer_plan_for(r, 4096, engine_capacity(), f, &plan);
+  CHECK(s.code() == StatusCode::kInvalidArgument);
+  CHECK_MESSAGE(s.message().find("dsa_layer_plan: facts.gemm_workspace_bytes = 18446744073709551515") != std::string::npos,
+                s.message());
+  CHECK_MESSAGE(s.message().find("expected facts.gemm_workspace_bytes <= 9223372036854775807") != std::string::npos,
+                s.message());
+  f.gemm_workspace_bytes = std::numeric_limits<std::int64_t>::max();  // the bound itself: a map without wrap
+  REQUIRE(ops::dsa_layer_plan_for(r, 4096, engine_capacity(), f, &plan).ok());
+  CHECK(plan.map.select >= plan.map.gemm + plan.map.gemm_bytes);
+  CHECK(plan.workspace_bytes > plan.map.gemm_bytes);
   f = h200_facts();
   f.device = -2;
   s = ops::dsa_layer_plan_for(r, 4096, engine_capacity(), f, &plan);

@@ -4,6 +4,7 @@
 #define DOCTEST_CONFIG_IMPLEMENT_WITH_MAIN
 #include <doctest/doctest.h>
 
+#include <limits>
 #include <map>
 #include <set>
 #include <string>
@@ -194,6 +195,22 @@ TEST_CASE("SPEC §2 worked table, step5_preview") {
     CHECK(L::fused_global_rows(huge) > 0x7fffffffll);
     CHECK(L::fused_global_rows(kPreview) < 1 << 20);
   }
+  // sizes whose row terms each fit int64 but whose sum does not (Ni = P = Nk = 2^31 - 1: Ni·P +
+  // 2·Nk·P is about 2^63.6): refused by the same rule (the sum wrapped negative, passed the
+  // < 2^31 test, and rank_layout returned Ok with padded_rows -2147483632)
+  {
+    constexpr int kBig = std::numeric_limits<int>::max();
+    const L::Geometry wrap{4, 1, 1, kBig, kBig, kBig, 0, 0, 0, L::kRegionSize};
+    CHECK(L::fused_global_rows(wrap) == std::numeric_limits<long long>::max());
+    const auto rw = L::make_rank_layout(wrap, {1, 1}, 0);
+    CHECK(rw.error.rule == L::LayoutRule::kRowsFitInt);
+    L::RankLayout out;
+    const step5::Status s = L::rank_layout(wrap, {1, 1}, 0, &out);
+    CHECK(s.code() == step5::StatusCode::kInvalidArgument);
+    CHECK_MESSAGE(s.message().find("must be < 2^31; num_heads = 4, head_dim = 1, index_num_heads = 2147483647") !=
+                      std::string::npos,
+                  s.message());
+  }
   for (int k = 0; k < 4; ++k)
     for (int rank : {2 * k, 2 * k + 1}) {
       const auto l = L::make_rank_layout(kPreview, {8, 4}, rank).layout;
@@ -286,6 +303,16 @@ TEST_CASE("run-time layout errors name the rule and the numbers") {
   g.num_heads = 0;
   m = msg(g, {1, 4}, 0);
   CHECK(m.find("num_heads (0)") != std::string::npos);
+
+  // no tokens per region (a hand-built Geometry; configs read R >= 1): named (the dims rule's
+  // message named head_dim, rot_main, rot_idx and proxy_dim, all valid, and not region_size)
+  for (int region : {0, -8}) {
+    g = kPreview;
+    g.region_size = region;
+    m = msg(g, {1, 4}, 0);
+    CHECK_MESSAGE(m.find("region_size (" + std::to_string(region) + ") must be > 0") != std::string::npos, m);
+    CHECK(L::make_rank_layout(g, {1, 4}, 0).error.rule == L::LayoutRule::kRegionSize);
+  }
 
   m = msg(kPreview, {8, 4}, 8);
   CHECK(m.find("tp_rank (8)") != std::string::npos);

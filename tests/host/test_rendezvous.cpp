@@ -337,6 +337,30 @@ TEST_CASE("a stuck rank (alive, never at the collective): the collective times o
   (void)wait_child(c, 10.0);
 }
 
+TEST_CASE("ranks at different collectives (barrier against broadcast) error out naming both, no wrong answer") {
+  // the same count of collectives, different kinds: the frames' sequence numbers agree, their
+  // kinds do not (every collective was one allgather: rank 0's broadcast returned its blob and
+  // rank 1's barrier returned, both Ok)
+  const int port = free_port();
+  const Child c = spawn([&] {
+    TcpStore s(env_of(1, 2, port), 20.0);
+    s.barrier(5.0);
+    return 0;
+  });
+  std::string m;
+  {
+    TcpStore s(env_of(0, 2, port), 20.0);
+    m = error_of([&] { (void)s.broadcast(TcpStore::Blob{1, 2, 3}, 5.0); });
+  }  // closes rank 0's connections: rank 1, waiting for the answer, errors out at once
+  CHECK_MESSAGE(contains(m, "rank 0 of 2: rendezvous at 127.0.0.1:" + std::to_string(port) +
+                                ", collective #1: rank 1 is at collective #1 (barrier), this rank at #1 (broadcast) "
+                                "(the ranks called different collectives)"),
+                m);
+  const Exit e = wait_child(c, 10.0);
+  CHECK(e.code == 100);
+  CHECK_MESSAGE(contains(e.message, "collective #1: rank 0 closed the connection"), e.message);
+}
+
 TEST_CASE("mismatched WORLD_SIZE or a duplicate RANK is refused by rank 0, naming both") {
   SUBCASE("world size") {
     const int port = free_port();

@@ -17,8 +17,8 @@
 /// Topology: a star. Rank 0 listens on MASTER_ADDR:MASTER_PORT (the address MASTER_ADDR resolves
 /// to) and accepts WORLD_SIZE - 1 connections; every other rank connects to it, retrying until
 /// the timeout. Each collective (allgather, broadcast, barrier) sends one frame per rank to rank
-/// 0, which answers every rank with all the frames. Frames carry the collective's sequence number,
-/// so ranks that call different collectives are caught (an error, not a wrong answer).
+/// 0, which answers every rank with all the frames. Frames carry the collective's sequence number
+/// and kind, so ranks that call different collectives are caught (an error, not a wrong answer).
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -195,37 +195,16 @@ class TcpStore {
   /// called a different collective; a blob over kMaxBlobBytes, a timeout above kMaxTimeoutS or
   /// NaN, a store that was moved from (kInvalidArgument).
   std::vector<Blob> allgather(const Blob& mine, double timeout_s = 0) {
-    if (timeout_s > 0 || std::isnan(timeout_s)) check_timeout(timeout_s, who() + ": collective timeout");
-    if (mine.size() > kMaxBlobBytes)
-      throw Error(StatusCode::kInvalidArgument, who() + ": allgather of " + std::to_string(mine.size()) +
-                                                    " bytes: at most " + std::to_string(kMaxBlobBytes) + " bytes per rank");
-    throw_if_error(check_connected());
-    const std::uint32_t seq = ++seq_;
-    std::vector<Blob> all(env_.world_size);
-    all[env_.rank] = mine;
-    if (env_.world_size == 1) return all;
-    const double t = timeout_s > 0 ? timeout_s : timeout_s_;
-    const auto t0 = Clock::now();
-    const auto deadline = t0 + seconds(t);
-    const std::string what = "collective #" + std::to_string(seq);
-    if (env_.rank == 0) {
-      for (int r = 1; r < env_.world_size; ++r) all[r] = recv_frame(peers_[r], r, seq, deadline, t0, what);
-      for (int r = 1; r < env_.world_size; ++r)
-        for (int s = 0; s < env_.world_size; ++s) send_frame(peers_[r], r, seq, all[s], deadline, t0, what);
-    } else {
-      send_frame(peers_[0], 0, seq, mine, deadline, t0, what);
-      for (int s = 0; s < env_.world_size; ++s) all[s] = recv_frame(peers_[0], 0, seq, deadline, t0, what);
-    }
-    return all;
+    return collective(Collective::kAllgather, mine, timeout_s);
   }
 
   /// Rank 0's `blob` on every rank (what the other ranks pass is ignored). Errors: as allgather.
   Blob broadcast(const Blob& blob, double timeout_s = 0) {
-    return allgather(env_.rank == 0 ? blob : Blob{}, timeout_s)[0];
+    return collective(Collective::kBroadcast, env_.rank == 0 ? blob : Blob{}, timeout_s)[0];
   }
 
   /// Returns when every rank has called it. Errors: as allgather.
-  void barrier(double timeout_s = 0) { (void)allgather(Blob{}, timeout_s); }
+  void barrier(double timeout_s = 0) { (void)collective(Collective::kBarrier, Blob{}, timeout_s); }
 
   /// Without waiting: Ok while every connection this rank holds is open, else kIoError naming the
   /// rank whose connection closed (it exited or was killed). Rank 0 watches every rank; the others
@@ -286,7 +265,7 @@ class TcpStore {
   static std::string errno_text(int e) { return std::strerror(e); }
 
   static constexpr std::uint32_t kMagic = 0x53355256;  // "S5RV"
-  static constexpr std::uint32_t kVersion = 1;
+  static constexpr std::uint32_t kVersion = 2;  // 2: frames carry the collective's kind
 
   // The resolved MASTER_ADDR (IPv4 or IPv6), for bind and connect.
   struct Resolved {
@@ -508,27 +487,69 @@ class TcpStore {
                                           fmt_s(since(t0)) + ")");
   }
 
-  // A frame: {sequence number u32, length u64} + the bytes.
-  void send_frame(int fd, int peer, std::uint32_t seq, const Blob& b, Clock::time_point deadline, Clock::time_point t0,
-                  const std::string& what) const {
-    std::uint8_t h[12];
+  // The collectives, one frame exchange each; frames carry (seq, kind): a rank at another
+  // collective, by count or by kind, is an error naming both.
+  enum class Collective : std::uint32_t { kAllgather = 1, kBroadcast = 2, kBarrier = 3 };
+  static const char* collective_name(std::uint32_t k) {
+    switch (static_cast<Collective>(k)) {
+      case Collective::kAllgather: return "allgather";
+      case Collective::kBroadcast: return "broadcast";
+      case Collective::kBarrier: return "barrier";
+    }
+    return "an unknown collective";
+  }
+  std::vector<Blob> collective(Collective kind, const Blob& mine, double timeout_s) {
+    if (timeout_s > 0 || std::isnan(timeout_s)) check_timeout(timeout_s, who() + ": collective timeout");
+    if (mine.size() > kMaxBlobBytes)
+      throw Error(StatusCode::kInvalidArgument, who() + ": " + collective_name(static_cast<std::uint32_t>(kind)) + " of " +
+                                                    std::to_string(mine.size()) +
+                                                    " bytes: at most " + std::to_string(kMaxBlobBytes) + " bytes per rank");
+    throw_if_error(check_connected());
+    const std::uint32_t seq = ++seq_;
+    std::vector<Blob> all(env_.world_size);
+    all[env_.rank] = mine;
+    if (env_.world_size == 1) return all;
+    const double t = timeout_s > 0 ? timeout_s : timeout_s_;
+    const auto t0 = Clock::now();
+    const auto deadline = t0 + seconds(t);
+    const std::string what = "collective #" + std::to_string(seq);
+    if (env_.rank == 0) {
+      for (int r = 1; r < env_.world_size; ++r) all[r] = recv_frame(peers_[r], r, seq, kind, deadline, t0, what);
+      for (int r = 1; r < env_.world_size; ++r)
+        for (int s = 0; s < env_.world_size; ++s) send_frame(peers_[r], r, seq, kind, all[s], deadline, t0, what);
+    } else {
+      send_frame(peers_[0], 0, seq, kind, mine, deadline, t0, what);
+      for (int s = 0; s < env_.world_size; ++s) all[s] = recv_frame(peers_[0], 0, seq, kind, deadline, t0, what);
+    }
+    return all;
+  }
+
+  // A frame: {sequence number u32, collective kind u32, length u64} + the bytes.
+  void send_frame(int fd, int peer, std::uint32_t seq, Collective kind, const Blob& b, Clock::time_point deadline,
+                  Clock::time_point t0, const std::string& what) const {
+    std::uint8_t h[16];
     const std::uint64_t len = b.size();
+    const auto k = static_cast<std::uint32_t>(kind);
     std::memcpy(h, &seq, 4);
-    std::memcpy(h + 4, &len, 8);
+    std::memcpy(h + 4, &k, 4);
+    std::memcpy(h + 8, &len, 8);
     send_all(fd, h, sizeof h, peer, deadline, t0, what);
     if (!b.empty()) send_all(fd, b.data(), b.size(), peer, deadline, t0, what);
   }
-  Blob recv_frame(int fd, int peer, std::uint32_t seq, Clock::time_point deadline, Clock::time_point t0,
+  Blob recv_frame(int fd, int peer, std::uint32_t seq, Collective kind, Clock::time_point deadline, Clock::time_point t0,
                   const std::string& what) const {
-    std::uint8_t h[12];
+    std::uint8_t h[16];
     recv_all(fd, h, sizeof h, peer, deadline, t0, what);
-    std::uint32_t s = 0;
+    std::uint32_t s = 0, k = 0;
     std::uint64_t len = 0;
     std::memcpy(&s, h, 4);
-    std::memcpy(&len, h + 4, 8);
-    if (s != seq)
-      fail(peer, what, "rank " + std::to_string(peer) + " is at collective #" + std::to_string(s) +
-                           " (the ranks called different collectives)", t0);
+    std::memcpy(&k, h + 4, 4);
+    std::memcpy(&len, h + 8, 8);
+    if (s != seq || k != static_cast<std::uint32_t>(kind))
+      fail(peer, what, "rank " + std::to_string(peer) + " is at collective #" + std::to_string(s) + " (" +
+                           collective_name(k) + "), this rank at #" + std::to_string(seq) + " (" +
+                           collective_name(static_cast<std::uint32_t>(kind)) + ") (the ranks called different collectives)",
+           t0);
     if (len > kMaxBlobBytes)
       fail(peer, what, "rank " + std::to_string(peer) + " sent a frame of " + std::to_string(len) + " bytes (at most " +
                            std::to_string(kMaxBlobBytes) + ")", t0);

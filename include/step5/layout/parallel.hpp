@@ -5,6 +5,7 @@
 /// `static_assert`s that name the offending numbers) and at run time (`make_rank_layout`, which
 /// returns the first violated rule of SPEC §2 as a value). Host-safe (g++).
 #include <array>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -13,8 +14,8 @@
 
 namespace step5::layout {
 
-/// The validation rules of SPEC §2, in the order they are checked (plus a dims rule and the
-/// rank range, checked last).
+/// The validation rules of SPEC §2, in the order they are checked (plus the dims, region-size and
+/// row-count rules and the rank range, checked last, in that order).
 enum class LayoutRule : int {
   kOk = 0,
   kHeadsPositive = 1,           ///< rule 1: H > 0 and KV > 0          (a = H, b = KV)
@@ -26,11 +27,12 @@ enum class LayoutRule : int {
   kHeadsPerGroup = 6,           ///< rule 6: Hl % lg == 0, hpg_q in {4,8,16} (a = hpg_q, b = Hl, c = lg, d = tp)
   kIndexKvHeads = 7,            ///< rule 7: Nk > 0; Nk % tp or tp % Nk (a = Nk, b = tp)
   kShardMultiples = 8,          ///< rule 8: P > 0, gate % tp == 0     (a = P, b = gate, c = tp)
-  kDims = 9,                    ///< D > 0, rot_main even <= D, rot_idx even <= P, R > 0
+  kDims = 9,                    ///< D > 0, rot_main even <= D, rot_idx even <= P
                                 ///< (a = D, b = rot_main, c = P, d = rot_idx)
   kRankRange = 10,              ///< 0 <= rank < tp                    (a = rank, b = tp)
   kRowsFitInt = 11,             ///< the fused weight's global rows H·D + 2·KV·D + Ni·(P + 1) + 2·Nk·P +
                                 ///< gate + 8 (padding) < 2^31 (a = H, b = D, c = Ni, d = P)
+  kRegionSize = 12,             ///< R > 0, checked after kDims (a = R)
 };
 
 /// A violated rule and the numbers that violate it (kOk when valid). Structural, constexpr.
@@ -67,10 +69,17 @@ constexpr GroupPartition group_partition(int n_groups, int tp, int rank) {
 /// Rows of the fused projection over all ranks at tp 1, in int64 (the per-rank shard offsets,
 /// rows and padded_rows are int and never exceed it): q H·D, k and v KV·D each, index_q Ni·P,
 /// index_k and index_z Nk·P each, the gate, sparse_indexer_w Ni, and up to 8 padding rows.
+/// Saturated at the int64 range: each term (a product of two ints) fits, their sum may not
+/// (Ni = P = Nk = 2^31 - 1: about 2^63.6 rows), and `validate` compares it with 2^31.
 constexpr long long fused_global_rows(const Geometry& g) {
   using ll = long long;
-  return ll{g.num_heads} * g.head_dim + 2 * ll{g.num_kv_heads} * g.head_dim + ll{g.index_num_heads} * g.proxy_dim +
-         2 * ll{g.index_num_kv_heads} * g.proxy_dim + g.gate_size + g.index_num_heads + 8;
+  constexpr ll kMax = std::numeric_limits<ll>::max(), kMin = std::numeric_limits<ll>::min();
+  const ll kv = ll{g.num_kv_heads} * g.head_dim, nk = ll{g.index_num_kv_heads} * g.proxy_dim;
+  const ll terms[] = {ll{g.num_heads} * g.head_dim, kv, kv, ll{g.index_num_heads} * g.proxy_dim, nk, nk,
+                      g.gate_size, g.index_num_heads, 8};
+  ll rows = 0;
+  for (const ll t : terms) rows = t > 0 && rows > kMax - t ? kMax : t < 0 && rows < kMin - t ? kMin : rows + t;
+  return rows;
 }
 
 /// Checks the rules of SPEC §2 in order; returns the first violated one.
@@ -92,8 +101,9 @@ constexpr LayoutError validate(const Geometry& g, const ParallelLayout& p) {
   if (g.proxy_dim <= 0 || g.gate_size < 0 || g.gate_size % tp != 0)
     return {R::kShardMultiples, g.proxy_dim, g.gate_size, tp};
   if (g.head_dim <= 0 || g.rot_main < 0 || g.rot_main % 2 != 0 || g.rot_main > g.head_dim ||
-      g.rot_idx < 0 || g.rot_idx % 2 != 0 || g.rot_idx > g.proxy_dim || g.region_size <= 0)
+      g.rot_idx < 0 || g.rot_idx % 2 != 0 || g.rot_idx > g.proxy_dim)
     return {R::kDims, g.head_dim, g.rot_main, g.proxy_dim, g.rot_idx};
+  if (g.region_size <= 0) return {R::kRegionSize, g.region_size};
   if (fused_global_rows(g) > 0x7fffffffll) return {R::kRowsFitInt, g.num_heads, g.head_dim, g.index_num_heads, g.proxy_dim};
   return {};
 }
@@ -130,6 +140,8 @@ inline std::string describe(const LayoutError& e) {
     case LayoutRule::kDims:
       return "head_dim (" + s(e.a) + ") must be > 0, rot_main (" + s(e.b) + ") even and <= head_dim, rot_idx (" +
              s(e.d) + ") even and <= proxy_dim (" + s(e.c) + ")";
+    case LayoutRule::kRegionSize:
+      return "region_size (" + s(e.a) + ") must be > 0 (tokens per CSA region summary)";
     case LayoutRule::kRankRange:
       return "tp_rank (" + s(e.a) + ") must lie in [0, tp_size = " + s(e.b) + ")";
     case LayoutRule::kRowsFitInt:

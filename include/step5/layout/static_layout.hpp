@@ -68,6 +68,11 @@ struct rotary_dims_must_fit {
                 "step5 layout: head_dim > 0, rot_main even and <= head_dim, rot_idx even and <= proxy_dim");
 };
 
+template <int region_size>
+struct region_size_must_be_positive {
+  static_assert(region_size > 0, "step5 layout: region_size (tokens per CSA region summary) must be > 0");
+};
+
 template <int num_heads, int head_dim, int index_num_heads, int proxy_dim>
 struct fused_rows_must_fit_int {
   static_assert(head_dim != head_dim,  // only instantiated when the rule failed
@@ -88,6 +93,7 @@ consteval bool report() {
   else if constexpr (E.rule == R::kIndexKvHeads) return sizeof(index_kv_heads_must_divide_tp<E.a, E.b>) == 0;
   else if constexpr (E.rule == R::kShardMultiples) return sizeof(gate_must_divide_by_tp_size<E.a, E.b, E.c>) == 0;
   else if constexpr (E.rule == R::kDims) return sizeof(rotary_dims_must_fit<E.a, E.b, E.c, E.d>) == 0;
+  else if constexpr (E.rule == R::kRegionSize) return sizeof(region_size_must_be_positive<E.a>) == 0;
   else if constexpr (E.rule == R::kRowsFitInt) return sizeof(fused_rows_must_fit_int<E.a, E.b, E.c, E.d>) == 0;
   else return true;
 }

@@ -248,7 +248,7 @@ struct DsaLayerPlan {
 };
 
 /// Plans with given device facts (host-only, no CUDA call). Errors: capacity values not positive
-/// or topk > kMaxTopk, num_sms <= 0, a geometry not in geometries.def (kUnsupported), a block
+/// or topk > kMaxTopk, num_sms <= 0, gemm_workspace_bytes above 2^63 - 1, a geometry not in geometries.def (kUnsupported), a block
 /// table capacity whose region bitmaps do not fit in shared memory, caches of more than
 /// ops::kAttentionMaxCacheRows rows (num_blocks * block_size * local KV groups; kUnsupported).
 inline Status dsa_layer_plan_for(const layout::RankLayout& rank, int hidden, const DsaLayerCapacity& cap,
@@ -256,6 +256,10 @@ inline Status dsa_layer_plan_for(const layout::RankLayout& rank, int hidden, con
   if (plan == nullptr) return invalid_argument("dsa_layer_plan: plan is null");
   if (facts.num_sms <= 0)
     return invalid_argument("dsa_layer_plan: num_sms = " + std::to_string(facts.num_sms) + ", expected > 0");
+  // the one unbounded share of the workspace map (the others follow from the listed geometry and
+  // the capacity's bounds): within 2^63 - 1 bytes, its 256-byte rounding and the map's offsets
+  // do not wrap (a wrapped offset laid the selection's buffer over the GEMM's)
+  STEP5_RETURN_IF_ERROR(require_elements_fit("dsa_layer_plan", "facts.gemm_workspace_bytes", facts.gemm_workspace_bytes, 1));
   STEP5_RETURN_IF_ERROR(check_device_arg(facts.device, "dsa_layer_plan: facts.device"));
   const layout::GeometryEntry* entry = layout::find_geometry(rank.geometry);
   if (entry == nullptr)
