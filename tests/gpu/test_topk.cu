@@ -387,6 +387,22 @@ GPU_CASE("topk: 16384-region rows (shared-memory variant), every pattern") {
   check_against_reference(R, "16K rows");
 }
 
+GPU_CASE("topk: rows that end their shared-memory staging (n = ld, ld % 4 = 1, 2, 3), every variant, every pattern") {
+  // the last partial four keys of such a row are the staging's last: a 16-byte load of them reads
+  // past the row's n into the staging's padding (topk_slice_keys), never past it. Keys past n are
+  // not counted, so a plain run cannot see a read past the staging; compute-sanitizer memcheck
+  // can (tools/device_run.sh sanitize): radix_refine's staged sweep once read 8 bytes past a
+  // 12345-key row's staging there, on 512 threads.
+  std::mt19937 rng(21);
+  for (int ld : {2001, 2002, 2003, 12345}) {
+    Rows R;
+    R.topk = 512;
+    R.ld = ld;
+    for (Pattern p : kAll) R.add(ld, p, rng);
+    check_against_reference(R, ("n = ld = " + std::to_string(ld)).c_str());
+  }
+}
+
 GPU_CASE("topk: staged rows past the owner masks' 16384 keys (ld 40000) next to rows within them, every pattern") {
   // One CTA per row of 512 threads with candidates stages rows of up to kTopkSmemKeys keys; in a
   // launch of at most one row per SM it takes the owner masks (topk_owner_masks_pay) on rows of at

@@ -120,6 +120,14 @@ inline constexpr int kTopkMinCtas = kThreads == kTopkThreads ? 0 : kThreads == k
 inline constexpr int kTopkItems = 8;  // ids per thread per block-scan compaction tile (128-thread CTAs)
 /// A CTA whose slice of a row has at most this many regions stages its keys in shared memory.
 inline constexpr int kTopkSmemKeys = 49152;
+/// Keys of the dynamic shared memory that stages one of kc CTAs' slice of a row of stride `ld`
+/// (topk_select_kernel's kSmem; its candidates follow): ceil(ld / kc) rounded up to a multiple of
+/// 4, so that a 16-byte load of the slice's last keys stays inside the staging (the keys past the
+/// row's n are read, never counted). At most kTopkSmemKeys exactly when ceil(ld / kc) is.
+__host__ __device__ constexpr std::int64_t topk_slice_keys(std::int64_t ld, int kc) {
+  return ((ld + kc - 1) / kc + 3) / 4 * 4;
+}
+static_assert(kTopkSmemKeys % 4 == 0, "topk_slice_keys' round-up keeps a slice of kTopkSmemKeys keys staged");
 /// Candidate compaction (TopkAlgo::kCandidates): width of the first digit, the top bits of the key,
 /// whose threshold bin holds the candidates. 11 bits = sign, exponent and 2 mantissa bits: a bin is a
 /// quarter of a binade, so about 1.6 % of 16384 N(0, 1) scores fall in the bin of the 512th (8 bits
@@ -407,9 +415,10 @@ inline constexpr int kTopkRadixHi = 32;
 /// sweep over the keys fewer); the first pass skips its sweep (and then pushes hist[0] on a
 /// cluster, or picks from it on one CTA).
 /// kStaged4 (one CTA, kC = 1): the keys are `staged[0, len)` in shared memory (16-byte aligned,
-/// key_at(i) == staged[i]); each sweep reads four per thread per step (16-byte loads, the row's
-/// last partial four one by one), skips the atomics of a warp's 128 keys where none has the
-/// prefix, and counts with warp_hist_add_keys — the same histogram, fewer instructions per key.
+/// key_at(i) == staged[i], allocated to a multiple of 4 keys: topk_slice_keys); each sweep reads
+/// four per thread per step (16-byte loads, the row's last partial four too: the keys past len
+/// are not counted), skips the atomics of a warp's 128 keys where none has the prefix, and
+/// counts with warp_hist_add_keys — the same histogram, fewer instructions per key.
 template <int kC, int kThreads, bool kStaged4 = false, class KeyAt>
 __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, std::uint32_t& prefix,
                                                  std::uint32_t& mask, unsigned krem, unsigned (&hist)[2][256],
@@ -430,14 +439,10 @@ __device__ __forceinline__ unsigned radix_refine(KeyAt key_at, int len, int hi, 
         const int len4_up = ((len + 3) / 4 + kThreads - 1) / kThreads * kThreads;
         for (int i4 = tid; i4 < len4_up; i4 += kThreads) {
           const int i = 4 * i4;
+          // the last partial four too, inside the slice's padding (three guarded word loads here
+          // ran as one 12-byte read from the row's last key, 8 bytes past its staging: memcheck)
           uint4 q[1] = {make_uint4(0u, 0u, 0u, 0u)};
-          if (i + 4 <= len) {
-            q[0] = *reinterpret_cast<const uint4*>(staged + i);
-          } else if (i < len) {
-            q[0].x = staged[i];
-            if (i + 1 < len) q[0].y = staged[i + 1];
-            if (i + 2 < len) q[0].z = staged[i + 2];
-          }
+          if (i < len) q[0] = *reinterpret_cast<const uint4*>(staged + i);
           const unsigned m[1] = {topk_warp_match4<true>(q[0], i, len, mask, prefix)};
           if (__any_sync(0xffffffffu, m[0] != 0u)) warp_hist_add_keys<1>(h, q, m, shift, lane);
         }
@@ -702,7 +707,7 @@ __device__ __forceinline__ void topk_owner_compact(const std::uint32_t* skeys, i
 
 /// One selection row per kC CTAs (kC = 1: one CTA; kC = kTopkCluster: a cluster, CTA rank c owns the
 /// id-contiguous slice [c·S, (c+1)·S) of the row, S = ceil(n / kC)). kSmem: the slice's keys are
-/// staged in dynamic shared memory (ceil(ld / kC) keys), else re-read from global memory.
+/// staged in dynamic shared memory (topk_slice_keys(ld, kC) keys), else re-read from global memory.
 /// kCand (candidate compaction; kCand = false is the plain 4-pass radix select):
 ///   1. one sweep over the slice stages the keys and builds the histogram of their top
 ///      kTopkFirstBits bits (the first digit); the row's histogram (summed over the ranks in a
@@ -718,7 +723,7 @@ __device__ __forceinline__ void topk_owner_compact(const std::uint32_t* skeys, i
 /// first k of (key descending, id ascending)), and the compaction pass is shared — except on the
 /// owner-mask path (kOwner with a.owner_masks, rows of at most 16384 keys): its candidates' gather
 /// and compaction work from masks set by one classifying sweep (topk_owner_classify).
-/// Dynamic shared memory: [ceil(ld / kC) keys if kSmem][a.cand_cap candidate keys if kCand, unless
+/// Dynamic shared memory: [topk_slice_keys(ld, kC) keys if kSmem][a.cand_cap candidate keys if kCand, unless
 /// topk_cand_in_hist: then the candidates overwrite hfirst].
 template <int kC, bool kSmem, bool kCand, int kThreads = kTopkThreads>
 __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_kernel(TopkArgs a) {
@@ -904,7 +909,7 @@ __global__ void __launch_bounds__(kThreads, kTopkMinCtas<kThreads>) topk_select_
       if (cnt == krest) {
         need = krest;  // every key of the threshold bin is taken
       } else if (cnt <= static_cast<unsigned>(a.cand_cap)) {
-        std::uint32_t* cand = topk_cand_in_hist(kC, kThreads, a.cand_cap) ? hfirst : skeys + (kSmem ? (a.ld + kC - 1) / kC : 0);
+        std::uint32_t* cand = topk_cand_in_hist(kC, kThreads, a.cand_cap) ? hfirst : skeys + (kSmem ? topk_slice_keys(a.ld, kC) : 0);
         if (kOwner && a.owner_masks != 0 && topk_owner_words(len) <= kTopkOwnerMaxWords) {  // uniform
           // owner masks: one classifying sweep; the gather and the compaction below work from them
           if (tid == 0) s_cand_pos = 0;
@@ -1530,7 +1535,7 @@ inline ::step5::Status launch_topk(const TopkArgs& a, int rows, cudaStream_t str
     shape.pdl = ::step5::ops::topk_launch_uses_pdl(1, kTopkWarpRows * kTopkWarpThreads, rows, sms);
     return launch_kernel("topk_warp_rows_kernel launch", kernel, shape, stream, a, rows, static_cast<int>(stage));
   }
-  const std::int64_t slice = (a.ld + cluster_size - 1) / cluster_size;
+  const std::int64_t slice = topk_slice_keys(a.ld, cluster_size);
   const bool smem_keys = slice <= kTopkSmemKeys;
   const bool cand = algo == TopkAlgo::kCandidates;
   TopkArgs args = a;
