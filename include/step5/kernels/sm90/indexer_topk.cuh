@@ -614,7 +614,7 @@ __device__ __forceinline__ TopkOwnerMasks topk_owner_classify(const std::uint32_
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
         if (i0 + 4 <= len) {
           v = *reinterpret_cast<const uint4*>(skeys + i0);
-        } else if (i0 < len) {  // the slice's last keys: no read past them
+        } else if (i0 < len) {  // the slice's last keys (any merged read stays in its padding: topk_slice_keys)
           v.x = skeys[i0];
           if (i0 + 1 < len) v.y = skeys[i0 + 1];
           if (i0 + 2 < len) v.z = skeys[i0 + 2];
