@@ -36,7 +36,8 @@ inline Status all_reduce_sum_bf16(void* data, std::size_t count, ncclComm_t comm
 }
 
 /// The rank and size of `comm`, checked against the expected tp layout.
-/// Errors: the communicator's size differs from `tp_size` or its rank from `tp_rank`.
+/// Errors: null comm, or the communicator's size differs from `tp_size` or its rank from
+/// `tp_rank` → kInvalidArgument; a failed ncclCommCount / ncclCommUserRank → kNcclError.
 inline Status check_comm(ncclComm_t comm, int tp_size, int tp_rank) {
   if (comm == nullptr) return invalid_argument("check_comm: communicator is null");
   int n = 0, r = 0;

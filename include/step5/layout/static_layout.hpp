@@ -134,8 +134,8 @@ struct StaticLayout {
     static_assert(tp_rank >= 0 && tp_rank < L.tp_size, "step5: tp_rank must lie in [0, tp_size)");
     return make_rank_layout(G, L, tp_rank).layout;
   }
-  /// The layout of rank `tp_rank`, run-time rank (`kRankRange` error folded to rank 0 layout is
-  /// not allowed: callers check the rank; use `make_rank_layout` for a checked value).
+  /// The layout of rank `tp_rank` given at run time: `make_rank_layout(G, L, tp_rank)`, whose
+  /// error is kRankRange (and `layout` unspecified) when tp_rank is outside [0, tp_size).
   static constexpr RankLayoutResult rank(int tp_rank) { return make_rank_layout(G, L, tp_rank); }
 };
 

@@ -24,7 +24,7 @@ namespace step5::model {
 /// The most positions (rows) a RoPE table may have: `make_rope_table` and `load_layer_weights`
 /// refuse a larger `max_position` with `step5::Error` (kInvalidArgument) instead of attempting
 /// the allocation (bf16 cos + sin, 2 * rot/2 * 2 bytes per position: 2 GiB each for rot = 128).
-/// 2^24 = 16M positions, 16x the longest context the library is tested for (1M, SPEC §5; the
+/// 2^24 = 16M positions, 16x the longest context the library is tested for (1M: test_indexer, test_topk; the
 /// example driver caps positions at 2^20).
 inline constexpr int kMaxRopePositions = 1 << 24;
 

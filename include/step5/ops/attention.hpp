@@ -59,7 +59,7 @@ struct SparseAttentionParams {
   int head_dim = 0;          ///< D (must be the geometry's head_dim)
   int topk = 0;              ///< regions selected per (token, group), 1..1024; rows are topk+1 wide
 
-  const bf16* q = nullptr;         ///< `[T, Hl, D]` prepared q (SPEC §4.2), row stride `q_row_stride`
+  const bf16* q = nullptr;         ///< `[T, Hl, D]` prepared q (SPEC §4.2), row stride `q_row_stride`, 4-byte aligned
   std::int64_t q_row_stride = 0;   ///< elements between tokens; 0 = Hl*D; a multiple of 2
   const bf16* k_cache = nullptr;   ///< `[num_blocks, block_size, lg, D]`, 16-byte aligned
   const bf16* v_cache = nullptr;   ///< same shape as k_cache
@@ -87,10 +87,10 @@ struct SparseAttentionParams {
   /// index_g columns of the fused GEMM output, or a separate `[T, Hl]`), 2-byte aligned; nullptr =
   /// no gate.
   const bf16* gate = nullptr;
-  std::int64_t gate_row_stride = 0;  ///< elements; 0 = Hl
+  std::int64_t gate_row_stride = 0;  ///< elements; 0 = Hl, else >= Hl
   bf16* out = nullptr;               ///< `[T, Hl, D]` bf16, row stride `out_row_stride`
   std::int64_t out_row_stride = 0;   ///< elements; 0 = Hl*D; a multiple of 4, pointer 8-byte aligned
-  float* lse = nullptr;              ///< `[T, Hl]` fp32 natural-log LSE (scaled units), or nullptr
+  float* lse = nullptr;              ///< `[T, Hl]` fp32 natural-log LSE (scaled units), 4-byte aligned, or nullptr
 
   float softmax_scale = 0.0f;  ///< 0 = D^-0.5 (SPEC §4.7), else a finite value > 0 (others refused)
   /// queries per CTA tile; 0 = auto (decode, T <= B: 1; else 64 / hpg_q, less when smem is short)
@@ -593,12 +593,17 @@ inline Status sparse_attention_workspace_size(const SparseAttentionParams& p, st
 /// launches).
 /// Errors (nothing launched): kInvalidArgument for every rule of `validate_step` (ops/batch_check.hpp:
 /// cu_seqlens_q / seq_lens host mirrors or device arrays null, the device arrays and block_table not 4-byte aligned, mirrors inconsistent, a position >= max_blocks *
-/// block_size, topk, a too small workspace), null pointers (when T > 0), bad strides or
+/// block_size, topk, a too small workspace), num_kv_groups <= 0, num_local_heads not a positive
+/// multiple of it, an override out of range (num_splits,
+/// query_tile, pipeline_stages, split_merge, tile_gather), softmax_scale neither 0 nor finite > 0,
+/// more than 2^30 query tiles, num_splits > 1 with more than kAttentionMaxSplitPairs (query tile,
+/// KV group) pairs, null pointers (when T > 0), bad strides or
 /// alignment, out, lse or the workspace bytes of the plan overlapping each other or an input (q,
 /// the caches, topk_ids, counts, gate, block_table, cu_seqlens_q, seq_lens; rows [0, T) from the
 /// first to the last byte, `require_disjoint`) — except out == q with the same row stride, the
 /// supported in-place call (each q element is read only by the CTAs of its token tile and KV
-/// group, and written by the last of them); kUnsupported for a layout not listed for `Id`,
+/// group, and written by the last of them); kUnsupported for a layout not listed for `Id` (a
+/// head_dim other than the row's, hpg_q outside {4, 8, 16}),
 /// a device that is not sm_90, a context too long for the shared-memory bitmaps or caches of more
 /// than kAttentionMaxCacheRows rows (num_blocks * block_size * num_kv_groups); kCudaError
 /// for a failed launch. T == 0 returns Ok without launching (after the size checks). Defined for every built

@@ -17,7 +17,8 @@ namespace step5::ops {
 /// `x[i] = bf16(residual[i])` (round-to-nearest-even) for i < n. Errors (kInvalidArgument, nothing
 /// launched): a null pointer with n > 0, residual not 4-byte or x not 2-byte aligned, x's 2n bytes
 /// overlapping residual's 4n (no in-place form: x[i] lands inside residual[i / 2], which another
-/// thread may not have read yet).
+/// thread may not have read yet), 4n bytes past 2^63 - 1 (`require_elements_fit`); kUnsupported
+/// for a device that is not sm_90 (or kernels not built for it).
 Status residual_to_bf16(const float* residual, bf16* x, std::size_t n, cudaStream_t stream);
 
 /// The TP sum and residual add of SPEC §4.8 for `num_partials` bf16 arrays of n elements
@@ -27,7 +28,8 @@ Status residual_to_bf16(const float* residual, bf16* x, std::size_t n, cudaStrea
 /// Errors (kInvalidArgument, nothing launched): null pointers, num_partials < 1, `partials` not
 /// 8-byte or residual not 4-byte aligned, a `partials` array the device cannot read (a plain host
 /// array, unless the device reads pageable memory: cudaDevAttrPageableMemoryAccess;
-/// cudaPointerGetAttributes), residual's 4n bytes overlapping the `partials` pointer array.
+/// cudaPointerGetAttributes), residual's 4n bytes overlapping the `partials` pointer array, 4n
+/// bytes past 2^63 - 1; kUnsupported for a device that is not sm_90 (or kernels not built for it).
 /// Not checked (the pointers live on the device): each partial array p_r must not overlap
 /// residual (thread i writes residual[i] over p_r elements 2i, 2i + 1 that other threads read).
 Status add_partials_to_residual(const bf16* const* partials, int num_partials, float* residual, std::size_t n,

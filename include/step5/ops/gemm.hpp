@@ -416,7 +416,8 @@ constexpr std::int64_t gemm_max_tile_extent() {
   }
   return e;
 }
-/// The largest tokens, n and k `gemm_bf16` takes (each): the split-K and wgmma kernels hold the
+/// The largest tokens, n and k `gemm_bf16` takes (each; tokens is further bounded by 65535 · 64 =
+/// 4,194,240, the 64-token tiles of grid.y, which gemm_bf16 checks too): the split-K and wgmma kernels hold the
 /// sizes, and the sizes rounded up to whole tiles (K + 64 · k_boxes - 1 for the K stages, the
 /// column of a 152-row weight tile past N), in int32, so every size plus a tile extent less one
 /// must stay within INT32_MAX: 2^31 - 256. (Larger n or k, e.g. a K of 2^31 - 8, overflowed the
@@ -499,9 +500,13 @@ std::size_t gemm_workspace_bytes(std::int64_t max_tokens, std::int64_t n, std::i
 
 /// Launches `C = X @ W^T` on `stream` (asynchronous). Errors (as Status, nothing launched):
 /// kInvalidArgument for a STEP5_PDL other than 0, 1 or empty (`pdl_env_status`, checked first,
-/// whatever the path and sizes), null pointers (when tokens > 0), negative sizes, tokens, n or k
-/// above kGemmMaxDim (when tokens, n > 0), ld < row length,
-/// a forced fast path whose alignment rules fail, a config out of range, a too small workspace
+/// whatever the path and sizes), negative sizes, ld < row length, and when tokens, n > 0: a null
+/// c, or a null x or w with k > 0; tokens, n or k above kGemmMaxDim; tokens above 65535 · 64 =
+/// 4,194,240 (the kernels' 64-token tiles in grid.y); rows of X, W or C whose strided extent
+/// passes 2^63 - 1 bytes (`require_strided_rows_fit`); split_k < 0, a path outside GemmPath,
+/// a forced fast path whose alignment rules fail, a config out of range (a forced split-K config
+/// whose token tiles or K splits pass grid.y / grid.z included), a forced kCublasLt with config
+/// != 0 or split_k > 1, a null, misaligned (16 bytes) or too small workspace for the split paths
 /// (the message names the bytes needed and given), a forced kGemv outside `gemm_gemv_eligible`
 /// (T above kGemmGemvMaxTokens, K above kGemmGemvMaxK, X's gemm_gemv_smem_bytes beyond
 /// kGemmGemvMaxSmem, config out of 0..3 or the CUDA-core kernel at T > kGemmGemvCudaCoreMaxTokens),

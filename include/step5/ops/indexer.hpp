@@ -421,7 +421,8 @@ struct TopkSelectParams {
 /// C (rows [0, T) up to column rows_with_w), the norm weights, the RoPE tables, the batch arrays,
 /// the block table, tail_slot — `require_disjoint`: each token's CTAs write while other tokens'
 /// CTAs still read, e.g. q prepared over C puts token t's q on an earlier token's k, v and
-/// indexer columns), kUnsupported (geometry not built, > 1
+/// indexer columns), eps negative or not finite (`check_norm_eps`), a RankLayout that is not
+/// make_rank_layout's (`layout::check_rank_layout`), kUnsupported (geometry not built, > 1
 /// local indexer k head), kCudaError (launch). Device values: see the file comment.
 Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
 
@@ -429,9 +430,10 @@ Status indexer_prepare(const IndexerPrepareParams& p, cudaStream_t stream);
 /// then the leftover rows of each request into its tail slot. Must run after `indexer_prepare`
 /// of the same step and before `indexer_select` (stream order). Errors: `validate_step` (batch,
 /// table, ldc), null pointers, tail not 16-byte, tail_slot not 4-byte, summary_cache, index_k or c
-/// not 2-byte aligned, num_slots <= 0, summary_cache or tail overlapping each other,
+/// not 2-byte aligned, num_slots <= 0, num_requests > kMaxIndexerRequests, a RankLayout that is
+/// not make_rank_layout's, summary_cache or tail overlapping each other,
 /// index_k, C, tail_slot, the batch arrays or the block table (`require_disjoint`)
-/// (kInvalidArgument); kCudaError (launch).
+/// (kInvalidArgument); kUnsupported (geometry not built, > 1 local indexer k head); kCudaError (launch).
 Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 
 /// Launches SPEC §4.5–4.6 for every (token, local group). Errors: `validate_step` (batch, table,
@@ -441,11 +443,14 @@ Status indexer_summaries(const IndexerSummaryParams& p, cudaStream_t stream);
 /// bytes it writes (the plan and the longest chunk's scores), topk_ids or counts overlapping each
 /// other, index_q, weights, the summary cache, the batch arrays or the block table
 /// (`require_disjoint`), STEP5_TOPK
-/// (`topk_env_status`) (kInvalidArgument, nothing launched); kUnsupported; kCudaError (launch).
+/// (`topk_env_status`), a RankLayout that is not make_rank_layout's (kInvalidArgument, nothing
+/// launched); kUnsupported (geometry not built, > 1 local indexer k head, more local indexer heads
+/// than the score kernel's kScoreCols); kCudaError (launch).
 Status indexer_select(const IndexerSelectParams& p, cudaStream_t stream);
 
 /// Launches step 6 alone (see TopkSelectParams). Errors: kInvalidArgument (topk outside 1..1024,
-/// rows < 0, a null or not 4-byte aligned pointer, ld outside 1 .. kTopkMaxLd, ld_ids < topk + 1,
+/// rows < 0, a null or not 4-byte aligned pointer, ld outside 1 .. kTopkMaxLd, ld_ids < topk + 1
+/// or ids rows whose strided extent passes 2^63 - 1 bytes, STEP5_TOPK (`topk_env_status`),
 /// ids (rows [0, rows) up to topk + 1) or counts overlapping each other, scores (rows * ld values:
 /// the last row's length is a device value <= ld) or history — `require_disjoint`: a row's CTA
 /// writes while other rows' CTAs still read; also ids over the same row's scores, not proven

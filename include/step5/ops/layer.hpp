@@ -247,10 +247,14 @@ struct DsaLayerPlan {
   DsaLayerOptions options{};        ///< the choices it was planned with (`dsa_layer_run` applies them too)
 };
 
-/// Plans with given device facts (host-only, no CUDA call). Errors: capacity values not positive
-/// or topk > kMaxTopk, num_sms <= 0, gemm_workspace_bytes above 2^63 - 1, a geometry not in geometries.def (kUnsupported), a block
-/// table capacity whose region bitmaps do not fit in shared memory, caches of more than
-/// ops::kAttentionMaxCacheRows rows (num_blocks * block_size * local KV groups; kUnsupported).
+/// Plans with given device facts (host-only, no CUDA call). Errors: hidden or capacity values not
+/// positive, max_topk > kMaxTopk, max_requests > kMaxIndexerRequests, max_seq_len >
+/// kMaxIndexerSeqLen, num_sms <= 0, gemm_workspace_bytes above 2^63 - 1, facts.device below -1,
+/// a RankLayout that is not make_rank_layout's (kInvalidArgument), a geometry not in
+/// geometries.def (kUnsupported), and `sparse_attention_plan`'s refusals at the capacity (block_size
+/// not a positive multiple of 8 up to kMaxBlockSize, max_blocks or num_blocks <= 0: kInvalidArgument;
+/// a block table capacity whose region bitmaps do not fit in shared memory, caches of more than
+/// ops::kAttentionMaxCacheRows rows (num_blocks * block_size * local KV groups): kUnsupported).
 inline Status dsa_layer_plan_for(const layout::RankLayout& rank, int hidden, const DsaLayerCapacity& cap,
                                  DsaLayerDeviceFacts facts, DsaLayerPlan* plan) {
   if (plan == nullptr) return invalid_argument("dsa_layer_plan: plan is null");
@@ -398,7 +402,8 @@ inline void apply_gemm_choice(const std::vector<GemmPlan>& table, const GemmPlan
 /// capacity, validate_step with w.max_position; a step of no tokens still needs valid sizes and
 /// topk, as every launcher), STEP5_TOPK (`topk_env_status`), STEP5_PDL (`pdl_env_status`), a too
 /// small or misaligned workspace, every stage's pointers (x, partial, w.fused, w.o_proj 16-byte aligned; the caches
-/// as DsaLayerCaches says; step.tail_slot non-null, 4-byte aligned) and, with step.tail_slot_host, validate_step's rule 5
+/// as DsaLayerCaches says; step.tail_slot non-null, 4-byte aligned), w.eps negative or not finite
+/// (`check_norm_eps`) and, with step.tail_slot_host, validate_step's rule 5
 /// (all before the first launch), the workspace's plan.workspace_bytes, partial, the caches
 /// overlapping each other, the weights w.fused / w.o_proj or the step's device arrays, and the
 /// workspace overlapping x (`require_disjoint`; partial over x is allowed: x is read by the first

@@ -154,8 +154,9 @@ class FusedWeightLoader {
   /// Loads one checkpoint tensor `[rows_global, hidden]` as shard `shard_id`, copying this
   /// rank's rows into place (converting F32/F16 to bf16, RNE). Starts a new load when none is in
   /// progress (zeroes the matrix and hides it until `assert_fully_loaded`). Throws `Error`:
-  /// unknown shard id (kInvalidArgument), index_g with gate_size 0, quantized dtype or other
-  /// unsupported dtype (kUnsupported), wrong shape or null data (kInvalidArgument).
+  /// a pre-fused `qkv_indexer_proj` name (kUnsupported, as `load_named`), unknown shard id or
+  /// index_g with gate_size 0 (kInvalidArgument), quantized dtype or other unsupported dtype
+  /// (kUnsupported), wrong shape or null data (kInvalidArgument).
   void load(std::string_view shard_id, const TensorView& t) {
     const std::string tname = t.name.empty() ? std::string("<unnamed ") + std::string(shard_id) + " tensor>" : t.name;
     if (is_prefused_projection_name(t.name)) throw prefused_error(t.name);

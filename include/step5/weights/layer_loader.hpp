@@ -64,8 +64,8 @@ inline int config_positive_int(const ModelConfig& cfg, std::int64_t v, const cha
 /// read: `Error` kInvalidArgument naming the value and the bound). Dtypes:
 /// projections and o_proj bf16 (fp32/fp16 accepted and rounded to bf16, quantized refused, as
 /// `FusedWeightLoader`), norm weights and bias fp32 `[D]`/`[P]`. Throws `Error` on a missing or
-/// misshaped tensor, or an incomplete load (e.g. a non-DSA layer without indexer tensors: the
-/// missing shard ids are named), or on a config value used as fp32 (rms_norm_eps, rope_theta,
+/// misshaped tensor, or an incomplete load (the missing shard ids are named), on a rank layout
+/// whose geometry differs from cfg.geometry (kInvalidArgument), or on a config value used as fp32 (rms_norm_eps, rope_theta,
 /// the llama3 factors) that is not a positive fp32 value (above FLT_MAX it would become inf) or a
 /// llama3 scaling that model::rope_inv_freq refuses (low_freq_factor not below high_freq_factor
 /// as fp32 values: parse_model_config refuses it first, a hand-built ModelConfig reaches it); on a
