@@ -380,6 +380,7 @@ class CudaBackend : public Backend {
   }
 
  private:
+#if defined(STEP5_DRIVER_HAVE_NCCL)
   static Clock::duration seconds(double s) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
   }
@@ -387,7 +388,6 @@ class CudaBackend : public Backend {
     return "rank " + std::to_string(dist_->env.rank) + " of " + std::to_string(dist_->env.world_size) + " (GPU " +
            std::to_string(dist_->env.local_rank) + ")";
   }
-#if defined(STEP5_DRIVER_HAVE_NCCL)
   // Aborts this rank's communicator (never waits on the other ranks) and throws `why`.
   [[noreturn]] void abort_comm(RankDev& d, StatusCode code, const std::string& why) {
     if (d.comm) ncclCommAbort(d.comm);
