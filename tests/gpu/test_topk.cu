@@ -392,7 +392,8 @@ GPU_CASE("topk: rows that end their shared-memory staging (n = ld, ld % 4 = 1, 2
   // past the row's n into the staging's padding (topk_slice_keys), never past it. Keys past n are
   // not counted, so a plain run cannot see a read past the staging; compute-sanitizer memcheck
   // can (tools/device_run.sh sanitize): radix_refine's staged sweep once read 8 bytes past a
-  // 12345-key row's staging there, on 512 threads.
+  // 12345-key row's staging there, on 512 threads. ld 2001 also ends the 128-thread compaction's
+  // last 8-key tile one key in (the staging is padded to 8 keys for it).
   std::mt19937 rng(21);
   for (int ld : {2001, 2002, 2003, 12345}) {
     Rows R;

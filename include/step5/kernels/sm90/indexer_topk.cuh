@@ -120,14 +120,25 @@ inline constexpr int kTopkMinCtas = kThreads == kTopkThreads ? 0 : kThreads == k
 inline constexpr int kTopkItems = 8;  // ids per thread per block-scan compaction tile (128-thread CTAs)
 /// A CTA whose slice of a row has at most this many regions stages its keys in shared memory.
 inline constexpr int kTopkSmemKeys = 49152;
-/// Keys of the dynamic shared memory that stages one of kc CTAs' slice of a row of stride `ld`
-/// (topk_select_kernel's kSmem; its candidates follow): ceil(ld / kc) rounded up to a multiple of
-/// 4, so that a 16-byte load of the slice's last keys stays inside the staging (the keys past the
-/// row's n are read, never counted). At most kTopkSmemKeys exactly when ceil(ld / kc) is.
-__host__ __device__ constexpr std::int64_t topk_slice_keys(std::int64_t ld, int kc) {
-  return ((ld + kc - 1) / kc + 3) / 4 * 4;
+/// Keys a shared-memory staging of `n` keys is allocated with: n rounded up to a multiple of
+/// kTopkItems (8), so that the reads of its last keys stay inside it — the 16-byte loads of the
+/// staged sweeps (four keys), and the 128-thread compaction's tiles of 8 keys per thread, whose
+/// guarded word loads ptxas may merge as it merged three of the sweep's into one 12-byte read
+/// past a staging (memcheck, forty-seventh session). Keys past a row's n are read, never counted.
+__host__ __device__ constexpr std::int64_t topk_staged_keys(std::int64_t n) {
+  return (n + kTopkItems - 1) / kTopkItems * kTopkItems;
 }
-static_assert(kTopkSmemKeys % 4 == 0, "topk_slice_keys' round-up keeps a slice of kTopkSmemKeys keys staged");
+/// Keys of the dynamic shared memory that stages one of kc CTAs' slice of a row of stride `ld`
+/// (topk_select_kernel's kSmem; its candidates follow): topk_staged_keys(ceil(ld / kc)). At most
+/// kTopkSmemKeys exactly when ceil(ld / kc) is (kTopkSmemKeys is a multiple of kTopkItems).
+__host__ __device__ constexpr std::int64_t topk_slice_keys(std::int64_t ld, int kc) {
+  return topk_staged_keys((ld + kc - 1) / kc);
+}
+static_assert(kTopkItems % 4 == 0 && kTopkSmemKeys % kTopkItems == 0,
+              "topk_staged_keys: whole 16-byte groups, and a slice of kTopkSmemKeys keys stays staged");
+static_assert(topk_slice_keys(12345, 1) == 12352 && topk_slice_keys(12344, 1) == 12344 &&
+                  topk_slice_keys(kTopkSmemKeys, 1) == kTopkSmemKeys && topk_slice_keys(16385, 8) == 2056,
+              "topk_slice_keys: ceil(ld / kc) rounded up to 8 keys");
 /// Candidate compaction (TopkAlgo::kCandidates): width of the first digit, the top bits of the key,
 /// whose threshold bin holds the candidates. 11 bits = sign, exponent and 2 mantissa bits: a bin is a
 /// quarter of a binade, so about 1.6 % of 16384 N(0, 1) scores fall in the bin of the 512th (8 bits
@@ -415,7 +426,7 @@ inline constexpr int kTopkRadixHi = 32;
 /// sweep over the keys fewer); the first pass skips its sweep (and then pushes hist[0] on a
 /// cluster, or picks from it on one CTA).
 /// kStaged4 (one CTA, kC = 1): the keys are `staged[0, len)` in shared memory (16-byte aligned,
-/// key_at(i) == staged[i], allocated to a multiple of 4 keys: topk_slice_keys); each sweep reads
+/// key_at(i) == staged[i], allocated to a multiple of 8 keys: topk_slice_keys); each sweep reads
 /// four per thread per step (16-byte loads, the row's last partial four too: the keys past len
 /// are not counted), skips the atomics of a warp's 128 keys where none has the prefix, and
 /// counts with warp_hist_add_keys — the same histogram, fewer instructions per key.
@@ -1090,11 +1101,11 @@ inline constexpr int kTopkWarpLoads = 4;
 /// spills; at 12 the unstaged instance spills 32 bytes, the staged one fits 40 registers — not
 /// measured): 40 rows in flight where the slices allow (ld <= 1024).
 inline constexpr int kTopkWarpMinCtas = 10;
-/// Keys of one warp's shared-memory slice for rows of stride `ld` (a multiple of 4, so that every
+/// Keys of one warp's shared-memory slice for rows of stride `ld` (topk_staged_keys(ld): every
 /// slice is 16-byte aligned), or 0 when kTopkWarpRows slices would pass kTopkSmemKeys keys (the
 /// launch then re-reads the keys from global memory: kSmem = false).
 __host__ __device__ constexpr std::int64_t topk_warp_stage_keys(std::int64_t ld) {
-  const std::int64_t s = (ld + 3) / 4 * 4;
+  const std::int64_t s = topk_staged_keys(ld);
   return s * kTopkWarpRows <= kTopkSmemKeys ? s : 0;
 }
 
