@@ -388,6 +388,72 @@ TEST_CASE("mismatched WORLD_SIZE or a duplicate RANK is refused by rank 0, namin
   }
 }
 
+// A raw loopback connection to `port` (retrying while nothing listens yet), or -1 after bound_s.
+int connect_raw(int port, double bound_s) {
+  const auto t0 = Clock::now();
+  while (since(t0) < bound_s) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    if (fd >= 0) ::close(fd);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return -1;
+}
+
+TEST_CASE("ranks of another rendezvous protocol version are refused on both sides, naming both versions") {
+  SUBCASE("rank 0 meets a rank of another version") {
+    const int port = free_port();
+    const Child c = spawn([&] {  // rank 1 of a later build: its hello names version kVersion + 1
+      const int fd = connect_raw(port, 10.0);
+      if (fd < 0) return 2;
+      const std::uint32_t hello[4] = {TcpStore::kMagic, TcpStore::kVersion + 1, 1, 2};
+      if (::write(fd, hello, sizeof hello) != static_cast<ssize_t>(sizeof hello)) return 3;
+      std::uint32_t ack[2] = {0, 0};
+      const bool got = ::recv(fd, ack, sizeof ack, MSG_WAITALL) == static_cast<ssize_t>(sizeof ack);
+      ::close(fd);
+      // rank 0 tells it which version it speaks
+      return got && ack[0] == TcpStore::kMagic && ack[1] == (TcpStore::kAckOtherVersion | TcpStore::kVersion) ? 0 : 4;
+    });
+    const std::string m = error_of([&] { TcpStore s(env_of(0, 2, port), 10.0); });
+    CHECK_MESSAGE(contains(m, "rank 1 speaks rendezvous protocol version " + std::to_string(TcpStore::kVersion + 1) +
+                                  ", rank 0 version " + std::to_string(TcpStore::kVersion)),
+                  m);
+    CHECK(wait_child(c, 10.0).code == 0);
+  }
+  SUBCASE("a rank meets rank 0 of another version") {
+    const int port = free_port();
+    const Child c = spawn([&] {  // rank 0 of a later build: refuses rank 1's hello with its version
+      const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+      const int one = 1;
+      ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      a.sin_port = htons(static_cast<std::uint16_t>(port));
+      if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(lfd, 4) != 0) return 2;
+      const int fd = ::accept(lfd, nullptr, nullptr);
+      if (fd < 0) return 3;
+      std::uint32_t hello[4];
+      if (::recv(fd, hello, sizeof hello, MSG_WAITALL) != static_cast<ssize_t>(sizeof hello)) return 4;
+      const std::uint32_t refusal[2] = {TcpStore::kMagic, TcpStore::kAckOtherVersion | (TcpStore::kVersion + 1)};
+      (void)!::write(fd, refusal, sizeof refusal);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::close(fd);
+      ::close(lfd);
+      return hello[0] == TcpStore::kMagic && hello[1] == TcpStore::kVersion ? 0 : 5;
+    });
+    const std::string m = error_of([&] { TcpStore s(env_of(1, 2, port), 10.0); });
+    CHECK_MESSAGE(contains(m, "speaks protocol version " + std::to_string(TcpStore::kVersion + 1) +
+                                  ", this rank version " + std::to_string(TcpStore::kVersion)),
+                  m);
+    CHECK(wait_child(c, 10.0).code == 0);
+  }
+}
+
 TEST_CASE("a port in use is refused by rank 0, naming the address") {
   const int port = free_port();
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -138,6 +138,15 @@ class TcpStore {
   /// overflow the clock's duration and time out at once.
   static constexpr double kMaxTimeoutS = 30.0 * 24 * 3600;
 
+  /// The wire protocol. A joining rank's hello is {kMagic, kVersion, rank, world_size} (u32 each);
+  /// rank 0 acks {kMagic, world_size} once every rank is there, or, to a rank of another
+  /// kVersion, {kMagic, kAckOtherVersion | rank 0's kVersion}, and both ranks throw
+  /// kInvalidArgument naming the two versions (processes built from different step5 versions).
+  static constexpr std::uint32_t kMagic = 0x53355256;  // "S5RV"
+  static constexpr std::uint32_t kVersion = 2;          // 2: frames carry the collective's kind
+  static constexpr std::uint32_t kAckOtherVersion = 0x80000000u;  // above any world size
+  static_assert(static_cast<std::uint32_t>(kMaxWorldSize) < kAckOtherVersion, "an ack's world size never sets the flag");
+
   /// The rendezvous: rank 0 listens on env.master_addr:env.master_port and waits until every other
   /// rank has connected; the others connect (retrying while rank 0 is not yet listening). Returns
   /// when all env.world_size ranks are present, or throws step5::Error naming what is missing
@@ -264,9 +273,6 @@ class TcpStore {
   std::string who() const { return "rank " + std::to_string(env_.rank) + " of " + std::to_string(env_.world_size); }
   static std::string errno_text(int e) { return std::strerror(e); }
 
-  static constexpr std::uint32_t kMagic = 0x53355256;  // "S5RV"
-  static constexpr std::uint32_t kVersion = 2;  // 2: frames carry the collective's kind
-
   // The resolved MASTER_ADDR (IPv4 or IPv6), for bind and connect.
   struct Resolved {
     sockaddr_storage addr{};
@@ -358,7 +364,21 @@ class TcpStore {
         continue;
       }
       const int r = static_cast<int>(hello[2]), ws = static_cast<int>(hello[3]);
-      if (hello[0] != kMagic || hello[1] != kVersion) {
+      if (hello[0] == kMagic && hello[1] != kVersion) {  // a step5 rank of another build: tell it, then fail
+        const std::uint32_t refusal[2] = {kMagic, kAckOtherVersion | kVersion};
+        try {
+          send_all(fd, refusal, sizeof refusal, -1, std::min(deadline, Clock::now() + seconds(5.0)), t0,
+                   "the rendezvous refusal");
+        } catch (const Error&) {  // it left already: the error below is still the one to give
+        }
+        ::close(fd);
+        close_all();
+        throw Error(StatusCode::kInvalidArgument,
+                    who() + ": rendezvous on " + address() + ": rank " + std::to_string(r) +
+                        " speaks rendezvous protocol version " + std::to_string(hello[1]) + ", rank 0 version " +
+                        std::to_string(kVersion) + " (processes built from different step5 versions)");
+      }
+      if (hello[0] != kMagic) {
         ::close(fd);
         std::fprintf(stderr, "[step5] %s: dropped a connection to %s that is not a step5 rendezvous client\n",
                      who().c_str(), address().c_str());
@@ -424,6 +444,11 @@ class TcpStore {
     send_all(fd, hello, sizeof hello, 0, deadline, t0, "the rendezvous hello");
     std::uint32_t ack[2];
     recv_all(fd, ack, sizeof ack, 0, deadline, t0, "the rendezvous ack (rank 0 waits for every rank)");
+    if (ack[0] == kMagic && (ack[1] & kAckOtherVersion) != 0)
+      throw Error(StatusCode::kInvalidArgument,
+                  who() + ": rank 0's rendezvous at " + address() + " speaks protocol version " +
+                      std::to_string(ack[1] & ~kAckOtherVersion) + ", this rank version " + std::to_string(kVersion) +
+                      " (processes built from different step5 versions)");
     if (ack[0] != kMagic || static_cast<int>(ack[1]) != env_.world_size)
       throw Error(StatusCode::kIoError, who() + ": " + address() + " answered the rendezvous with something else "
                                                                    "(another program on MASTER_PORT?)");
@@ -490,13 +515,13 @@ class TcpStore {
   // The collectives, one frame exchange each; frames carry (seq, kind): a rank at another
   // collective, by count or by kind, is an error naming both.
   enum class Collective : std::uint32_t { kAllgather = 1, kBroadcast = 2, kBarrier = 3 };
-  static const char* collective_name(std::uint32_t k) {
+  static std::string collective_name(std::uint32_t k) {
     switch (static_cast<Collective>(k)) {
       case Collective::kAllgather: return "allgather";
       case Collective::kBroadcast: return "broadcast";
       case Collective::kBarrier: return "barrier";
     }
-    return "an unknown collective";
+    return "an unknown collective kind " + std::to_string(k);
   }
   std::vector<Blob> collective(Collective kind, const Blob& mine, double timeout_s) {
     if (timeout_s > 0 || std::isnan(timeout_s)) check_timeout(timeout_s, who() + ": collective timeout");
