@@ -36,14 +36,20 @@ namespace {
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
+// The IPv4 loopback address at `port`.
+sockaddr_in loopback(int port) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  return a;
+}
+
 // A port that is free on the loopback now (bind to port 0, read it back, release it).
 int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   REQUIRE(fd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
+  sockaddr_in a = loopback(0);
   REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
   socklen_t len = sizeof a;
   REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0);
@@ -393,10 +399,7 @@ int connect_raw(int port, double bound_s) {
   const auto t0 = Clock::now();
   while (since(t0) < bound_s) {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    sockaddr_in a = loopback(port);
     if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
     if (fd >= 0) ::close(fd);
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -430,10 +433,7 @@ TEST_CASE("ranks of another rendezvous protocol version are refused on both side
       const int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
       const int one = 1;
       ::setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-      sockaddr_in a{};
-      a.sin_family = AF_INET;
-      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      a.sin_port = htons(static_cast<std::uint16_t>(port));
+      sockaddr_in a = loopback(port);
       if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(lfd, 4) != 0) return 2;
       const int fd = ::accept(lfd, nullptr, nullptr);
       if (fd < 0) return 3;
@@ -457,10 +457,7 @@ TEST_CASE("ranks of another rendezvous protocol version are refused on both side
 TEST_CASE("a port in use is refused by rank 0, naming the address") {
   const int port = free_port();
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  sockaddr_in a = loopback(port);
   REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
   REQUIRE(::listen(fd, 1) == 0);
   const std::string m = error_of([&] { TcpStore s(env_of(0, 2, port), 1.0); });
@@ -581,9 +578,7 @@ TEST_CASE("a failed join closes its socket (a throwing constructor runs no destr
   // a listener that never accepts: the connect succeeds (backlog), the ack never comes
   const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   REQUIRE(lfd >= 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in a = loopback(0);
   REQUIRE(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
   REQUIRE(::listen(lfd, 16) == 0);
   socklen_t len = sizeof a;
