@@ -42,9 +42,10 @@
 // (an event between two kernels may keep them from overlapping under PDL); graph_us has no events
 // inside the step.
 // Floor of a stage (SPEC §9) = max(bytes / copy bandwidth, flops / bf16 GEMM rate), the bytes
-// being the minimum traffic of the stage (see `layer_costs`). Note: the indexer's score GEMM runs
-// on e4m3 tensor cores (2× the bf16 rate), its floor still uses the bf16 rate (it is
-// bandwidth-bound at decode, where it matters).
+// being the minimum traffic of the stage (see `layer_costs`). Note: the indexer's score GEMM reads
+// e4m3 operands but runs on f16 tensor cores (indexer_select's automatic paths: mma.sync or wgmma
+// f16; the e4m3 wgmma path is never chosen), the rate of the bf16 ceiling its floor uses; its
+// FLOPs count every (token, history region) pair, rows with p/8 <= topk (all selected) included.
 // A table is printed last, then the layer targets of issues 14 and 15 (`kTargets` in print_table).
 // Warm-up: after the first step, untimed eager steps (flushed and spun like timed ones) for
 // STEP5_BENCH_WARMUP_MS (bench_common.hpp warm_up; default 200 ms). STEP5_BENCH_LAYER_TRACE=1
