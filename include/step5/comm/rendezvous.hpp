@@ -364,20 +364,6 @@ class TcpStore {
         continue;
       }
       const int r = static_cast<int>(hello[2]), ws = static_cast<int>(hello[3]);
-      if (hello[0] == kMagic && hello[1] != kVersion) {  // a step5 rank of another build: tell it, then fail
-        const std::uint32_t refusal[2] = {kMagic, kAckOtherVersion | kVersion};
-        try {
-          send_all(fd, refusal, sizeof refusal, -1, std::min(deadline, Clock::now() + seconds(5.0)), t0,
-                   "the rendezvous refusal");
-        } catch (const Error&) {  // it left already: the error below is still the one to give
-        }
-        ::close(fd);
-        close_all();
-        throw Error(StatusCode::kInvalidArgument,
-                    who() + ": rendezvous on " + address() + ": rank " + std::to_string(r) +
-                        " speaks rendezvous protocol version " + std::to_string(hello[1]) + ", rank 0 version " +
-                        std::to_string(kVersion) + " (processes built from different step5 versions)");
-      }
       if (hello[0] != kMagic) {
         ::close(fd);
         std::fprintf(stderr, "[step5] %s: dropped a connection to %s that is not a step5 rendezvous client\n",
@@ -385,7 +371,16 @@ class TcpStore {
         continue;
       }
       std::string bad;
-      if (ws != env_.world_size)
+      if (hello[1] != kVersion) {  // a step5 rank of another build: tell it which version this is
+        const std::uint32_t refusal[2] = {kMagic, kAckOtherVersion | kVersion};
+        try {
+          send_all(fd, refusal, sizeof refusal, -1, std::min(deadline, Clock::now() + seconds(5.0)), t0,
+                   "the rendezvous refusal");
+        } catch (const Error&) {  // it left already: the error below is still the one to give
+        }
+        bad = "rank " + std::to_string(r) + " speaks rendezvous protocol version " + std::to_string(hello[1]) +
+              ", rank 0 version " + std::to_string(kVersion) + " (processes built from different step5 versions)";
+      } else if (ws != env_.world_size)
         bad = "rank " + std::to_string(r) + " has WORLD_SIZE " + std::to_string(ws) + ", rank 0 has " +
               std::to_string(env_.world_size);
       else if (r <= 0 || r >= env_.world_size)
